@@ -1,0 +1,184 @@
+//! `bench decode`: prefill and decode speed of our forward pass (capture off, one layer,
+//! all layers; Q8_0 and the file's own quant types) against candle-transformers'
+//! `quantized_llama` on the same file, measured interleaved in one run.
+
+use crate::kv::KvStore;
+use crate::model::sampler::argmax;
+use crate::model::{LayerSelect, LoadOptions, Logits, Model, Probe, Requant};
+use anyhow::{Context, Result};
+use candle_core::{Device, Tensor};
+use candle_transformers::models::quantized_llama::ModelWeights;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Instant;
+
+/// A fixed prompt so every configuration does identical work.
+pub const PROMPT: &str = "The key-value cache stores the keys and values of every earlier token so that each new \
+token only computes its own projections. Explain, step by step, why decoding one token at a time is limited by \
+memory bandwidth rather than arithmetic, and what batching changes.";
+
+/// Speeds of one configuration.
+#[derive(Debug, Clone, Serialize)]
+pub struct Speed {
+    pub prefill_tok_per_s: f64,
+    pub decode_tok_per_s: f64,
+}
+
+/// The report: configurations by name, plus context.
+#[derive(Debug, Clone, Serialize)]
+pub struct DecodeReport {
+    pub prompt_tokens: usize,
+    pub decode_tokens: usize,
+    pub rounds: usize,
+    #[serde(flatten)]
+    pub configs: BTreeMap<String, Speed>,
+}
+
+impl DecodeReport {
+    /// A table for people, with ratios against candle's quantized_llama and capture off.
+    pub fn table(&self) -> String {
+        let base = self.configs.get("candle_quantized_llama");
+        let ours = self.configs.get("ours");
+        let mut s = format!(
+            "prompt {} tokens, decode {} tokens, median of {} rounds\n{:<26} {:>12} {:>12} {:>12} {:>12}\n",
+            self.prompt_tokens, self.decode_tokens, self.rounds,
+            "configuration", "prefill t/s", "decode t/s", "× candle", "× ours"
+        );
+        for (name, sp) in &self.configs {
+            let r = |b: Option<&Speed>| {
+                b.map(|b| format!("{:.2}", sp.decode_tok_per_s / b.decode_tok_per_s))
+                    .unwrap_or_default()
+            };
+            s += &format!(
+                "{:<26} {:>12.1} {:>12.1} {:>12} {:>12}\n",
+                name,
+                sp.prefill_tok_per_s,
+                sp.decode_tok_per_s,
+                r(base),
+                r(ours)
+            );
+        }
+        s
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Runs prefill then `n` greedy decode steps, returning (prefill s, decode s).
+fn time_ours(m: &Model, prompt: &[u32], n: usize, select: LayerSelect) -> Result<(f64, f64)> {
+    let mut kv = m.new_cache(prompt.len() + n + 1);
+    let mut probe = Probe::new(select);
+    let t0 = Instant::now();
+    let logits = m.forward(prompt, &mut kv, Some(&mut probe), Logits::Last)?;
+    let mut tok = argmax(&Model::last_logits(&logits)?);
+    let prefill = t0.elapsed().as_secs_f64();
+    let t1 = Instant::now();
+    for _ in 0..n {
+        let logits = m.forward(&[tok], &mut kv, Some(&mut probe), Logits::Last)?;
+        tok = argmax(&Model::last_logits(&logits)?);
+    }
+    debug_assert_eq!(kv.len(), prompt.len() + n);
+    Ok((prefill, t1.elapsed().as_secs_f64()))
+}
+
+fn time_candle(m: &mut ModelWeights, prompt: &[u32], n: usize, dev: &Device) -> Result<(f64, f64)> {
+    m.clear_kv_cache();
+    let t0 = Instant::now();
+    let x = Tensor::new(prompt, dev)?.unsqueeze(0)?;
+    let logits = m.forward(&x, 0)?.squeeze(0)?.to_vec1::<f32>()?;
+    let mut tok = argmax(&logits);
+    let prefill = t0.elapsed().as_secs_f64();
+    let t1 = Instant::now();
+    for i in 0..n {
+        let x = Tensor::new(&[tok], dev)?.unsqueeze(0)?;
+        let logits = m
+            .forward(&x, prompt.len() + i)?
+            .squeeze(0)?
+            .to_vec1::<f32>()?;
+        tok = argmax(&logits);
+    }
+    Ok((prefill, t1.elapsed().as_secs_f64()))
+}
+
+/// Loads every configuration and measures them round-robin.
+pub fn run(
+    path: &Path,
+    dev: &Device,
+    n: usize,
+    rounds: usize,
+    verbose: bool,
+) -> Result<DecodeReport> {
+    let load = |requant| {
+        Model::load(
+            path,
+            &LoadOptions {
+                requant,
+                device: dev.clone(),
+            },
+        )
+        .with_context(|| format!("loading {}", path.display()))
+    };
+    let q8 = load(Requant::Q8_0)?;
+    let native = load(Requant::Keep)?;
+    let mut candle = {
+        let mut f =
+            std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+        let ct = candle_core::quantized::gguf_file::Content::read(&mut f)?;
+        ModelWeights::from_gguf(ct, &mut f, dev)?
+    };
+    let prompt = q8.tokenizer.encode(PROMPT)?;
+    let p = prompt.len() as f64;
+    let mut samples: BTreeMap<String, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
+    let mid = q8.cfg.n_layer / 2;
+    for round in 0..rounds {
+        if verbose {
+            eprintln!("round {}/{rounds}", round + 1);
+        }
+        let runs: Vec<(&str, (f64, f64))> = vec![
+            ("ours", time_ours(&q8, &prompt, n, LayerSelect::None)?),
+            (
+                "ours_capture_one_layer",
+                time_ours(&q8, &prompt, n, LayerSelect::One(mid))?,
+            ),
+            (
+                "ours_capture_all",
+                time_ours(&q8, &prompt, n, LayerSelect::All)?,
+            ),
+            (
+                "ours_file_quant",
+                time_ours(&native, &prompt, n, LayerSelect::None)?,
+            ),
+            (
+                "candle_quantized_llama",
+                time_candle(&mut candle, &prompt, n, dev)?,
+            ),
+        ];
+        for (name, (pf, dc)) in runs {
+            let e = samples.entry(name.to_string()).or_default();
+            e.0.push(p / pf);
+            e.1.push(n as f64 / dc);
+        }
+    }
+    let configs = samples
+        .into_iter()
+        .map(|(k, (pf, dc))| {
+            (
+                k,
+                Speed {
+                    prefill_tok_per_s: median(pf),
+                    decode_tok_per_s: median(dc),
+                },
+            )
+        })
+        .collect();
+    Ok(DecodeReport {
+        prompt_tokens: prompt.len(),
+        decode_tokens: n,
+        rounds,
+        configs,
+    })
+}

@@ -1,0 +1,84 @@
+//! `inferlab generate`: stream a completion to stdout.
+
+use super::{load_model, prompt_ids, ModelArgs};
+use anyhow::Result;
+use inferlab::model::session::Session;
+use inferlab::model::SamplerConfig;
+use std::io::Write;
+
+/// Arguments of `generate`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The prompt text.
+    #[arg(long)]
+    pub prompt: String,
+    /// Wrap the prompt in the model's chat template (system + user, assistant to answer).
+    #[arg(long)]
+    pub chat: bool,
+    /// Most tokens to generate.
+    #[arg(long, default_value_t = 128)]
+    pub max_tokens: usize,
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    /// Nucleus sampling mass.
+    #[arg(long, default_value_t = 0.9)]
+    pub top_p: f32,
+    /// Random seed for sampling.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Print prefill and decode speed to stderr at the end.
+    #[arg(long)]
+    pub stats: bool,
+}
+
+/// Runs `generate`.
+pub fn run(margs: &ModelArgs, a: &Args) -> Result<()> {
+    let model = load_model(margs)?;
+    let ids = prompt_ids(&model, &a.prompt, a.chat, a.max_tokens)?;
+    let mut s = Session::new(
+        &model,
+        ids,
+        a.max_tokens,
+        SamplerConfig {
+            temperature: a.temperature,
+            top_p: a.top_p,
+            seed: a.seed,
+        },
+    );
+    let mut out = std::io::stdout().lock();
+    let (mut prefill_ms, mut decode_ms, mut decoded) = (0.0, 0.0, 0usize);
+    let mut printed = 0usize;
+    for _ in 0..a.max_tokens {
+        let info = s.step()?;
+        if info.step == 0 {
+            prefill_ms = info.wall_ms;
+        } else {
+            decode_ms += info.wall_ms;
+            decoded += 1;
+        }
+        if info.is_eos {
+            break;
+        }
+        // Decode the whole generation so multi-byte characters split across tokens print whole.
+        let gen = s.generated();
+        let text = model.tokenizer.decode(&gen[..gen.len()])?;
+        if text.len() > printed && !text.ends_with('\u{FFFD}') {
+            write!(out, "{}", &text[printed..])?;
+            out.flush()?;
+            printed = text.len();
+        }
+    }
+    writeln!(out)?;
+    if a.stats {
+        eprintln!(
+            "prefill: {} tokens in {:.1} ms ({:.1} tok/s); decode: {} tokens at {:.1} tok/s",
+            s.prompt_len,
+            prefill_ms,
+            s.prompt_len as f64 / (prefill_ms / 1e3),
+            decoded,
+            decoded as f64 / (decode_ms / 1e3).max(1e-9)
+        );
+    }
+    Ok(())
+}

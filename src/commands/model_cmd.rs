@@ -1,0 +1,130 @@
+//! `inferlab model fetch|info|tokenize`.
+
+use super::{load_model, model_path, ModelArgs};
+use anyhow::{Context, Result};
+use inferlab::model::{gguf, LlamaConfig, TextTokenizer};
+use serde::Serialize;
+
+/// Model subcommands.
+#[derive(clap::Subcommand)]
+pub enum Cmd {
+    /// Make sure the model is in the cache (downloading it if needed) and print its path.
+    Fetch {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Describe the model: shape, RoPE, context, vocabulary, quant types, KV bytes per token.
+    Info {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show the token ids and pieces of TEXT.
+    Tokenize {
+        text: String,
+        /// Wrap TEXT in the chat template first.
+        #[arg(long)]
+        chat: bool,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Serialize)]
+struct Info {
+    path: String,
+    #[serde(flatten)]
+    cfg: LlamaConfig,
+    quant_types: Vec<(String, usize)>,
+    kv_bytes_per_token_f32: usize,
+    kv_bytes_per_token_f16: usize,
+}
+
+/// Runs a model subcommand.
+pub fn run(margs: &ModelArgs, cmd: &Cmd) -> Result<()> {
+    match cmd {
+        Cmd::Fetch { json } => {
+            let (path, origin) = model_path(margs)?;
+            if *json {
+                println!("{}", serde_json::json!({"path": path, "origin": origin}));
+            } else {
+                println!("{} (from {origin:?})", path.display());
+            }
+        }
+        Cmd::Info { json } => {
+            let (path, _) = model_path(margs)?;
+            let (cfg, quant_types) = if path.is_dir() {
+                let p = path.join("config.json");
+                let text = std::fs::read_to_string(&p)
+                    .with_context(|| format!("reading {}", p.display()))?;
+                let cfg = LlamaConfig::from_hf_json(&text)
+                    .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
+                (cfg, vec![("F32".to_string(), 0)])
+            } else {
+                let (ct, _) = gguf::open(&path)?;
+                let cfg = LlamaConfig::from_gguf(&ct)?;
+                let mut counts = std::collections::BTreeMap::<String, usize>::new();
+                for i in ct.tensor_infos.values() {
+                    *counts.entry(format!("{:?}", i.ggml_dtype)).or_default() += 1;
+                }
+                (cfg, counts.into_iter().collect())
+            };
+            let info = Info {
+                path: path.display().to_string(),
+                kv_bytes_per_token_f32: cfg.kv_bytes_per_token(4),
+                kv_bytes_per_token_f16: cfg.kv_bytes_per_token(2),
+                cfg,
+                quant_types,
+            };
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&info)?);
+            } else {
+                let c = &info.cfg;
+                println!("path            {}", info.path);
+                println!("architecture    {}", c.architecture);
+                println!("layers          {}", c.n_layer);
+                println!("hidden          {}", c.hidden);
+                println!("ffn             {}", c.ffn);
+                println!("query heads     {}", c.n_head);
+                println!(
+                    "kv heads        {} ({} query heads per KV head)",
+                    c.n_kv_head,
+                    c.group_size()
+                );
+                println!("head dim        {}", c.head_dim);
+                println!("rope base       {}", c.rope_base);
+                println!("rms eps         {:e}", c.rms_eps);
+                println!("context         {}", c.context);
+                println!("vocab           {}", c.vocab);
+                let q: Vec<String> = info
+                    .quant_types
+                    .iter()
+                    .map(|(t, n)| format!("{t}×{n}"))
+                    .collect();
+                println!("tensor types    {}", q.join(", "));
+                println!(
+                    "KV bytes/token  {} (f32 as inferlab stores it), {} (f16)",
+                    info.kv_bytes_per_token_f32, info.kv_bytes_per_token_f16
+                );
+            }
+        }
+        Cmd::Tokenize { text, chat, json } => {
+            let model = load_model(margs)?;
+            let text = if *chat {
+                TextTokenizer::chat_prompt(text)
+            } else {
+                text.clone()
+            };
+            let ids = model.tokenizer.encode(&text)?;
+            let pieces: Vec<String> = ids.iter().map(|&i| model.tokenizer.piece(i)).collect();
+            if *json {
+                println!("{}", serde_json::json!({"ids": ids, "pieces": pieces}));
+            } else {
+                for (i, p) in ids.iter().zip(&pieces) {
+                    println!("{i:>6}  {p:?}");
+                }
+                println!("{} tokens", ids.len());
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,102 @@
+//! `inferlab trace --json`: one JSON object per step for notebooks and scripts.
+
+use super::{load_model, prompt_ids, ModelArgs};
+use anyhow::{Context, Result};
+use inferlab::model::session::Session;
+use inferlab::model::{LayerSelect, SamplerConfig};
+use serde::Serialize;
+use std::io::Write;
+
+/// Arguments of `trace`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The prompt text.
+    #[arg(long)]
+    pub prompt: String,
+    /// Wrap the prompt in the chat template.
+    #[arg(long)]
+    pub chat: bool,
+    /// Steps to run (the first is the prefill).
+    #[arg(long, default_value_t = 16)]
+    pub max_tokens: usize,
+    /// Layer whose attention to include.
+    #[arg(long, default_value_t = 0)]
+    pub layer: usize,
+    /// Query head whose attention to include.
+    #[arg(long, default_value_t = 0)]
+    pub head: usize,
+    /// Top-k entries per step.
+    #[arg(long, default_value_t = 5)]
+    pub top_k: usize,
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    #[arg(long, default_value_t = 0.9)]
+    pub top_p: f32,
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Write JSON lines (the only format; the flag is accepted for symmetry with other commands).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Serialize)]
+struct Line<'a> {
+    #[serde(flatten)]
+    info: &'a inferlab::model::session::StepInfo,
+    layer: usize,
+    head: usize,
+    /// One row per query position of this step: weights over keys 0..kv_len.
+    attention: Vec<Vec<f32>>,
+}
+
+/// Runs `trace`.
+pub fn run(margs: &ModelArgs, a: &Args) -> Result<()> {
+    let model = load_model(margs)?;
+    anyhow::ensure!(
+        a.layer < model.cfg.n_layer,
+        "--layer {} is out of range: the model has layers 0..{}",
+        a.layer,
+        model.cfg.n_layer - 1
+    );
+    anyhow::ensure!(
+        a.head < model.cfg.n_head,
+        "--head {} is out of range: the model has heads 0..{}",
+        a.head,
+        model.cfg.n_head - 1
+    );
+    let ids = prompt_ids(&model, &a.prompt, a.chat, a.max_tokens)?;
+    let mut s = Session::new(
+        &model,
+        ids,
+        a.max_tokens,
+        SamplerConfig {
+            temperature: a.temperature,
+            top_p: a.top_p,
+            seed: a.seed,
+        },
+    );
+    s.probe.select = LayerSelect::One(a.layer);
+    s.top_k = a.top_k;
+    let mut out = std::io::stdout().lock();
+    for _ in 0..a.max_tokens {
+        let mut info = s.step()?;
+        let cap = info.captures.pop().context("the probe captured nothing")?;
+        let attention = (0..cap.t)
+            .map(|i| cap.weight_row(a.head, i).to_vec())
+            .collect();
+        let eos = info.is_eos;
+        let line = Line {
+            info: &info,
+            layer: a.layer,
+            head: a.head,
+            attention,
+        };
+        serde_json::to_writer(&mut out, &line)?;
+        writeln!(out)?;
+        if eos {
+            break;
+        }
+    }
+    Ok(())
+}

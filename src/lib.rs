@@ -1,0 +1,8 @@
+//! inferlab: a glass-box transformer inference lab.
+//!
+//! The library holds everything the binary wires together: model loading and the
+//! instrumented forward pass (`model`), the KV cache (`kv`) and the benchmarks (`bench`).
+
+pub mod bench;
+pub mod kv;
+pub mod model;

@@ -1,0 +1,51 @@
+//! The `inferlab` command line: wiring only; the work lives in `commands/` and the library.
+
+mod commands;
+
+use clap::{Parser, Subcommand};
+
+/// A terminal lab that runs a real small transformer one decode iteration at a time.
+#[derive(Parser)]
+#[command(name = "inferlab", version, about, long_about = None)]
+struct Cli {
+    #[command(flatten)]
+    model: commands::ModelArgs,
+    #[command(subcommand)]
+    command: Option<Cmd>,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Generate text from a prompt, streaming tokens as they are produced.
+    Generate(commands::generate::Args),
+    /// Write one JSON object per step (tokens, top-k, attention) for notebooks.
+    Trace(commands::trace::Args),
+    /// Fetch the model, describe it, or tokenize text with it.
+    Model {
+        #[command(subcommand)]
+        cmd: commands::model_cmd::Cmd,
+    },
+    /// Measure speed side by side.
+    Bench {
+        #[command(subcommand)]
+        cmd: commands::bench_cmd::Cmd,
+    },
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        None => commands::demo::run(&cli.model),
+        Some(Cmd::Generate(a)) => commands::generate::run(&cli.model, &a),
+        Some(Cmd::Trace(a)) => commands::trace::run(&cli.model, &a),
+        Some(Cmd::Model { cmd }) => commands::model_cmd::run(&cli.model, &cmd),
+        Some(Cmd::Bench { cmd }) => commands::bench_cmd::run(&cli.model, &cmd),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

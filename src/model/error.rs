@@ -1,0 +1,33 @@
+//! Errors callers branch on: the kind tells the CLI what to say and the tests what to expect.
+
+use std::path::PathBuf;
+
+/// Why a model could not be loaded or run.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error("model file not found: {0}")]
+    NotFound(PathBuf),
+    #[error("{path}: not a readable GGUF file ({reason})")]
+    CorruptFile { path: PathBuf, reason: String },
+    #[error("unsupported architecture `{0}`: inferlab runs Llama-family models (general.architecture = llama)")]
+    UnsupportedArchitecture(String),
+    #[error("tensor `{tensor}` has quant type {dtype}, which inferlab does not support (supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2K..Q6K)")]
+    UnsupportedQuant { tensor: String, dtype: String },
+    #[error("GGUF metadata is missing `{0}`")]
+    MissingMetadata(String),
+    #[error("the prompt is empty: give at least one token of text")]
+    EmptyPrompt,
+    #[error("the prompt is {tokens} tokens plus {max_new} to generate, over the model's context of {context} tokens")]
+    PromptTooLong {
+        tokens: usize,
+        max_new: usize,
+        context: usize,
+    },
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    #[error(transparent)]
+    Candle(#[from] candle_core::Error),
+}
+
+/// Result alias for model code.
+pub type Result<T> = std::result::Result<T, ModelError>;

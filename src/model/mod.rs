@@ -1,0 +1,22 @@
+//! The model: where weights come from, how text becomes ids, and the Llama forward pass
+//! written out step by step so that every intermediate can be captured.
+
+pub mod attention;
+pub mod config;
+pub mod error;
+pub mod forward;
+pub mod gguf;
+pub mod probe;
+pub mod sampler;
+pub mod session;
+pub mod source;
+pub mod tokenizer;
+pub mod weights;
+
+pub use config::LlamaConfig;
+pub use error::ModelError;
+pub use forward::{Logits, Model};
+pub use probe::{LayerCapture, LayerSelect, Probe};
+pub use sampler::{Sampler, SamplerConfig};
+pub use tokenizer::TextTokenizer;
+pub use weights::{LoadOptions, Requant};

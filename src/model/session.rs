@@ -1,0 +1,113 @@
+//! One request decoded step by step: the first step is the prefill of the whole prompt,
+//! every later step feeds back the token just sampled.
+
+use super::error::Result;
+use super::forward::{Logits, Model};
+use super::probe::{LayerCapture, LayerSelect, Probe};
+use super::sampler::{top_k, Sampler, SamplerConfig, TopToken};
+use crate::kv::{Contiguous, KvStore};
+use serde::{Deserialize, Serialize};
+
+/// Prefill processes the prompt; decode one new token per step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    Prefill,
+    Decode,
+}
+
+/// What one step did.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StepInfo {
+    pub step: usize,
+    pub phase: Phase,
+    /// Tokens fed this step.
+    pub input_len: usize,
+    /// The token sampled at the end of the step.
+    pub token_id: u32,
+    pub token: String,
+    /// Tokens in the KV cache after the step.
+    pub kv_len: usize,
+    pub top_k: Vec<TopToken>,
+    pub is_eos: bool,
+    pub wall_ms: f64,
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub captures: Vec<LayerCapture>,
+}
+
+/// A request being generated.
+pub struct Session<'m> {
+    model: &'m Model,
+    pub kv: Contiguous,
+    sampler: Sampler,
+    pending: Vec<u32>,
+    pub tokens: Vec<u32>,
+    pub prompt_len: usize,
+    pub step: usize,
+    pub probe: Probe,
+    pub top_k: usize,
+}
+
+impl<'m> Session<'m> {
+    /// Starts a session; the cache reserves the prompt plus `max_new` tokens.
+    pub fn new(model: &'m Model, prompt: Vec<u32>, max_new: usize, sampler: SamplerConfig) -> Self {
+        Self {
+            model,
+            kv: model.new_cache(prompt.len() + max_new),
+            sampler: Sampler::new(sampler),
+            prompt_len: prompt.len(),
+            tokens: prompt.clone(),
+            pending: prompt,
+            step: 0,
+            probe: Probe::new(LayerSelect::None),
+            top_k: 5,
+        }
+    }
+
+    /// Runs one iteration: prefill on the first call, one decode step afterwards.
+    pub fn step(&mut self) -> Result<StepInfo> {
+        let t0 = std::time::Instant::now();
+        let phase = if self.kv.is_empty() {
+            Phase::Prefill
+        } else {
+            Phase::Decode
+        };
+        let input = std::mem::take(&mut self.pending);
+        let probe = (self.probe.select != LayerSelect::None).then_some(&mut self.probe);
+        let logits = self
+            .model
+            .forward(&input, &mut self.kv, probe, Logits::Last)?;
+        let row = Model::last_logits(&logits)?;
+        let id = self.sampler.sample(&row);
+        let tk = top_k(&row, self.top_k)
+            .into_iter()
+            .map(|(id, logit, prob)| TopToken {
+                id,
+                token: self.model.tokenizer.piece(id),
+                logit,
+                prob,
+            })
+            .collect();
+        self.tokens.push(id);
+        self.pending = vec![id];
+        let info = StepInfo {
+            step: self.step,
+            phase,
+            input_len: input.len(),
+            token_id: id,
+            token: self.model.tokenizer.piece(id),
+            kv_len: self.kv.len(),
+            top_k: tk,
+            is_eos: Some(id) == self.model.tokenizer.eos,
+            wall_ms: t0.elapsed().as_secs_f64() * 1e3,
+            captures: std::mem::take(&mut self.probe.captures),
+        };
+        self.step += 1;
+        Ok(info)
+    }
+
+    /// The generated ids so far (prompt excluded).
+    pub fn generated(&self) -> &[u32] {
+        &self.tokens[self.prompt_len..]
+    }
+}

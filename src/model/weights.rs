@@ -1,0 +1,203 @@
+//! The weights of a Llama model, held as candle tensors, from a GGUF file or an HF
+//! safetensors directory.
+
+use super::config::LlamaConfig;
+use super::error::{ModelError, Result};
+use super::gguf;
+use candle_core::quantized::{gguf_file, GgmlDType, QMatMul, QTensor};
+use candle_core::{DType, Device, Tensor};
+use std::path::Path;
+
+/// Whether to re-quantize matrices at load time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Requant {
+    /// Keep the file's own quant types (needed for bit-exact parity with candle).
+    Keep,
+    /// Re-quantize every matrix to Q8_0: candle's Q4_1 dot product is scalar while
+    /// Q8_0 has SIMD paths, so this is much faster and slightly *more* precise than
+    /// the Q4_1 it came from.
+    #[default]
+    Q8_0,
+    /// Dequantize to f32 (slow, exact reference for tests).
+    F32,
+}
+
+/// How to load a model.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    pub requant: Requant,
+    pub device: Device,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        Self {
+            requant: Requant::default(),
+            device: Device::Cpu,
+        }
+    }
+}
+
+/// One transformer block's weights.
+pub struct LayerWeights {
+    pub attn_norm: Tensor,
+    pub wq: QMatMul,
+    pub wk: QMatMul,
+    pub wv: QMatMul,
+    pub wo: QMatMul,
+    pub ffn_norm: Tensor,
+    pub w_gate: QMatMul,
+    pub w_up: QMatMul,
+    pub w_down: QMatMul,
+}
+
+/// All weights of the model.
+pub struct Weights {
+    /// Token embedding table, dequantized: a lookup, not a matmul.
+    pub embed: Tensor,
+    pub layers: Vec<LayerWeights>,
+    pub final_norm: Tensor,
+    /// LM head; in SmolLM2 it is tied to the embedding (there is no `output.weight`).
+    pub lm_head: QMatMul,
+    /// The quant types found in the file, with how many tensors have each.
+    pub quant_types: Vec<(String, usize)>,
+}
+
+fn to_matmul(t: QTensor, requant: Requant, device: &Device) -> Result<QMatMul> {
+    let t = match (requant, t.dtype()) {
+        (Requant::Keep, _) | (Requant::Q8_0, GgmlDType::Q8_0) => t,
+        (Requant::Q8_0, _) => {
+            let f = t.dequantize(device)?;
+            QTensor::quantize(&f, GgmlDType::Q8_0)?
+        }
+        (Requant::F32, _) => return Ok(QMatMul::Tensor(t.dequantize(device)?)),
+    };
+    Ok(QMatMul::from_qtensor(t)?)
+}
+
+impl Weights {
+    /// Loads from an opened GGUF file.
+    pub fn from_gguf(
+        path: &Path,
+        cfg: &LlamaConfig,
+        opts: &LoadOptions,
+    ) -> Result<(Self, gguf_file::Content)> {
+        let (ct, mut file) = gguf::open(path)?;
+        let dev = &opts.device;
+        let corrupt = |e: candle_core::Error| ModelError::CorruptFile {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        };
+        let mut get = |name: &str| -> Result<QTensor> {
+            if !ct.tensor_infos.contains_key(name) {
+                return Err(ModelError::CorruptFile {
+                    path: path.to_path_buf(),
+                    reason: format!("missing tensor `{name}`"),
+                });
+            }
+            ct.tensor(&mut file, name, dev).map_err(corrupt)
+        };
+        let embed_q = get("token_embd.weight")?;
+        let embed = embed_q.dequantize(dev)?;
+        let final_norm = get("output_norm.weight")?.dequantize(dev)?;
+        let lm_head = if ct.tensor_infos.contains_key("output.weight") {
+            to_matmul(get("output.weight")?, opts.requant, dev)?
+        } else {
+            to_matmul(embed_q, opts.requant, dev)?
+        };
+        let mut layers = Vec::with_capacity(cfg.n_layer);
+        for i in 0..cfg.n_layer {
+            let mut m = |n: &str| -> Result<QMatMul> {
+                to_matmul(get(&format!("blk.{i}.{n}.weight"))?, opts.requant, dev)
+            };
+            let wq = m("attn_q")?;
+            let wk = m("attn_k")?;
+            let wv = m("attn_v")?;
+            let wo = m("attn_output")?;
+            let w_gate = m("ffn_gate")?;
+            let w_up = m("ffn_up")?;
+            let w_down = m("ffn_down")?;
+            layers.push(LayerWeights {
+                attn_norm: get(&format!("blk.{i}.attn_norm.weight"))?.dequantize(dev)?,
+                ffn_norm: get(&format!("blk.{i}.ffn_norm.weight"))?.dequantize(dev)?,
+                wq,
+                wk,
+                wv,
+                wo,
+                w_gate,
+                w_up,
+                w_down,
+            });
+        }
+        let mut counts = std::collections::BTreeMap::<String, usize>::new();
+        for info in ct.tensor_infos.values() {
+            *counts.entry(format!("{:?}", info.ggml_dtype)).or_default() += 1;
+        }
+        let w = Self {
+            embed,
+            layers,
+            final_norm,
+            lm_head,
+            quant_types: counts.into_iter().collect(),
+        };
+        Ok((w, ct))
+    }
+
+    /// Loads an HF safetensors directory (`model*.safetensors`, names as in transformers).
+    pub fn from_safetensors(dir: &Path, cfg: &LlamaConfig, opts: &LoadOptions) -> Result<Self> {
+        let mut files: Vec<_> = std::fs::read_dir(dir)
+            .map_err(|_| ModelError::NotFound(dir.to_path_buf()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+            .collect();
+        files.sort();
+        if files.is_empty() {
+            return Err(ModelError::NotFound(dir.join("model.safetensors")));
+        }
+        let dev = &opts.device;
+        // SAFETY: the files are only read; mmap is the standard way to open safetensors.
+        let vb =
+            unsafe { candle_nn::VarBuilder::from_mmaped_safetensors(&files, DType::F32, dev) }?;
+        let vb = vb.pp("model");
+        let mat = |t: Tensor| -> Result<QMatMul> {
+            match opts.requant {
+                Requant::F32 | Requant::Keep => Ok(QMatMul::Tensor(t)),
+                Requant::Q8_0 => Ok(QMatMul::from_qtensor(QTensor::quantize(
+                    &t,
+                    GgmlDType::Q8_0,
+                )?)?),
+            }
+        };
+        let (h, kvd) = (cfg.hidden, cfg.n_kv_head * cfg.head_dim);
+        let embed = vb.get((cfg.vocab, h), "embed_tokens.weight")?;
+        let mut layers = Vec::new();
+        for i in 0..cfg.n_layer {
+            let l = vb.pp(format!("layers.{i}"));
+            let a = l.pp("self_attn");
+            let f = l.pp("mlp");
+            layers.push(LayerWeights {
+                attn_norm: l.get(h, "input_layernorm.weight")?,
+                wq: mat(a.get((h, h), "q_proj.weight")?)?,
+                wk: mat(a.get((kvd, h), "k_proj.weight")?)?,
+                wv: mat(a.get((kvd, h), "v_proj.weight")?)?,
+                wo: mat(a.get((h, h), "o_proj.weight")?)?,
+                ffn_norm: l.get(h, "post_attention_layernorm.weight")?,
+                w_gate: mat(f.get((cfg.ffn, h), "gate_proj.weight")?)?,
+                w_up: mat(f.get((cfg.ffn, h), "up_proj.weight")?)?,
+                w_down: mat(f.get((h, cfg.ffn), "down_proj.weight")?)?,
+            });
+        }
+        let final_norm = vb.get(h, "norm.weight")?;
+        let lm_head = match vb.root().get((cfg.vocab, h), "lm_head.weight") {
+            Ok(t) => mat(t)?,
+            Err(_) => mat(embed.clone())?,
+        };
+        Ok(Self {
+            embed,
+            layers,
+            final_norm,
+            lm_head,
+            quant_types: vec![("F32".into(), 0)],
+        })
+    }
+}
