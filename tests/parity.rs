@@ -1,0 +1,152 @@
+//! Our forward pass against candle-transformers' quantized_llama, and cached decode
+//! against full recompute.
+
+mod common;
+
+use candle_core::quantized::{gguf_file, GgmlDType};
+use candle_core::{Device, Tensor};
+use candle_transformers::models::quantized_llama::ModelWeights;
+use common::*;
+use inferlab::kv::KvStore;
+use inferlab::model::sampler::argmax;
+use inferlab::model::{LoadOptions, Logits, Model, Requant};
+use std::path::Path;
+
+fn candle_model(path: &Path) -> ModelWeights {
+    let mut f = std::fs::File::open(path).unwrap();
+    let ct = gguf_file::Content::read(&mut f).unwrap();
+    ModelWeights::from_gguf(ct, &mut f, &Device::Cpu).unwrap()
+}
+
+fn ours(path: &Path, requant: Requant) -> Model {
+    Model::load(
+        path,
+        &LoadOptions {
+            requant,
+            device: Device::Cpu,
+        },
+    )
+    .unwrap()
+}
+
+/// Max |Δlogit| on the prompt's last position and the greedy continuations of both.
+fn compare(path: &Path, prompt: &[u32], n: usize) -> (f32, Vec<u32>, Vec<u32>) {
+    let m = ours(path, Requant::Keep);
+    let mut c = candle_model(path);
+    let mut kv = m.new_cache(prompt.len() + n + 1);
+    let a = Model::last_logits(&m.forward(prompt, &mut kv, None, Logits::Last).unwrap()).unwrap();
+    let x = Tensor::new(prompt, &Device::Cpu)
+        .unwrap()
+        .unsqueeze(0)
+        .unwrap();
+    let b: Vec<f32> = c
+        .forward(&x, 0)
+        .unwrap()
+        .squeeze(0)
+        .unwrap()
+        .to_vec1()
+        .unwrap();
+    let diff = a
+        .iter()
+        .zip(&b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max);
+    let (mut ta, mut tb) = (vec![argmax(&a)], vec![argmax(&b)]);
+    for i in 0..n - 1 {
+        let la = m
+            .forward(&[*ta.last().unwrap()], &mut kv, None, Logits::Last)
+            .unwrap();
+        ta.push(argmax(&Model::last_logits(&la).unwrap()));
+        let x = Tensor::new(&[*tb.last().unwrap()], &Device::Cpu)
+            .unwrap()
+            .unsqueeze(0)
+            .unwrap();
+        let lb: Vec<f32> = c
+            .forward(&x, prompt.len() + i)
+            .unwrap()
+            .squeeze(0)
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        tb.push(argmax(&lb));
+    }
+    (diff, ta, tb)
+}
+
+#[test]
+fn tiny_model_matches_candle_quantized_llama() {
+    for dtype in [GgmlDType::F32, GgmlDType::Q8_0, GgmlDType::Q4_1] {
+        let (_d, p) = tiny_file(&Tiny {
+            dtype,
+            ..Default::default()
+        });
+        let prompt: Vec<u32> = (3..20).collect();
+        let (diff, a, b) = compare(&p, &prompt, 32);
+        assert!(diff < 1e-3, "{dtype:?}: max abs logit diff {diff}");
+        assert_eq!(a, b, "{dtype:?}: greedy continuations differ");
+    }
+}
+
+#[test]
+fn real_model_matches_candle_quantized_llama() {
+    let p = real_model();
+    let m = ours(&p, Requant::Keep);
+    let prompt = m
+        .tokenizer
+        .encode(&inferlab::model::TextTokenizer::chat_prompt(
+            "What is a KV cache?",
+        ))
+        .unwrap();
+    drop(m);
+    let (diff, a, b) = compare(&p, &prompt, 32);
+    assert!(diff < 1e-3, "max abs logit diff {diff}");
+    assert_eq!(a, b, "greedy continuations differ");
+}
+
+#[test]
+fn cached_decode_equals_full_recompute_with_f32_weights() {
+    let (_d, p) = tiny_file(&Tiny::default());
+    let m = ours(&p, Requant::F32);
+    let mut seq: Vec<u32> = vec![5, 9, 40, 41, 100, 7];
+    let mut kv = m.new_cache(64);
+    let mut cached = Vec::new();
+    let mut next = seq.clone();
+    for _ in 0..20 {
+        let l = m.forward(&next, &mut kv, None, Logits::Last).unwrap();
+        let t = argmax(&Model::last_logits(&l).unwrap());
+        cached.push(t);
+        next = vec![t];
+    }
+    let mut full = Vec::new();
+    for _ in 0..20 {
+        let mut fresh = m.new_cache(64);
+        let l = m.forward(&seq, &mut fresh, None, Logits::Last).unwrap();
+        let t = argmax(&Model::last_logits(&l).unwrap());
+        full.push(t);
+        seq.push(t);
+        assert_eq!(fresh.len(), seq.len() - 1);
+    }
+    assert_eq!(cached, full);
+}
+
+#[test]
+fn all_position_logits_end_with_the_last_position() {
+    let (_d, p) = tiny_file(&Tiny::default());
+    let m = ours(&p, Requant::F32);
+    let prompt: Vec<u32> = (10..30).collect();
+    let all = m
+        .forward(&prompt, &mut m.new_cache(64), None, Logits::All)
+        .unwrap();
+    assert_eq!(all.dims(), &[20, m.cfg.vocab]);
+    let last = m
+        .forward(&prompt, &mut m.new_cache(64), None, Logits::Last)
+        .unwrap();
+    let a = Model::last_logits(&all).unwrap();
+    let b = Model::last_logits(&last).unwrap();
+    let d = a
+        .iter()
+        .zip(&b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max);
+    assert!(d < 1e-4, "{d}");
+}

@@ -1,0 +1,107 @@
+//! The probe sees what the forward pass computes, and only when asked.
+
+mod common;
+
+use candle_core::Device;
+use common::*;
+use inferlab::model::{LayerSelect, LoadOptions, Logits, Model, Probe, Requant};
+
+fn model() -> (tempfile::TempDir, Model) {
+    let (d, p) = tiny_file(&Tiny::default());
+    let m = Model::load(
+        &p,
+        &LoadOptions {
+            requant: Requant::F32,
+            device: Device::Cpu,
+        },
+    )
+    .unwrap();
+    (d, m)
+}
+
+#[test]
+fn captured_weights_are_causal_softmax_rows() {
+    let (_d, m) = model();
+    let mut kv = m.new_cache(64);
+    let mut probe = Probe::new(LayerSelect::All);
+    let prompt: Vec<u32> = (20..32).collect();
+    m.forward(&prompt, &mut kv, Some(&mut probe), Logits::Last)
+        .unwrap();
+    assert_eq!(probe.captures.len(), N_LAYER);
+    let c = &probe.captures[1];
+    assert_eq!(
+        (c.t, c.kv_len, c.n_head, c.n_kv_head),
+        (12, 12, N_HEAD, N_KV)
+    );
+    for h in 0..N_HEAD {
+        for i in 0..c.t {
+            let row = c.weight_row(h, i);
+            let s: f32 = row.iter().sum();
+            assert!((s - 1.0).abs() < 1e-5, "row sums to {s}");
+            assert!(row[i + 1..].iter().all(|&w| w == 0.0), "future keys masked");
+            // The weights are the softmax of the captured scores over visible keys.
+            let sc = &c.scores[(h * c.t + i) * c.kv_len..][..=i];
+            let mx = sc.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let z: f32 = sc.iter().map(|x| (x - mx).exp()).sum();
+            for j in 0..=i {
+                assert!(((sc[j] - mx).exp() / z - row[j]).abs() < 1e-5);
+            }
+        }
+    }
+    // Decode: one new row against all cached keys.
+    m.forward(&[40], &mut kv, Some(&mut probe), Logits::Last)
+        .unwrap();
+    let c = &probe.captures[0];
+    assert_eq!((c.t, c.kv_len, c.pos0), (1, 13, 12));
+    assert!(c.weight_row(0, 0).iter().all(|&w| w > 0.0));
+}
+
+#[test]
+fn one_layer_selection_captures_exactly_that_layer() {
+    let (_d, m) = model();
+    let mut probe = Probe::new(LayerSelect::One(1));
+    m.forward(
+        &[5, 6, 7],
+        &mut m.new_cache(8),
+        Some(&mut probe),
+        Logits::Last,
+    )
+    .unwrap();
+    assert_eq!(probe.captures.len(), 1);
+    assert_eq!(probe.captures[0].layer, 1);
+    let mut off = Probe::new(LayerSelect::None);
+    m.forward(
+        &[5, 6, 7],
+        &mut m.new_cache(8),
+        Some(&mut off),
+        Logits::Last,
+    )
+    .unwrap();
+    assert!(off.captures.is_empty());
+}
+
+#[test]
+fn capture_does_not_change_the_logits() {
+    let (_d, m) = model();
+    let p: Vec<u32> = (3..15).collect();
+    let a = m
+        .forward(&p, &mut m.new_cache(16), None, Logits::Last)
+        .unwrap();
+    let mut probe = Probe::new(LayerSelect::All);
+    let b = m
+        .forward(&p, &mut m.new_cache(16), Some(&mut probe), Logits::Last)
+        .unwrap();
+    assert_eq!(
+        Model::last_logits(&a).unwrap(),
+        Model::last_logits(&b).unwrap()
+    );
+}
+
+#[test]
+fn kv_cache_full_is_an_error_not_a_panic() {
+    let (_d, m) = model();
+    let mut kv = m.new_cache(4);
+    assert!(m
+        .forward(&[1, 2, 3, 4, 5], &mut kv, None, Logits::Last)
+        .is_err());
+}
