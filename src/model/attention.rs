@@ -1,6 +1,7 @@
 //! Scaled dot-product attention with grouped KV heads, written out so each piece
 //! (scores, mask, softmax, weighted sum) can be looked at.
 
+use super::flash::{self, IoCount, Tiles};
 use candle_core::{Result, Tensor, D};
 
 /// What one attention call produced.
@@ -60,4 +61,60 @@ pub fn naive(q: &Tensor, k: &Tensor, v: &Tensor, pos0: usize, capture: bool) -> 
 /// Row-wise L2 norms of a `(t, hidden)` tensor, for the residual-stream view.
 pub fn row_norms(x: &Tensor) -> Result<Vec<f32>> {
     x.sqr()?.sum(D::Minus1)?.sqrt()?.to_vec1()
+}
+
+/// Tiled (FlashAttention) attention over all heads: same shapes as [`naive`]. Returns the
+/// output, the bytes moved by all heads, and head 0's tile schedule.
+pub fn tiled(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    pos0: usize,
+    tiles: Tiles,
+    capture: bool,
+) -> Result<(AttnOut, IoCount, Vec<(u32, u32)>)> {
+    let (n_head, t, d) = q.dims3()?;
+    let (n_kv, kv_len, _) = k.dims3()?;
+    let group = n_head / n_kv;
+    let qv = q.flatten_all()?.to_vec1::<f32>()?;
+    let kv_ = k.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
+    let vv = v.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
+    let mut out = Vec::with_capacity(n_head * t * d);
+    let mut io = IoCount::default();
+    let mut schedule = Vec::new();
+    for h in 0..n_head {
+        let g = h / group;
+        let r = flash::tiled_head(
+            &qv[h * t * d..][..t * d],
+            &kv_[g * kv_len * d..][..kv_len * d],
+            &vv[g * kv_len * d..][..kv_len * d],
+            d,
+            pos0,
+            true,
+            tiles,
+        );
+        out.extend_from_slice(&r.out);
+        io.add(r.io);
+        if h == 0 {
+            schedule = r.schedule;
+        }
+    }
+    let out = Tensor::from_vec(out, (n_head, t, d), q.device())?;
+    // The tiled kernel never forms the score matrix; for the probe we recompute it
+    // on the side only when a layer is being captured.
+    let (scores, weights) = if capture {
+        let n = naive(q, k, v, pos0, true)?;
+        (n.scores, n.weights)
+    } else {
+        (None, None)
+    };
+    Ok((
+        AttnOut {
+            out,
+            scores,
+            weights,
+        },
+        io,
+        schedule,
+    ))
 }

@@ -5,12 +5,16 @@
 use super::attention::{self, row_norms};
 use super::config::LlamaConfig;
 use super::error::{ModelError, Result};
+use super::flash::{self, IoCount, Tiles};
+use super::heads::{self, HeadLayout, LayoutError};
 use super::probe::{LayerCapture, Probe};
 use super::tokenizer::TextTokenizer;
 use super::weights::{LoadOptions, Weights};
 use crate::kv::KvStore;
+use candle_core::quantized::QMatMul;
 use candle_core::{DType, Device, Module, Tensor, D};
 use std::path::Path;
+use std::sync::Arc;
 
 /// Which positions get logits. The LM head is the single biggest matrix, so during
 /// generation only the last position pays for it.
@@ -20,14 +24,37 @@ pub enum Logits {
     All,
 }
 
-/// A loaded model: config, weights, rotary tables and tokenizer.
+/// Which attention kernel runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttnKernel {
+    /// Full score matrix in memory (candle tensors).
+    #[default]
+    Naive,
+    /// FlashAttention-style tiles, with this much on-chip memory.
+    Tiled { sram_bytes: usize },
+}
+
+/// How the forward pass runs: the head layout and the attention kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct RunOptions {
+    pub layout: HeadLayout,
+    pub kernel: AttnKernel,
+}
+
+/// A loaded model: config, weights, rotary tables and tokenizer. Cloning is cheap
+/// (tensors are shared), so one set of weights can run under several layouts.
+#[derive(Clone)]
 pub struct Model {
     pub cfg: LlamaConfig,
-    pub weights: Weights,
-    pub tokenizer: TextTokenizer,
+    pub weights: Arc<Weights>,
+    pub tokenizer: Arc<TextTokenizer>,
     cos: Tensor,
     sin: Tensor,
     pub device: Device,
+    run: RunOptions,
+    /// K and V projections per layer for `run.layout` (the trained ones for GQA).
+    kv_proj: Arc<Vec<(QMatMul, QMatMul)>>,
 }
 
 /// RoPE tables: angle `pos · base^(-2i/d)` for each position and rotary pair.
@@ -77,21 +104,61 @@ impl Model {
         device: &Device,
     ) -> Result<Self> {
         let (cos, sin) = rope_tables(&cfg, device)?;
+        let kv_proj = weights
+            .layers
+            .iter()
+            .map(|l| (l.wk.clone(), l.wv.clone()))
+            .collect();
         Ok(Self {
             cfg,
-            weights,
-            tokenizer,
+            weights: Arc::new(weights),
+            tokenizer: Arc::new(tokenizer),
             cos,
             sin,
             device: device.clone(),
+            run: RunOptions::default(),
+            kv_proj: Arc::new(kv_proj),
         })
+    }
+
+    /// How this model runs now.
+    pub fn run_options(&self) -> RunOptions {
+        self.run
+    }
+
+    /// The same weights under another head layout and kernel.
+    pub fn with_run(&self, run: RunOptions) -> std::result::Result<Self, LayoutError> {
+        run.layout.check(&self.cfg)?;
+        let mut m = self.clone();
+        if run.layout != self.run.layout {
+            let proj = self
+                .weights
+                .layers
+                .iter()
+                .map(|l| {
+                    Ok((
+                        heads::derive_projection(&l.wk, &self.cfg, run.layout)?,
+                        heads::derive_projection(&l.wv, &self.cfg, run.layout)?,
+                    ))
+                })
+                .collect::<candle_core::Result<Vec<_>>>()
+                .map_err(|e| LayoutError::Build(run.layout, e.to_string()))?;
+            m.kv_proj = Arc::new(proj);
+        }
+        m.run = run;
+        Ok(m)
+    }
+
+    /// KV heads stored under the current layout.
+    pub fn kv_heads(&self) -> usize {
+        self.run.layout.kv_heads(&self.cfg)
     }
 
     /// A KV cache sized for `capacity` tokens of this model.
     pub fn new_cache(&self, capacity: usize) -> crate::kv::Contiguous {
         crate::kv::Contiguous::new(
             self.cfg.n_layer,
-            self.cfg.n_kv_head,
+            self.kv_heads(),
             self.cfg.head_dim,
             capacity.min(self.cfg.context),
             &self.device,
@@ -135,8 +202,9 @@ impl Model {
         }
         if let Some(p) = probe.as_deref_mut() {
             p.captures.clear();
+            p.attn_io = IoCount::default();
         }
-        let (nh, nkv, hd) = (cfg.n_head, cfg.n_kv_head, cfg.head_dim);
+        let (nh, nkv, hd) = (cfg.n_head, self.kv_heads(), cfg.head_dim);
         let ids = Tensor::new(tokens, &self.device)?;
         // Embedding: a row lookup per token.
         let mut x = self.weights.embed.index_select(&ids, 0)?;
@@ -146,9 +214,10 @@ impl Model {
             // Attention block.
             let h = candle_nn::ops::rms_norm(&x, &lw.attn_norm, cfg.rms_eps as f32)?;
             let q = lw.wq.forward(&h)?.reshape((t, nh, hd))?.transpose(0, 1)?;
-            let k = lw.wk.forward(&h)?.reshape((t, nkv, hd))?.transpose(0, 1)?;
-            let v = lw
-                .wv
+            // K and V come from the current layout's projections (GQA: the trained ones).
+            let (wk, wv) = &self.kv_proj[li];
+            let k = wk.forward(&h)?.reshape((t, nkv, hd))?.transpose(0, 1)?;
+            let v = wv
                 .forward(&h)?
                 .reshape((t, nkv, hd))?
                 .transpose(0, 1)?
@@ -156,7 +225,21 @@ impl Model {
             let q = self.rope(&q, pos0)?;
             let k = self.rope(&k, pos0)?;
             let (k_all, v_all) = kv.append(li, &k, &v)?;
-            let att = attention::naive(&q, &k_all, &v_all, pos0, capture)?;
+            let (att, io, schedule) = match self.run.kernel {
+                AttnKernel::Naive => {
+                    let att = attention::naive(&q, &k_all, &v_all, pos0, capture)?;
+                    let per_head = flash::naive_io(t, pos0 + t, hd);
+                    (att, per_head.times(nh), Vec::new())
+                }
+                AttnKernel::Tiled { sram_bytes } => {
+                    let tiles = Tiles::from_sram(sram_bytes, hd)
+                        .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+                    attention::tiled(&q, &k_all, &v_all, pos0, tiles, capture)?
+                }
+            };
+            if let Some(p) = probe.as_deref_mut() {
+                p.attn_io.add(io);
+            }
             let o = att.out.transpose(0, 1)?.reshape((t, nh * hd))?;
             x = (x + lw.wo.forward(&o)?)?;
             let norm_attn = if capture { row_norms(&x)? } else { Vec::new() };
@@ -184,6 +267,7 @@ impl Model {
                     resid_norm_in: norm_in,
                     resid_norm_attn: norm_attn,
                     resid_norm_out: row_norms(&x)?,
+                    tile_schedule: schedule,
                 };
                 if let Some(p) = probe.as_deref_mut() {
                     p.captures.push(cap);

@@ -4,8 +4,10 @@
 pub mod attention;
 pub mod config;
 pub mod error;
+pub mod flash;
 pub mod forward;
 pub mod gguf;
+pub mod heads;
 pub mod probe;
 pub mod sampler;
 pub mod session;
@@ -15,7 +17,8 @@ pub mod weights;
 
 pub use config::LlamaConfig;
 pub use error::ModelError;
-pub use forward::{Logits, Model};
+pub use forward::{AttnKernel, Logits, Model, RunOptions};
+pub use heads::HeadLayout;
 pub use probe::{LayerCapture, LayerSelect, Probe};
 pub use sampler::{Sampler, SamplerConfig};
 pub use tokenizer::TextTokenizer;

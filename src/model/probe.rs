@@ -53,6 +53,9 @@ pub struct LayerCapture {
     pub resid_norm_in: Vec<f32>,
     pub resid_norm_attn: Vec<f32>,
     pub resid_norm_out: Vec<f32>,
+    /// With the tiled kernel: (query tile, key tile) pairs of head 0, in processing order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tile_schedule: Vec<(u32, u32)>,
 }
 
 impl LayerCapture {
@@ -73,6 +76,9 @@ impl LayerCapture {
 pub struct Probe {
     pub select: LayerSelect,
     pub captures: Vec<LayerCapture>,
+    /// Attention bytes moved to/from main memory in the last call, all layers and heads
+    /// (counted whether or not a layer is captured).
+    pub attn_io: crate::model::flash::IoCount,
 }
 
 impl Probe {
@@ -80,7 +86,7 @@ impl Probe {
     pub fn new(select: LayerSelect) -> Self {
         Self {
             select,
-            captures: Vec::new(),
+            ..Default::default()
         }
     }
 }
