@@ -1,3 +1,11 @@
 //! Benchmarks that compare configurations side by side in one run.
 
+pub mod attention;
 pub mod decode;
+pub mod heads;
+
+/// Median of a non-empty list.
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}

@@ -4,5 +4,6 @@
 //! instrumented forward pass (`model`), the KV cache (`kv`) and the benchmarks (`bench`).
 
 pub mod bench;
+pub mod budget;
 pub mod kv;
 pub mod model;

@@ -25,6 +25,8 @@ enum Cmd {
         #[command(subcommand)]
         cmd: commands::model_cmd::Cmd,
     },
+    /// How many requests' KV caches fit in a memory size, for MHA/GQA/MQA of a model's shape.
+    Budget(commands::budget::Args),
     /// Measure speed side by side.
     Bench {
         #[command(subcommand)]
@@ -39,6 +41,7 @@ fn main() -> std::process::ExitCode {
         Some(Cmd::Generate(a)) => commands::generate::run(&cli.model, &a),
         Some(Cmd::Trace(a)) => commands::trace::run(&cli.model, &a),
         Some(Cmd::Model { cmd }) => commands::model_cmd::run(&cli.model, &cmd),
+        Some(Cmd::Budget(a)) => commands::budget::run(&a),
         Some(Cmd::Bench { cmd }) => commands::bench_cmd::run(&cli.model, &cmd),
     };
     match result {

@@ -160,3 +160,45 @@ fn out_of_range_layer_for_trace() {
     assert!(!ok);
     assert!(err.contains("--layer 9"), "{err}");
 }
+
+#[test]
+fn bad_layout_and_tile_settings() {
+    let (_d, p) = tiny_file(&Tiny::default());
+    let m = p.to_str().unwrap();
+    let (ok, err) = run(
+        &[
+            "--model", m, "--layout", "moa", "generate", "--prompt", "the",
+        ],
+        &[],
+    );
+    assert!(!ok);
+    assert!(err.contains("unknown head layout `moa`"), "{err}");
+    let (ok, err) = run(
+        &["bench", "attention", "--block-q", "0", "--block-k", "4"],
+        &[],
+    );
+    assert!(!ok);
+    assert!(err.contains("at least 1"), "{err}");
+    let (ok, err) = run(
+        &["bench", "attention", "--block-q", "256", "--block-k", "4"],
+        &[],
+    );
+    assert!(!ok);
+    assert!(err.contains("larger than the sequence of 128"), "{err}");
+    let (ok, err) = run(
+        &[
+            "--model",
+            m,
+            "--attention",
+            "tiled",
+            "--sram-bytes",
+            "16",
+            "generate",
+            "--prompt",
+            "the",
+        ],
+        &[],
+    );
+    assert!(!ok);
+    assert!(err.contains("on-chip memory of 16 bytes"), "{err}");
+}

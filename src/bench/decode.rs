@@ -2,6 +2,7 @@
 //! all layers; Q8_0 and the file's own quant types) against candle-transformers'
 //! `quantized_llama` on the same file, measured interleaved in one run.
 
+use super::median;
 use crate::kv::KvStore;
 use crate::model::sampler::argmax;
 use crate::model::{LayerSelect, LoadOptions, Logits, Model, Probe, Requant};
@@ -61,11 +62,6 @@ impl DecodeReport {
         }
         s
     }
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// Runs prefill then `n` greedy decode steps, returning (prefill s, decode s).

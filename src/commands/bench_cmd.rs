@@ -1,8 +1,8 @@
 //! `inferlab bench ...`: side-by-side measurements.
 
-use super::{model_path, ModelArgs};
+use super::{load_model, model_path, ModelArgs};
 use anyhow::Result;
-use inferlab::bench::decode;
+use inferlab::bench::{attention, decode, heads};
 
 /// Benchmarks.
 #[derive(clap::Subcommand)]
@@ -15,6 +15,39 @@ pub enum Cmd {
         /// Rounds; each configuration runs once per round, interleaved, and the median counts.
         #[arg(long, default_value_t = 3)]
         rounds: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// MHA vs GQA vs MQA on the same weights: KV bytes, requests that fit, decode speed, quality.
+    Heads {
+        /// KV memory budget for the "fit" column.
+        #[arg(long, default_value = "512MiB")]
+        budget: String,
+        /// Tokens to decode for the speed column.
+        #[arg(long, default_value_t = 32)]
+        tokens: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Naive vs tiled (FlashAttention) attention: bytes moved and output difference, N = 128…4096.
+    Attention {
+        /// On-chip memory of the IO model, bytes (default: an A100 SM's 192 KiB, as in the paper).
+        #[arg(long, default_value_t = 196608)]
+        sram_bytes: usize,
+        #[arg(long, default_value_t = 64)]
+        head_dim: usize,
+        /// Longest sequence (lengths double from 128).
+        #[arg(long, default_value_t = 4096)]
+        max_len: usize,
+        /// Query tile rows (instead of the size derived from --sram-bytes).
+        #[arg(long, requires = "block_k")]
+        block_q: Option<usize>,
+        /// Key tile columns (instead of the size derived from --sram-bytes).
+        #[arg(long, requires = "block_q")]
+        block_k: Option<usize>,
+        /// Attend to every key (no causal mask), as in the paper's formulas.
+        #[arg(long)]
+        no_causal: bool,
         #[arg(long)]
         json: bool,
     },
@@ -34,6 +67,47 @@ pub fn run(margs: &ModelArgs, cmd: &Cmd) -> Result<()> {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
                 println!("{}", report.table());
+            }
+        }
+        Cmd::Heads {
+            budget,
+            tokens,
+            json,
+        } => {
+            let budget =
+                inferlab::budget::parse_bytes(budget).map_err(anyhow::Error::msg)? as usize;
+            let model = load_model(margs)?;
+            let r = heads::run(&model, budget, *tokens)?;
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                print!("{}", r.table());
+            }
+        }
+        Cmd::Attention {
+            sram_bytes,
+            head_dim,
+            max_len,
+            block_q,
+            block_k,
+            no_causal,
+            json,
+        } => {
+            let lengths: Vec<usize> = std::iter::successors(Some(128usize), |n| Some(n * 2))
+                .take_while(|n| n <= max_len)
+                .collect();
+            anyhow::ensure!(!lengths.is_empty(), "--max-len must be at least 128");
+            let tiles = match (block_q, block_k) {
+                (Some(q), Some(k)) => {
+                    Some(inferlab::model::flash::Tiles::explicit(*q, *k, lengths[0])?)
+                }
+                _ => None,
+            };
+            let r = attention::run(&lengths, *head_dim, *sram_bytes, tiles, !no_causal)?;
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                print!("{}", r.table());
             }
         }
     }

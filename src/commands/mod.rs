@@ -1,6 +1,7 @@
 //! Subcommands of the binary, and what they share: finding and loading the model.
 
 pub mod bench_cmd;
+pub mod budget;
 pub mod demo;
 pub mod generate;
 pub mod model_cmd;
@@ -9,8 +10,9 @@ pub mod trace;
 use anyhow::{Context, Result};
 use candle_core::Device;
 use indicatif::{ProgressBar, ProgressStyle};
+use inferlab::model::flash::Tiles;
 use inferlab::model::source::{self, Origin, Progress};
-use inferlab::model::{LoadOptions, Model, Requant};
+use inferlab::model::{AttnKernel, HeadLayout, LoadOptions, Model, Requant, RunOptions};
 use std::path::{Path, PathBuf};
 
 /// Options every command that loads the model takes.
@@ -26,6 +28,16 @@ pub struct ModelArgs {
     /// Matrix weights at load: q8_0 (fast), keep (the file's own types), f32 (reference).
     #[arg(long, global = true, default_value = "q8_0", value_parser = ["q8_0", "keep", "f32"])]
     pub weights: String,
+    /// Head layout built from the trained weights: gqa (as trained), mha (same function,
+    /// 3× the cache), mqa (mean-pooled K/V: smaller and different).
+    #[arg(long, global = true, default_value = "gqa")]
+    pub layout: String,
+    /// Attention kernel: naive (full score matrix) or tiled (FlashAttention-style).
+    #[arg(long, global = true, default_value = "naive", value_parser = ["naive", "tiled"])]
+    pub attention: String,
+    /// On-chip memory for the tiled kernel's IO model, bytes.
+    #[arg(long, global = true, default_value_t = 196608)]
+    pub sram_bytes: usize,
 }
 
 impl ModelArgs {
@@ -40,6 +52,18 @@ impl ModelArgs {
                 .context("opening Metal device 0 (built with --features metal?)"),
             other => anyhow::bail!("unknown device `{other}`"),
         }
+    }
+
+    /// Run options (layout, kernel) from the flags.
+    pub fn run_options(&self) -> Result<RunOptions> {
+        let layout: HeadLayout = self.layout.parse()?;
+        let kernel = match self.attention.as_str() {
+            "tiled" => AttnKernel::Tiled {
+                sram_bytes: self.sram_bytes,
+            },
+            _ => AttnKernel::Naive,
+        };
+        Ok(RunOptions { layout, kernel })
     }
 
     /// Load options from the flags.
@@ -97,9 +121,14 @@ pub fn load_model(args: &ModelArgs) -> Result<Model> {
 
 /// Loads the model at `path`.
 pub fn load_from(path: &Path, args: &ModelArgs) -> Result<Model> {
+    let run = args.run_options()?;
+    if let AttnKernel::Tiled { sram_bytes } = run.kernel {
+        Tiles::from_sram(sram_bytes, 64)?;
+    }
     let t = std::time::Instant::now();
     let m = Model::load(path, &args.load_options()?)
         .with_context(|| format!("loading model {}", path.display()))?;
+    let m = m.with_run(run)?;
     if std::env::var_os("INFERLAB_QUIET").is_none() {
         eprintln!(
             "inferlab: loaded {} in {:.1}s",

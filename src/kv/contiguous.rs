@@ -43,6 +43,11 @@ impl Contiguous {
         self.layers.len() * 2 * self.n_kv_head * self.capacity * self.head_dim * 4
     }
 
+    /// Bytes one token takes in this store (all layers, K and V, f32).
+    pub fn bytes_per_token(&self) -> usize {
+        self.layers.len() * 2 * self.n_kv_head * self.head_dim * 4
+    }
+
     /// Forgets every cached token, keeping the reservation.
     pub fn clear(&mut self) {
         self.len = 0;

@@ -12,6 +12,10 @@ pub struct AttnOut {
     pub scores: Option<Tensor>,
     /// `(n_head, t, kv_len)`: causal softmax weights, when asked for.
     pub weights: Option<Tensor>,
+    /// Bytes this call moved to and from main memory, all heads (FlashAttention IO model).
+    pub io: IoCount,
+    /// Tiled kernel only: head 0's (query tile, key tile) pairs in processing order.
+    pub schedule: Vec<(u32, u32)>,
 }
 
 /// Additive causal mask `(t, kv_len)`: query i sits at position `pos0 + i` and may see
@@ -55,6 +59,8 @@ pub fn naive(q: &Tensor, k: &Tensor, v: &Tensor, pos0: usize, capture: bool) -> 
         out,
         scores: capture.then_some(scores),
         weights: capture.then(|| weights.clone()),
+        io: flash::naive_io(t, kv_len, d).times(n_head),
+        schedule: Vec::new(),
     })
 }
 
@@ -64,7 +70,7 @@ pub fn row_norms(x: &Tensor) -> Result<Vec<f32>> {
 }
 
 /// Tiled (FlashAttention) attention over all heads: same shapes as [`naive`]. Returns the
-/// output, the bytes moved by all heads, and head 0's tile schedule.
+/// output with the bytes moved by all heads and head 0's tile schedule.
 pub fn tiled(
     q: &Tensor,
     k: &Tensor,
@@ -72,7 +78,7 @@ pub fn tiled(
     pos0: usize,
     tiles: Tiles,
     capture: bool,
-) -> Result<(AttnOut, IoCount, Vec<(u32, u32)>)> {
+) -> Result<AttnOut> {
     let (n_head, t, d) = q.dims3()?;
     let (n_kv, kv_len, _) = k.dims3()?;
     let group = n_head / n_kv;
@@ -108,13 +114,11 @@ pub fn tiled(
     } else {
         (None, None)
     };
-    Ok((
-        AttnOut {
-            out,
-            scores,
-            weights,
-        },
+    Ok(AttnOut {
+        out,
+        scores,
+        weights,
         io,
         schedule,
-    ))
+    })
 }

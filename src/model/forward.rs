@@ -5,7 +5,7 @@
 use super::attention::{self, row_norms};
 use super::config::LlamaConfig;
 use super::error::{ModelError, Result};
-use super::flash::{self, IoCount, Tiles};
+use super::flash::{IoCount, Tiles};
 use super::heads::{self, HeadLayout, LayoutError};
 use super::probe::{LayerCapture, Probe};
 use super::tokenizer::TextTokenizer;
@@ -225,12 +225,8 @@ impl Model {
             let q = self.rope(&q, pos0)?;
             let k = self.rope(&k, pos0)?;
             let (k_all, v_all) = kv.append(li, &k, &v)?;
-            let (att, io, schedule) = match self.run.kernel {
-                AttnKernel::Naive => {
-                    let att = attention::naive(&q, &k_all, &v_all, pos0, capture)?;
-                    let per_head = flash::naive_io(t, pos0 + t, hd);
-                    (att, per_head.times(nh), Vec::new())
-                }
+            let att = match self.run.kernel {
+                AttnKernel::Naive => attention::naive(&q, &k_all, &v_all, pos0, capture)?,
                 AttnKernel::Tiled { sram_bytes } => {
                     let tiles = Tiles::from_sram(sram_bytes, hd)
                         .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
@@ -238,7 +234,7 @@ impl Model {
                 }
             };
             if let Some(p) = probe.as_deref_mut() {
-                p.attn_io.add(io);
+                p.attn_io.add(att.io);
             }
             let o = att.out.transpose(0, 1)?.reshape((t, nh * hd))?;
             x = (x + lw.wo.forward(&o)?)?;
@@ -267,7 +263,7 @@ impl Model {
                     resid_norm_in: norm_in,
                     resid_norm_attn: norm_attn,
                     resid_norm_out: row_norms(&x)?,
-                    tile_schedule: schedule,
+                    tile_schedule: att.schedule.clone(),
                 };
                 if let Some(p) = probe.as_deref_mut() {
                     p.captures.push(cap);

@@ -12,7 +12,9 @@ use candle_core::{Result, Tensor};
 use serde::{Deserialize, Serialize};
 
 /// How query heads map onto K/V heads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum HeadLayout {
     Mha,

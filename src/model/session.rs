@@ -2,11 +2,15 @@
 //! every later step feeds back the token just sampled.
 
 use super::error::Result;
+use super::flash::IoCount;
+use super::forward::AttnKernel;
 use super::forward::{Logits, Model};
+use super::heads::HeadLayout;
 use super::probe::{LayerCapture, LayerSelect, Probe};
 use super::sampler::{top_k, Sampler, SamplerConfig, TopToken};
 use crate::kv::{Contiguous, KvStore};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// Prefill processes the prompt; decode one new token per step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,6 +35,14 @@ pub struct StepInfo {
     pub top_k: Vec<TopToken>,
     pub is_eos: bool,
     pub wall_ms: f64,
+    /// Head layout this step ran under, and the KV head each query head read.
+    pub layout: HeadLayout,
+    pub query_to_kv: Vec<usize>,
+    /// KV-cache bytes per token for every layout of this model (as stored, f32).
+    pub kv_bytes_per_token: BTreeMap<HeadLayout, usize>,
+    pub kernel: AttnKernel,
+    /// Attention bytes moved to and from main memory this step, all layers and heads.
+    pub attn_io: IoCount,
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub captures: Vec<LayerCapture>,
 }
@@ -78,6 +90,7 @@ impl<'m> Session<'m> {
             .model
             .forward(&input, &mut self.kv, probe, Logits::Last)?;
         let row = Model::last_logits(&logits)?;
+        let run = self.model.run_options();
         let id = self.sampler.sample(&row);
         let tk = top_k(&row, self.top_k)
             .into_iter()
@@ -100,6 +113,14 @@ impl<'m> Session<'m> {
             top_k: tk,
             is_eos: Some(id) == self.model.tokenizer.eos,
             wall_ms: t0.elapsed().as_secs_f64() * 1e3,
+            layout: run.layout,
+            query_to_kv: run.layout.query_to_kv(&self.model.cfg),
+            kv_bytes_per_token: HeadLayout::ALL
+                .iter()
+                .map(|l| (*l, l.kv_bytes_per_token(&self.model.cfg, 4)))
+                .collect(),
+            kernel: run.kernel,
+            attn_io: self.probe.attn_io,
             captures: std::mem::take(&mut self.probe.captures),
         };
         self.step += 1;

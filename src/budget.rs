@@ -1,0 +1,166 @@
+//! KV-cache budgeting for a model's attention shape: bytes per token, per request, and how
+//! many requests fit in a device's memory next to the weights — for the model's own head
+//! layout and for MHA and MQA of the same shape.
+
+use serde::{Deserialize, Serialize};
+
+/// The attention shape of a published model.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Shape {
+    pub name: String,
+    pub display: String,
+    pub layers: usize,
+    pub n_head: usize,
+    pub n_kv_head: usize,
+    pub head_dim: usize,
+    pub context: usize,
+    /// Parameters, billions (for the weights' footprint).
+    pub params_b: f64,
+}
+
+/// Shapes shipped in assets/presets.json.
+pub fn presets() -> Vec<Shape> {
+    serde_json::from_str(include_str!("../assets/presets.json"))
+        .expect("assets/presets.json is valid")
+}
+
+/// One layout's budget line.
+#[derive(Debug, Clone, Serialize)]
+pub struct Line {
+    pub layout: String,
+    pub kv_heads: usize,
+    pub kv_bytes_per_token: u64,
+    pub kv_bytes_per_request: u64,
+    pub requests_that_fit: u64,
+}
+
+/// The whole answer.
+#[derive(Debug, Clone, Serialize)]
+pub struct Budget {
+    pub model: String,
+    pub memory_bytes: u64,
+    pub weight_bytes: u64,
+    pub seq_len: usize,
+    pub kv_elem_bytes: usize,
+    pub lines: Vec<Line>,
+}
+
+/// Parses sizes such as `24GiB`, `80GB`, `512MiB`, `1e9`.
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size (try 24GiB, 80GB, 512MiB)"))?;
+    let mult = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        "kib" | "k" => 1024.0,
+        "mib" | "m" => 1048576.0,
+        "gib" | "g" => 1073741824.0,
+        "tib" | "t" => 1099511627776.0,
+        _ => return Err(format!("unknown unit in `{s}`")),
+    };
+    if n < 0.0 {
+        return Err(format!("`{s}` is negative"));
+    }
+    Ok((n * mult) as u64)
+}
+
+/// Computes the budget. `weight_bytes` defaults to params × `weight_elem_bytes`.
+pub fn compute(
+    shape: &Shape,
+    memory: u64,
+    weight_bytes: u64,
+    seq_len: usize,
+    kv_elem_bytes: usize,
+) -> Budget {
+    let layouts = [
+        (
+            format!("own ({} KV heads)", shape.n_kv_head),
+            shape.n_kv_head,
+        ),
+        ("MHA".to_string(), shape.n_head),
+        ("MQA".to_string(), 1),
+    ];
+    let free = memory.saturating_sub(weight_bytes);
+    let lines = layouts
+        .into_iter()
+        .map(|(layout, kv)| {
+            let per_token = (shape.layers * 2 * kv * shape.head_dim * kv_elem_bytes) as u64;
+            let per_request = per_token * seq_len as u64;
+            Line {
+                layout,
+                kv_heads: kv,
+                kv_bytes_per_token: per_token,
+                kv_bytes_per_request: per_request,
+                requests_that_fit: free.checked_div(per_request).unwrap_or(0),
+            }
+        })
+        .collect();
+    Budget {
+        model: shape.display.clone(),
+        memory_bytes: memory,
+        weight_bytes,
+        seq_len,
+        kv_elem_bytes,
+        lines,
+    }
+}
+
+impl Budget {
+    /// A table for people.
+    pub fn table(&self) -> String {
+        let gib = |b: u64| b as f64 / 1073741824.0;
+        let mut s = format!(
+            "{}: memory {:.1} GiB, weights {:.2} GiB, requests of {} tokens, KV element {} bytes\n{:<22} {:>8} {:>14} {:>16} {:>10}\n",
+            self.model, gib(self.memory_bytes), gib(self.weight_bytes), self.seq_len, self.kv_elem_bytes,
+            "layout", "KV heads", "KV B/token", "KV per request", "fit"
+        );
+        for l in &self.lines {
+            s += &format!(
+                "{:<22} {:>8} {:>14} {:>12.3} GiB {:>10}\n",
+                l.layout,
+                l.kv_heads,
+                l.kv_bytes_per_token,
+                gib(l.kv_bytes_per_request),
+                l.requests_that_fit
+            );
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn llama2_7b_is_half_a_mebibyte_per_token_in_f16() {
+        let p = presets();
+        let l = p.iter().find(|s| s.name == "llama-2-7b").unwrap();
+        let b = compute(l, parse_bytes("80GB").unwrap(), 13_500_000_000, 4096, 2);
+        // 32 layers × 2 × 32 heads × 128 × 2 bytes = 524,288 bytes per token.
+        assert_eq!(b.lines[0].kv_bytes_per_token, 524_288);
+        assert_eq!(b.lines[0].kv_bytes_per_request, 2 * 1073741824);
+        assert_eq!(
+            b.lines[0].requests_that_fit,
+            (80_000_000_000u64 - 13_500_000_000) / (2 * 1073741824)
+        );
+        // MQA of the same shape is 32× smaller.
+        assert_eq!(b.lines[2].kv_bytes_per_token * 32, 524_288);
+    }
+
+    #[test]
+    fn sizes_parse_and_bad_ones_are_refused() {
+        assert_eq!(parse_bytes("512MiB").unwrap(), 512 << 20);
+        assert_eq!(parse_bytes("1.5GB").unwrap(), 1_500_000_000);
+        assert!(parse_bytes("lots").is_err());
+        assert!(parse_bytes("3 parsecs").is_err());
+    }
+}

@@ -1,0 +1,104 @@
+//! Every bench prints one JSON object with the keys scripts rely on.
+
+mod common;
+
+use std::process::Command;
+
+fn json(args: &[&str]) -> serde_json::Value {
+    let o = Command::new(common::bin())
+        .args(args)
+        .env("INFERLAB_QUIET", "1")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).expect("one JSON object on stdout")
+}
+
+#[test]
+fn bench_attention_json() {
+    let v = json(&["bench", "attention", "--json", "--max-len", "512"]);
+    let r = v["results"].as_array().unwrap();
+    assert_eq!(
+        r.iter()
+            .map(|x| x["seq_len"].as_u64().unwrap())
+            .collect::<Vec<_>>(),
+        vec![128, 256, 512]
+    );
+    for x in r {
+        assert!(x["tiled"]["bytes"].as_u64().unwrap() < x["naive"]["bytes"].as_u64().unwrap());
+        assert!(x["max_abs_diff"].as_f64().unwrap() < 1e-5);
+        assert!(x["naive"]["ms"].is_number() && x["tiled"]["ms"].is_number());
+    }
+}
+
+#[test]
+fn bench_decode_json() {
+    let model = common::real_model();
+    let m = model.to_str().unwrap();
+    let v = json(&[
+        "--model", m, "bench", "decode", "--json", "--rounds", "1", "--tokens", "4",
+    ]);
+    for k in [
+        "ours",
+        "ours_capture_one_layer",
+        "ours_capture_all",
+        "candle_quantized_llama",
+    ] {
+        assert!(v[k]["prefill_tok_per_s"].as_f64().unwrap() > 0.0, "{k}");
+        assert!(v[k]["decode_tok_per_s"].as_f64().unwrap() > 0.0, "{k}");
+    }
+}
+
+#[test]
+fn bench_heads_figures() {
+    let m = inferlab::model::Model::load(&common::real_model(), &Default::default()).unwrap();
+    let r = inferlab::bench::heads::run(&m, 512 << 20, 2).unwrap();
+    let v = serde_json::to_value(&r).unwrap();
+    for k in ["mha", "gqa", "mqa"] {
+        for f in [
+            "kv_bytes_per_token",
+            "max_concurrent",
+            "decode_tok_per_s",
+            "top1_agreement",
+            "mean_kl",
+            "perplexity",
+        ] {
+            assert!(v[k][f].is_number(), "{k}.{f}");
+        }
+    }
+    let bpt = |k: &str| v[k]["kv_bytes_per_token"].as_u64().unwrap();
+    assert_eq!(bpt("mha"), 3 * bpt("gqa"));
+    assert_eq!(bpt("gqa"), 3 * bpt("mqa"));
+    assert_eq!(bpt("gqa"), 30 * 2 * 3 * 64 * 4);
+    // MHA is the same function as GQA; MQA by pooling is not.
+    assert_eq!(v["mha"]["top1_agreement"].as_f64().unwrap(), 1.0);
+    assert!(v["mha"]["mean_kl"].as_f64().unwrap() < 1e-6);
+    assert!(v["mqa"]["mean_kl"].as_f64().unwrap() > 0.01);
+    assert!(v["mqa"]["max_concurrent"].as_u64() > v["gqa"]["max_concurrent"].as_u64());
+    // The trained model on ordinary English text: a sane perplexity.
+    let ppl = v["gqa"]["perplexity"].as_f64().unwrap();
+    assert!(ppl > 1.0 && ppl < 200.0, "{ppl}");
+}
+
+#[test]
+fn budget_json_and_errors() {
+    let v = json(&[
+        "budget",
+        "--preset",
+        "llama-3-8b",
+        "--memory",
+        "80GB",
+        "--seq-len",
+        "8192",
+        "--json",
+    ]);
+    // 32 layers × 2 × 8 KV heads × 128 × 2 bytes = 131,072 bytes per token.
+    assert_eq!(v["lines"][0]["kv_bytes_per_token"], 131072);
+    assert_eq!(v["lines"][1]["kv_bytes_per_token"], 524288);
+    let o = Command::new(common::bin())
+        .args(["budget", "--preset", "gpt-9"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("unknown preset `gpt-9`"));
+}
