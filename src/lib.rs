@@ -7,3 +7,5 @@ pub mod bench;
 pub mod budget;
 pub mod kv;
 pub mod model;
+pub mod serve;
+pub mod ui;

@@ -10,6 +10,12 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(flatten)]
     model: commands::ModelArgs,
+    /// The app's first request (a chat message).
+    #[arg(long, default_value = "What is a KV cache?")]
+    prompt: String,
+    /// Most tokens the app generates per request.
+    #[arg(long, default_value_t = 200)]
+    max_tokens: usize,
     #[command(subcommand)]
     command: Option<Cmd>,
 }
@@ -37,7 +43,7 @@ enum Cmd {
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        None => commands::demo::run(&cli.model),
+        None => commands::demo::run(&cli.model, &cli.prompt, cli.max_tokens),
         Some(Cmd::Generate(a)) => commands::generate::run(&cli.model, &a),
         Some(Cmd::Trace(a)) => commands::trace::run(&cli.model, &a),
         Some(Cmd::Model { cmd }) => commands::model_cmd::run(&cli.model, &cmd),

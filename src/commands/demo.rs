@@ -1,19 +1,17 @@
-//! `inferlab` with no subcommand: a demonstration generation until the TUI lands.
+//! `inferlab` with no subcommand: the terminal app.
 
 use super::ModelArgs;
-use anyhow::Result;
+use anyhow::{Context, Result};
+use inferlab::serve::EngineConfig;
 
-/// Runs a short chat generation so a first run shows the model working.
-pub fn run(margs: &ModelArgs) -> Result<()> {
-    let a = super::generate::Args {
-        prompt: "What is a KV cache?".into(),
-        chat: true,
-        max_tokens: 96,
-        temperature: 0.0,
-        top_p: 0.9,
-        seed: 42,
-        stats: true,
+/// Opens the app on `prompt`.
+pub fn run(margs: &ModelArgs, prompt: &str, max_new: usize) -> Result<()> {
+    let cfg = EngineConfig {
+        model: margs.model.clone(),
+        load: margs.load_options()?,
+        run: margs.run_options()?,
+        prompt: prompt.to_string(),
+        max_new,
     };
-    eprintln!("inferlab: demo generation (the TUI is not built yet); try `inferlab --help`");
-    super::generate::run(margs, &a)
+    inferlab::ui::run(cfg).context("running the terminal app")
 }

@@ -7,7 +7,7 @@ use super::config::LlamaConfig;
 use super::error::{ModelError, Result};
 use super::flash::{IoCount, Tiles};
 use super::heads::{self, HeadLayout, LayoutError};
-use super::probe::{LayerCapture, Probe};
+use super::probe::{LayerCapture, Probe, Timing};
 use super::tokenizer::TextTokenizer;
 use super::weights::{LoadOptions, Weights};
 use crate::kv::KvStore;
@@ -203,11 +203,21 @@ impl Model {
         if let Some(p) = probe.as_deref_mut() {
             p.captures.clear();
             p.attn_io = IoCount::default();
+            p.timing = Timing::default();
         }
+        let mut clock = std::time::Instant::now();
+        let mut lap = || {
+            let ms = clock.elapsed().as_secs_f64() * 1e3;
+            clock = std::time::Instant::now();
+            ms
+        };
         let (nh, nkv, hd) = (cfg.n_head, self.kv_heads(), cfg.head_dim);
         let ids = Tensor::new(tokens, &self.device)?;
         // Embedding: a row lookup per token.
         let mut x = self.weights.embed.index_select(&ids, 0)?;
+        if let Some(p) = probe.as_deref_mut() {
+            p.timing.embed_ms = lap();
+        }
         for (li, lw) in self.weights.layers.iter().enumerate() {
             let capture = probe.as_ref().is_some_and(|p| p.select.wants(li));
             let norm_in = if capture { row_norms(&x)? } else { Vec::new() };
@@ -269,6 +279,9 @@ impl Model {
                     p.captures.push(cap);
                 }
             }
+            if let Some(p) = probe.as_deref_mut() {
+                p.timing.layers_ms.push(lap());
+            }
         }
         kv.advance(t);
         let x = match which {
@@ -276,8 +289,11 @@ impl Model {
             Logits::All => x,
         };
         let x = candle_nn::ops::rms_norm(&x, &self.weights.final_norm, cfg.rms_eps as f32)?;
-        let logits = self.weights.lm_head.forward(&x)?;
-        Ok(logits.to_dtype(DType::F32)?)
+        let logits = self.weights.lm_head.forward(&x)?.to_dtype(DType::F32)?;
+        if let Some(p) = probe {
+            p.timing.lm_head_ms = lap();
+        }
+        Ok(logits)
     }
 
     /// Logits of the last row as a Vec.

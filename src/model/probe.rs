@@ -79,6 +79,16 @@ pub struct Probe {
     /// Attention bytes moved to/from main memory in the last call, all layers and heads
     /// (counted whether or not a layer is captured).
     pub attn_io: crate::model::flash::IoCount,
+    /// Where the last call's time went, milliseconds: embedding, each layer, LM head.
+    pub timing: Timing,
+}
+
+/// Wall time of the stages of one forward call, in milliseconds.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Timing {
+    pub embed_ms: f64,
+    pub layers_ms: Vec<f64>,
+    pub lm_head_ms: f64,
 }
 
 impl Probe {

@@ -6,7 +6,7 @@ use super::flash::IoCount;
 use super::forward::AttnKernel;
 use super::forward::{Logits, Model};
 use super::heads::HeadLayout;
-use super::probe::{LayerCapture, LayerSelect, Probe};
+use super::probe::{LayerCapture, LayerSelect, Probe, Timing};
 use super::sampler::{top_k, Sampler, SamplerConfig, TopToken};
 use crate::kv::{Contiguous, KvStore};
 use serde::{Deserialize, Serialize};
@@ -43,13 +43,16 @@ pub struct StepInfo {
     pub kernel: AttnKernel,
     /// Attention bytes moved to and from main memory this step, all layers and heads.
     pub attn_io: IoCount,
+    /// Where the step's time went; `sample_ms` is the sampler's share.
+    pub timing: Timing,
+    pub sample_ms: f64,
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub captures: Vec<LayerCapture>,
 }
 
 /// A request being generated.
-pub struct Session<'m> {
-    model: &'m Model,
+pub struct Session {
+    model: Model,
     pub kv: Contiguous,
     sampler: Sampler,
     pending: Vec<u32>,
@@ -60,11 +63,11 @@ pub struct Session<'m> {
     pub top_k: usize,
 }
 
-impl<'m> Session<'m> {
+impl Session {
     /// Starts a session; the cache reserves the prompt plus `max_new` tokens.
-    pub fn new(model: &'m Model, prompt: Vec<u32>, max_new: usize, sampler: SamplerConfig) -> Self {
+    pub fn new(model: &Model, prompt: Vec<u32>, max_new: usize, sampler: SamplerConfig) -> Self {
         Self {
-            model,
+            model: model.clone(),
             kv: model.new_cache(prompt.len() + max_new),
             sampler: Sampler::new(sampler),
             prompt_len: prompt.len(),
@@ -91,7 +94,9 @@ impl<'m> Session<'m> {
             .forward(&input, &mut self.kv, probe, Logits::Last)?;
         let row = Model::last_logits(&logits)?;
         let run = self.model.run_options();
+        let ts = std::time::Instant::now();
         let id = self.sampler.sample(&row);
+        let sample_ms = ts.elapsed().as_secs_f64() * 1e3;
         let tk = top_k(&row, self.top_k)
             .into_iter()
             .map(|(id, logit, prob)| TopToken {
@@ -121,10 +126,17 @@ impl<'m> Session<'m> {
                 .collect(),
             kernel: run.kernel,
             attn_io: self.probe.attn_io,
+            timing: std::mem::take(&mut self.probe.timing),
+            sample_ms,
             captures: std::mem::take(&mut self.probe.captures),
         };
         self.step += 1;
         Ok(info)
+    }
+
+    /// The model this session runs.
+    pub fn model(&self) -> &Model {
+        &self.model
     }
 
     /// The generated ids so far (prompt excluded).

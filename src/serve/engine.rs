@@ -1,0 +1,204 @@
+//! The engine thread: it owns the model, takes [`Command`]s and answers with [`Event`]s.
+//! The UI never touches model code; it only reads the reports.
+
+use super::report::{KvView, StepReport};
+use crate::kv::KvStore;
+use crate::model::session::Session;
+use crate::model::source::{self, Progress};
+use crate::model::{LayerSelect, LoadOptions, Model, RunOptions, SamplerConfig, TextTokenizer};
+use std::path::PathBuf;
+use std::sync::mpsc::{self, Receiver, Sender};
+
+/// What the UI asks of the engine.
+#[derive(Debug, Clone)]
+pub enum Command {
+    /// Run one iteration (prefill first, then one decode step each).
+    Step,
+    /// Switch head layout / kernel; the current request is recomputed under it.
+    SetRun(RunOptions),
+    /// Start a new request with this user message (chat template applied).
+    Prompt(String),
+    Quit,
+}
+
+/// What the engine tells the UI.
+#[derive(Debug, Clone)]
+pub enum Event {
+    Status(String),
+    Progress { done: u64, total: u64 },
+    Ready { model: String },
+    Report(Box<StepReport>),
+    Error(String),
+}
+
+/// How to start the engine.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub model: Option<PathBuf>,
+    pub load: LoadOptions,
+    pub run: RunOptions,
+    pub prompt: String,
+    pub max_new: usize,
+}
+
+/// Starts the engine thread.
+pub fn spawn(cfg: EngineConfig) -> (Sender<Command>, Receiver<Event>) {
+    let (ctx, crx) = mpsc::channel();
+    let (etx, erx) = mpsc::channel();
+    std::thread::Builder::new()
+        .name("engine".into())
+        .spawn(move || {
+            if let Err(e) = run(cfg, crx, &etx) {
+                let _ = etx.send(Event::Error(e));
+            }
+        })
+        .expect("spawning the engine thread");
+    (ctx, erx)
+}
+
+struct Live {
+    session: Session,
+    prompt: String,
+    decode_ms: f64,
+    decode_steps: usize,
+    finished: bool,
+}
+
+fn start(
+    model: &Model,
+    prompt: &str,
+    max_new: usize,
+    tokens: Option<Vec<u32>>,
+) -> Result<Live, String> {
+    let ids = match tokens {
+        Some(t) => t,
+        None => model
+            .tokenizer
+            .encode(&TextTokenizer::chat_prompt(prompt))
+            .map_err(|e| e.to_string())?,
+    };
+    if ids.len() + max_new > model.cfg.context {
+        return Err(format!(
+            "the prompt is {} tokens; with {max_new} to generate that is over the context of {}",
+            ids.len(),
+            model.cfg.context
+        ));
+    }
+    let mut session = Session::new(model, ids, max_new, SamplerConfig::default());
+    session.probe.select = LayerSelect::All;
+    session.top_k = 8;
+    Ok(Live {
+        session,
+        prompt: prompt.to_string(),
+        decode_ms: 0.0,
+        decode_steps: 0,
+        finished: false,
+    })
+}
+
+fn run(cfg: EngineConfig, rx: Receiver<Command>, tx: &Sender<Event>) -> Result<(), String> {
+    let send = |e: Event| {
+        let _ = tx.send(e);
+    };
+    send(Event::Status("finding the model".into()));
+    let mut progress = |p: Progress| match p {
+        Progress::Stage(s) => send(Event::Status(s)),
+        Progress::Bytes { done, total } => send(Event::Progress { done, total }),
+    };
+    let (path, _) =
+        source::resolve(cfg.model.as_deref(), &mut progress).map_err(|e| e.to_string())?;
+    send(Event::Status(format!("loading {}", path.display())));
+    let base =
+        Model::load(&path, &cfg.load).map_err(|e| format!("loading {}: {e}", path.display()))?;
+    let mut model = base.with_run(cfg.run).map_err(|e| e.to_string())?;
+    send(Event::Ready {
+        model: path
+            .file_name()
+            .map(|s| s.to_string_lossy().to_string())
+            .unwrap_or_default(),
+    });
+    let mut live = start(&model, &cfg.prompt, cfg.max_new, None)?;
+    let mut iteration = 0usize;
+    while let Ok(cmd) = rx.recv() {
+        match cmd {
+            Command::Quit => break,
+            Command::Prompt(p) => match start(&model, &p, cfg.max_new, None) {
+                Ok(l) => {
+                    live = l;
+                    send(Event::Status(
+                        "new request queued: press space to prefill it".into(),
+                    ));
+                }
+                Err(e) => send(Event::Error(e)),
+            },
+            Command::SetRun(run) => match base.with_run(run) {
+                Ok(m) => {
+                    model = m;
+                    // Recompute the same tokens under the new setting so the panes compare like with like.
+                    let toks = live.session.tokens.clone();
+                    let done = toks.len() - live.session.prompt_len;
+                    let remaining = cfg.max_new.saturating_sub(done).max(1);
+                    match start(&model, &live.prompt, remaining, Some(toks)) {
+                        Ok(l) => {
+                            let prompt_len = live.session.prompt_len;
+                            live = l;
+                            live.session.prompt_len = prompt_len;
+                            send(Event::Status(format!(
+                                "now {} / {:?}: press space to recompute the sequence",
+                                run.layout, run.kernel
+                            )));
+                        }
+                        Err(e) => send(Event::Error(e)),
+                    }
+                }
+                Err(e) => send(Event::Error(e.to_string())),
+            },
+            Command::Step => {
+                if live.finished {
+                    send(Event::Status(
+                        "request finished: press a for a new prompt".into(),
+                    ));
+                    continue;
+                }
+                let info = live.session.step().map_err(|e| e.to_string())?;
+                iteration += 1;
+                if info.step > 0 {
+                    live.decode_ms += info.wall_ms;
+                    live.decode_steps += 1;
+                }
+                let s = &live.session;
+                live.finished = info.is_eos || s.generated().len() >= cfg.max_new;
+                let tok = &model.tokenizer;
+                let pieces = s.tokens[..s.tokens.len() - 1]
+                    .iter()
+                    .map(|&t| tok.piece(t))
+                    .collect();
+                let generated = tok.decode(s.generated()).unwrap_or_default();
+                let report = StepReport {
+                    iteration,
+                    cfg: model.cfg.clone(),
+                    run: model.run_options(),
+                    prompt: live.prompt.clone(),
+                    pieces,
+                    prompt_len: s.prompt_len,
+                    generated,
+                    kv: KvView {
+                        capacity: s.kv.capacity(),
+                        used: s.kv.len(),
+                        bytes_per_token: s.kv.bytes_per_token(),
+                        reserved_bytes: s.kv.reserved_bytes(),
+                    },
+                    decode_tok_per_s: if live.decode_ms > 0.0 {
+                        live.decode_steps as f64 / (live.decode_ms / 1e3)
+                    } else {
+                        0.0
+                    },
+                    finished: live.finished,
+                    info,
+                };
+                send(Event::Report(Box::new(report)));
+            }
+        }
+    }
+    Ok(())
+}

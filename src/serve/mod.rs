@@ -1,0 +1,8 @@
+//! Serving: the engine thread that owns the model and runs one iteration per command,
+//! and the plain-data step reports it sends to whoever draws them.
+
+pub mod engine;
+pub mod report;
+
+pub use engine::{spawn, Command, EngineConfig, Event};
+pub use report::{KvView, StepReport};

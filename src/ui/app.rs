@@ -1,0 +1,274 @@
+//! App state and what each action does to it. Drawing reads this state; nothing here
+//! runs model code — changes that need the model become [`Command`]s for the engine.
+
+use crate::model::{AttnKernel, HeadLayout, RunOptions};
+use crate::serve::{Command, Event, StepReport};
+
+/// Everything the user can ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Step,
+    ToggleRun,
+    Faster,
+    Slower,
+    CycleLayout,
+    ToggleKernel,
+    ToggleCache,
+    TogglePolicy,
+    StartInput,
+    LayerUp,
+    LayerDown,
+    HeadLeft,
+    HeadRight,
+    SelectHead(usize),
+    ToggleValues,
+    FocusNext,
+    ToggleHelp,
+    Quit,
+}
+
+/// Panes that can take focus.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pane {
+    Attention,
+    Heads,
+    Output,
+    Kv,
+    Forward,
+}
+
+impl Pane {
+    const ORDER: [Pane; 5] = [
+        Pane::Attention,
+        Pane::Heads,
+        Pane::Output,
+        Pane::Kv,
+        Pane::Forward,
+    ];
+}
+
+/// Run speeds, iterations per second (`0` = as fast as the model goes).
+pub const SPEEDS: [f64; 6] = [1.0, 2.0, 5.0, 10.0, 30.0, 0.0];
+
+/// Attention rows of the current request for one layer: row `p` holds every head's
+/// weights (or scores) of query position `p` over keys `0..=p`.
+#[derive(Debug, Clone, Default)]
+pub struct LayerHistory {
+    /// `rows[p][h]` = weights of head `h` at query position `p`.
+    pub weights: Vec<Vec<Vec<f32>>>,
+    pub scores: Vec<Vec<Vec<f32>>>,
+}
+
+/// The most positions kept for the full prompt+generation matrix.
+pub const MAX_HISTORY: usize = 512;
+
+/// The app.
+pub struct App {
+    pub status: String,
+    pub loading: Option<(u64, u64)>,
+    pub model_name: String,
+    pub ready: bool,
+    pub fatal: Option<String>,
+    pub report: Option<Box<StepReport>>,
+    pub history: Vec<LayerHistory>,
+    pub layer: usize,
+    pub head: usize,
+    pub show_scores: bool,
+    pub focus: Pane,
+    pub help: bool,
+    pub running: bool,
+    pub speed: usize,
+    pub in_flight: bool,
+    pub input: Option<String>,
+    pub run: RunOptions,
+    pub quit: bool,
+}
+
+impl App {
+    /// A fresh app waiting for the engine.
+    pub fn new(run: RunOptions) -> Self {
+        Self {
+            status: "starting".into(),
+            loading: None,
+            model_name: String::new(),
+            ready: false,
+            fatal: None,
+            report: None,
+            history: Vec::new(),
+            layer: 0,
+            head: 0,
+            show_scores: false,
+            focus: Pane::Attention,
+            help: false,
+            running: false,
+            speed: 2,
+            in_flight: false,
+            input: None,
+            run,
+            quit: false,
+        }
+    }
+
+    /// Layers and heads of the model once a report has arrived.
+    fn dims(&self) -> (usize, usize) {
+        self.report
+            .as_ref()
+            .map(|r| (r.cfg.n_layer, r.cfg.n_head))
+            .unwrap_or((1, 1))
+    }
+
+    /// Applies an action; returns a command for the engine when the model must act.
+    pub fn update(&mut self, a: Action) -> Option<Command> {
+        let (n_layer, n_head) = self.dims();
+        match a {
+            Action::Quit => {
+                self.quit = true;
+                return Some(Command::Quit);
+            }
+            Action::ToggleHelp => self.help = !self.help,
+            _ if self.help => self.help = false,
+            Action::Step => {
+                self.running = false;
+                return self.request_step();
+            }
+            Action::ToggleRun => {
+                self.running = !self.running;
+                self.status = if self.running {
+                    "running".into()
+                } else {
+                    "paused".into()
+                };
+            }
+            Action::Faster => self.speed = (self.speed + 1).min(SPEEDS.len() - 1),
+            Action::Slower => self.speed = self.speed.saturating_sub(1),
+            Action::CycleLayout => {
+                let i = HeadLayout::ALL
+                    .iter()
+                    .position(|l| *l == self.run.layout)
+                    .unwrap_or(1);
+                self.run.layout = HeadLayout::ALL[(i + 1) % 3];
+                self.history.clear();
+                return Some(Command::SetRun(self.run));
+            }
+            Action::ToggleKernel => {
+                self.run.kernel = match self.run.kernel {
+                    AttnKernel::Naive => AttnKernel::Tiled {
+                        sram_bytes: 196_608,
+                    },
+                    AttnKernel::Tiled { .. } => AttnKernel::Naive,
+                };
+                self.history.clear();
+                return Some(Command::SetRun(self.run));
+            }
+            Action::ToggleCache | Action::TogglePolicy => {
+                self.status = "the paged cache and batching policies arrive with the serving core; this build has one contiguous request".into();
+            }
+            Action::StartInput => {
+                self.running = false;
+                self.input = Some(String::new());
+            }
+            Action::LayerUp => self.layer = (self.layer + n_layer - 1) % n_layer,
+            Action::LayerDown => self.layer = (self.layer + 1) % n_layer,
+            Action::HeadLeft => self.head = (self.head + n_head - 1) % n_head,
+            Action::HeadRight => self.head = (self.head + 1) % n_head,
+            Action::SelectHead(h) => self.head = h.min(n_head - 1),
+            Action::ToggleValues => self.show_scores = !self.show_scores,
+            Action::FocusNext => {
+                let i = Pane::ORDER
+                    .iter()
+                    .position(|p| *p == self.focus)
+                    .unwrap_or(0);
+                self.focus = Pane::ORDER[(i + 1) % Pane::ORDER.len()];
+            }
+        }
+        None
+    }
+
+    /// A step command unless one is already running or the engine is not ready.
+    pub fn request_step(&mut self) -> Option<Command> {
+        if !self.ready || self.in_flight || self.fatal.is_some() {
+            return None;
+        }
+        if self.report.as_ref().is_some_and(|r| r.finished) {
+            self.running = false;
+            self.status = "request finished: press a for a new prompt".into();
+            return None;
+        }
+        self.in_flight = true;
+        Some(Command::Step)
+    }
+
+    /// Takes an event from the engine.
+    pub fn on_event(&mut self, e: Event) {
+        match e {
+            Event::Status(s) => {
+                self.status = s;
+                self.in_flight = false;
+            }
+            Event::Progress { done, total } => self.loading = Some((done, total)),
+            Event::Ready { model } => {
+                self.ready = true;
+                self.loading = None;
+                self.model_name = model;
+                self.status = "ready: press space to prefill the prompt".into();
+            }
+            Event::Error(e) => {
+                self.in_flight = false;
+                self.running = false;
+                if self.ready {
+                    self.status = format!("error: {e}");
+                } else {
+                    self.fatal = Some(e);
+                }
+            }
+            Event::Report(r) => {
+                self.in_flight = false;
+                self.absorb(&r);
+                self.status = format!(
+                    "iteration {} · {} · {} token(s) in {:.1} ms",
+                    r.iteration,
+                    if r.info.step == 0 {
+                        "prefill"
+                    } else {
+                        "decode"
+                    },
+                    r.info.input_len,
+                    r.info.wall_ms
+                );
+                if r.finished {
+                    self.running = false;
+                }
+                self.report = Some(r);
+            }
+        }
+    }
+
+    /// Adds this step's attention rows to the request's history.
+    fn absorb(&mut self, r: &StepReport) {
+        if r.info.step == 0 {
+            self.history.clear();
+        }
+        for c in &r.info.captures {
+            if self.history.len() <= c.layer {
+                self.history.resize_with(c.layer + 1, LayerHistory::default);
+            }
+            let h = &mut self.history[c.layer];
+            if c.pos0 == 0 {
+                h.weights.clear();
+                h.scores.clear();
+            }
+            for i in 0..c.t {
+                if h.weights.len() >= MAX_HISTORY {
+                    break;
+                }
+                let row = |v: &[f32]| -> Vec<Vec<f32>> {
+                    (0..c.n_head)
+                        .map(|hh| v[(hh * c.t + i) * c.kv_len..][..c.pos0 + i + 1].to_vec())
+                        .collect()
+                };
+                h.weights.push(row(&c.weights));
+                h.scores.push(row(&c.scores));
+            }
+        }
+    }
+}

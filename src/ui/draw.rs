@@ -1,0 +1,182 @@
+//! Screen layout: header, panes, footer. Pure: the same state and size always give the
+//! same picture (which the snapshot tests rely on).
+
+use super::app::{App, SPEEDS};
+use super::keys::BINDINGS;
+use super::panes::{self, put};
+use super::theme::Theme;
+use ratatui::buffer::Buffer;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::Style;
+use ratatui::widgets::{Block, Borders, Gauge, Paragraph, Widget, Wrap};
+
+/// The smallest terminal the main screen fits in.
+pub const MIN_W: u16 = 80;
+pub const MIN_H: u16 = 24;
+
+/// Where each pane sits for a screen of `area`.
+pub struct Areas {
+    pub header: Rect,
+    pub attention: Rect,
+    pub output: Rect,
+    pub heads: Rect,
+    pub kv: Rect,
+    pub forward: Rect,
+    pub footer: Rect,
+}
+
+/// Splits the screen.
+pub fn areas(area: Rect) -> Areas {
+    let [header, body, footer] = Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Min(10),
+        Constraint::Length(1),
+    ])
+    .areas(area);
+    let [top, bottom] =
+        Layout::vertical([Constraint::Percentage(62), Constraint::Percentage(38)]).areas(body);
+    let [attention, right] =
+        Layout::horizontal([Constraint::Percentage(58), Constraint::Percentage(42)]).areas(top);
+    let [output, heads] =
+        Layout::vertical([Constraint::Percentage(55), Constraint::Percentage(45)]).areas(right);
+    let [kv, forward] =
+        Layout::horizontal([Constraint::Percentage(45), Constraint::Percentage(55)]).areas(bottom);
+    Areas {
+        header,
+        attention,
+        output,
+        heads,
+        kv,
+        forward,
+        footer,
+    }
+}
+
+/// Draws the whole screen.
+pub fn draw(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
+    if area.width < MIN_W || area.height < MIN_H {
+        let msg = format!(
+            "inferlab needs a terminal of at least {MIN_W}×{MIN_H}; this one is {}×{}. Enlarge it, or press q to quit.",
+            area.width, area.height
+        );
+        Paragraph::new(msg)
+            .wrap(Wrap { trim: true })
+            .render(area, buf);
+        return;
+    }
+    if let Some(e) = &app.fatal {
+        let b = Block::default()
+            .borders(Borders::ALL)
+            .title(" inferlab could not start ");
+        Paragraph::new(format!("{e}\n\nPress q to quit."))
+            .wrap(Wrap { trim: false })
+            .block(b)
+            .render(area, buf);
+        return;
+    }
+    if !app.ready {
+        let b = Block::default()
+            .borders(Borders::ALL)
+            .title(" inferlab · starting ");
+        let inner = b.inner(area);
+        b.render(area, buf);
+        put(buf, inner, 1, inner.y + 1, &app.status, Style::default());
+        if let Some((done, total)) = app.loading {
+            let g = Gauge::default()
+                .ratio((done as f64 / total.max(1) as f64).clamp(0.0, 1.0))
+                .label(format!(
+                    "{} / {}",
+                    panes::bytes(done as usize),
+                    panes::bytes(total as usize)
+                ));
+            g.render(
+                Rect {
+                    x: inner.x + 1,
+                    y: inner.y + 3,
+                    width: inner.width.saturating_sub(2),
+                    height: 1,
+                },
+                buf,
+            );
+        }
+        return;
+    }
+    let a = areas(area);
+    header(app, theme, a.header, buf);
+    panes::heatmap::render(app, theme, a.attention, buf);
+    panes::output::render(app, theme, a.output, buf);
+    panes::heads::render(app, theme, a.heads, buf);
+    panes::kv::render(app, theme, a.kv, buf);
+    panes::forward::render(app, theme, a.forward, buf);
+    footer(app, theme, a.footer, buf);
+    if app.help {
+        panes::help::render(theme, area, buf);
+    }
+}
+
+fn header(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
+    let (iter, phase, tps) = match &app.report {
+        Some(r) => (
+            r.iteration,
+            if r.finished {
+                "finished"
+            } else if r.info.step == 0 {
+                "prefill"
+            } else {
+                "decode"
+            },
+            r.decode_tok_per_s,
+        ),
+        None => (0, "waiting", 0.0),
+    };
+    let speed = SPEEDS[app.speed];
+    let run = if app.running {
+        if speed > 0.0 {
+            format!("RUNNING {speed}/s")
+        } else {
+            "RUNNING max".into()
+        }
+    } else {
+        "PAUSED".into()
+    };
+    let s = format!(
+        " inferlab · {} · {} · {} · iteration {iter} · {phase} · {tps:.1} tok/s · {run} · {}",
+        app.model_name,
+        app.run.layout,
+        match app.run.kernel {
+            crate::model::AttnKernel::Naive => "naive attention",
+            crate::model::AttnKernel::Tiled { .. } => "tiled attention",
+        },
+        app.status
+    );
+    put(buf, area, 0, area.y, s, theme.accent());
+}
+
+fn footer(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
+    if let Some(input) = &app.input {
+        put(
+            buf,
+            area,
+            0,
+            area.y,
+            format!(" prompt> {input}█  (Enter send · Esc cancel)"),
+            theme.accent(),
+        );
+        return;
+    }
+    let mut x = 0u16;
+    for b in BINDINGS.iter().filter(|b| b.footer) {
+        let key = format!(" {} ", b.keys);
+        let word = b.help.split([':', '(', ',']).next().unwrap_or("").trim();
+        let word: String = word
+            .split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ");
+        put(buf, area, x, area.y, &key, theme.focused());
+        x += key.chars().count() as u16;
+        let w = format!("{word} ");
+        put(buf, area, x, area.y, &w, Style::default());
+        x += w.chars().count() as u16;
+    }
+}

@@ -1,0 +1,149 @@
+//! The key table: one list drives key handling, the footer and the help screen, so
+//! they can never disagree.
+
+use super::app::Action;
+use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+
+/// One binding.
+pub struct Binding {
+    pub keys: &'static str,
+    pub help: &'static str,
+    /// Shown in the footer.
+    pub footer: bool,
+    pub action: Action,
+    codes: &'static [KeyCode],
+}
+
+/// Every key the app answers to.
+pub const BINDINGS: &[Binding] = &[
+    Binding {
+        keys: "space",
+        help: "run one iteration (prefill, then one decode step)",
+        footer: true,
+        action: Action::Step,
+        codes: &[KeyCode::Char(' ')],
+    },
+    Binding {
+        keys: "r",
+        help: "run / pause",
+        footer: true,
+        action: Action::ToggleRun,
+        codes: &[KeyCode::Char('r')],
+    },
+    Binding {
+        keys: "+ −",
+        help: "faster / slower while running",
+        footer: false,
+        action: Action::Faster,
+        codes: &[KeyCode::Char('+'), KeyCode::Char('=')],
+    },
+    Binding {
+        keys: "",
+        help: "",
+        footer: false,
+        action: Action::Slower,
+        codes: &[KeyCode::Char('-'), KeyCode::Char('_')],
+    },
+    Binding {
+        keys: "m",
+        help: "head layout: MHA → GQA → MQA (recomputes the sequence)",
+        footer: true,
+        action: Action::CycleLayout,
+        codes: &[KeyCode::Char('m')],
+    },
+    Binding {
+        keys: "f",
+        help: "attention kernel: naive ↔ tiled (FlashAttention)",
+        footer: true,
+        action: Action::ToggleKernel,
+        codes: &[KeyCode::Char('f')],
+    },
+    Binding {
+        keys: "c",
+        help: "KV cache: paged ↔ contiguous (not built yet)",
+        footer: false,
+        action: Action::ToggleCache,
+        codes: &[KeyCode::Char('c')],
+    },
+    Binding {
+        keys: "b",
+        help: "batching: static ↔ continuous (not built yet)",
+        footer: false,
+        action: Action::TogglePolicy,
+        codes: &[KeyCode::Char('b')],
+    },
+    Binding {
+        keys: "a",
+        help: "new request: type a prompt, Enter to send, Esc to cancel",
+        footer: true,
+        action: Action::StartInput,
+        codes: &[KeyCode::Char('a')],
+    },
+    Binding {
+        keys: "j k",
+        help: "next / previous layer (or mouse wheel on the heatmap)",
+        footer: true,
+        action: Action::LayerDown,
+        codes: &[KeyCode::Char('j'), KeyCode::Down],
+    },
+    Binding {
+        keys: "",
+        help: "",
+        footer: false,
+        action: Action::LayerUp,
+        codes: &[KeyCode::Char('k'), KeyCode::Up],
+    },
+    Binding {
+        keys: "h l",
+        help: "previous / next head (or click a head in the heads pane)",
+        footer: true,
+        action: Action::HeadLeft,
+        codes: &[KeyCode::Char('h'), KeyCode::Left],
+    },
+    Binding {
+        keys: "",
+        help: "",
+        footer: false,
+        action: Action::HeadRight,
+        codes: &[KeyCode::Char('l'), KeyCode::Right],
+    },
+    Binding {
+        keys: "v",
+        help: "heatmap values: softmax weights ↔ raw Q·Kᵀ/√d scores",
+        footer: false,
+        action: Action::ToggleValues,
+        codes: &[KeyCode::Char('v')],
+    },
+    Binding {
+        keys: "tab",
+        help: "move focus between panes",
+        footer: false,
+        action: Action::FocusNext,
+        codes: &[KeyCode::Tab],
+    },
+    Binding {
+        keys: "?",
+        help: "this help",
+        footer: true,
+        action: Action::ToggleHelp,
+        codes: &[KeyCode::Char('?')],
+    },
+    Binding {
+        keys: "q",
+        help: "quit",
+        footer: true,
+        action: Action::Quit,
+        codes: &[KeyCode::Char('q'), KeyCode::Esc],
+    },
+];
+
+/// The action for a key press, if any.
+pub fn action_for(key: KeyEvent) -> Option<Action> {
+    if key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c') {
+        return Some(Action::Quit);
+    }
+    BINDINGS
+        .iter()
+        .find(|b| b.codes.contains(&key.code))
+        .map(|b| b.action)
+}

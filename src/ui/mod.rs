@@ -1,0 +1,138 @@
+//! The terminal app: the UI thread draws plain data and sends commands; the engine thread
+//! owns the model.
+
+pub mod app;
+pub mod draw;
+pub mod keys;
+pub mod panes;
+pub mod theme;
+
+use crate::serve::{self, Command, EngineConfig};
+use app::{Action, App, SPEEDS};
+use ratatui::crossterm::event::{
+    self, DisableMouseCapture, EnableMouseCapture, Event as TermEvent, KeyCode, KeyEventKind,
+    MouseEventKind,
+};
+use ratatui::crossterm::execute;
+use std::time::{Duration, Instant};
+
+/// Runs the app until the user quits. The terminal is restored on every exit path,
+/// panics included.
+pub fn run(cfg: EngineConfig) -> std::io::Result<()> {
+    let mut terminal = ratatui::try_init()?;
+    execute!(std::io::stdout(), EnableMouseCapture)?;
+    // ratatui's hook restores the screen; ours also gives the mouse back first.
+    let prev = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let _ = execute!(std::io::stdout(), DisableMouseCapture);
+        prev(info);
+    }));
+    let result = event_loop(&mut terminal, cfg);
+    let _ = execute!(std::io::stdout(), DisableMouseCapture);
+    ratatui::restore();
+    result
+}
+
+fn event_loop(terminal: &mut ratatui::DefaultTerminal, cfg: EngineConfig) -> std::io::Result<()> {
+    let theme = theme::Theme::detect();
+    let mut app = App::new(cfg.run);
+    let (tx, rx) = serve::spawn(cfg);
+    let send = |c: Option<Command>| {
+        if let Some(c) = c {
+            let _ = tx.send(c);
+        }
+    };
+    let frame = Duration::from_millis(33);
+    let mut last_step = Instant::now() - Duration::from_secs(10);
+    let mut dirty = true;
+    while !app.quit {
+        // Engine events: every report is absorbed (the heatmap history needs them all),
+        // but the screen is drawn once per frame.
+        while let Ok(e) = rx.try_recv() {
+            app.on_event(e);
+            dirty = true;
+        }
+        if app.running && !app.in_flight {
+            let speed = SPEEDS[app.speed];
+            if speed == 0.0 || last_step.elapsed().as_secs_f64() >= 1.0 / speed {
+                let c = app.request_step();
+                if c.is_some() {
+                    last_step = Instant::now();
+                }
+                send(c);
+            }
+        }
+        if dirty {
+            terminal.draw(|f| draw::draw(&app, &theme, f.area(), f.buffer_mut()))?;
+            dirty = false;
+        }
+        if !event::poll(frame)? {
+            continue;
+        }
+        // Collapse a burst of events (resize storms, key repeat) into one redraw.
+        loop {
+            match event::read()? {
+                TermEvent::Key(k) if k.kind == KeyEventKind::Press => {
+                    if let Some(input) = app.input.as_mut() {
+                        match k.code {
+                            KeyCode::Enter => {
+                                let p = std::mem::take(input);
+                                app.input = None;
+                                if p.trim().is_empty() {
+                                    app.status = "empty prompt ignored".into();
+                                } else {
+                                    send(Some(Command::Prompt(p)));
+                                }
+                            }
+                            KeyCode::Esc => app.input = None,
+                            KeyCode::Backspace => {
+                                input.pop();
+                            }
+                            KeyCode::Char(c) => input.push(c),
+                            _ => {}
+                        }
+                    } else if let Some(a) = keys::action_for(k) {
+                        let c = app.update(a);
+                        if matches!(c, Some(Command::Step)) {
+                            last_step = Instant::now();
+                        }
+                        send(c);
+                    }
+                }
+                TermEvent::Mouse(m) => {
+                    let size = terminal.size()?;
+                    let a = draw::areas(ratatui::layout::Rect::new(0, 0, size.width, size.height));
+                    let inside = |r: ratatui::layout::Rect| {
+                        m.column >= r.x
+                            && m.column < r.x + r.width
+                            && m.row >= r.y
+                            && m.row < r.y + r.height
+                    };
+                    match m.kind {
+                        MouseEventKind::ScrollDown if inside(a.attention) => {
+                            send(app.update(Action::LayerDown))
+                        }
+                        MouseEventKind::ScrollUp if inside(a.attention) => {
+                            send(app.update(Action::LayerUp))
+                        }
+                        MouseEventKind::Down(_) if inside(a.heads) => {
+                            let inner = ratatui::widgets::Block::bordered().inner(a.heads);
+                            let n = app.report.as_ref().map(|r| r.cfg.n_head).unwrap_or(0);
+                            if let Some(h) = panes::heads::head_at(inner, m.column, m.row, n) {
+                                send(app.update(Action::SelectHead(h)));
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                _ => {}
+            }
+            dirty = true;
+            if !event::poll(Duration::ZERO)? {
+                break;
+            }
+        }
+    }
+    let _ = tx.send(Command::Quit);
+    Ok(())
+}

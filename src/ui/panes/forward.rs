@@ -1,0 +1,106 @@
+//! Forward pass: embedding → layers → LM head → sampler for the step, with where the time
+//! went, the residual stream of the chosen layer, and the attention bytes moved.
+
+use super::{block, bytes, put};
+use crate::model::AttnKernel;
+use crate::ui::app::{App, Pane};
+use crate::ui::theme::Theme;
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+use ratatui::style::Style;
+use ratatui::widgets::Widget;
+
+const SPARK: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+
+/// Draws the pane.
+pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
+    let b = block(app, theme, Pane::Forward, " forward pass ".into());
+    let inner = b.inner(area);
+    b.render(area, buf);
+    let Some(r) = app.report.as_ref() else {
+        return;
+    };
+    let t = &r.info.timing;
+    let layers: f64 = t.layers_ms.iter().sum();
+    let total = t.embed_ms + layers + t.lm_head_ms + r.info.sample_ms;
+    put(
+        buf,
+        inner,
+        0,
+        inner.y,
+        format!(
+            "{} token(s) in → embed {:.2} ms → {} layers {:.1} ms → LM head {:.1} ms → sample {:.2} ms = {:.1} ms",
+            r.info.input_len,
+            t.embed_ms,
+            t.layers_ms.len(),
+            layers,
+            t.lm_head_ms,
+            r.info.sample_ms,
+            total
+        ),
+        Style::default(),
+    );
+    let max = t.layers_ms.iter().copied().fold(0.0, f64::max).max(1e-9);
+    let spark: String = t
+        .layers_ms
+        .iter()
+        .map(|&ms| SPARK[((ms / max) * 7.0).round() as usize])
+        .collect();
+    put(
+        buf,
+        inner,
+        0,
+        inner.y + 1,
+        format!("per layer  {spark}"),
+        theme.accent(),
+    );
+    if let Some(c) = r.info.captures.iter().find(|c| c.layer == app.layer) {
+        let last = c.t - 1;
+        put(
+            buf,
+            inner,
+            0,
+            inner.y + 2,
+            format!(
+                "layer {} residual ‖x‖: in {:.1} → +attention {:.1} → +SwiGLU MLP {:.1}",
+                c.layer, c.resid_norm_in[last], c.resid_norm_attn[last], c.resid_norm_out[last]
+            ),
+            theme.dim(),
+        );
+    }
+    let kernel = match r.run.kernel {
+        AttnKernel::Naive => "naive (full score matrix)".to_string(),
+        AttnKernel::Tiled { sram_bytes } => format!("tiled, {} on-chip", bytes(sram_bytes)),
+    };
+    put(
+        buf,
+        inner,
+        0,
+        inner.y + 3,
+        format!(
+            "attention {kernel}: {} moved (read {} · written {})",
+            bytes(r.info.attn_io.total() as usize),
+            bytes(r.info.attn_io.read as usize),
+            bytes(r.info.attn_io.written as usize)
+        ),
+        Style::default(),
+    );
+    if let Some(c) = r.info.captures.iter().find(|c| c.layer == app.layer) {
+        if !c.tile_schedule.is_empty() {
+            let s: Vec<String> = c
+                .tile_schedule
+                .iter()
+                .take(12)
+                .map(|(q, k)| format!("Q{q}·K{k}"))
+                .collect();
+            put(
+                buf,
+                inner,
+                0,
+                inner.y + 4,
+                format!("tiles (head 0): {}", s.join(" ")),
+                theme.dim(),
+            );
+        }
+    }
+}

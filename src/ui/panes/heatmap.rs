@@ -1,0 +1,180 @@
+//! Attention heatmap: query positions (rows) × key positions (columns) for one layer and
+//! head, two query rows per terminal cell with half blocks, the causal mask visible, the
+//! newest query row marked.
+
+use super::{block, label, put};
+use crate::ui::app::{App, Pane};
+use crate::ui::theme::{ColorMode, Theme};
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+use ratatui::style::{Color, Style};
+use ratatui::widgets::Widget;
+
+const LABEL_W: u16 = 10;
+
+/// Draws the pane.
+pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
+    let kv_of = app
+        .report
+        .as_ref()
+        .and_then(|r| r.info.query_to_kv.get(app.head).copied())
+        .unwrap_or(0);
+    let n_layer = app.report.as_ref().map(|r| r.cfg.n_layer).unwrap_or(0);
+    let n_head = app.report.as_ref().map(|r| r.cfg.n_head).unwrap_or(0);
+    let title = format!(
+        " attention · layer {}/{} · head {}/{} → kv {} · {} ",
+        app.layer,
+        n_layer.saturating_sub(1),
+        app.head,
+        n_head.saturating_sub(1),
+        kv_of,
+        if app.show_scores {
+            "scores Q·Kᵀ/√d"
+        } else {
+            "softmax weights"
+        }
+    );
+    let b = block(app, theme, Pane::Attention, title);
+    let inner = b.inner(area);
+    b.render(area, buf);
+    let (Some(r), Some(hist)) = (app.report.as_ref(), app.history.get(app.layer)) else {
+        put(
+            buf,
+            inner,
+            1,
+            inner.y,
+            "press space to run the prefill",
+            theme.dim(),
+        );
+        return;
+    };
+    let rows = if app.show_scores {
+        &hist.scores
+    } else {
+        &hist.weights
+    };
+    if rows.is_empty() || inner.height < 4 || inner.width <= LABEL_W + 4 {
+        return;
+    }
+    let n = rows.len();
+    let cols = (inner.width - LABEL_W) as usize;
+    let per_cell = if theme.mode == ColorMode::None { 1 } else { 2 };
+    let char_rows = (inner.height - 2) as usize;
+    let q0 = n.saturating_sub(char_rows * per_cell);
+    let k0 = n.saturating_sub(cols);
+    let value = |i: usize, j: usize| -> Option<f32> {
+        rows.get(i)
+            .and_then(|r| r.get(app.head))
+            .and_then(|row| row.get(j))
+            .copied()
+    };
+    // Linear scale from the smallest to the largest visible value.
+    let (mut lo, mut hi) = (f32::INFINITY, f32::NEG_INFINITY);
+    for i in q0..n {
+        for j in k0..n {
+            if let Some(v) = value(i, j) {
+                lo = lo.min(v);
+                hi = hi.max(v);
+            }
+        }
+    }
+    if !app.show_scores {
+        lo = 0.0;
+    }
+    let norm = |v: f32| if hi > lo { (v - lo) / (hi - lo) } else { 1.0 };
+    let masked = theme.rgb(28, 28, 34);
+    let cell_color = |v: Option<f32>| v.map(|v| theme.ramp(norm(v))).unwrap_or(masked);
+    for (cy, qi) in (q0..n).step_by(per_cell).enumerate() {
+        let y = inner.y + cy as u16;
+        if cy >= char_rows {
+            break;
+        }
+        // Row label: the query token (both rows of the cell when halved, newest marked).
+        let last = (qi + per_cell - 1).min(n - 1);
+        let newest = last == n - 1;
+        let piece = r.pieces.get(last).map(String::as_str).unwrap_or("");
+        let gen_mark = if last >= r.prompt_len { '+' } else { ' ' };
+        let lab = format!(
+            "{}{}{}",
+            if newest { '▶' } else { ' ' },
+            gen_mark,
+            label(piece, LABEL_W as usize - 3)
+        );
+        let st = if newest { theme.accent() } else { theme.dim() };
+        put(buf, inner, 0, y, lab, st);
+        for (cx, kj) in (k0..n).enumerate() {
+            let x = inner.x + LABEL_W + cx as u16;
+            let cell = &mut buf[(x, y)];
+            if theme.mode == ColorMode::None {
+                let ch = match value(qi, kj) {
+                    Some(v) => Theme::shade(norm(v)),
+                    None => '·',
+                };
+                cell.set_char(ch);
+            } else {
+                let top = cell_color(value(qi, kj));
+                let bottom = if qi + 1 < n {
+                    cell_color(value(qi + 1, kj))
+                } else {
+                    Color::Reset
+                };
+                cell.set_char('▀')
+                    .set_style(Style::default().fg(top).bg(bottom));
+            }
+        }
+    }
+    // Legend and what the newest row looks at.
+    let ly = inner.y + inner.height - 2;
+    put(buf, inner, 0, ly, format!("{:>8.3} ", lo), theme.dim());
+    for i in 0..16u16 {
+        let x = inner.x + 9 + i;
+        if x < inner.x + inner.width {
+            let f = i as f32 / 15.0;
+            if theme.mode == ColorMode::None {
+                buf[(x, ly)].set_char(Theme::shade(f));
+            } else {
+                buf[(x, ly)]
+                    .set_char('█')
+                    .set_style(Style::default().fg(theme.ramp(f)));
+            }
+        }
+    }
+    let keys = if k0 > 0 {
+        format!("keys {k0}..{}", n - 1)
+    } else {
+        format!("keys 0..{}", n - 1)
+    };
+    put(
+        buf,
+        inner,
+        26,
+        ly,
+        format!(" {:.3}  {keys}  ·=masked (future)  +=generated", hi),
+        theme.dim(),
+    );
+    let newest = value(n - 1, 0).is_some().then(|| &rows[n - 1][app.head]);
+    if let Some(row) = newest {
+        let mut idx: Vec<usize> = (0..row.len()).collect();
+        idx.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
+        let top: Vec<String> = idx
+            .iter()
+            .take(4)
+            .map(|&j| {
+                format!(
+                    "{}:{}={:.2}",
+                    j,
+                    label(r.pieces.get(j).map(String::as_str).unwrap_or(""), 8).trim_end(),
+                    row[j]
+                )
+            })
+            .collect();
+        put(
+            buf,
+            inner,
+            0,
+            ly + 1,
+            format!("newest row looks at  {}", top.join("  ")),
+            theme.dim(),
+        );
+    }
+}

@@ -1,0 +1,43 @@
+//! The help overlay, generated from the key table.
+
+use crate::ui::keys::BINDINGS;
+use crate::ui::theme::Theme;
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+use ratatui::style::Style;
+use ratatui::widgets::{Block, Borders, Clear, Widget};
+
+/// Draws the help box centred in `area`.
+pub fn render(theme: &Theme, area: Rect, buf: &mut Buffer) {
+    let rows: Vec<_> = BINDINGS.iter().filter(|b| !b.keys.is_empty()).collect();
+    let h = (rows.len() as u16 + 4).min(area.height);
+    let w = 76.min(area.width);
+    let r = Rect {
+        x: area.x + (area.width - w) / 2,
+        y: area.y + (area.height - h) / 2,
+        width: w,
+        height: h,
+    };
+    Clear.render(r, buf);
+    let b = Block::default()
+        .borders(Borders::ALL)
+        .title(" help · keys (any key closes) ");
+    let inner = b.inner(r);
+    b.render(r, buf);
+    for (i, k) in rows.iter().enumerate() {
+        let y = inner.y + i as u16;
+        if y >= inner.y + inner.height {
+            break;
+        }
+        super::put(buf, inner, 1, y, format!("{:<8}", k.keys), theme.accent());
+        super::put(buf, inner, 10, y, k.help, Style::default());
+    }
+    super::put(
+        buf,
+        inner,
+        1,
+        inner.y + inner.height - 1,
+        "mouse: wheel on heatmap = layer · click a q head = select",
+        theme.dim(),
+    );
+}

@@ -1,0 +1,80 @@
+//! KV cache: the request's reserved slots, filled and empty, with utilization and bytes.
+
+use super::{block, bytes, put};
+use crate::ui::app::{App, Pane};
+use crate::ui::theme::{ColorMode, Theme};
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+use ratatui::style::Style;
+use ratatui::widgets::Widget;
+
+/// Draws the pane.
+pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
+    let b = block(app, theme, Pane::Kv, " KV cache · contiguous ".into());
+    let inner = b.inner(area);
+    b.render(area, buf);
+    let Some(r) = app.report.as_ref() else {
+        return;
+    };
+    let kv = &r.kv;
+    put(
+        buf,
+        inner,
+        0,
+        inner.y,
+        format!(
+            "{} of {} reserved slots hold tokens · utilization {:.1}%",
+            kv.used,
+            kv.capacity,
+            kv.utilization_pct()
+        ),
+        Style::default(),
+    );
+    put(
+        buf,
+        inner,
+        0,
+        inner.y + 1,
+        format!(
+            "{} used of {} reserved · {} per token",
+            bytes(kv.used * kv.bytes_per_token),
+            bytes(kv.reserved_bytes),
+            bytes(kv.bytes_per_token)
+        ),
+        theme.dim(),
+    );
+    // One cell per slot, row-major: filled slots in the request's colour, reserved-but-unused dim.
+    let w = inner.width.max(1) as usize;
+    let grid_rows = inner.height.saturating_sub(3) as usize;
+    let per_cell = kv.capacity.div_ceil((w * grid_rows).max(1)).max(1);
+    for cell in 0..(kv.capacity.div_ceil(per_cell)).min(w * grid_rows) {
+        let (x, y) = (inner.x + (cell % w) as u16, inner.y + 2 + (cell / w) as u16);
+        let first = cell * per_cell;
+        let filled = first < kv.used;
+        let (ch, st) = match (filled, theme.mode) {
+            (true, ColorMode::None) => ('█', Style::default()),
+            (true, _) => ('█', Style::default().fg(theme.request(0))),
+            (false, _) => ('░', theme.dim()),
+        };
+        buf[(x, y)].set_char(ch).set_style(st);
+    }
+    if per_cell > 1 {
+        put(
+            buf,
+            inner,
+            0,
+            inner.y + inner.height - 1,
+            format!("one cell = {per_cell} slots · █ token  ░ reserved, unused"),
+            theme.dim(),
+        );
+    } else {
+        put(
+            buf,
+            inner,
+            0,
+            inner.y + inner.height - 1,
+            "█ token  ░ reserved, unused",
+            theme.dim(),
+        );
+    }
+}

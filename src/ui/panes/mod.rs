@@ -1,0 +1,83 @@
+//! The panes. Each is a pure function of the app state drawing into a buffer area.
+
+pub mod forward;
+pub mod heads;
+pub mod heatmap;
+pub mod help;
+pub mod kv;
+pub mod output;
+
+use super::app::{App, Pane};
+use super::theme::Theme;
+use ratatui::widgets::{Block, Borders};
+
+/// The bordered block of a pane, its title highlighted when focused.
+pub fn block<'a>(app: &App, theme: &Theme, pane: Pane, title: String) -> Block<'a> {
+    let b = Block::default().borders(Borders::ALL).title(title);
+    if app.focus == pane {
+        b.title_style(theme.focused()).border_style(theme.focused())
+    } else {
+        b
+    }
+}
+
+/// A printable, fixed-width label for a token piece.
+pub fn label(piece: &str, width: usize) -> String {
+    let clean: String = piece
+        .chars()
+        .map(|c| match c {
+            '\n' => '⏎',
+            '\t' => '⇥',
+            ' ' => '·',
+            c if c.is_control() => '�',
+            c => c,
+        })
+        .collect();
+    let mut out: String = clean.chars().take(width).collect();
+    while out.chars().count() < width {
+        out.push(' ');
+    }
+    out
+}
+
+/// `1234567` → `1,234,567`.
+pub fn thousands(n: usize) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Bytes in the most readable unit.
+pub fn bytes(n: usize) -> String {
+    let f = n as f64;
+    if f >= 1073741824.0 {
+        format!("{:.2} GiB", f / 1073741824.0)
+    } else if f >= 1048576.0 {
+        format!("{:.1} MiB", f / 1048576.0)
+    } else if f >= 1024.0 {
+        format!("{:.1} KiB", f / 1024.0)
+    } else {
+        format!("{n} B")
+    }
+}
+
+/// Writes `s` at column `dx` of row `y` inside `inner`, clipped to `inner`'s width.
+pub fn put(
+    buf: &mut ratatui::buffer::Buffer,
+    inner: ratatui::layout::Rect,
+    dx: u16,
+    y: u16,
+    s: impl AsRef<str>,
+    style: ratatui::style::Style,
+) {
+    if dx >= inner.width || y < inner.y || y >= inner.y + inner.height {
+        return;
+    }
+    buf.set_stringn(inner.x + dx, y, s, (inner.width - dx) as usize, style);
+}

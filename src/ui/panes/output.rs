@@ -1,0 +1,70 @@
+//! Output: the generated text and the next-token distribution (top-k) as bars.
+
+use super::{block, label, put};
+use crate::ui::app::{App, Pane};
+use crate::ui::theme::Theme;
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+use ratatui::style::Style;
+use ratatui::widgets::{Paragraph, Widget, Wrap};
+
+/// Draws the pane.
+pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
+    let b = block(
+        app,
+        theme,
+        Pane::Output,
+        " output · next-token distribution ".into(),
+    );
+    let inner = b.inner(area);
+    b.render(area, buf);
+    let Some(r) = app.report.as_ref() else {
+        return;
+    };
+    let k = r.info.top_k.len() as u16;
+    let text_h = inner.height.saturating_sub(k + 1);
+    let text = format!("> {}\n{}", r.prompt, r.generated);
+    let lines = text.lines().count() as u16;
+    Paragraph::new(text)
+        .wrap(Wrap { trim: false })
+        .scroll((lines.saturating_sub(text_h), 0))
+        .render(
+            Rect {
+                height: text_h,
+                ..inner
+            },
+            buf,
+        );
+    let y0 = inner.y + text_h;
+    put(
+        buf,
+        inner,
+        0,
+        y0,
+        format!("step {} sampled {:?}", r.info.step, r.info.token),
+        theme.dim(),
+    );
+    let bar_w = inner.width.saturating_sub(22) as f32;
+    for (i, t) in r.info.top_k.iter().enumerate() {
+        let y = y0 + 1 + i as u16;
+        let n = (t.prob * bar_w).round() as usize;
+        let st = if t.id == r.info.token_id {
+            theme.accent()
+        } else {
+            Style::default()
+        };
+        put(
+            buf,
+            inner,
+            0,
+            y,
+            format!(
+                "{} {:>5.1}% {}",
+                label(&t.token, 12),
+                100.0 * t.prob,
+                "█".repeat(n)
+            ),
+            st,
+        );
+    }
+}

@@ -1,0 +1,130 @@
+//! Colours: a perceptual ramp for heatmaps, request colours, and the fallbacks for
+//! 256-colour terminals and `NO_COLOR`.
+
+use ratatui::style::{Color, Modifier, Style};
+
+/// How much colour the terminal gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColorMode {
+    TrueColor,
+    Ansi256,
+    /// `NO_COLOR` is set: shapes and shades only.
+    None,
+}
+
+impl ColorMode {
+    /// From the environment: `NO_COLOR` wins, then `COLORTERM`.
+    pub fn detect() -> Self {
+        if std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()) {
+            return Self::None;
+        }
+        match std::env::var("COLORTERM").as_deref() {
+            Ok("truecolor") | Ok("24bit") => Self::TrueColor,
+            _ => Self::Ansi256,
+        }
+    }
+}
+
+/// Theme: the colour mode and the styles built from it.
+#[derive(Debug, Clone, Copy)]
+pub struct Theme {
+    pub mode: ColorMode,
+}
+
+/// Viridis control points (perceptually uniform, readable in greyscale and by most
+/// colour-blind viewers).
+const VIRIDIS: [(u8, u8, u8); 9] = [
+    (68, 1, 84),
+    (71, 44, 122),
+    (59, 81, 139),
+    (44, 113, 142),
+    (33, 144, 141),
+    (39, 173, 129),
+    (92, 200, 99),
+    (170, 220, 50),
+    (253, 231, 37),
+];
+
+/// Shades for `NO_COLOR`, darkest first.
+pub const SHADES: [char; 5] = [' ', '░', '▒', '▓', '█'];
+
+impl Theme {
+    /// The theme for this terminal.
+    pub fn detect() -> Self {
+        Self {
+            mode: ColorMode::detect(),
+        }
+    }
+
+    /// An RGB colour as this terminal can show it.
+    pub fn rgb(&self, r: u8, g: u8, b: u8) -> Color {
+        match self.mode {
+            ColorMode::TrueColor => Color::Rgb(r, g, b),
+            ColorMode::Ansi256 => {
+                let q = |c: u8| ((c as u16 * 5 + 127) / 255) as u8;
+                Color::Indexed(16 + 36 * q(r) + 6 * q(g) + q(b))
+            }
+            ColorMode::None => Color::Reset,
+        }
+    }
+
+    /// The ramp colour for `x` in [0, 1].
+    pub fn ramp(&self, x: f32) -> Color {
+        let x = x.clamp(0.0, 1.0) * (VIRIDIS.len() - 1) as f32;
+        let i = (x.floor() as usize).min(VIRIDIS.len() - 2);
+        let f = x - i as f32;
+        let (a, b) = (VIRIDIS[i], VIRIDIS[i + 1]);
+        let mix = |p: u8, q: u8| (p as f32 + (q as f32 - p as f32) * f).round() as u8;
+        self.rgb(mix(a.0, b.0), mix(a.1, b.1), mix(a.2, b.2))
+    }
+
+    /// The shade character for `x` in [0, 1] (used when there is no colour).
+    pub fn shade(x: f32) -> char {
+        let i = (x.clamp(0.0, 1.0) * (SHADES.len() - 1) as f32).round() as usize;
+        SHADES[i]
+    }
+
+    /// A distinct colour per request id.
+    pub fn request(&self, id: usize) -> Color {
+        const P: [(u8, u8, u8); 8] = [
+            (86, 180, 233),
+            (230, 159, 0),
+            (0, 158, 115),
+            (240, 228, 66),
+            (204, 121, 167),
+            (213, 94, 0),
+            (0, 114, 178),
+            (170, 170, 170),
+        ];
+        let (r, g, b) = P[id % P.len()];
+        self.rgb(r, g, b)
+    }
+
+    /// Title style of the focused pane.
+    pub fn focused(&self) -> Style {
+        match self.mode {
+            ColorMode::None => Style::default().add_modifier(Modifier::BOLD | Modifier::REVERSED),
+            _ => Style::default()
+                .fg(Color::Yellow)
+                .add_modifier(Modifier::BOLD),
+        }
+    }
+
+    /// Dim text.
+    pub fn dim(&self) -> Style {
+        match self.mode {
+            ColorMode::None => Style::default(),
+            _ => Style::default().fg(Color::DarkGray),
+        }
+    }
+
+    /// Emphasis.
+    pub fn accent(&self) -> Style {
+        match self.mode {
+            ColorMode::None => Style::default().add_modifier(Modifier::BOLD),
+            _ => Style::default()
+                .fg(Color::Cyan)
+                .add_modifier(Modifier::BOLD),
+        }
+    }
+}
