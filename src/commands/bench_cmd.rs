@@ -2,7 +2,7 @@
 
 use super::{load_model, model_path, ModelArgs};
 use anyhow::Result;
-use inferlab::bench::{attention, decode, heads};
+use inferlab::bench::{attention, decode, heads, render};
 
 /// Benchmarks.
 #[derive(clap::Subcommand)]
@@ -26,6 +26,16 @@ pub enum Cmd {
         /// Tokens to decode for the speed column.
         #[arg(long, default_value_t = 32)]
         tokens: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Full-screen frame time of the app at 200×60 with real step reports.
+    Render {
+        /// Iterations of a real request before drawing (context grows with them).
+        #[arg(long, default_value_t = 64)]
+        steps: usize,
+        #[arg(long, default_value_t = 300)]
+        frames: usize,
         #[arg(long)]
         json: bool,
     },
@@ -78,6 +88,20 @@ pub fn run(margs: &ModelArgs, cmd: &Cmd) -> Result<()> {
                 inferlab::budget::parse_bytes(budget).map_err(anyhow::Error::msg)? as usize;
             let model = load_model(margs)?;
             let r = heads::run(&model, budget, *tokens)?;
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                print!("{}", r.table());
+            }
+        }
+        Cmd::Render {
+            steps,
+            frames,
+            json,
+        } => {
+            anyhow::ensure!(*frames > 0, "--frames must be at least 1");
+            let model = load_model(margs)?;
+            let r = render::run(&model, *steps, *frames)?;
             if *json {
                 println!("{}", serde_json::to_string_pretty(&r)?);
             } else {

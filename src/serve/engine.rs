@@ -143,10 +143,14 @@ fn run(cfg: EngineConfig, rx: Receiver<Command>, tx: &Sender<Event>) -> Result<(
                             let prompt_len = live.session.prompt_len;
                             live = l;
                             live.session.prompt_len = prompt_len;
-                            send(Event::Status(format!(
-                                "now {} / {:?}: press space to recompute the sequence",
-                                run.layout, run.kernel
-                            )));
+                            // Recompute right away so every pane shows the new setting.
+                            iteration += 1;
+                            send(Event::Report(Box::new(step(
+                                &mut live,
+                                &model,
+                                iteration,
+                                cfg.max_new,
+                            )?)));
                         }
                         Err(e) => send(Event::Error(e)),
                     }
@@ -160,45 +164,78 @@ fn run(cfg: EngineConfig, rx: Receiver<Command>, tx: &Sender<Event>) -> Result<(
                     ));
                     continue;
                 }
-                let info = live.session.step().map_err(|e| e.to_string())?;
                 iteration += 1;
-                if info.step > 0 {
-                    live.decode_ms += info.wall_ms;
-                    live.decode_steps += 1;
-                }
-                let s = &live.session;
-                live.finished = info.is_eos || s.generated().len() >= cfg.max_new;
-                let tok = &model.tokenizer;
-                let pieces = s.tokens[..s.tokens.len() - 1]
-                    .iter()
-                    .map(|&t| tok.piece(t))
-                    .collect();
-                let generated = tok.decode(s.generated()).unwrap_or_default();
-                let report = StepReport {
+                send(Event::Report(Box::new(step(
+                    &mut live,
+                    &model,
                     iteration,
-                    cfg: model.cfg.clone(),
-                    run: model.run_options(),
-                    prompt: live.prompt.clone(),
-                    pieces,
-                    prompt_len: s.prompt_len,
-                    generated,
-                    kv: KvView {
-                        capacity: s.kv.capacity(),
-                        used: s.kv.len(),
-                        bytes_per_token: s.kv.bytes_per_token(),
-                        reserved_bytes: s.kv.reserved_bytes(),
-                    },
-                    decode_tok_per_s: if live.decode_ms > 0.0 {
-                        live.decode_steps as f64 / (live.decode_ms / 1e3)
-                    } else {
-                        0.0
-                    },
-                    finished: live.finished,
-                    info,
-                };
-                send(Event::Report(Box::new(report)));
+                    cfg.max_new,
+                )?)));
             }
         }
     }
     Ok(())
+}
+
+/// Runs one iteration of the live request and builds its report.
+fn step(
+    live: &mut Live,
+    model: &Model,
+    iteration: usize,
+    max_new: usize,
+) -> Result<StepReport, String> {
+    let info = live.session.step().map_err(|e| e.to_string())?;
+    if info.step > 0 {
+        live.decode_ms += info.wall_ms;
+        live.decode_steps += 1;
+    }
+    let s = &live.session;
+    live.finished = info.is_eos || s.generated().len() >= max_new;
+    let tok = &model.tokenizer;
+    let pieces = s.tokens[..s.tokens.len() - 1]
+        .iter()
+        .map(|&t| tok.piece(t))
+        .collect();
+    let generated = tok.decode(s.generated()).unwrap_or_default();
+    Ok(StepReport {
+        iteration,
+        cfg: model.cfg.clone(),
+        run: model.run_options(),
+        prompt: live.prompt.clone(),
+        pieces,
+        prompt_len: s.prompt_len,
+        generated,
+        kv: KvView {
+            capacity: s.kv.capacity(),
+            used: s.kv.len(),
+            bytes_per_token: s.kv.bytes_per_token(),
+            reserved_bytes: s.kv.reserved_bytes(),
+        },
+        decode_tok_per_s: if live.decode_ms > 0.0 {
+            live.decode_steps as f64 / (live.decode_ms / 1e3)
+        } else {
+            0.0
+        },
+        finished: live.finished,
+        info,
+    })
+}
+
+/// Runs `steps` iterations of one chat request headlessly and returns their reports
+/// (what the app would have received), for benchmarks and recordings.
+pub fn run_request(
+    model: &Model,
+    prompt: &str,
+    max_new: usize,
+    steps: usize,
+) -> Result<Vec<StepReport>, String> {
+    let mut live = start(model, prompt, max_new, None)?;
+    let mut out = Vec::new();
+    for i in 0..steps {
+        if live.finished {
+            break;
+        }
+        out.push(step(&mut live, model, i + 1, max_new)?);
+    }
+    Ok(out)
 }

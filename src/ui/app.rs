@@ -121,12 +121,13 @@ impl App {
     pub fn update(&mut self, a: Action) -> Option<Command> {
         let (n_layer, n_head) = self.dims();
         match a {
+            Action::ToggleHelp => self.help = !self.help,
+            // With help open, any key (Esc and q included) only closes it.
+            _ if self.help => self.help = false,
             Action::Quit => {
                 self.quit = true;
                 return Some(Command::Quit);
             }
-            Action::ToggleHelp => self.help = !self.help,
-            _ if self.help => self.help = false,
             Action::Step => {
                 self.running = false;
                 return self.request_step();

@@ -1,0 +1,148 @@
+//! Drives the real release binary with the real model inside tmux: keys in, screen out.
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+struct Tmux {
+    name: String,
+}
+
+impl Tmux {
+    fn start(w: u16, h: u16) -> Self {
+        let name = format!("inferlab-e2e-{}", std::process::id());
+        let ok = Command::new("tmux")
+            .args([
+                "new-session",
+                "-d",
+                "-s",
+                &name,
+                "-x",
+                &w.to_string(),
+                "-y",
+                &h.to_string(),
+                "bash --norc --noprofile",
+            ])
+            .env("PS1", "$ ")
+            .status()
+            .expect("tmux must be installed (.ci/run installs it)");
+        assert!(ok.success());
+        Self { name }
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let mut args = vec!["send-keys", "-t", &self.name];
+        args.extend_from_slice(keys);
+        assert!(Command::new("tmux").args(&args).status().unwrap().success());
+    }
+
+    fn screen(&self) -> String {
+        let o = Command::new("tmux")
+            .args(["capture-pane", "-p", "-t", &self.name])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).to_string()
+    }
+
+    fn wait_for(&self, needle: &str, secs: u64) -> String {
+        let t = Instant::now();
+        loop {
+            let s = self.screen();
+            if s.contains(needle) {
+                return s;
+            }
+            if t.elapsed() > Duration::from_secs(secs) {
+                panic!("timed out waiting for {needle:?}; screen:\n{s}");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn resize(&self, w: u16, h: u16) {
+        Command::new("tmux")
+            .args([
+                "resize-window",
+                "-t",
+                &self.name,
+                "-x",
+                &w.to_string(),
+                "-y",
+                &h.to_string(),
+            ])
+            .status()
+            .unwrap();
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["kill-session", "-t", &self.name])
+            .status();
+    }
+}
+
+fn kv_line(screen: &str) -> String {
+    screen
+        .lines()
+        .find(|l| l.contains("reserved slots hold tokens"))
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn app_steps_toggles_resizes_and_quits_cleanly() {
+    let model = common::real_model();
+    let t = Tmux::start(160, 48);
+    let cmd = format!("{} --model {}", common::bin().display(), model.display());
+    t.keys(&[&cmd, "Enter"]);
+    t.wait_for("ready: press space", 60);
+    t.keys(&["Space"]);
+    let s1 = t.wait_for("iteration 1 ·", 30);
+    let kv1 = kv_line(&s1);
+    t.keys(&["Space"]);
+    t.wait_for("iteration 2 ·", 30);
+    t.keys(&["Space"]);
+    let s3 = t.wait_for("iteration 3 ·", 30);
+    assert_ne!(
+        kv1,
+        kv_line(&s3),
+        "the KV grid grows as tokens are appended"
+    );
+    assert!(s3.contains("GQA") && s3.contains("9 query heads read 3 KV head(s)"));
+    // m cycles MHA → GQA → MQA: from GQA, MQA stores one KV head, then MHA nine.
+    t.keys(&["m"]);
+    t.wait_for("9 query heads read 1 KV head(s)", 30);
+    t.keys(&["m"]);
+    let s = t.wait_for("9 query heads read 9 KV head(s)", 30);
+    assert!(s.contains("· MHA ·"));
+    assert_ne!(
+        kv_line(&s),
+        kv_line(&s3),
+        "MHA reserves three times the bytes"
+    );
+    t.keys(&["c"]);
+    t.wait_for("paged cache and batching", 10);
+    t.keys(&["b"]);
+    // Help lists the keys.
+    t.keys(&["?"]);
+    let h = t.wait_for("help · keys", 10);
+    assert!(h.contains("head layout") && h.contains("quit") && h.contains("attention kernel"));
+    t.keys(&["Escape"]);
+    // Resize small, then back.
+    t.resize(60, 20);
+    t.wait_for("needs a terminal of at least 80×24", 10);
+    t.resize(120, 40);
+    t.wait_for("attention · layer", 10);
+    t.keys(&["j", "l"]);
+    t.wait_for("layer 1/29 · head 1/8", 10);
+    t.keys(&["q"]);
+    // The shell is back, echoing and in cooked mode.
+    t.keys(&["echo SANE-$((40+2))", "Enter"]);
+    let s = t.wait_for("SANE-42", 10);
+    assert!(
+        !s.contains("attention · layer"),
+        "the app's screen is gone:\n{s}"
+    );
+}

@@ -1,0 +1,256 @@
+//! Each pane drawn from a fixed step report into ratatui's TestBackend, snapshotted.
+//! The theme is NO_COLOR so the values show up as shade characters in the text snapshot.
+
+use inferlab::model::config::LlamaConfig;
+use inferlab::model::flash::IoCount;
+use inferlab::model::probe::{LayerCapture, Timing};
+use inferlab::model::sampler::TopToken;
+use inferlab::model::session::{Phase, StepInfo};
+use inferlab::model::{AttnKernel, HeadLayout, RunOptions};
+use inferlab::serve::{Event, KvView, StepReport};
+use inferlab::ui::app::{Action, App};
+use inferlab::ui::theme::{ColorMode, Theme};
+use inferlab::ui::{draw, panes};
+use ratatui::backend::TestBackend;
+use ratatui::Terminal;
+
+fn cfg() -> LlamaConfig {
+    LlamaConfig {
+        architecture: "llama".into(),
+        n_layer: 2,
+        hidden: 12,
+        ffn: 24,
+        n_head: 3,
+        n_kv_head: 1,
+        head_dim: 4,
+        rope_base: 10000.0,
+        rms_eps: 1e-5,
+        context: 64,
+        vocab: 10,
+        rope_interleaved: true,
+    }
+}
+
+/// A causal attention pattern: head h favours key (i - h), the rest spread evenly.
+fn capture(layer: usize, t: usize) -> LayerCapture {
+    let (nh, kv) = (3, t);
+    let mut w = vec![0.0; nh * t * kv];
+    for h in 0..nh {
+        for i in 0..t {
+            let fav = i.saturating_sub(h);
+            for j in 0..=i {
+                w[(h * t + i) * kv + j] = if j == fav { 0.6 } else { 0.4 / i.max(1) as f32 };
+            }
+        }
+    }
+    LayerCapture {
+        layer,
+        n_head: nh,
+        n_kv_head: 1,
+        head_dim: 4,
+        t,
+        kv_len: kv,
+        pos0: 0,
+        scores: w.iter().map(|x| x * 10.0 - 2.0).collect(),
+        weights: w,
+        resid_norm_in: vec![1.0; t],
+        resid_norm_attn: vec![2.0; t],
+        resid_norm_out: vec![3.5; t],
+        tile_schedule: vec![(0, 0), (1, 0), (1, 1)],
+        ..Default::default()
+    }
+}
+
+fn report() -> StepReport {
+    let pieces: Vec<String> = [
+        "<|im_start|>",
+        "user",
+        "\n",
+        "What",
+        " is",
+        " a",
+        " cache",
+        "?",
+        "A",
+        " cache",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let t = pieces.len();
+    StepReport {
+        iteration: 3,
+        cfg: cfg(),
+        run: RunOptions {
+            layout: HeadLayout::Gqa,
+            kernel: AttnKernel::Naive,
+        },
+        prompt: "What is a cache?".into(),
+        pieces,
+        prompt_len: 8,
+        generated: "A cache".into(),
+        info: StepInfo {
+            step: 0,
+            phase: Phase::Prefill,
+            input_len: t,
+            token_id: 4,
+            token: " stores".into(),
+            kv_len: t,
+            top_k: vec![
+                TopToken {
+                    id: 4,
+                    token: " stores".into(),
+                    logit: 5.0,
+                    prob: 0.62,
+                },
+                TopToken {
+                    id: 5,
+                    token: " is".into(),
+                    logit: 4.0,
+                    prob: 0.21,
+                },
+                TopToken {
+                    id: 6,
+                    token: " keeps".into(),
+                    logit: 3.0,
+                    prob: 0.08,
+                },
+            ],
+            is_eos: false,
+            wall_ms: 12.5,
+            layout: HeadLayout::Gqa,
+            query_to_kv: vec![0, 0, 0],
+            kv_bytes_per_token: HeadLayout::ALL
+                .iter()
+                .map(|l| (*l, l.kv_bytes_per_token(&cfg(), 4)))
+                .collect(),
+            kernel: AttnKernel::Naive,
+            attn_io: IoCount {
+                read: 40_000,
+                written: 9_000,
+            },
+            timing: Timing {
+                embed_ms: 0.02,
+                layers_ms: vec![4.0, 6.0],
+                lm_head_ms: 1.5,
+            },
+            sample_ms: 0.03,
+            captures: vec![capture(0, t), capture(1, t)],
+        },
+        kv: KvView {
+            capacity: 40,
+            used: t,
+            bytes_per_token: 64,
+            reserved_bytes: 2560,
+        },
+        decode_tok_per_s: 0.0,
+        finished: false,
+    }
+}
+
+fn app() -> App {
+    let mut a = App::new(RunOptions::default());
+    a.on_event(Event::Ready {
+        model: "fixture.gguf".into(),
+    });
+    a.on_event(Event::Report(Box::new(report())));
+    a
+}
+
+const THEME: Theme = Theme {
+    mode: ColorMode::None,
+};
+
+fn render(w: u16, h: u16, f: impl Fn(&App, &mut ratatui::Frame)) -> TestBackend {
+    let app = app();
+    let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
+    term.draw(|fr| f(&app, fr)).unwrap();
+    term.backend().clone()
+}
+
+#[test]
+fn heatmap_pane() {
+    let b = render(60, 16, |a, f| {
+        panes::heatmap::render(a, &THEME, f.area(), f.buffer_mut())
+    });
+    insta::assert_snapshot!(b);
+}
+
+#[test]
+fn heads_pane() {
+    let b = render(44, 12, |a, f| {
+        panes::heads::render(a, &THEME, f.area(), f.buffer_mut())
+    });
+    insta::assert_snapshot!(b);
+}
+
+#[test]
+fn kv_pane() {
+    let b = render(44, 9, |a, f| {
+        panes::kv::render(a, &THEME, f.area(), f.buffer_mut())
+    });
+    insta::assert_snapshot!(b);
+}
+
+#[test]
+fn output_pane() {
+    let b = render(44, 10, |a, f| {
+        panes::output::render(a, &THEME, f.area(), f.buffer_mut())
+    });
+    insta::assert_snapshot!(b);
+}
+
+#[test]
+fn forward_pane() {
+    let b = render(100, 8, |a, f| {
+        panes::forward::render(a, &THEME, f.area(), f.buffer_mut())
+    });
+    insta::assert_snapshot!(b);
+}
+
+#[test]
+fn help_overlay_lists_every_key() {
+    let b = render(90, 26, |_, f| {
+        panes::help::render(&THEME, f.area(), f.buffer_mut())
+    });
+    let text = format!("{b}");
+    for k in inferlab::ui::keys::BINDINGS
+        .iter()
+        .filter(|k| !k.keys.is_empty())
+    {
+        assert!(text.contains(k.help), "help lacks {}", k.keys);
+    }
+    insta::assert_snapshot!(b);
+}
+
+#[test]
+fn too_small_terminal_says_so() {
+    let b = render(50, 12, |a, f| {
+        draw::draw(a, &THEME, f.area(), f.buffer_mut())
+    });
+    assert!(format!("{b}").contains("at least 80×24"));
+}
+
+#[test]
+fn head_selection_moves_the_heatmap() {
+    let mut a = app();
+    a.update(Action::HeadRight);
+    a.update(Action::LayerDown);
+    assert_eq!((a.head, a.layer), (1, 1));
+    a.update(Action::HeadLeft);
+    a.update(Action::HeadLeft);
+    assert_eq!(a.head, 2, "wraps around");
+    // The history holds every query row for every layer.
+    assert_eq!(a.history[1].weights.len(), 10);
+    assert_eq!(a.history[1].weights[9][0].len(), 10);
+}
+
+#[test]
+fn full_screen_render_at_200x60() {
+    let b = render(200, 60, |a, f| {
+        draw::draw(a, &THEME, f.area(), f.buffer_mut())
+    });
+    let text = format!("{b}");
+    assert!(text.contains("attention · layer 0/1"));
+    assert!(text.contains("KV cache"));
+}
