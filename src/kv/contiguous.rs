@@ -11,6 +11,7 @@ pub struct Contiguous {
     head_dim: usize,
     capacity: usize,
     len: usize,
+    pending: usize,
     device: Device,
 }
 
@@ -29,6 +30,7 @@ impl Contiguous {
             head_dim,
             capacity,
             len: 0,
+            pending: 0,
             device: device.clone(),
         }
     }
@@ -85,10 +87,18 @@ impl KvStore for Contiguous {
         kc.slice_set(&k.contiguous()?, 1, self.len)?;
         vc.slice_set(&v.contiguous()?, 1, self.len)?;
         let n = self.len + t;
+        if layer == 0 {
+            self.pending = t;
+        }
         Ok((kc.narrow(1, 0, n)?, vc.narrow(1, 0, n)?))
     }
 
     fn advance(&mut self, t: usize) {
         self.len += t;
+        self.pending = 0;
+    }
+
+    fn pending(&self) -> usize {
+        self.pending
     }
 }

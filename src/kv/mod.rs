@@ -4,8 +4,12 @@
 //! (contiguous reservation, or pages) changes memory, never the math.
 
 pub mod contiguous;
+pub mod paged;
+pub mod pool;
 
 pub use contiguous::Contiguous;
+pub use paged::PagedKv;
+pub use pool::{KvError, PagePool, PoolStats, ReqId};
 
 use candle_core::{Result, Tensor};
 
@@ -26,4 +30,71 @@ pub trait KvStore {
 
     /// Marks `t` new tokens as cached, once every layer has appended them.
     fn advance(&mut self, t: usize);
+
+    /// Tokens appended to layer 0 since the last `advance` (what `advance` should commit).
+    fn pending(&self) -> usize;
+}
+
+/// The caches of several sequences run in one batched forward pass.
+pub trait BatchKv {
+    /// Tokens already cached for sequence `s`.
+    fn len(&self, s: usize) -> usize;
+    /// Like [`KvStore::append`], for sequence `s`.
+    fn append(
+        &mut self,
+        s: usize,
+        layer: usize,
+        k: &Tensor,
+        v: &Tensor,
+    ) -> Result<(Tensor, Tensor)>;
+    /// Marks every sequence's new tokens as cached.
+    fn advance(&mut self);
+}
+
+/// One sequence's store as a batch of one.
+pub struct One<'a>(pub &'a mut dyn KvStore);
+
+impl BatchKv for One<'_> {
+    fn len(&self, _s: usize) -> usize {
+        self.0.len()
+    }
+    fn append(
+        &mut self,
+        _s: usize,
+        layer: usize,
+        k: &Tensor,
+        v: &Tensor,
+    ) -> Result<(Tensor, Tensor)> {
+        self.0.append(layer, k, v)
+    }
+    fn advance(&mut self) {
+        // The new length is the cache's own count after layer 0 appended `t` rows; the
+        // store learns `t` from what was appended.
+        let t = self.0.pending();
+        self.0.advance(t);
+    }
+}
+
+/// Contiguous stores of several requests as one batch.
+pub struct ContiguousBatch<'a>(pub Vec<&'a mut Contiguous>);
+
+impl BatchKv for ContiguousBatch<'_> {
+    fn len(&self, s: usize) -> usize {
+        self.0[s].len()
+    }
+    fn append(
+        &mut self,
+        s: usize,
+        layer: usize,
+        k: &Tensor,
+        v: &Tensor,
+    ) -> Result<(Tensor, Tensor)> {
+        self.0[s].append(layer, k, v)
+    }
+    fn advance(&mut self) {
+        for c in self.0.iter_mut() {
+            let t = c.pending();
+            c.advance(t);
+        }
+    }
 }

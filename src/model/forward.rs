@@ -10,7 +10,7 @@ use super::heads::{self, HeadLayout, LayoutError};
 use super::probe::{LayerCapture, Probe, Timing};
 use super::tokenizer::TextTokenizer;
 use super::weights::{LoadOptions, Weights};
-use crate::kv::KvStore;
+use crate::kv::{BatchKv, KvStore};
 use candle_core::quantized::QMatMul;
 use candle_core::{DType, Device, Module, Tensor, D};
 use std::path::Path;
@@ -184,21 +184,42 @@ impl Model {
         &self,
         tokens: &[u32],
         kv: &mut dyn KvStore,
-        mut probe: Option<&mut Probe>,
+        probe: Option<&mut Probe>,
         which: Logits,
     ) -> Result<Tensor> {
+        let mut one = crate::kv::One(kv);
+        let mut out = self.forward_batch(&[tokens], &mut one, probe, which)?;
+        Ok(out.pop().expect("one sequence in, one out"))
+    }
+
+    /// Runs several sequences in one pass, ORCA's selective batching: the linear layers
+    /// (projections, MLP, LM head) run once on all tokens concatenated; attention runs per
+    /// sequence against its own cache. Returns each sequence's logits. The probe, when
+    /// given, captures sequence 0.
+    pub fn forward_batch(
+        &self,
+        seqs: &[&[u32]],
+        kv: &mut dyn BatchKv,
+        mut probe: Option<&mut Probe>,
+        which: Logits,
+    ) -> Result<Vec<Tensor>> {
         let cfg = &self.cfg;
-        let t = tokens.len();
-        if t == 0 {
-            return Err(ModelError::EmptyPrompt);
-        }
-        let pos0 = kv.len();
-        if pos0 + t > cfg.context {
-            return Err(ModelError::PromptTooLong {
-                tokens: pos0 + t,
-                max_new: 0,
-                context: cfg.context,
-            });
+        let mut offsets = Vec::with_capacity(seqs.len());
+        let mut total = 0;
+        for (s, toks) in seqs.iter().enumerate() {
+            if toks.is_empty() {
+                return Err(ModelError::EmptyPrompt);
+            }
+            let pos0 = kv.len(s);
+            if pos0 + toks.len() > cfg.context {
+                return Err(ModelError::PromptTooLong {
+                    tokens: pos0 + toks.len(),
+                    max_new: 0,
+                    context: cfg.context,
+                });
+            }
+            offsets.push((total, toks.len(), pos0));
+            total += toks.len();
         }
         if let Some(p) = probe.as_deref_mut() {
             p.captures.clear();
@@ -212,7 +233,8 @@ impl Model {
             ms
         };
         let (nh, nkv, hd) = (cfg.n_head, self.kv_heads(), cfg.head_dim);
-        let ids = Tensor::new(tokens, &self.device)?;
+        let all: Vec<u32> = seqs.iter().flat_map(|s| s.iter().copied()).collect();
+        let ids = Tensor::new(all.as_slice(), &self.device)?;
         // Embedding: a row lookup per token.
         let mut x = self.weights.embed.index_select(&ids, 0)?;
         if let Some(p) = probe.as_deref_mut() {
@@ -220,50 +242,71 @@ impl Model {
         }
         for (li, lw) in self.weights.layers.iter().enumerate() {
             let capture = probe.as_ref().is_some_and(|p| p.select.wants(li));
-            let norm_in = if capture { row_norms(&x)? } else { Vec::new() };
-            // Attention block.
+            let (_, t0, pos00) = offsets[0];
+            let norm_in = if capture {
+                row_norms(&x.narrow(0, 0, t0)?)?
+            } else {
+                Vec::new()
+            };
+            // Attention block: projections on every token at once.
             let h = candle_nn::ops::rms_norm(&x, &lw.attn_norm, cfg.rms_eps as f32)?;
-            let q = lw.wq.forward(&h)?.reshape((t, nh, hd))?.transpose(0, 1)?;
+            let q_all = lw.wq.forward(&h)?;
             // K and V come from the current layout's projections (GQA: the trained ones).
             let (wk, wv) = &self.kv_proj[li];
-            let k = wk.forward(&h)?.reshape((t, nkv, hd))?.transpose(0, 1)?;
-            let v = wv
-                .forward(&h)?
-                .reshape((t, nkv, hd))?
-                .transpose(0, 1)?
-                .contiguous()?;
-            let q = self.rope(&q, pos0)?;
-            let k = self.rope(&k, pos0)?;
-            let (k_all, v_all) = kv.append(li, &k, &v)?;
-            let att = match self.run.kernel {
-                AttnKernel::Naive => attention::naive(&q, &k_all, &v_all, pos0, capture)?,
-                AttnKernel::Tiled { sram_bytes } => {
-                    let tiles = Tiles::from_sram(sram_bytes, hd)
-                        .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
-                    attention::tiled(&q, &k_all, &v_all, pos0, tiles, capture)?
+            let k_all = wk.forward(&h)?;
+            let v_all = wv.forward(&h)?;
+            let mut outs = Vec::with_capacity(seqs.len());
+            let mut cap = None;
+            for (s, &(off, t, pos0)) in offsets.iter().enumerate() {
+                let split = |a: &Tensor, heads: usize| -> Result<Tensor> {
+                    Ok(a.narrow(0, off, t)?
+                        .reshape((t, heads, hd))?
+                        .transpose(0, 1)?
+                        .contiguous()?)
+                };
+                let q = self.rope(&split(&q_all, nh)?, pos0)?;
+                let k = self.rope(&split(&k_all, nkv)?, pos0)?;
+                let v = split(&v_all, nkv)?;
+                let (k_cache, v_cache) = kv.append(s, li, &k, &v)?;
+                let want = capture && s == 0;
+                let att = match self.run.kernel {
+                    AttnKernel::Naive => attention::naive(&q, &k_cache, &v_cache, pos0, want)?,
+                    AttnKernel::Tiled { sram_bytes } => {
+                        let tiles = Tiles::from_sram(sram_bytes, hd)
+                            .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+                        attention::tiled(&q, &k_cache, &v_cache, pos0, tiles, want)?
+                    }
+                };
+                if let Some(p) = probe.as_deref_mut() {
+                    p.attn_io.add(att.io);
                 }
-            };
-            if let Some(p) = probe.as_deref_mut() {
-                p.attn_io.add(att.io);
+                outs.push(att.out.transpose(0, 1)?.reshape((t, nh * hd))?);
+                if want {
+                    cap = Some((q, k, v, att));
+                }
             }
-            let o = att.out.transpose(0, 1)?.reshape((t, nh * hd))?;
+            let o = Tensor::cat(&outs, 0)?;
             x = (x + lw.wo.forward(&o)?)?;
-            let norm_attn = if capture { row_norms(&x)? } else { Vec::new() };
-            // MLP block: SwiGLU.
+            let norm_attn = if capture {
+                row_norms(&x.narrow(0, 0, t0)?)?
+            } else {
+                Vec::new()
+            };
+            // MLP block: SwiGLU, again on every token at once.
             let h = candle_nn::ops::rms_norm(&x, &lw.ffn_norm, cfg.rms_eps as f32)?;
             let gate = candle_nn::ops::silu(&lw.w_gate.forward(&h)?)?;
             let up = lw.w_up.forward(&h)?;
             x = (x + lw.w_down.forward(&(gate * up)?)?)?;
-            if capture {
+            if let Some((q, k, v, att)) = cap {
                 let flat = |t: &Tensor| -> Result<Vec<f32>> { Ok(t.flatten_all()?.to_vec1()?) };
-                let cap = LayerCapture {
+                let c = LayerCapture {
                     layer: li,
                     n_head: nh,
                     n_kv_head: nkv,
                     head_dim: hd,
-                    t,
-                    kv_len: pos0 + t,
-                    pos0,
+                    t: t0,
+                    kv_len: pos00 + t0,
+                    pos0: pos00,
                     q: flat(&q)?,
                     k: flat(&k)?,
                     v: flat(&v)?,
@@ -272,28 +315,40 @@ impl Model {
                     head_out: flat(&att.out)?,
                     resid_norm_in: norm_in,
                     resid_norm_attn: norm_attn,
-                    resid_norm_out: row_norms(&x)?,
+                    resid_norm_out: row_norms(&x.narrow(0, 0, t0)?)?,
                     tile_schedule: att.schedule.clone(),
                 };
                 if let Some(p) = probe.as_deref_mut() {
-                    p.captures.push(cap);
+                    p.captures.push(c);
                 }
             }
             if let Some(p) = probe.as_deref_mut() {
                 p.timing.layers_ms.push(lap());
             }
         }
-        kv.advance(t);
-        let x = match which {
-            Logits::Last => x.narrow(0, t - 1, 1)?,
-            Logits::All => x,
-        };
+        kv.advance();
+        // The LM head, once, on the rows that need logits.
+        let rows: Vec<Tensor> = offsets
+            .iter()
+            .map(|&(off, t, _)| match which {
+                Logits::Last => x.narrow(0, off + t - 1, 1),
+                Logits::All => x.narrow(0, off, t),
+            })
+            .collect::<candle_core::Result<_>>()?;
+        let x = Tensor::cat(&rows, 0)?;
         let x = candle_nn::ops::rms_norm(&x, &self.weights.final_norm, cfg.rms_eps as f32)?;
         let logits = self.weights.lm_head.forward(&x)?.to_dtype(DType::F32)?;
         if let Some(p) = probe {
             p.timing.lm_head_ms = lap();
         }
-        Ok(logits)
+        let mut out = Vec::with_capacity(seqs.len());
+        let mut r = 0;
+        for &(_, t, _) in &offsets {
+            let n = if which == Logits::Last { 1 } else { t };
+            out.push(logits.narrow(0, r, n)?);
+            r += n;
+        }
+        Ok(out)
     }
 
     /// Logits of the last row as a Vec.

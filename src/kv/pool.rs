@@ -1,0 +1,381 @@
+//! The page allocator behind the paged KV cache (PagedAttention's block manager), on
+//! plain numbers: pages, a free list, reference counts, block tables, prefix hashes and
+//! copy-on-write. The tensors live in [`super::paged`]; this file decides *where* every
+//! token's keys and values go.
+
+use std::collections::{HashMap, VecDeque};
+
+/// A request's id.
+pub type ReqId = u64;
+
+/// Why the allocator refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KvError {
+    #[error("out of KV pages: need {need}, {free} free")]
+    OutOfPages { need: usize, free: usize },
+    #[error("request {0} has no block table")]
+    UnknownRequest(ReqId),
+    #[error("request {0} already has a block table")]
+    AlreadyAdmitted(ReqId),
+    #[error("bad pool settings: {0}")]
+    BadSettings(String),
+}
+
+/// One request's pages, in token order, and its tokens (for prefix hashes).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BlockTable {
+    pub pages: Vec<u32>,
+    pub tokens: Vec<u32>,
+}
+
+/// Where a planned append goes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AppendPlan {
+    /// Physical slot (page × page_size + offset) of each new token.
+    pub slots: Vec<u32>,
+    /// Pages to copy before writing (copy-on-write of a shared last page): (from, to).
+    pub copies: Vec<(u32, u32)>,
+}
+
+/// Statistics straight from the allocator.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PoolStats {
+    pub total_pages: usize,
+    pub free_pages: usize,
+    pub used_pages: usize,
+    pub shared_pages: usize,
+    pub page_size: usize,
+    /// Slots of used pages that hold a token.
+    pub token_slots: usize,
+    /// Empty slots at the end of partly filled pages.
+    pub internal_fragmentation: usize,
+}
+
+impl PoolStats {
+    /// Share of allocated slots holding real tokens, percent.
+    pub fn utilization_pct(&self) -> f64 {
+        let alloc = self.used_pages * self.page_size;
+        if alloc == 0 {
+            100.0
+        } else {
+            100.0 * self.token_slots as f64 / alloc as f64
+        }
+    }
+}
+
+/// H(parent hash, the page's tokens): a full page's identity for prefix sharing.
+pub fn page_hash(parent: u64, tokens: &[u32]) -> u64 {
+    // FNV-1a: simple, deterministic across runs and machines, recomputable by a test.
+    let mut h = 0xcbf29ce484222325u64 ^ parent.wrapping_mul(0x100000001b3);
+    for &t in tokens {
+        for b in t.to_le_bytes() {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x100000001b3);
+        }
+    }
+    h
+}
+
+/// The allocator.
+#[derive(Debug, Clone)]
+pub struct PagePool {
+    page_size: usize,
+    ref_count: Vec<u32>,
+    /// Tokens written into each page.
+    fill: Vec<u32>,
+    /// Prefix hash of each full page, when it has one.
+    hash: Vec<Option<u64>>,
+    by_hash: HashMap<u64, u32>,
+    free: VecDeque<u32>,
+    tables: HashMap<ReqId, BlockTable>,
+    /// Sharing of full prompt pages between live requests.
+    pub prefix_sharing: bool,
+}
+
+impl PagePool {
+    /// A pool of `n_pages` pages of `page_size` tokens.
+    pub fn new(n_pages: usize, page_size: usize) -> Result<Self, KvError> {
+        if page_size == 0 {
+            return Err(KvError::BadSettings(
+                "page size must be at least 1 token".into(),
+            ));
+        }
+        if n_pages == 0 {
+            return Err(KvError::BadSettings(
+                "the budget is smaller than one page".into(),
+            ));
+        }
+        Ok(Self {
+            page_size,
+            ref_count: vec![0; n_pages],
+            fill: vec![0; n_pages],
+            hash: vec![None; n_pages],
+            by_hash: HashMap::new(),
+            free: (0..n_pages as u32).collect(),
+            tables: HashMap::new(),
+            prefix_sharing: true,
+        })
+    }
+
+    /// Tokens per page.
+    pub fn page_size(&self) -> usize {
+        self.page_size
+    }
+
+    /// Pages in the pool.
+    pub fn total_pages(&self) -> usize {
+        self.ref_count.len()
+    }
+
+    /// Free pages now.
+    pub fn free_pages(&self) -> usize {
+        self.free.len()
+    }
+
+    /// The block table of `req`.
+    pub fn table(&self, req: ReqId) -> Option<&BlockTable> {
+        self.tables.get(&req)
+    }
+
+    /// Requests holding a table.
+    pub fn requests(&self) -> impl Iterator<Item = (&ReqId, &BlockTable)> {
+        self.tables.iter()
+    }
+
+    /// Reference count of a page.
+    pub fn ref_count(&self, page: u32) -> u32 {
+        self.ref_count[page as usize]
+    }
+
+    /// Tokens held by a page.
+    pub fn fill(&self, page: u32) -> u32 {
+        self.fill[page as usize]
+    }
+
+    /// Prefix hash of a page, if it is full and hashed.
+    pub fn hash_of(&self, page: u32) -> Option<u64> {
+        self.hash[page as usize]
+    }
+
+    /// Whether `page` is on the free list.
+    pub fn is_free(&self, page: u32) -> bool {
+        self.free.contains(&page)
+    }
+
+    /// Pages a fresh request of `tokens` tokens needs (before any prefix sharing).
+    pub fn pages_for(&self, tokens: usize) -> usize {
+        tokens.div_ceil(self.page_size)
+    }
+
+    fn take_page(&mut self) -> u32 {
+        let p = self.free.pop_front().expect("checked by the caller");
+        debug_assert_eq!(self.ref_count[p as usize], 0);
+        self.ref_count[p as usize] = 1;
+        self.fill[p as usize] = 0;
+        p
+    }
+
+    fn release(&mut self, p: u32) {
+        let rc = &mut self.ref_count[p as usize];
+        assert!(*rc > 0, "ref count of page {p} would go negative");
+        *rc -= 1;
+        if *rc == 0 {
+            if let Some(h) = self.hash[p as usize].take() {
+                if self.by_hash.get(&h) == Some(&p) {
+                    self.by_hash.remove(&h);
+                }
+            }
+            self.fill[p as usize] = 0;
+            self.free.push_back(p);
+        }
+    }
+
+    /// Creates `req`'s block table for `prompt`, sharing every full prompt page another
+    /// live request already holds. At most `len − 1` tokens are shared: the last prompt
+    /// token must still run to produce logits. Returns the number of tokens whose K/V
+    /// are already cached.
+    pub fn admit(&mut self, req: ReqId, prompt: &[u32]) -> Result<usize, KvError> {
+        if self.tables.contains_key(&req) {
+            return Err(KvError::AlreadyAdmitted(req));
+        }
+        let mut table = BlockTable::default();
+        if self.prefix_sharing && !prompt.is_empty() {
+            let shareable = (prompt.len() - 1) / self.page_size;
+            let mut parent = 0u64;
+            for i in 0..shareable {
+                let chunk = &prompt[i * self.page_size..(i + 1) * self.page_size];
+                let h = page_hash(parent, chunk);
+                let Some(&p) = self.by_hash.get(&h) else {
+                    break;
+                };
+                self.ref_count[p as usize] += 1;
+                table.pages.push(p);
+                table.tokens.extend_from_slice(chunk);
+                parent = h;
+            }
+        }
+        let cached = table.tokens.len();
+        self.tables.insert(req, table);
+        Ok(cached)
+    }
+
+    /// Pages an append of `n` tokens to `req` would take from the free list.
+    pub fn pages_needed(&self, req: ReqId, n: usize) -> Result<usize, KvError> {
+        let t = self.tables.get(&req).ok_or(KvError::UnknownRequest(req))?;
+        let len = t.tokens.len();
+        let have = t.pages.len() * self.page_size;
+        let mut need = (len + n).saturating_sub(have).div_ceil(self.page_size);
+        // A shared, partly filled last page must be copied before it is written.
+        if n > 0 && len % self.page_size != 0 {
+            if let Some(&last) = t.pages.last() {
+                if self.ref_count[last as usize] > 1 {
+                    need += 1;
+                }
+            }
+        }
+        Ok(need)
+    }
+
+    /// Plans the append of `tokens` to `req`: allocates pages (all or nothing), copies a
+    /// shared last page first, and hashes every page this append fills.
+    pub fn append(&mut self, req: ReqId, tokens: &[u32]) -> Result<AppendPlan, KvError> {
+        let need = self.pages_needed(req, tokens.len())?;
+        if need > self.free.len() {
+            return Err(KvError::OutOfPages {
+                need,
+                free: self.free.len(),
+            });
+        }
+        let ps = self.page_size;
+        let mut plan = AppendPlan::default();
+        let mut table = self.tables.remove(&req).expect("checked in pages_needed");
+        let len = table.tokens.len();
+        if !tokens.is_empty() && len % ps != 0 {
+            let last = *table.pages.last().expect("a partial page exists");
+            if self.ref_count[last as usize] > 1 {
+                let copy = self.take_page();
+                self.fill[copy as usize] = self.fill[last as usize];
+                self.release(last);
+                *table.pages.last_mut().expect("non-empty") = copy;
+                plan.copies.push((last, copy));
+            }
+        }
+        for (i, &tok) in tokens.iter().enumerate() {
+            let pos = len + i;
+            if pos / ps >= table.pages.len() {
+                let p = self.take_page();
+                table.pages.push(p);
+            }
+            let page = table.pages[pos / ps];
+            plan.slots.push(page * ps as u32 + (pos % ps) as u32);
+            self.fill[page as usize] = (pos % ps + 1) as u32;
+            table.tokens.push(tok);
+            if pos % ps == ps - 1 {
+                let start = pos + 1 - ps;
+                let parent = if start == 0 {
+                    0
+                } else {
+                    self.hash[table.pages[start / ps - 1] as usize].unwrap_or(0)
+                };
+                let h = page_hash(parent, &table.tokens[start..=pos]);
+                self.hash[page as usize] = Some(h);
+                self.by_hash.entry(h).or_insert(page);
+            }
+        }
+        self.tables.insert(req, table);
+        Ok(plan)
+    }
+
+    /// Gives `child` the same pages as `parent` (a shared prefix, e.g. parallel samples).
+    pub fn fork(&mut self, parent: ReqId, child: ReqId) -> Result<(), KvError> {
+        if self.tables.contains_key(&child) {
+            return Err(KvError::AlreadyAdmitted(child));
+        }
+        let t = self
+            .tables
+            .get(&parent)
+            .ok_or(KvError::UnknownRequest(parent))?
+            .clone();
+        for &p in &t.pages {
+            self.ref_count[p as usize] += 1;
+        }
+        self.tables.insert(child, t);
+        Ok(())
+    }
+
+    /// Frees every page reference of `req`. Freeing twice is an error.
+    pub fn free(&mut self, req: ReqId) -> Result<(), KvError> {
+        let t = self
+            .tables
+            .remove(&req)
+            .ok_or(KvError::UnknownRequest(req))?;
+        for p in t.pages {
+            self.release(p);
+        }
+        Ok(())
+    }
+
+    /// Statistics of the pool now.
+    pub fn stats(&self) -> PoolStats {
+        let used: Vec<usize> = (0..self.total_pages())
+            .filter(|&p| self.ref_count[p] > 0)
+            .collect();
+        let token_slots: usize = used.iter().map(|&p| self.fill[p] as usize).sum();
+        PoolStats {
+            total_pages: self.total_pages(),
+            free_pages: self.free.len(),
+            used_pages: used.len(),
+            shared_pages: used.iter().filter(|&&p| self.ref_count[p] > 1).count(),
+            page_size: self.page_size,
+            token_slots,
+            internal_fragmentation: used.len() * self.page_size - token_slots,
+        }
+    }
+
+    /// Checks the allocator's invariants, returning the first one broken.
+    pub fn check(&self) -> Result<(), String> {
+        let n = self.total_pages();
+        let mut holders = vec![0u32; n];
+        for t in self.tables.values() {
+            for &p in &t.pages {
+                holders[p as usize] += 1;
+            }
+            if t.pages.len() != t.tokens.len().div_ceil(self.page_size) {
+                return Err(format!(
+                    "table has {} pages for {} tokens",
+                    t.pages.len(),
+                    t.tokens.len()
+                ));
+            }
+        }
+        let mut on_free = vec![false; n];
+        for &p in &self.free {
+            if on_free[p as usize] {
+                return Err(format!("page {p} is on the free list twice"));
+            }
+            on_free[p as usize] = true;
+        }
+        for p in 0..n {
+            if holders[p] != self.ref_count[p] {
+                return Err(format!(
+                    "page {p}: ref count {} but {} tables hold it",
+                    self.ref_count[p], holders[p]
+                ));
+            }
+            if on_free[p] != (self.ref_count[p] == 0) {
+                return Err(format!(
+                    "page {p}: on free list = {}, ref count {}",
+                    on_free[p], self.ref_count[p]
+                ));
+            }
+            if self.hash[p].is_some() && self.fill[p] as usize != self.page_size {
+                return Err(format!("page {p} carries a hash but is not full"));
+            }
+        }
+        let s = self.stats();
+        if s.free_pages + s.used_pages != s.total_pages {
+            return Err("free + used != total".into());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,200 @@
+//! The page allocator's invariants under random sequences of admit / append / fork / free,
+//! and the paged cache's equality with the contiguous one on a real forward pass.
+
+mod common;
+
+use candle_core::Device;
+use common::*;
+use inferlab::kv::pool::{page_hash, KvError, PagePool};
+use inferlab::kv::{KvStore, PagedKv};
+use inferlab::model::{LoadOptions, Logits, Model, Requant};
+use proptest::prelude::*;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Admit(u8, Vec<u32>),
+    Append(u8, Vec<u32>),
+    Fork(u8, u8),
+    Free(u8),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    // Few distinct tokens so prompts share prefixes often.
+    let toks = prop::collection::vec(0u32..3, 0..40);
+    prop_oneof![
+        (0u8..8, toks.clone()).prop_map(|(r, t)| Op::Admit(r, t)),
+        (0u8..8, prop::collection::vec(0u32..3, 1..6)).prop_map(|(r, t)| Op::Append(r, t)),
+        (0u8..8, 0u8..8).prop_map(|(a, b)| Op::Fork(a, b)),
+        (0u8..8).prop_map(Op::Free),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+    #[test]
+    fn allocator_invariants_hold_at_every_step(ops in prop::collection::vec(op(), 1..60), ps in 1usize..6) {
+        let mut pool = PagePool::new(24, ps).unwrap();
+        let mut live = std::collections::HashSet::new();
+        for o in ops {
+            match o {
+                Op::Admit(r, toks) => {
+                    if pool.admit(r as u64, &toks).is_ok() {
+                        live.insert(r);
+                        let cached = pool.table(r as u64).unwrap().tokens.len();
+                        prop_assert!(toks.is_empty() || cached < toks.len(), "a prefix hit leaves a token to run");
+                        let rest = toks[cached..].to_vec();
+                        if pool.append(r as u64, &rest).is_err() {
+                            pool.free(r as u64).unwrap();
+                            live.remove(&r);
+                        }
+                    }
+                }
+                Op::Append(r, toks) => {
+                    let before = pool.stats();
+                    match pool.append(r as u64, &toks) {
+                        Err(KvError::OutOfPages { .. }) => prop_assert_eq!(pool.stats(), before, "a refused append changes nothing"),
+                        _ => {}
+                    }
+                }
+                Op::Fork(a, b) => {
+                    if pool.fork(a as u64, b as u64).is_ok() {
+                        live.insert(b);
+                    }
+                }
+                Op::Free(r) => {
+                    let was = live.remove(&r);
+                    prop_assert_eq!(pool.free(r as u64).is_ok(), was, "double free is an error");
+                }
+            }
+            if let Err(e) = pool.check() {
+                return Err(TestCaseError::fail(e));
+            }
+            // Every full, hashed page's hash is H(parent, tokens), recomputed here.
+            for (_, t) in pool.requests() {
+                let mut parent = 0;
+                for (i, &p) in t.pages.iter().enumerate() {
+                    if let Some(h) = pool.hash_of(p) {
+                        prop_assert_eq!(h, page_hash(parent, &t.tokens[i * ps..(i + 1) * ps]));
+                        parent = h;
+                    } else {
+                        break;
+                    }
+                }
+            }
+        }
+        for r in live {
+            pool.free(r as u64).unwrap();
+        }
+        prop_assert_eq!(pool.free_pages(), 24, "every page returns");
+        prop_assert!(pool.check().is_ok());
+    }
+}
+
+#[test]
+fn shared_prefix_and_copy_on_write() {
+    let mut pool = PagePool::new(10, 4).unwrap();
+    let prompt: Vec<u32> = (0..10).collect();
+    assert_eq!(pool.admit(1, &prompt).unwrap(), 0);
+    pool.append(1, &prompt).unwrap();
+    // Same prompt: the two full pages are shared, the last two tokens are not.
+    assert_eq!(pool.admit(2, &prompt).unwrap(), 8);
+    let t1 = pool.table(1).unwrap().pages.clone();
+    let t2 = pool.table(2).unwrap().pages.clone();
+    assert_eq!(t1[..2], t2[..2]);
+    assert_eq!(pool.ref_count(t1[0]), 2);
+    assert_eq!(pool.stats().shared_pages, 2);
+    // A prompt of exactly two pages shares at most len - 1 tokens: one page.
+    assert_eq!(pool.admit(3, &prompt[..8]).unwrap(), 4);
+    // Fork, then append to the child: its shared partial page is copied first.
+    pool.fork(1, 4).unwrap();
+    let last = *pool.table(1).unwrap().pages.last().unwrap();
+    assert_eq!(pool.ref_count(last), 2);
+    let plan = pool.append(4, &[99]).unwrap();
+    assert_eq!(plan.copies.len(), 1);
+    assert_eq!(plan.copies[0].0, last);
+    assert_eq!(pool.ref_count(last), 1);
+    assert_ne!(*pool.table(4).unwrap().pages.last().unwrap(), last);
+    pool.check().unwrap();
+    assert_eq!(pool.free(4), Ok(()));
+    assert_eq!(pool.free(4), Err(KvError::UnknownRequest(4)));
+}
+
+#[test]
+fn bad_settings_are_refused() {
+    assert!(matches!(PagePool::new(10, 0), Err(KvError::BadSettings(_))));
+    assert!(matches!(PagePool::new(0, 16), Err(KvError::BadSettings(_))));
+}
+
+fn tiny() -> (tempfile::TempDir, Model) {
+    let (d, p) = tiny_file(&Tiny::default());
+    (
+        d,
+        Model::load(
+            &p,
+            &LoadOptions {
+                requant: Requant::F32,
+                device: Device::Cpu,
+            },
+        )
+        .unwrap(),
+    )
+}
+
+#[test]
+fn paged_equals_contiguous_logits() {
+    let (_d, m) = tiny();
+    let prompt: Vec<u32> = (3..40).collect();
+    let mut contiguous = m.new_cache(64);
+    let mut paged = PagedKv::new(N_LAYER, N_KV, HIDDEN / N_HEAD, 16, 4, &Device::Cpu).unwrap();
+    paged.pool.admit(7, &prompt).unwrap();
+    let mut next_c = prompt.clone();
+    let mut next_p = prompt.clone();
+    for _ in 0..12 {
+        let a = m
+            .forward(&next_c, &mut contiguous, None, Logits::Last)
+            .unwrap();
+        let b = {
+            let mut seq = inferlab::kv::paged::PagedSeq(paged.batch(&[(7, &next_p)]).unwrap());
+            m.forward(&next_p, &mut seq, None, Logits::Last).unwrap()
+        };
+        let (a, b) = (
+            Model::last_logits(&a).unwrap(),
+            Model::last_logits(&b).unwrap(),
+        );
+        assert_eq!(a, b, "the cache layout changes memory, not math");
+        let t = inferlab::model::sampler::argmax(&a);
+        next_c = vec![t];
+        next_p = vec![t];
+    }
+    assert_eq!(contiguous.len(), paged.pool.table(7).unwrap().tokens.len());
+    paged.pool.check().unwrap();
+}
+
+#[test]
+fn prefix_sharing_on_equals_off() {
+    let (_d, m) = tiny();
+    let prompt: Vec<u32> = (3..30).collect();
+    let run = |sharing: bool| -> Vec<f32> {
+        let mut kv = PagedKv::new(N_LAYER, N_KV, HIDDEN / N_HEAD, 32, 4, &Device::Cpu).unwrap();
+        kv.pool.prefix_sharing = sharing;
+        let mut out = Vec::new();
+        for req in [1u64, 2] {
+            let cached = kv.pool.admit(req, &prompt).unwrap();
+            if sharing && req == 2 {
+                assert_eq!(cached, 24);
+            }
+            let rest = &prompt[cached..];
+            let mut seq = inferlab::kv::paged::PagedSeq(kv.batch(&[(req, rest)]).unwrap());
+            let l = m.forward(rest, &mut seq, None, Logits::Last).unwrap();
+            out.extend(Model::last_logits(&l).unwrap());
+        }
+        out
+    };
+    let (a, b) = (run(true), run(false));
+    let d = a
+        .iter()
+        .zip(&b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max);
+    assert!(d < 1e-4, "{d}");
+}
