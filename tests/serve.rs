@@ -1,0 +1,263 @@
+//! Scheduler and engine invariants on the tiny model.
+
+mod common;
+
+use candle_core::Device;
+use common::*;
+use inferlab::model::session::Session;
+use inferlab::model::{LoadOptions, Model, Requant, SamplerConfig};
+use inferlab::serve::batch::{CacheKind, Policy, ReqPhase, Request, ServeConfig, ServeEngine};
+use inferlab::serve::workload::Workload;
+
+fn tiny() -> (tempfile::TempDir, Model) {
+    let (d, p) = tiny_file(&Tiny::default());
+    (
+        d,
+        Model::load(
+            &p,
+            &LoadOptions {
+                requant: Requant::F32,
+                device: Device::Cpu,
+            },
+        )
+        .unwrap(),
+    )
+}
+
+fn cfg(policy: Policy, cache: CacheKind, budget: usize) -> ServeConfig {
+    ServeConfig {
+        policy,
+        cache,
+        kv_budget_tokens: budget,
+        page_size: 4,
+        max_batch: 6,
+        token_budget: 24,
+        prefix_sharing: true,
+    }
+}
+
+fn source() -> Vec<u32> {
+    (0..400u32).map(|i| 3 + (i * 7919 % 250)).collect()
+}
+
+fn workload(n: usize, gap: f64, seed: u64) -> Vec<Request> {
+    Workload {
+        requests: n,
+        prompt_min: 3,
+        prompt_max: 16,
+        output_min: 1,
+        output_max: 20,
+        mean_gap: gap,
+        seed,
+    }
+    .generate(&source())
+}
+
+fn run_all(e: &mut ServeEngine) -> Vec<inferlab::serve::batch::ServeStep> {
+    let mut steps = Vec::new();
+    while !e.done() {
+        steps.push(e.step().unwrap());
+        assert!(steps.len() < 20_000, "no progress");
+    }
+    steps
+}
+
+#[test]
+fn invariants_hold_for_every_policy_and_cache() {
+    let (_d, m) = tiny();
+    for policy in [Policy::Static, Policy::Continuous] {
+        for cache in [CacheKind::Paged, CacheKind::Contiguous] {
+            let c = cfg(policy, cache, 96);
+            let mut e = ServeEngine::new(&m, c.clone(), workload(30, 1.5, 3)).unwrap();
+            let mut prev_running: Vec<u64> = Vec::new();
+            while !e.done() {
+                let s = e.step().unwrap();
+                e.check_pool().unwrap();
+                let running: Vec<u64> = e.running().to_vec();
+                assert!(running.len() <= c.max_batch, "sequence cap");
+                assert!(s.tokens_scheduled <= c.token_budget, "token budget");
+                assert!(
+                    s.memory.allocated_slots <= s.memory.capacity_tokens,
+                    "KV budget"
+                );
+                if policy == Policy::Static {
+                    // A request may join only when the previous batch has wholly finished.
+                    let joined: Vec<_> = running
+                        .iter()
+                        .filter(|r| !prev_running.contains(r))
+                        .collect();
+                    let stayed = running.iter().any(|r| prev_running.contains(r));
+                    assert!(
+                        joined.is_empty() || !stayed,
+                        "static batching admitted mid-batch"
+                    );
+                }
+                prev_running = running;
+            }
+            // No starvation: everyone finished.
+            assert!(
+                e.requests.iter().all(|r| r.phase == ReqPhase::Finished),
+                "{policy:?} {cache:?}"
+            );
+            assert_eq!(
+                e.free_capacity(),
+                if cache == CacheKind::Paged { 24 } else { 96 }
+            );
+        }
+    }
+}
+
+#[test]
+fn continuous_admits_mid_batch_and_beats_static_on_iterations() {
+    let (_d, m) = tiny();
+    let mut its = Vec::new();
+    for policy in [Policy::Static, Policy::Continuous] {
+        let mut e =
+            ServeEngine::new(&m, cfg(policy, CacheKind::Paged, 400), workload(24, 0.0, 9)).unwrap();
+        let steps = run_all(&mut e);
+        if policy == Policy::Continuous {
+            let joined_mid = steps.windows(2).any(|w| {
+                let before: Vec<u64> = w[0]
+                    .active
+                    .iter()
+                    .filter(|a| a.phase == ReqPhase::Decode)
+                    .map(|a| a.id)
+                    .collect();
+                w[1].active.iter().any(|a| {
+                    a.phase == ReqPhase::Prefill || (a.scheduled > 1 && !before.contains(&a.id))
+                }) && w[1].active.iter().any(|a| before.contains(&a.id))
+            });
+            assert!(
+                joined_mid,
+                "continuous batching joins requests into a running batch"
+            );
+        }
+        its.push(steps.len());
+    }
+    assert!(
+        its[1] < its[0],
+        "continuous needs fewer iterations: {its:?}"
+    );
+}
+
+fn alone(m: &Model, r: &Request) -> Vec<u32> {
+    let mut s = Session::new(m, r.prompt.clone(), r.max_new, SamplerConfig::default());
+    let mut out = Vec::new();
+    for _ in 0..r.max_new {
+        let i = s.step().unwrap();
+        out.push(i.token_id);
+        if i.is_eos {
+            break;
+        }
+    }
+    out
+}
+
+#[test]
+fn a_batch_equals_each_request_alone() {
+    let (_d, m) = tiny();
+    let reqs = workload(6, 0.0, 5);
+    for cache in [CacheKind::Paged, CacheKind::Contiguous] {
+        let mut e =
+            ServeEngine::new(&m, cfg(Policy::Continuous, cache, 400), reqs.clone()).unwrap();
+        run_all(&mut e);
+        for r in &e.requests {
+            assert_eq!(
+                r.generated,
+                alone(&m, &reqs[r.id as usize]),
+                "request {} ({cache:?})",
+                r.id
+            );
+        }
+    }
+}
+
+#[test]
+fn preemption_by_recompute_gives_the_same_tokens() {
+    let (_d, m) = tiny();
+    let reqs = workload(12, 0.0, 11);
+    let mut big = ServeEngine::new(
+        &m,
+        cfg(Policy::Continuous, CacheKind::Paged, 800),
+        reqs.clone(),
+    )
+    .unwrap();
+    run_all(&mut big);
+    let mut small =
+        ServeEngine::new(&m, cfg(Policy::Continuous, CacheKind::Paged, 48), reqs).unwrap();
+    let steps = run_all(&mut small);
+    assert!(small.preemptions > 0, "the small pool must run dry");
+    for s in steps.iter().filter(|s| !s.preempted.is_empty()) {
+        for v in &s.preempted {
+            assert!(
+                s.queue.first() == Some(v) || s.queue.contains(v),
+                "victim back in the queue"
+            );
+        }
+    }
+    for (a, b) in big.requests.iter().zip(&small.requests) {
+        assert_eq!(a.generated, b.generated, "request {}", a.id);
+    }
+    small.check_pool().unwrap();
+    assert_eq!(small.free_capacity(), 12);
+}
+
+#[test]
+fn never_fitting_request_is_rejected_while_others_go_on() {
+    let (_d, m) = tiny();
+    let mut reqs = workload(4, 0.0, 2);
+    reqs[1].max_new = 500;
+    let mut e = ServeEngine::new(&m, cfg(Policy::Continuous, CacheKind::Paged, 64), reqs).unwrap();
+    run_all(&mut e);
+    assert_eq!(e.requests[1].phase, ReqPhase::Rejected);
+    assert!(e.requests[1]
+        .reject_reason
+        .as_ref()
+        .unwrap()
+        .contains("whole budget is 64"));
+    assert!([0, 2, 3]
+        .iter()
+        .all(|&i| e.requests[i].phase == ReqPhase::Finished));
+}
+
+#[test]
+fn bad_settings_are_refused() {
+    let (_d, m) = tiny();
+    let mut c = cfg(Policy::Continuous, CacheKind::Paged, 64);
+    c.page_size = 0;
+    assert!(ServeEngine::new(&m, c.clone(), vec![])
+        .err()
+        .unwrap()
+        .contains("page size"));
+    c.page_size = 128;
+    assert!(ServeEngine::new(&m, c.clone(), vec![])
+        .err()
+        .unwrap()
+        .contains("smaller than one page"));
+    c.page_size = 4;
+    c.max_batch = 0;
+    assert!(ServeEngine::new(&m, c, vec![])
+        .err()
+        .unwrap()
+        .contains("batch size"));
+}
+
+#[test]
+fn soak_ten_thousand_iterations_ends_with_every_page_free() {
+    let (_d, m) = tiny();
+    let mut c = cfg(Policy::Continuous, CacheKind::Paged, 80);
+    c.max_batch = 4;
+    let mut e = ServeEngine::new(&m, c, workload(4000, 2.5, 99)).unwrap();
+    let mut n = 0;
+    while n < 10_000 || !e.done() {
+        e.step().unwrap();
+        n += 1;
+        if n % 500 == 0 {
+            e.check_pool().unwrap();
+        }
+        assert!(n < 30_000);
+    }
+    e.check_pool().unwrap();
+    assert_eq!(e.free_capacity(), 20, "every page returned");
+    assert!(e.requests.iter().all(|r| r.phase == ReqPhase::Finished));
+}
