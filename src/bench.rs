@@ -4,6 +4,7 @@ pub mod attention;
 pub mod decode;
 pub mod heads;
 pub mod render;
+pub mod serve;
 
 /// Median of a non-empty list.
 pub fn median(mut v: Vec<f64>) -> f64 {

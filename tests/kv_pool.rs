@@ -51,9 +51,8 @@ proptest! {
                 }
                 Op::Append(r, toks) => {
                     let before = pool.stats();
-                    match pool.append(r as u64, &toks) {
-                        Err(KvError::OutOfPages { .. }) => prop_assert_eq!(pool.stats(), before, "a refused append changes nothing"),
-                        _ => {}
+                    if let Err(KvError::OutOfPages { .. }) = pool.append(r as u64, &toks) {
+                        prop_assert_eq!(pool.stats(), before, "a refused append changes nothing");
                     }
                 }
                 Op::Fork(a, b) => {

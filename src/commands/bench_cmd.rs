@@ -2,7 +2,7 @@
 
 use super::{load_model, model_path, ModelArgs};
 use anyhow::Result;
-use inferlab::bench::{attention, decode, heads, render};
+use inferlab::bench::{attention, decode, heads, render, serve};
 
 /// Benchmarks.
 #[derive(clap::Subcommand)]
@@ -26,6 +26,31 @@ pub enum Cmd {
         /// Tokens to decode for the speed column.
         #[arg(long, default_value_t = 32)]
         tokens: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Static vs continuous batching and contiguous vs paged KV on one seeded workload.
+    Serve {
+        #[arg(long, default_value_t = 32)]
+        requests: usize,
+        #[arg(long, default_value_t = 16)]
+        prompt_min: usize,
+        #[arg(long, default_value_t = 128)]
+        prompt_max: usize,
+        #[arg(long, default_value_t = 8)]
+        output_min: usize,
+        #[arg(long, default_value_t = 256)]
+        output_max: usize,
+        /// KV memory, in tokens, for every configuration.
+        #[arg(long, default_value_t = 4096)]
+        kv_tokens: usize,
+        #[arg(long, default_value_t = 16)]
+        page_size: usize,
+        /// Most requests per iteration.
+        #[arg(long, default_value_t = 32)]
+        max_batch: usize,
+        #[arg(long, default_value_t = 7)]
+        seed: u64,
         #[arg(long)]
         json: bool,
     },
@@ -88,6 +113,43 @@ pub fn run(margs: &ModelArgs, cmd: &Cmd) -> Result<()> {
                 inferlab::budget::parse_bytes(budget).map_err(anyhow::Error::msg)? as usize;
             let model = load_model(margs)?;
             let r = heads::run(&model, budget, *tokens)?;
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                print!("{}", r.table());
+            }
+        }
+        Cmd::Serve {
+            requests,
+            prompt_min,
+            prompt_max,
+            output_min,
+            output_max,
+            kv_tokens,
+            page_size,
+            max_batch,
+            seed,
+            json,
+        } => {
+            anyhow::ensure!(*requests > 0, "--requests must be at least 1");
+            anyhow::ensure!(
+                prompt_min <= prompt_max
+                    && output_min <= output_max
+                    && *prompt_min > 0
+                    && *output_min > 0,
+                "length ranges must be non-empty and start at 1 or more"
+            );
+            let w = inferlab::serve::workload::Workload {
+                requests: *requests,
+                prompt_min: *prompt_min,
+                prompt_max: *prompt_max,
+                output_min: *output_min,
+                output_max: *output_max,
+                mean_gap: 0.0,
+                seed: *seed,
+            };
+            let model = load_model(margs)?;
+            let r = serve::run(&model, &w, *kv_tokens, *page_size, *max_batch)?;
             if *json {
                 println!("{}", serde_json::to_string_pretty(&r)?);
             } else {

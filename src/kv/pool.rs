@@ -250,7 +250,7 @@ impl PagePool {
         let mut plan = AppendPlan::default();
         let mut table = self.tables.remove(&req).expect("checked in pages_needed");
         let len = table.tokens.len();
-        if !tokens.is_empty() && len % ps != 0 {
+        if !tokens.is_empty() && !len.is_multiple_of(ps) {
             let last = *table.pages.last().expect("a partial page exists");
             if self.ref_count[last as usize] > 1 {
                 let copy = self.take_page();

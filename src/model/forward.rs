@@ -7,12 +7,12 @@ use super::config::LlamaConfig;
 use super::error::{ModelError, Result};
 use super::flash::{IoCount, Tiles};
 use super::heads::{self, HeadLayout, LayoutError};
+use super::linear::Linear;
 use super::probe::{LayerCapture, Probe, Timing};
 use super::tokenizer::TextTokenizer;
 use super::weights::{LoadOptions, Weights};
 use crate::kv::{BatchKv, KvStore};
-use candle_core::quantized::QMatMul;
-use candle_core::{DType, Device, Module, Tensor, D};
+use candle_core::{DType, Device, Tensor, D};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -54,7 +54,7 @@ pub struct Model {
     pub device: Device,
     run: RunOptions,
     /// K and V projections per layer for `run.layout` (the trained ones for GQA).
-    kv_proj: Arc<Vec<(QMatMul, QMatMul)>>,
+    kv_proj: Arc<Vec<(Linear, Linear)>>,
 }
 
 /// RoPE tables: angle `pos · base^(-2i/d)` for each position and rotary pair.
@@ -137,8 +137,8 @@ impl Model {
                 .iter()
                 .map(|l| {
                     Ok((
-                        heads::derive_projection(&l.wk, &self.cfg, run.layout)?,
-                        heads::derive_projection(&l.wv, &self.cfg, run.layout)?,
+                        Linear::new(heads::derive_projection(&l.wk.q, &self.cfg, run.layout)?)?,
+                        Linear::new(heads::derive_projection(&l.wv.q, &self.cfg, run.layout)?)?,
                     ))
                 })
                 .collect::<candle_core::Result<Vec<_>>>()

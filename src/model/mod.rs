@@ -8,6 +8,7 @@ pub mod flash;
 pub mod forward;
 pub mod gguf;
 pub mod heads;
+pub mod linear;
 pub mod probe;
 pub mod sampler;
 pub mod session;

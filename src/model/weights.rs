@@ -4,6 +4,7 @@
 use super::config::LlamaConfig;
 use super::error::{ModelError, Result};
 use super::gguf;
+use super::linear::Linear;
 use candle_core::quantized::{gguf_file, GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Tensor};
 use std::path::Path;
@@ -41,14 +42,14 @@ impl Default for LoadOptions {
 /// One transformer block's weights.
 pub struct LayerWeights {
     pub attn_norm: Tensor,
-    pub wq: QMatMul,
-    pub wk: QMatMul,
-    pub wv: QMatMul,
-    pub wo: QMatMul,
+    pub wq: Linear,
+    pub wk: Linear,
+    pub wv: Linear,
+    pub wo: Linear,
     pub ffn_norm: Tensor,
-    pub w_gate: QMatMul,
-    pub w_up: QMatMul,
-    pub w_down: QMatMul,
+    pub w_gate: Linear,
+    pub w_up: Linear,
+    pub w_down: Linear,
 }
 
 /// All weights of the model.
@@ -58,21 +59,21 @@ pub struct Weights {
     pub layers: Vec<LayerWeights>,
     pub final_norm: Tensor,
     /// LM head; in SmolLM2 it is tied to the embedding (there is no `output.weight`).
-    pub lm_head: QMatMul,
+    pub lm_head: Linear,
     /// The quant types found in the file, with how many tensors have each.
     pub quant_types: Vec<(String, usize)>,
 }
 
-fn to_matmul(t: QTensor, requant: Requant, device: &Device) -> Result<QMatMul> {
+fn to_matmul(t: QTensor, requant: Requant, device: &Device) -> Result<Linear> {
     let t = match (requant, t.dtype()) {
         (Requant::Keep, _) | (Requant::Q8_0, GgmlDType::Q8_0) => t,
         (Requant::Q8_0, _) => {
             let f = t.dequantize(device)?;
             QTensor::quantize(&f, GgmlDType::Q8_0)?
         }
-        (Requant::F32, _) => return Ok(QMatMul::Tensor(t.dequantize(device)?)),
+        (Requant::F32, _) => return Ok(Linear::new(QMatMul::Tensor(t.dequantize(device)?))?),
     };
-    Ok(QMatMul::from_qtensor(t)?)
+    Ok(Linear::new(QMatMul::from_qtensor(t)?)?)
 }
 
 impl Weights {
@@ -107,7 +108,7 @@ impl Weights {
         };
         let mut layers = Vec::with_capacity(cfg.n_layer);
         for i in 0..cfg.n_layer {
-            let mut m = |n: &str| -> Result<QMatMul> {
+            let mut m = |n: &str| -> Result<Linear> {
                 to_matmul(get(&format!("blk.{i}.{n}.weight"))?, opts.requant, dev)
             };
             let wq = m("attn_q")?;
@@ -159,14 +160,12 @@ impl Weights {
         let vb =
             unsafe { candle_nn::VarBuilder::from_mmaped_safetensors(&files, DType::F32, dev) }?;
         let vb = vb.pp("model");
-        let mat = |t: Tensor| -> Result<QMatMul> {
-            match opts.requant {
-                Requant::F32 | Requant::Keep => Ok(QMatMul::Tensor(t)),
-                Requant::Q8_0 => Ok(QMatMul::from_qtensor(QTensor::quantize(
-                    &t,
-                    GgmlDType::Q8_0,
-                )?)?),
-            }
+        let mat = |t: Tensor| -> Result<Linear> {
+            let q = match opts.requant {
+                Requant::F32 | Requant::Keep => QMatMul::Tensor(t),
+                Requant::Q8_0 => QMatMul::from_qtensor(QTensor::quantize(&t, GgmlDType::Q8_0)?)?,
+            };
+            Ok(Linear::new(q)?)
         };
         let (h, kvd) = (cfg.hidden, cfg.n_kv_head * cfg.head_dim);
         let embed = vb.get((cfg.vocab, h), "embed_tokens.weight")?;

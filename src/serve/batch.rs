@@ -201,7 +201,7 @@ pub struct ServeStep {
 }
 
 enum Kv {
-    Paged(PagedKv),
+    Paged(Box<PagedKv>),
     Contiguous {
         stores: Vec<Option<Contiguous>>,
         reserved: usize,
@@ -238,7 +238,7 @@ impl ServeEngine {
                 )
                 .map_err(|e| e.to_string())?;
                 p.pool.prefix_sharing = cfg.prefix_sharing;
-                Kv::Paged(p)
+                Kv::Paged(Box::new(p))
             }
             CacheKind::Contiguous => Kv::Contiguous {
                 stores: (0..requests.len()).map(|_| None).collect(),

@@ -1,0 +1,220 @@
+//! `bench serve`: the same seeded workload on the real model and the same KV budget,
+//! static vs continuous batching and contiguous vs paged cache, side by side; and how the
+//! cost of one decode iteration grows with the batch size.
+
+use crate::kv::ContiguousBatch;
+use crate::model::{Logits, Model};
+use crate::serve::batch::{CacheKind, Policy, ServeConfig, ServeEngine};
+use crate::serve::workload::{source_tokens, Workload};
+use anyhow::Result;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+/// One configuration's figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunFigures {
+    pub policy: Policy,
+    pub cache: CacheKind,
+    pub tok_per_s: f64,
+    pub generated_tokens: usize,
+    pub iterations: usize,
+    pub wall_s: f64,
+    pub mean_latency_s: f64,
+    pub p99_latency_s: f64,
+    pub kv_utilization_pct: f64,
+    pub peak_concurrent: usize,
+    pub preemptions: usize,
+    pub rejected: usize,
+}
+
+/// The report; keys as scripts read them.
+#[derive(Debug, Clone, Serialize)]
+pub struct ServeReport {
+    pub workload: Workload,
+    pub kv_budget_tokens: usize,
+    pub page_size: usize,
+    #[serde(rename = "static")]
+    pub static_: RunFigures,
+    pub continuous: RunFigures,
+    pub contiguous: RunFigures,
+    pub paged: RunFigures,
+    pub preemptions: usize,
+    /// Batch size → ms for one decode iteration of that many requests.
+    pub step_ms_by_batch: BTreeMap<usize, f64>,
+    /// One decode step of the single-request path, for comparison with batch size 1.
+    pub single_request_step_ms: f64,
+}
+
+impl ServeReport {
+    /// A table for people.
+    pub fn table(&self) -> String {
+        let w = &self.workload;
+        let mut s = format!(
+            "workload: {} requests, prompts {}–{}, outputs {}–{}, seed {}; KV budget {} tokens (pages of {})\n",
+            w.requests, w.prompt_min, w.prompt_max, w.output_min, w.output_max, w.seed, self.kv_budget_tokens, self.page_size
+        );
+        s += &format!(
+            "{:<24} {:>9} {:>6} {:>9} {:>9} {:>8} {:>6} {:>8}\n",
+            "configuration", "tok/s", "iters", "mean lat", "p99 lat", "KV util", "peak", "preempt"
+        );
+        for (name, f) in [
+            ("static + paged", &self.static_),
+            ("continuous + paged", &self.continuous),
+            ("continuous + contiguous", &self.contiguous),
+        ] {
+            s += &format!(
+                "{:<24} {:>9.1} {:>6} {:>8.1}s {:>8.1}s {:>7.1}% {:>6} {:>8}\n",
+                name,
+                f.tok_per_s,
+                f.iterations,
+                f.mean_latency_s,
+                f.p99_latency_s,
+                f.kv_utilization_pct,
+                f.peak_concurrent,
+                f.preemptions
+            );
+        }
+        s += &format!(
+            "continuous / static throughput: {:.2}×   paged / contiguous peak concurrency: {:.2}×\n",
+            self.continuous.tok_per_s / self.static_.tok_per_s,
+            self.paged.peak_concurrent as f64 / self.contiguous.peak_concurrent.max(1) as f64
+        );
+        s += "decode iteration cost by batch size:";
+        let b1 = self.step_ms_by_batch.get(&1).copied().unwrap_or(1.0);
+        for (b, ms) in &self.step_ms_by_batch {
+            s += &format!("  B={b}: {ms:.1} ms ({:.1}×)", ms / b1);
+        }
+        s += &format!(
+            "\nsingle-request decode step: {:.1} ms\n",
+            self.single_request_step_ms
+        );
+        s
+    }
+}
+
+fn run_one(model: &Model, cfg: ServeConfig, w: &Workload, source: &[u32]) -> Result<RunFigures> {
+    let mut e =
+        ServeEngine::new(model, cfg.clone(), w.generate(source)).map_err(anyhow::Error::msg)?;
+    let t = Instant::now();
+    let (mut util_sum, mut util_n, mut peak) = (0.0, 0usize, 0usize);
+    while !e.done() {
+        let s = e.step().map_err(anyhow::Error::msg)?;
+        if s.memory.allocated_slots > 0 {
+            util_sum += s.memory.utilization_pct();
+            util_n += 1;
+        }
+        peak = peak.max(e.running().len() + s.finished.len());
+    }
+    let wall = t.elapsed().as_secs_f64();
+    let mut lat: Vec<f64> = e
+        .requests
+        .iter()
+        .filter_map(|r| r.finished_s.map(|f| f - r.arrival_s))
+        .collect();
+    lat.sort_by(f64::total_cmp);
+    let generated: usize = e.requests.iter().map(|r| r.generated.len()).sum();
+    Ok(RunFigures {
+        policy: cfg.policy,
+        cache: cfg.cache,
+        tok_per_s: generated as f64 / wall,
+        generated_tokens: generated,
+        iterations: e.iteration,
+        wall_s: wall,
+        mean_latency_s: lat.iter().sum::<f64>() / lat.len().max(1) as f64,
+        p99_latency_s: lat
+            .get((lat.len() * 99 / 100).min(lat.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or(0.0),
+        kv_utilization_pct: if util_n > 0 {
+            util_sum / util_n as f64
+        } else {
+            0.0
+        },
+        peak_concurrent: peak,
+        preemptions: e.preemptions,
+        rejected: e
+            .requests
+            .iter()
+            .filter(|r| r.reject_reason.is_some())
+            .count(),
+    })
+}
+
+/// Median ms of one decode iteration with `b` requests whose caches hold a 32-token prompt.
+pub fn decode_step_ms(model: &Model, b: usize, source: &[u32]) -> Result<f64> {
+    let mut caches: Vec<_> = (0..b).map(|_| model.new_cache(64)).collect();
+    let prompts: Vec<Vec<u32>> = (0..b).map(|i| source[i..i + 32].to_vec()).collect();
+    for (c, p) in caches.iter_mut().zip(&prompts) {
+        model.forward(p, c, None, Logits::Last)?;
+    }
+    let mut times = Vec::new();
+    for round in 0..3 {
+        let toks: Vec<Vec<u32>> = (0..b).map(|i| vec![source[40 + i + round]]).collect();
+        let refs: Vec<&[u32]> = toks.iter().map(Vec::as_slice).collect();
+        let mut batch = ContiguousBatch(caches.iter_mut().collect());
+        let t = Instant::now();
+        model.forward_batch(&refs, &mut batch, None, Logits::Last)?;
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(super::median(times))
+}
+
+/// Runs the comparison.
+pub fn run(
+    model: &Model,
+    w: &Workload,
+    kv_budget_tokens: usize,
+    page_size: usize,
+    max_batch: usize,
+) -> Result<ServeReport> {
+    let source = source_tokens(&model.tokenizer);
+    anyhow::ensure!(
+        source.len() > 200,
+        "the shipped text is too short for the workload"
+    );
+    let cfg = |policy, cache| ServeConfig {
+        policy,
+        cache,
+        kv_budget_tokens,
+        page_size,
+        max_batch,
+        token_budget: 512,
+        prefix_sharing: true,
+    };
+    let static_ = run_one(model, cfg(Policy::Static, CacheKind::Paged), w, &source)?;
+    let continuous = run_one(model, cfg(Policy::Continuous, CacheKind::Paged), w, &source)?;
+    let contiguous = run_one(
+        model,
+        cfg(Policy::Continuous, CacheKind::Contiguous),
+        w,
+        &source,
+    )?;
+    let mut step_ms_by_batch = BTreeMap::new();
+    for b in [1, 2, 4, 8, 16, 32] {
+        step_ms_by_batch.insert(b, decode_step_ms(model, b, &source)?);
+    }
+    let single = {
+        let mut c = model.new_cache(64);
+        model.forward(&source[..32], &mut c, None, Logits::Last)?;
+        let mut times = Vec::new();
+        for i in 0..3 {
+            let t = Instant::now();
+            model.forward(&[source[40 + i]], &mut c, None, Logits::Last)?;
+            times.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        super::median(times)
+    };
+    Ok(ServeReport {
+        workload: w.clone(),
+        kv_budget_tokens,
+        page_size,
+        preemptions: continuous.preemptions,
+        paged: continuous.clone(),
+        static_,
+        continuous,
+        contiguous,
+        step_ms_by_batch,
+        single_request_step_ms: single,
+    })
+}
