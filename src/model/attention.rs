@@ -39,6 +39,9 @@ pub fn causal_mask(
 pub fn naive(q: &Tensor, k: &Tensor, v: &Tensor, pos0: usize, capture: bool) -> Result<AttnOut> {
     let (n_head, t, d) = q.dims3()?;
     let (n_kv, kv_len, _) = k.dims3()?;
+    if t == 1 && !capture && q.device().is_cpu() {
+        return decode_row(q, k, v);
+    }
     let group = n_head / n_kv;
     // Heads of one group are adjacent, so (n_head, t) folds into (n_kv, group * t).
     let qg = q.reshape((n_kv, group * t, d))?;
@@ -120,5 +123,55 @@ pub fn tiled(
         weights,
         io,
         schedule,
+    })
+}
+
+/// The same computation for one decode row, on plain slices: at this size the fixed cost
+/// of a tensor op (allocation, thread hand-off) is larger than the arithmetic, and a batch
+/// runs this once per request per layer.
+fn decode_row(q: &Tensor, k: &Tensor, v: &Tensor) -> Result<AttnOut> {
+    let (n_head, _, d) = q.dims3()?;
+    let (n_kv, kv_len, _) = k.dims3()?;
+    let group = n_head / n_kv;
+    let qv = q.flatten_all()?.to_vec1::<f32>()?;
+    let kv_ = k.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
+    let vv = v.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
+    let scale = 1.0 / (d as f32).sqrt();
+    let mut out = vec![0.0f32; n_head * d];
+    let mut w = vec![0.0f32; kv_len];
+    for h in 0..n_head {
+        let g = h / group;
+        let qh = &qv[h * d..(h + 1) * d];
+        let kg = &kv_[g * kv_len * d..(g + 1) * kv_len * d];
+        let vg = &vv[g * kv_len * d..(g + 1) * kv_len * d];
+        let mut mx = f32::NEG_INFINITY;
+        for (j, wj) in w.iter_mut().enumerate() {
+            *wj = qh
+                .iter()
+                .zip(&kg[j * d..(j + 1) * d])
+                .map(|(a, b)| a * b)
+                .sum::<f32>()
+                * scale;
+            mx = mx.max(*wj);
+        }
+        let mut sum = 0.0;
+        for wj in w.iter_mut() {
+            *wj = (*wj - mx).exp();
+            sum += *wj;
+        }
+        let oh = &mut out[h * d..(h + 1) * d];
+        for (j, wj) in w.iter().enumerate() {
+            let p = wj / sum;
+            for (o, x) in oh.iter_mut().zip(&vg[j * d..(j + 1) * d]) {
+                *o += p * x;
+            }
+        }
+    }
+    Ok(AttnOut {
+        out: Tensor::from_vec(out, (n_head, 1, d), q.device())?,
+        scores: None,
+        weights: None,
+        io: flash::naive_io(1, kv_len, d).times(n_head),
+        schedule: Vec::new(),
     })
 }

@@ -25,8 +25,9 @@ pub struct Linear {
     fast: Option<Arc<BatchedQ8>>,
 }
 
-/// Rows at and above which the batched kernel runs.
-pub const BATCH_MIN_ROWS: usize = 2;
+/// Rows at and above which our kernel runs. Measured here it is faster than candle's
+/// Q8_0 matmul already at one row (0.047 vs 0.101 ms for 1536×576), so it always runs.
+pub const BATCH_MIN_ROWS: usize = 1;
 
 impl Linear {
     /// Wraps a matmul; Q8_0 matrices also get the batched layout.
@@ -239,7 +240,7 @@ mod tests {
         let w = Tensor::from_vec(rand(n * k, 3), (n, k), &Device::Cpu).unwrap();
         let q = QMatMul::from_qtensor(QTensor::quantize(&w, GgmlDType::Q8_0).unwrap()).unwrap();
         let lin = Linear::new(q.clone()).unwrap();
-        for m in [2usize, 3, 5, 16] {
+        for m in [1usize, 2, 3, 5, 16] {
             let x = Tensor::from_vec(rand(m * k, m as u64 + 9), (m, k), &Device::Cpu).unwrap();
             let ours: Vec<f32> = lin
                 .forward(&x)
