@@ -37,11 +37,23 @@ pub fn causal_mask(
 /// `q` is `(n_head, t, d)`, `k`/`v` are `(n_kv_head, kv_len, d)`; query head `h` reads
 /// KV head `h / (n_head / n_kv_head)` — grouped-query attention without copying K/V.
 pub fn naive(q: &Tensor, k: &Tensor, v: &Tensor, pos0: usize, capture: bool) -> Result<AttnOut> {
-    let (n_head, t, d) = q.dims3()?;
-    let (n_kv, kv_len, _) = k.dims3()?;
-    if t == 1 && !capture && q.device().is_cpu() {
+    if q.dim(1)? == 1 && !capture && q.device().is_cpu() {
         return decode_row(q, k, v);
     }
+    naive_tensors(q, k, v, pos0, capture)
+}
+
+/// [`naive`] always on candle tensor ops (the reference path: same order of operations
+/// as candle's own quantized_llama, so results match it bit for bit).
+pub fn naive_tensors(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    pos0: usize,
+    capture: bool,
+) -> Result<AttnOut> {
+    let (n_head, t, d) = q.dims3()?;
+    let (n_kv, kv_len, _) = k.dims3()?;
     let group = n_head / n_kv;
     // Heads of one group are adjacent, so (n_head, t) folds into (n_kv, group * t).
     let qg = q.reshape((n_kv, group * t, d))?;

@@ -12,6 +12,7 @@ use super::probe::{LayerCapture, Probe, Timing};
 use super::tokenizer::TextTokenizer;
 use super::weights::{LoadOptions, Weights};
 use crate::kv::{BatchKv, KvStore};
+use candle_core::quantized::QMatMul;
 use candle_core::{DType, Device, Tensor, D};
 use std::path::Path;
 use std::sync::Arc;
@@ -53,6 +54,8 @@ pub struct Model {
     sin: Tensor,
     pub device: Device,
     run: RunOptions,
+    /// Run attention on candle ops only, in candle's order (set for `--weights keep`).
+    reference: bool,
     /// K and V projections per layer for `run.layout` (the trained ones for GQA).
     kv_proj: Arc<Vec<(Linear, Linear)>>,
 }
@@ -93,7 +96,9 @@ impl Model {
             let (w, _) = Weights::from_gguf(path, &cfg, opts)?;
             (cfg, w, tok)
         };
-        Self::from_parts(cfg, weights, tokenizer, &opts.device)
+        let mut m = Self::from_parts(cfg, weights, tokenizer, &opts.device)?;
+        m.reference = opts.requant == super::weights::Requant::Keep;
+        Ok(m)
     }
 
     /// Assembles a model from already-loaded pieces.
@@ -117,6 +122,7 @@ impl Model {
             sin,
             device: device.clone(),
             run: RunOptions::default(),
+            reference: false,
             kv_proj: Arc::new(kv_proj),
         })
     }
@@ -137,8 +143,8 @@ impl Model {
                 .iter()
                 .map(|l| {
                     Ok((
-                        Linear::new(heads::derive_projection(&l.wk.q, &self.cfg, run.layout)?)?,
-                        Linear::new(heads::derive_projection(&l.wv.q, &self.cfg, run.layout)?)?,
+                        self.linear(heads::derive_projection(&l.wk.q, &self.cfg, run.layout)?)?,
+                        self.linear(heads::derive_projection(&l.wv.q, &self.cfg, run.layout)?)?,
                     ))
                 })
                 .collect::<candle_core::Result<Vec<_>>>()
@@ -147,6 +153,14 @@ impl Model {
         }
         m.run = run;
         Ok(m)
+    }
+
+    fn linear(&self, q: QMatMul) -> candle_core::Result<Linear> {
+        if self.reference {
+            Ok(Linear::candle_only(q))
+        } else {
+            Linear::new(q)
+        }
     }
 
     /// KV heads stored under the current layout.
@@ -270,6 +284,9 @@ impl Model {
                 let (k_cache, v_cache) = kv.append(s, li, &k, &v)?;
                 let want = capture && s == 0;
                 let att = match self.run.kernel {
+                    AttnKernel::Naive if self.reference => {
+                        attention::naive_tensors(&q, &k_cache, &v_cache, pos0, want)?
+                    }
                     AttnKernel::Naive => attention::naive(&q, &k_cache, &v_cache, pos0, want)?,
                     AttnKernel::Tiled { sram_bytes } => {
                         let tiles = Tiles::from_sram(sram_bytes, hd)

@@ -30,6 +30,11 @@ pub struct Linear {
 pub const BATCH_MIN_ROWS: usize = 1;
 
 impl Linear {
+    /// Wraps a matmul that always runs on candle's kernels (the reference path).
+    pub fn candle_only(q: QMatMul) -> Self {
+        Self { q, fast: None }
+    }
+
     /// Wraps a matmul; Q8_0 matrices also get the batched layout.
     pub fn new(q: QMatMul) -> Result<Self> {
         let fast = match &q {

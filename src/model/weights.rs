@@ -66,7 +66,9 @@ pub struct Weights {
 
 fn to_matmul(t: QTensor, requant: Requant, device: &Device) -> Result<Linear> {
     let t = match (requant, t.dtype()) {
-        (Requant::Keep, _) | (Requant::Q8_0, GgmlDType::Q8_0) => t,
+        // The file's own types on candle's own kernels: the parity reference.
+        (Requant::Keep, _) => return Ok(Linear::candle_only(QMatMul::from_qtensor(t)?)),
+        (Requant::Q8_0, GgmlDType::Q8_0) => t,
         (Requant::Q8_0, _) => {
             let f = t.dequantize(device)?;
             QTensor::quantize(&f, GgmlDType::Q8_0)?
