@@ -46,8 +46,8 @@ pub enum Cmd {
         kv_tokens: usize,
         #[arg(long, default_value_t = 16)]
         page_size: usize,
-        /// Most requests per iteration.
-        #[arg(long, default_value_t = 32)]
+        /// Most requests per iteration (below the request count, so static batches must wait).
+        #[arg(long, default_value_t = 8)]
         max_batch: usize,
         #[arg(long, default_value_t = 7)]
         seed: u64,
