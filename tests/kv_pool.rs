@@ -7,7 +7,7 @@ use candle_core::Device;
 use common::*;
 use inferlab::kv::pool::{page_hash, KvError, PagePool};
 use inferlab::kv::{KvStore, PagedKv};
-use inferlab::model::{LoadOptions, Logits, Model, Requant};
+use inferlab::model::{Logits, Model};
 use proptest::prelude::*;
 
 #[derive(Debug, Clone)]
@@ -124,24 +124,9 @@ fn bad_settings_are_refused() {
     assert!(matches!(PagePool::new(0, 16), Err(KvError::BadSettings(_))));
 }
 
-fn tiny() -> (tempfile::TempDir, Model) {
-    let (d, p) = tiny_file(&Tiny::default());
-    (
-        d,
-        Model::load(
-            &p,
-            &LoadOptions {
-                requant: Requant::F32,
-                device: Device::Cpu,
-            },
-        )
-        .unwrap(),
-    )
-}
-
 #[test]
 fn paged_equals_contiguous_logits() {
-    let (_d, m) = tiny();
+    let (_d, m) = tiny_f32();
     let prompt: Vec<u32> = (3..40).collect();
     let mut contiguous = m.new_cache(64);
     let mut paged = PagedKv::new(N_LAYER, N_KV, HIDDEN / N_HEAD, 16, 4, &Device::Cpu).unwrap();
@@ -171,7 +156,7 @@ fn paged_equals_contiguous_logits() {
 
 #[test]
 fn prefix_sharing_on_equals_off() {
-    let (_d, m) = tiny();
+    let (_d, m) = tiny_f32();
     let prompt: Vec<u32> = (3..30).collect();
     let run = |sharing: bool| -> Vec<f32> {
         let mut kv = PagedKv::new(N_LAYER, N_KV, HIDDEN / N_HEAD, 32, 4, &Device::Cpu).unwrap();

@@ -2,27 +2,11 @@
 
 mod common;
 
-use candle_core::Device;
 use common::*;
 use inferlab::model::session::Session;
-use inferlab::model::{LoadOptions, Model, Requant, SamplerConfig};
+use inferlab::model::{Model, SamplerConfig};
 use inferlab::serve::batch::{CacheKind, Policy, ReqPhase, Request, ServeConfig, ServeEngine};
 use inferlab::serve::workload::Workload;
-
-fn tiny() -> (tempfile::TempDir, Model) {
-    let (d, p) = tiny_file(&Tiny::default());
-    (
-        d,
-        Model::load(
-            &p,
-            &LoadOptions {
-                requant: Requant::F32,
-                device: Device::Cpu,
-            },
-        )
-        .unwrap(),
-    )
-}
 
 fn cfg(policy: Policy, cache: CacheKind, budget: usize) -> ServeConfig {
     ServeConfig {
@@ -64,7 +48,7 @@ fn run_all(e: &mut ServeEngine) -> Vec<inferlab::serve::batch::ServeStep> {
 
 #[test]
 fn invariants_hold_for_every_policy_and_cache() {
-    let (_d, m) = tiny();
+    let (_d, m) = tiny_f32();
     for policy in [Policy::Static, Policy::Continuous] {
         for cache in [CacheKind::Paged, CacheKind::Contiguous] {
             let c = cfg(policy, cache, 96);
@@ -109,7 +93,7 @@ fn invariants_hold_for_every_policy_and_cache() {
 
 #[test]
 fn continuous_admits_mid_batch_and_beats_static_on_iterations() {
-    let (_d, m) = tiny();
+    let (_d, m) = tiny_f32();
     let mut its = Vec::new();
     for policy in [Policy::Static, Policy::Continuous] {
         let mut e =
@@ -155,7 +139,7 @@ fn alone(m: &Model, r: &Request) -> Vec<u32> {
 
 #[test]
 fn a_batch_equals_each_request_alone() {
-    let (_d, m) = tiny();
+    let (_d, m) = tiny_f32();
     let reqs = workload(6, 0.0, 5);
     for cache in [CacheKind::Paged, CacheKind::Contiguous] {
         let mut e =
@@ -174,7 +158,7 @@ fn a_batch_equals_each_request_alone() {
 
 #[test]
 fn preemption_by_recompute_gives_the_same_tokens() {
-    let (_d, m) = tiny();
+    let (_d, m) = tiny_f32();
     let reqs = workload(12, 0.0, 11);
     let mut big = ServeEngine::new(
         &m,
@@ -204,7 +188,7 @@ fn preemption_by_recompute_gives_the_same_tokens() {
 
 #[test]
 fn never_fitting_request_is_rejected_while_others_go_on() {
-    let (_d, m) = tiny();
+    let (_d, m) = tiny_f32();
     let mut reqs = workload(4, 0.0, 2);
     reqs[1].max_new = 500;
     let mut e = ServeEngine::new(&m, cfg(Policy::Continuous, CacheKind::Paged, 64), reqs).unwrap();
@@ -222,7 +206,7 @@ fn never_fitting_request_is_rejected_while_others_go_on() {
 
 #[test]
 fn bad_settings_are_refused() {
-    let (_d, m) = tiny();
+    let (_d, m) = tiny_f32();
     let mut c = cfg(Policy::Continuous, CacheKind::Paged, 64);
     c.page_size = 0;
     assert!(ServeEngine::new(&m, c.clone(), vec![])
@@ -244,7 +228,7 @@ fn bad_settings_are_refused() {
 
 #[test]
 fn soak_ten_thousand_iterations_ends_with_every_page_free() {
-    let (_d, m) = tiny();
+    let (_d, m) = tiny_f32();
     let mut c = cfg(Policy::Continuous, CacheKind::Paged, 80);
     c.max_batch = 4;
     let mut e = ServeEngine::new(&m, c, workload(4000, 2.5, 99)).unwrap();

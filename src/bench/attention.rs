@@ -1,7 +1,7 @@
 //! `bench attention`: naive vs tiled attention at growing sequence lengths — the same
 //! output, and the bytes each moves under the FlashAttention IO model.
 
-use crate::model::flash::{naive_head, tiled_head, Tiles};
+use crate::model::flash::{naive_head, pseudo_random, tiled_head, Tiles};
 use anyhow::Result;
 use serde::Serialize;
 use std::time::Instant;
@@ -58,18 +58,6 @@ impl AttentionReport {
     }
 }
 
-fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        })
-        .collect()
-}
-
 /// Runs both kernels at each length in `lengths`.
 /// `tiles` overrides the tile sizes derived from `sram_bytes`.
 pub fn run(
@@ -85,9 +73,9 @@ pub fn run(
     };
     let mut results = Vec::new();
     for &n in lengths {
-        let q = rand_vec(n * head_dim, 1);
-        let k = rand_vec(n * head_dim, 2);
-        let v = rand_vec(n * head_dim, 3);
+        let q = pseudo_random(n * head_dim, 1);
+        let k = pseudo_random(n * head_dim, 2);
+        let v = pseudo_random(n * head_dim, 3);
         let t0 = Instant::now();
         let (a, nio) = naive_head(&q, &k, &v, head_dim, 0, causal);
         let naive_ms = t0.elapsed().as_secs_f64() * 1e3;

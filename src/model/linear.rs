@@ -224,29 +224,19 @@ mod avx2 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::flash::pseudo_random;
     use candle_core::quantized::QTensor;
     use candle_core::Device;
-
-    fn rand(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed | 1;
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-            })
-            .collect()
-    }
 
     #[test]
     fn batched_kernel_matches_candle_and_the_scalar_reference() {
         let (n, k) = (96, 576);
-        let w = Tensor::from_vec(rand(n * k, 3), (n, k), &Device::Cpu).unwrap();
+        let w = Tensor::from_vec(pseudo_random(n * k, 3), (n, k), &Device::Cpu).unwrap();
         let q = QMatMul::from_qtensor(QTensor::quantize(&w, GgmlDType::Q8_0).unwrap()).unwrap();
         let lin = Linear::new(q.clone()).unwrap();
         for m in [1usize, 2, 3, 5, 16] {
-            let x = Tensor::from_vec(rand(m * k, m as u64 + 9), (m, k), &Device::Cpu).unwrap();
+            let x =
+                Tensor::from_vec(pseudo_random(m * k, m as u64 + 9), (m, k), &Device::Cpu).unwrap();
             let ours: Vec<f32> = lin
                 .forward(&x)
                 .unwrap()

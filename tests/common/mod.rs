@@ -191,3 +191,13 @@ pub fn real_model() -> PathBuf {
 pub fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_inferlab"))
 }
+
+/// The default tiny model loaded with f32 weights (exact reference arithmetic).
+pub fn tiny_f32() -> (tempfile::TempDir, inferlab::model::Model) {
+    let (d, p) = tiny_file(&Tiny::default());
+    let opts = inferlab::model::LoadOptions {
+        requant: inferlab::model::Requant::F32,
+        device: Device::Cpu,
+    };
+    (d, inferlab::model::Model::load(&p, &opts).unwrap())
+}
