@@ -122,9 +122,16 @@ fn app_steps_toggles_resizes_and_quits_cleanly() {
         kv_line(&s3),
         "MHA reserves three times the bytes"
     );
+    // The serving workload: c switches its cache to contiguous, b its policy to static.
     t.keys(&["c"]);
-    t.wait_for("paged cache and batching", 10);
+    t.wait_for("continuous batching · contiguous kv", 10);
+    t.keys(&["Space"]);
+    t.wait_for("░ reserved, unused  · free", 30);
     t.keys(&["b"]);
+    t.wait_for("static batching · contiguous kv", 10);
+    t.keys(&["c"]);
+    t.keys(&["Space"]);
+    t.wait_for("█ full page  ▄ partly filled", 30);
     // Help lists the keys.
     t.keys(&["?"]);
     let h = t.wait_for("help · keys", 10);

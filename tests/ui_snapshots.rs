@@ -1,6 +1,8 @@
 //! Each pane drawn from a fixed step report into ratatui's TestBackend, snapshotted.
 //! The theme is NO_COLOR so the values show up as shade characters in the text snapshot.
 
+mod common;
+
 use inferlab::model::config::LlamaConfig;
 use inferlab::model::flash::IoCount;
 use inferlab::model::probe::{LayerCapture, Timing};
@@ -145,6 +147,7 @@ fn report() -> StepReport {
         },
         decode_tok_per_s: 0.0,
         finished: false,
+        serve: None,
     }
 }
 
@@ -253,4 +256,53 @@ fn full_screen_render_at_200x60() {
     let text = format!("{b}");
     assert!(text.contains("attention · layer 0/1"));
     assert!(text.contains("KV cache"));
+}
+
+#[test]
+fn serving_pane_from_a_real_engine_on_the_tiny_model() {
+    use inferlab::serve::batch::{CacheKind, Policy, ServeConfig, ServeEngine};
+    use inferlab::serve::report::ServeView;
+    let (_d, m) = common::tiny_f32();
+    let w = inferlab::serve::workload::Workload {
+        requests: 5,
+        prompt_min: 4,
+        prompt_max: 12,
+        output_min: 3,
+        output_max: 9,
+        mean_gap: 1.0,
+        seed: 4,
+    };
+    let src: Vec<u32> = (3..200).collect();
+    for cache in [CacheKind::Paged, CacheKind::Contiguous] {
+        let cfg = ServeConfig {
+            policy: Policy::Continuous,
+            cache,
+            kv_budget_tokens: 96,
+            page_size: 4,
+            max_batch: 3,
+            token_budget: 32,
+            prefix_sharing: true,
+        };
+        let mut e = ServeEngine::new(&m, cfg, w.generate(&src)).unwrap();
+        let mut a = app();
+        a.cache = cache;
+        for _ in 0..6 {
+            let s = e.step().unwrap();
+            let mut r = report();
+            r.serve = Some(ServeView {
+                policy: Policy::Continuous,
+                cache,
+                page_size: 4,
+                requests: 5,
+                step: s,
+                preemptions: e.preemptions,
+                done: e.done(),
+            });
+            a.on_event(Event::Report(Box::new(r)));
+        }
+        let mut term = Terminal::new(TestBackend::new(50, 14)).unwrap();
+        term.draw(|f| panes::serving::render(&a, &THEME, f.area(), f.buffer_mut()))
+            .unwrap();
+        insta::assert_snapshot!(format!("serving_{cache:?}").to_lowercase(), term.backend());
+    }
 }

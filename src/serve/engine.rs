@@ -1,7 +1,9 @@
 //! The engine thread: it owns the model, takes [`Command`]s and answers with [`Event`]s.
 //! The UI never touches model code; it only reads the reports.
 
-use super::report::{KvView, StepReport};
+use super::batch::{CacheKind, Policy, ServeConfig, ServeEngine};
+use super::report::{KvView, ServeView, StepReport};
+use super::workload::Workload;
 use crate::kv::KvStore;
 use crate::model::session::Session;
 use crate::model::source::{self, Progress};
@@ -18,6 +20,8 @@ pub enum Command {
     SetRun(RunOptions),
     /// Start a new request with this user message (chat template applied).
     Prompt(String),
+    /// Restart the serving workload under this policy and cache kind.
+    SetServe(Policy, CacheKind),
     Quit,
 }
 
@@ -119,9 +123,16 @@ fn run(cfg: EngineConfig, rx: Receiver<Command>, tx: &Sender<Event>) -> Result<(
     });
     let mut live = start(&model, &cfg.prompt, cfg.max_new, None)?;
     let mut iteration = 0usize;
+    let mut serve = serving(&model, Policy::Continuous, CacheKind::Paged)?;
     while let Ok(cmd) = rx.recv() {
         match cmd {
             Command::Quit => break,
+            Command::SetServe(policy, cache) => {
+                serve = serving(&model, policy, cache)?;
+                send(Event::Status(format!(
+                    "serving workload restarted: {policy:?} batching, {cache:?} cache"
+                )));
+            }
             Command::Prompt(p) => match start(&model, &p, cfg.max_new, None) {
                 Ok(l) => {
                     live = l;
@@ -165,16 +176,60 @@ fn run(cfg: EngineConfig, rx: Receiver<Command>, tx: &Sender<Event>) -> Result<(
                     continue;
                 }
                 iteration += 1;
-                send(Event::Report(Box::new(step(
-                    &mut live,
-                    &model,
-                    iteration,
-                    cfg.max_new,
-                )?)));
+                let mut report = step(&mut live, &model, iteration, cfg.max_new)?;
+                // The serving workload advances one iteration with every step.
+                if !serve.done() {
+                    let s = serve.step()?;
+                    report.serve = Some(ServeView {
+                        policy: serve.cfg.policy,
+                        cache: serve.cfg.cache,
+                        page_size: serve.cfg.page_size,
+                        requests: serve.requests.len(),
+                        step: s,
+                        preemptions: serve.preemptions,
+                        done: serve.done(),
+                    });
+                }
+                send(Event::Report(Box::new(report)));
             }
         }
     }
     Ok(())
+}
+
+/// The app's serving workload: ten chat requests from the shipped prompts, arriving a few
+/// iterations apart, in a KV budget of 1,024 tokens.
+fn serving(model: &Model, policy: Policy, cache: CacheKind) -> Result<ServeEngine, String> {
+    let w = Workload {
+        requests: 10,
+        prompt_min: 1,
+        prompt_max: 1,
+        output_min: 16,
+        output_max: 64,
+        mean_gap: 3.0,
+        seed: 11,
+    };
+    let prompts: Vec<&str> = crate::bench::heads::PROMPTS
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    let mut reqs = w.generate(&[0]);
+    for (i, r) in reqs.iter_mut().enumerate() {
+        r.prompt = model
+            .tokenizer
+            .encode(&TextTokenizer::chat_prompt(prompts[i % prompts.len()]))
+            .map_err(|e| e.to_string())?;
+    }
+    let cfg = ServeConfig {
+        policy,
+        cache,
+        kv_budget_tokens: 1024,
+        page_size: 16,
+        max_batch: 6,
+        token_budget: 256,
+        prefix_sharing: true,
+    };
+    ServeEngine::new(model, cfg, reqs)
 }
 
 /// Runs one iteration of the live request and builds its report.
@@ -218,6 +273,7 @@ fn step(
         },
         finished: live.finished,
         info,
+        serve: None,
     })
 }
 

@@ -1,6 +1,7 @@
 //! What one iteration produced, as plain serializable data: the UI, `trace --json` and
 //! recordings read the same structs.
 
+use super::batch::{CacheKind, Policy, ServeStep};
 use crate::model::session::StepInfo;
 use crate::model::{LlamaConfig, RunOptions};
 use serde::{Deserialize, Serialize};
@@ -45,4 +46,19 @@ pub struct StepReport {
     /// Decode speed over this request's decode steps so far.
     pub decode_tok_per_s: f64,
     pub finished: bool,
+    /// The serving side: a small workload batched beside the request above.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serve: Option<ServeView>,
+}
+
+/// One iteration of the serving engine, as the app shows it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ServeView {
+    pub policy: Policy,
+    pub cache: CacheKind,
+    pub page_size: usize,
+    pub requests: usize,
+    pub step: ServeStep,
+    pub preemptions: usize,
+    pub done: bool,
 }

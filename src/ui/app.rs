@@ -2,7 +2,9 @@
 //! runs model code — changes that need the model become [`Command`]s for the engine.
 
 use crate::model::{AttnKernel, HeadLayout, RunOptions};
+use crate::serve::batch::{CacheKind, Policy, ReqPhase};
 use crate::serve::{Command, Event, StepReport};
+use std::collections::VecDeque;
 
 /// Everything the user can ask for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,18 +36,23 @@ pub enum Pane {
     Heads,
     Output,
     Kv,
+    Serving,
     Forward,
 }
 
 impl Pane {
-    const ORDER: [Pane; 5] = [
+    const ORDER: [Pane; 6] = [
         Pane::Attention,
         Pane::Heads,
         Pane::Output,
         Pane::Kv,
+        Pane::Serving,
         Pane::Forward,
     ];
 }
+
+/// Iterations of the batching timeline kept for drawing.
+pub const TIMELINE: usize = 240;
 
 /// Run speeds, iterations per second (`0` = as fast as the model goes).
 pub const SPEEDS: [f64; 6] = [1.0, 2.0, 5.0, 10.0, 30.0, 0.0];
@@ -81,6 +88,10 @@ pub struct App {
     pub in_flight: bool,
     pub input: Option<String>,
     pub run: RunOptions,
+    pub policy: Policy,
+    pub cache: CacheKind,
+    /// Per serving iteration: each request's phase (newest last).
+    pub timeline: VecDeque<Vec<(u64, ReqPhase)>>,
     pub quit: bool,
 }
 
@@ -105,6 +116,9 @@ impl App {
             in_flight: false,
             input: None,
             run,
+            policy: Policy::Continuous,
+            cache: CacheKind::Paged,
+            timeline: VecDeque::new(),
             quit: false,
         }
     }
@@ -161,8 +175,21 @@ impl App {
                 self.history.clear();
                 return Some(Command::SetRun(self.run));
             }
-            Action::ToggleCache | Action::TogglePolicy => {
-                self.status = "the paged cache and batching policies arrive with the serving core; this build has one contiguous request".into();
+            Action::ToggleCache => {
+                self.cache = match self.cache {
+                    CacheKind::Paged => CacheKind::Contiguous,
+                    CacheKind::Contiguous => CacheKind::Paged,
+                };
+                self.timeline.clear();
+                return Some(Command::SetServe(self.policy, self.cache));
+            }
+            Action::TogglePolicy => {
+                self.policy = match self.policy {
+                    Policy::Continuous => Policy::Static,
+                    Policy::Static => Policy::Continuous,
+                };
+                self.timeline.clear();
+                return Some(Command::SetServe(self.policy, self.cache));
             }
             Action::StartInput => {
                 self.running = false;
@@ -225,6 +252,15 @@ impl App {
             Event::Report(r) => {
                 self.in_flight = false;
                 self.absorb(&r);
+                if let Some(sv) = &r.serve {
+                    let mut col: Vec<(u64, ReqPhase)> =
+                        sv.step.active.iter().map(|a| (a.id, a.phase)).collect();
+                    col.extend(sv.step.queue.iter().map(|&q| (q, ReqPhase::Waiting)));
+                    self.timeline.push_back(col);
+                    if self.timeline.len() > TIMELINE {
+                        self.timeline.pop_front();
+                    }
+                }
                 self.status = format!(
                     "iteration {} · {} · {} token(s) in {:.1} ms",
                     r.iteration,

@@ -21,6 +21,7 @@ pub struct Areas {
     pub output: Rect,
     pub heads: Rect,
     pub kv: Rect,
+    pub serving: Rect,
     pub forward: Rect,
     pub footer: Rect,
 }
@@ -39,14 +40,19 @@ pub fn areas(area: Rect) -> Areas {
         Layout::horizontal([Constraint::Percentage(58), Constraint::Percentage(42)]).areas(top);
     let [output, heads] =
         Layout::vertical([Constraint::Percentage(55), Constraint::Percentage(45)]).areas(right);
-    let [kv, forward] =
-        Layout::horizontal([Constraint::Percentage(45), Constraint::Percentage(55)]).areas(bottom);
+    let [kv, serving, forward] = Layout::horizontal([
+        Constraint::Percentage(28),
+        Constraint::Percentage(36),
+        Constraint::Percentage(36),
+    ])
+    .areas(bottom);
     Areas {
         header,
         attention,
         output,
         heads,
         kv,
+        serving,
         forward,
         footer,
     }
@@ -107,6 +113,7 @@ pub fn draw(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     panes::output::render(app, theme, a.output, buf);
     panes::heads::render(app, theme, a.heads, buf);
     panes::kv::render(app, theme, a.kv, buf);
+    panes::serving::render(app, theme, a.serving, buf);
     panes::forward::render(app, theme, a.forward, buf);
     footer(app, theme, a.footer, buf);
     if app.help {

@@ -6,6 +6,7 @@ pub mod heatmap;
 pub mod help;
 pub mod kv;
 pub mod output;
+pub mod serving;
 
 use super::app::{App, Pane};
 use super::theme::Theme;
