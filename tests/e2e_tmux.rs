@@ -132,6 +132,15 @@ fn app_steps_toggles_resizes_and_quits_cleanly() {
     t.keys(&["c"]);
     t.keys(&["Space"]);
     t.wait_for("█ full page  ▄ partly filled", 30);
+    // Side by side: the same workload on the paged and the contiguous cache, stepped together.
+    t.keys(&["s"]);
+    t.keys(&["Space"]);
+    let s = t.wait_for("batching · contiguous kv", 30);
+    assert!(
+        s.contains("batching · paged kv"),
+        "both runs are on screen:\n{s}"
+    );
+    t.keys(&["s", "s"]);
     // Help lists the keys.
     t.keys(&["?"]);
     let h = t.wait_for("help · keys", 10);

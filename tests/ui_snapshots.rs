@@ -148,6 +148,7 @@ fn report() -> StepReport {
         decode_tok_per_s: 0.0,
         finished: false,
         serve: None,
+        serve_b: None,
     }
 }
 

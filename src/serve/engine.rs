@@ -20,8 +20,9 @@ pub enum Command {
     SetRun(RunOptions),
     /// Start a new request with this user message (chat template applied).
     Prompt(String),
-    /// Restart the serving workload under this policy and cache kind.
-    SetServe(Policy, CacheKind),
+    /// Restart the serving workload under this policy and cache kind, and, when given, a
+    /// second copy beside it under other settings: both see identical work.
+    SetServe(Policy, CacheKind, Option<(Policy, CacheKind)>),
     Quit,
 }
 
@@ -124,14 +125,22 @@ fn run(cfg: EngineConfig, rx: Receiver<Command>, tx: &Sender<Event>) -> Result<(
     let mut live = start(&model, &cfg.prompt, cfg.max_new, None)?;
     let mut iteration = 0usize;
     let mut serve = serving(&model, Policy::Continuous, CacheKind::Paged)?;
+    let mut compare: Option<ServeEngine> = None;
     while let Ok(cmd) = rx.recv() {
         match cmd {
             Command::Quit => break,
-            Command::SetServe(policy, cache) => {
+            Command::SetServe(policy, cache, other) => {
                 serve = serving(&model, policy, cache)?;
-                send(Event::Status(format!(
-                    "serving workload restarted: {policy:?} batching, {cache:?} cache"
-                )));
+                compare = match other {
+                    Some((p, c)) => Some(serving(&model, p, c)?),
+                    None => None,
+                };
+                send(Event::Status(match other {
+                    Some((p, c)) => format!(
+                        "serving restarted: {policy:?}/{cache:?} beside {p:?}/{c:?} on the same requests"
+                    ),
+                    None => format!("serving workload restarted: {policy:?} batching, {cache:?} cache"),
+                }));
             }
             Command::Prompt(p) => match start(&model, &p, cfg.max_new, None) {
                 Ok(l) => {
@@ -177,24 +186,33 @@ fn run(cfg: EngineConfig, rx: Receiver<Command>, tx: &Sender<Event>) -> Result<(
                 }
                 iteration += 1;
                 let mut report = step(&mut live, &model, iteration, cfg.max_new)?;
-                // The serving workload advances one iteration with every step.
-                if !serve.done() {
-                    let s = serve.step()?;
-                    report.serve = Some(ServeView {
-                        policy: serve.cfg.policy,
-                        cache: serve.cfg.cache,
-                        page_size: serve.cfg.page_size,
-                        requests: serve.requests.len(),
-                        step: s,
-                        preemptions: serve.preemptions,
-                        done: serve.done(),
-                    });
+                // The serving workload (and its comparison) advance one iteration with every step.
+                report.serve = serve_step(&mut serve)?;
+                if let Some(c) = compare.as_mut() {
+                    report.serve_b = serve_step(c)?;
                 }
                 send(Event::Report(Box::new(report)));
             }
         }
     }
     Ok(())
+}
+
+/// One iteration of a serving engine as the app shows it (`None` once it is done).
+fn serve_step(e: &mut ServeEngine) -> Result<Option<ServeView>, String> {
+    if e.done() {
+        return Ok(None);
+    }
+    let step = e.step()?;
+    Ok(Some(ServeView {
+        policy: e.cfg.policy,
+        cache: e.cfg.cache,
+        page_size: e.cfg.page_size,
+        requests: e.requests.len(),
+        step,
+        preemptions: e.preemptions,
+        done: e.done(),
+    }))
 }
 
 /// The app's serving workload: ten chat requests from the shipped prompts, arriving a few
@@ -274,6 +292,7 @@ fn step(
         finished: live.finished,
         info,
         serve: None,
+        serve_b: None,
     })
 }
 

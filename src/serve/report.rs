@@ -49,6 +49,9 @@ pub struct StepReport {
     /// The serving side: a small workload batched beside the request above.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub serve: Option<ServeView>,
+    /// The same workload under one other setting, when comparing side by side.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serve_b: Option<ServeView>,
 }
 
 /// One iteration of the serving engine, as the app shows it.

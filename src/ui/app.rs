@@ -26,7 +26,18 @@ pub enum Action {
     ToggleValues,
     FocusNext,
     ToggleHelp,
+    CycleCompare,
     Quit,
+}
+
+/// What the side-by-side view varies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compare {
+    Off,
+    /// The other cache kind, same policy.
+    Cache,
+    /// The other policy, same cache kind.
+    Policy,
 }
 
 /// Panes that can take focus.
@@ -92,6 +103,8 @@ pub struct App {
     pub cache: CacheKind,
     /// Per serving iteration: each request's phase (newest last).
     pub timeline: VecDeque<Vec<(u64, ReqPhase)>>,
+    pub compare: Compare,
+    pub timeline_b: VecDeque<Vec<(u64, ReqPhase)>>,
     pub quit: bool,
 }
 
@@ -119,6 +132,8 @@ impl App {
             policy: Policy::Continuous,
             cache: CacheKind::Paged,
             timeline: VecDeque::new(),
+            compare: Compare::Off,
+            timeline_b: VecDeque::new(),
             quit: false,
         }
     }
@@ -181,7 +196,18 @@ impl App {
                     CacheKind::Contiguous => CacheKind::Paged,
                 };
                 self.timeline.clear();
-                return Some(Command::SetServe(self.policy, self.cache));
+                self.timeline_b.clear();
+                return Some(Command::SetServe(self.policy, self.cache, self.other()));
+            }
+            Action::CycleCompare => {
+                self.compare = match self.compare {
+                    Compare::Off => Compare::Cache,
+                    Compare::Cache => Compare::Policy,
+                    Compare::Policy => Compare::Off,
+                };
+                self.timeline.clear();
+                self.timeline_b.clear();
+                return Some(Command::SetServe(self.policy, self.cache, self.other()));
             }
             Action::TogglePolicy => {
                 self.policy = match self.policy {
@@ -189,7 +215,8 @@ impl App {
                     Policy::Static => Policy::Continuous,
                 };
                 self.timeline.clear();
-                return Some(Command::SetServe(self.policy, self.cache));
+                self.timeline_b.clear();
+                return Some(Command::SetServe(self.policy, self.cache, self.other()));
             }
             Action::StartInput => {
                 self.running = false;
@@ -210,6 +237,23 @@ impl App {
             }
         }
         None
+    }
+
+    /// The comparison engine's settings: one of ours flipped.
+    pub fn other(&self) -> Option<(Policy, CacheKind)> {
+        let flip_cache = match self.cache {
+            CacheKind::Paged => CacheKind::Contiguous,
+            CacheKind::Contiguous => CacheKind::Paged,
+        };
+        let flip_policy = match self.policy {
+            Policy::Continuous => Policy::Static,
+            Policy::Static => Policy::Continuous,
+        };
+        match self.compare {
+            Compare::Off => None,
+            Compare::Cache => Some((self.policy, flip_cache)),
+            Compare::Policy => Some((flip_policy, self.cache)),
+        }
     }
 
     /// A step command unless one is already running or the engine is not ready.
@@ -252,15 +296,8 @@ impl App {
             Event::Report(r) => {
                 self.in_flight = false;
                 self.absorb(&r);
-                if let Some(sv) = &r.serve {
-                    let mut col: Vec<(u64, ReqPhase)> =
-                        sv.step.active.iter().map(|a| (a.id, a.phase)).collect();
-                    col.extend(sv.step.queue.iter().map(|&q| (q, ReqPhase::Waiting)));
-                    self.timeline.push_back(col);
-                    if self.timeline.len() > TIMELINE {
-                        self.timeline.pop_front();
-                    }
-                }
+                push_timeline(&mut self.timeline, r.serve.as_ref());
+                push_timeline(&mut self.timeline_b, r.serve_b.as_ref());
                 self.status = format!(
                     "iteration {} · {} · {} token(s) in {:.1} ms",
                     r.iteration,
@@ -307,5 +344,19 @@ impl App {
                 h.scores.push(row(&c.scores));
             }
         }
+    }
+}
+
+/// Appends one serving iteration's phases to a timeline, dropping the oldest beyond [`TIMELINE`].
+fn push_timeline(
+    t: &mut VecDeque<Vec<(u64, ReqPhase)>>,
+    v: Option<&crate::serve::report::ServeView>,
+) {
+    let Some(sv) = v else { return };
+    let mut col: Vec<(u64, ReqPhase)> = sv.step.active.iter().map(|a| (a.id, a.phase)).collect();
+    col.extend(sv.step.queue.iter().map(|&q| (q, ReqPhase::Waiting)));
+    t.push_back(col);
+    if t.len() > TIMELINE {
+        t.pop_front();
     }
 }

@@ -112,8 +112,18 @@ pub fn draw(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     panes::heatmap::render(app, theme, a.attention, buf);
     panes::output::render(app, theme, a.output, buf);
     panes::heads::render(app, theme, a.heads, buf);
-    panes::kv::render(app, theme, a.kv, buf);
-    panes::serving::render(app, theme, a.serving, buf);
+    if app.compare == super::app::Compare::Off {
+        panes::kv::render(app, theme, a.kv, buf);
+        panes::serving::render(app, theme, a.serving, buf);
+    } else {
+        // Side by side: the two serving runs share the KV and serving columns.
+        let both = a.kv.union(a.serving);
+        let [left, right] =
+            Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)])
+                .areas(both);
+        panes::serving::render(app, theme, left, buf);
+        panes::serving::render_compare(app, theme, right, buf);
+    }
     panes::forward::render(app, theme, a.forward, buf);
     footer(app, theme, a.footer, buf);
     if app.help {

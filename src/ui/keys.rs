@@ -73,6 +73,13 @@ pub const BINDINGS: &[Binding] = &[
         codes: &[KeyCode::Char('b')],
     },
     Binding {
+        keys: "s",
+        help: "side by side: same workload, other cache → other policy → off",
+        footer: true,
+        action: Action::CycleCompare,
+        codes: &[KeyCode::Char('s')],
+    },
+    Binding {
         keys: "a",
         help: "new request: type a prompt, Enter to send, Esc to cancel",
         footer: true,

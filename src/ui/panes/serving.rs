@@ -21,14 +21,41 @@ fn phase_char(p: ReqPhase) -> char {
     }
 }
 
-/// Draws the pane.
+/// Draws the pane for the main serving workload.
 pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
-    let title =
-        format!(" serving · {:?} batching · {:?} KV ", app.policy, app.cache).to_lowercase();
+    let view = app.report.as_ref().and_then(|r| r.serve.as_ref());
+    render_view(
+        app,
+        theme,
+        area,
+        buf,
+        (app.policy, app.cache),
+        view,
+        &app.timeline,
+    );
+}
+
+/// Draws the side-by-side copy (the same workload, one setting flipped).
+pub fn render_compare(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
+    let Some(settings) = app.other() else { return };
+    let view = app.report.as_ref().and_then(|r| r.serve_b.as_ref());
+    render_view(app, theme, area, buf, settings, view, &app.timeline_b);
+}
+
+fn render_view(
+    app: &App,
+    theme: &Theme,
+    area: Rect,
+    buf: &mut Buffer,
+    (policy, cache): (crate::serve::batch::Policy, CacheKind),
+    view: Option<&crate::serve::report::ServeView>,
+    timeline: &std::collections::VecDeque<Vec<(u64, ReqPhase)>>,
+) {
+    let title = format!(" serving · {policy:?} batching · {cache:?} KV ").to_lowercase();
     let b = block(app, theme, Pane::Serving, title);
     let inner = b.inner(area);
     b.render(area, buf);
-    let Some(sv) = app.report.as_ref().and_then(|r| r.serve.as_ref()) else {
+    let Some(sv) = view else {
         put(
             buf,
             inner,
@@ -112,7 +139,7 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     y += 1;
     // Timeline: a row per request, a column per iteration (newest on the right).
     let cols = w.saturating_sub(4);
-    let start = app.timeline.len().saturating_sub(cols);
+    let start = timeline.len().saturating_sub(cols);
     for id in 0..sv.requests as u64 {
         let row = y + id as u16;
         if row >= inner.y + inner.height {
@@ -126,7 +153,7 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
             format!("r{id:<2} "),
             Style::default().fg(theme.request(id as usize)),
         );
-        for (c, col) in app.timeline.iter().skip(start).enumerate() {
+        for (c, col) in timeline.iter().skip(start).enumerate() {
             if let Some(&(_, ph)) = col.iter().find(|(r, _)| *r == id) {
                 let x = inner.x + 4 + c as u16;
                 buf[(x, row)]
