@@ -11,7 +11,9 @@ struct Tmux {
 
 impl Tmux {
     fn start(w: u16, h: u16) -> Self {
-        let name = format!("inferlab-e2e-{}", std::process::id());
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let k = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let name = format!("inferlab-e2e-{}-{k}", std::process::id());
         let ok = Command::new("tmux")
             .args([
                 "new-session",
@@ -161,4 +163,22 @@ fn app_steps_toggles_resizes_and_quits_cleanly() {
         !s.contains("attention · layer"),
         "the app's screen is gone:\n{s}"
     );
+}
+
+#[test]
+fn a_model_that_fails_to_load_is_shown_and_exits_non_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("broken.gguf");
+    std::fs::write(&bad, b"definitely not a gguf").unwrap();
+    let t = Tmux::start(120, 40);
+    let cmd = format!(
+        "{} --model {}; echo RC=$?",
+        common::bin().display(),
+        bad.display()
+    );
+    t.keys(&[&cmd, "Enter"]);
+    let s = t.wait_for("could not start", 30);
+    assert!(s.contains("broken.gguf"), "{s}");
+    t.keys(&["q"]);
+    t.wait_for("RC=1", 10);
 }

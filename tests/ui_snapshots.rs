@@ -244,6 +244,13 @@ fn head_selection_moves_the_heatmap() {
     a.update(Action::HeadLeft);
     a.update(Action::HeadLeft);
     assert_eq!(a.head, 2, "wraps around");
+    // Scrolling moves the heatmap window back and stops at the first position.
+    a.update(Action::ScrollBack);
+    assert_eq!(a.scroll, 8);
+    a.update(Action::ScrollBack);
+    assert_eq!(a.scroll, 9);
+    a.update(Action::ScrollForward);
+    assert_eq!(a.scroll, 1);
     // The history holds every query row for every layer.
     assert_eq!(a.history[1].weights.len(), 10);
     assert_eq!(a.history[1].weights[9][0].len(), 10);

@@ -24,6 +24,8 @@ pub enum Action {
     HeadRight,
     SelectHead(usize),
     ToggleValues,
+    ScrollBack,
+    ScrollForward,
     FocusNext,
     ToggleHelp,
     CycleCompare,
@@ -92,6 +94,8 @@ pub struct App {
     pub layer: usize,
     pub head: usize,
     pub show_scores: bool,
+    /// Heatmap window: positions back from the newest (0 follows the newest).
+    pub scroll: usize,
     pub focus: Pane,
     pub help: bool,
     pub running: bool,
@@ -122,6 +126,7 @@ impl App {
             layer: 0,
             head: 0,
             show_scores: false,
+            scroll: 0,
             focus: Pane::Attention,
             help: false,
             running: false,
@@ -228,6 +233,15 @@ impl App {
             Action::HeadRight => self.head = (self.head + 1) % n_head,
             Action::SelectHead(h) => self.head = h.min(n_head - 1),
             Action::ToggleValues => self.show_scores = !self.show_scores,
+            Action::ScrollBack => {
+                let n = self
+                    .history
+                    .get(self.layer)
+                    .map(|h| h.weights.len())
+                    .unwrap_or(0);
+                self.scroll = (self.scroll + 8).min(n.saturating_sub(1));
+            }
+            Action::ScrollForward => self.scroll = self.scroll.saturating_sub(8),
             Action::FocusNext => {
                 let i = Pane::ORDER
                     .iter()

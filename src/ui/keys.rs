@@ -122,6 +122,20 @@ pub const BINDINGS: &[Binding] = &[
         codes: &[KeyCode::Char('v')],
     },
     Binding {
+        keys: ", .",
+        help: "scroll the heatmap back / forward through a long context",
+        footer: false,
+        action: Action::ScrollBack,
+        codes: &[KeyCode::Char(','), KeyCode::PageUp],
+    },
+    Binding {
+        keys: "",
+        help: "",
+        footer: false,
+        action: Action::ScrollForward,
+        codes: &[KeyCode::Char('.'), KeyCode::PageDown],
+    },
+    Binding {
         keys: "tab",
         help: "move focus between panes",
         footer: false,

@@ -134,5 +134,9 @@ fn event_loop(terminal: &mut ratatui::DefaultTerminal, cfg: EngineConfig) -> std
         }
     }
     let _ = tx.send(Command::Quit);
-    Ok(())
+    // A model that failed to load was shown in the app; the exit status says so too.
+    match app.fatal {
+        Some(e) => Err(std::io::Error::other(e)),
+        None => Ok(()),
+    }
 }

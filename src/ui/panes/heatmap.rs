@@ -60,8 +60,10 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let cols = (inner.width - LABEL_W) as usize;
     let per_cell = if theme.mode == ColorMode::None { 1 } else { 2 };
     let char_rows = (inner.height - 2) as usize;
-    let q0 = n.saturating_sub(char_rows * per_cell);
-    let k0 = n.saturating_sub(cols);
+    // The window ends `scroll` positions before the newest (0 follows the newest).
+    let end = n - app.scroll.min(n - 1);
+    let q0 = end.saturating_sub(char_rows * per_cell);
+    let k0 = end.saturating_sub(cols);
     let value = |i: usize, j: usize| -> Option<f32> {
         rows.get(i)
             .and_then(|r| r.get(app.head))
@@ -70,8 +72,8 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     };
     // Linear scale from the smallest to the largest visible value.
     let (mut lo, mut hi) = (f32::INFINITY, f32::NEG_INFINITY);
-    for i in q0..n {
-        for j in k0..n {
+    for i in q0..end {
+        for j in k0..end {
             if let Some(v) = value(i, j) {
                 lo = lo.min(v);
                 hi = hi.max(v);
@@ -84,13 +86,13 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let norm = |v: f32| if hi > lo { (v - lo) / (hi - lo) } else { 1.0 };
     let masked = theme.rgb(28, 28, 34);
     let cell_color = |v: Option<f32>| v.map(|v| theme.ramp(norm(v))).unwrap_or(masked);
-    for (cy, qi) in (q0..n).step_by(per_cell).enumerate() {
+    for (cy, qi) in (q0..end).step_by(per_cell).enumerate() {
         let y = inner.y + cy as u16;
         if cy >= char_rows {
             break;
         }
         // Row label: the query token (both rows of the cell when halved, newest marked).
-        let last = (qi + per_cell - 1).min(n - 1);
+        let last = (qi + per_cell - 1).min(end - 1);
         let newest = last == n - 1;
         let piece = r.pieces.get(last).map(String::as_str).unwrap_or("");
         let gen_mark = if last >= r.prompt_len { '+' } else { ' ' };
@@ -102,7 +104,7 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         );
         let st = if newest { theme.accent() } else { theme.dim() };
         put(buf, inner, 0, y, lab, st);
-        for (cx, kj) in (k0..n).enumerate() {
+        for (cx, kj) in (k0..end).enumerate() {
             let x = inner.x + LABEL_W + cx as u16;
             let cell = &mut buf[(x, y)];
             if theme.mode == ColorMode::None {
@@ -113,7 +115,7 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
                 cell.set_char(ch);
             } else {
                 let top = cell_color(value(qi, kj));
-                let bottom = if qi + 1 < n {
+                let bottom = if qi + 1 < end {
                     cell_color(value(qi + 1, kj))
                 } else {
                     Color::Reset
@@ -140,9 +142,9 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         }
     }
     let keys = if k0 > 0 {
-        format!("keys {k0}..{}", n - 1)
+        format!("keys {k0}..{}", end - 1)
     } else {
-        format!("keys 0..{}", n - 1)
+        format!("keys 0..{}", end - 1)
     };
     put(
         buf,
