@@ -3,7 +3,6 @@
 use super::{load_model, prompt_ids, ModelArgs};
 use anyhow::Result;
 use inferlab::model::session::Session;
-use inferlab::model::SamplerConfig;
 use std::io::Write;
 
 /// Arguments of `generate`.
@@ -18,15 +17,8 @@ pub struct Args {
     /// Most tokens to generate.
     #[arg(long, default_value_t = 128)]
     pub max_tokens: usize,
-    /// Sampling temperature; 0 is greedy.
-    #[arg(long, default_value_t = 0.0)]
-    pub temperature: f32,
-    /// Nucleus sampling mass.
-    #[arg(long, default_value_t = 0.9)]
-    pub top_p: f32,
-    /// Random seed for sampling.
-    #[arg(long, default_value_t = 42)]
-    pub seed: u64,
+    #[command(flatten)]
+    pub sampling: super::SamplingArgs,
     /// Print prefill and decode speed to stderr at the end.
     #[arg(long)]
     pub stats: bool,
@@ -36,16 +28,7 @@ pub struct Args {
 pub fn run(margs: &ModelArgs, a: &Args) -> Result<()> {
     let model = load_model(margs)?;
     let ids = prompt_ids(&model, &a.prompt, a.chat, a.max_tokens)?;
-    let mut s = Session::new(
-        &model,
-        ids,
-        a.max_tokens,
-        SamplerConfig {
-            temperature: a.temperature,
-            top_p: a.top_p,
-            seed: a.seed,
-        },
-    );
+    let mut s = Session::new(&model, ids, a.max_tokens, a.sampling.config());
     let mut out = std::io::stdout().lock();
     let (mut prefill_ms, mut decode_ms, mut decoded) = (0.0, 0.0, 0usize);
     let mut printed = 0usize;

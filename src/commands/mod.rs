@@ -80,6 +80,31 @@ impl ModelArgs {
     }
 }
 
+/// Sampling flags shared by `generate` and `trace`.
+#[derive(clap::Args, Clone)]
+pub struct SamplingArgs {
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    /// Nucleus sampling mass.
+    #[arg(long, default_value_t = 0.9)]
+    pub top_p: f32,
+    /// Random seed for sampling.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+}
+
+impl SamplingArgs {
+    /// The sampler settings these flags give.
+    pub fn config(&self) -> inferlab::model::SamplerConfig {
+        inferlab::model::SamplerConfig {
+            temperature: self.temperature,
+            top_p: self.top_p,
+            seed: self.seed,
+        }
+    }
+}
+
 /// A progress reporter drawing on stderr with indicatif (hidden when stderr is not a terminal).
 pub fn progress_printer() -> impl FnMut(Progress) {
     let mut bar: Option<ProgressBar> = None;

@@ -3,7 +3,7 @@
 use super::{load_model, prompt_ids, ModelArgs};
 use anyhow::{Context, Result};
 use inferlab::model::session::Session;
-use inferlab::model::{LayerSelect, SamplerConfig};
+use inferlab::model::LayerSelect;
 use serde::Serialize;
 use std::io::Write;
 
@@ -28,13 +28,8 @@ pub struct Args {
     /// Top-k entries per step.
     #[arg(long, default_value_t = 5)]
     pub top_k: usize,
-    /// Sampling temperature; 0 is greedy.
-    #[arg(long, default_value_t = 0.0)]
-    pub temperature: f32,
-    #[arg(long, default_value_t = 0.9)]
-    pub top_p: f32,
-    #[arg(long, default_value_t = 42)]
-    pub seed: u64,
+    #[command(flatten)]
+    pub sampling: super::SamplingArgs,
     /// Write JSON lines (the only format; the flag is accepted for symmetry with other commands).
     #[arg(long)]
     pub json: bool,
@@ -66,16 +61,7 @@ pub fn run(margs: &ModelArgs, a: &Args) -> Result<()> {
         model.cfg.n_head - 1
     );
     let ids = prompt_ids(&model, &a.prompt, a.chat, a.max_tokens)?;
-    let mut s = Session::new(
-        &model,
-        ids,
-        a.max_tokens,
-        SamplerConfig {
-            temperature: a.temperature,
-            top_p: a.top_p,
-            seed: a.seed,
-        },
-    );
+    let mut s = Session::new(&model, ids, a.max_tokens, a.sampling.config());
     s.probe.select = LayerSelect::One(a.layer);
     s.top_k = a.top_k;
     let mut out = std::io::stdout().lock();
