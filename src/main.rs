@@ -43,7 +43,7 @@ enum Cmd {
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        None => commands::demo::run(&cli.model, &cli.prompt, cli.max_tokens),
+        None => commands::app::run(&cli.model, &cli.prompt, cli.max_tokens),
         Some(Cmd::Generate(a)) => commands::generate::run(&cli.model, &a),
         Some(Cmd::Trace(a)) => commands::trace::run(&cli.model, &a),
         Some(Cmd::Model { cmd }) => commands::model_cmd::run(&cli.model, &cmd),

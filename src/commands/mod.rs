@@ -1,8 +1,8 @@
 //! Subcommands of the binary, and what they share: finding and loading the model.
 
+pub mod app;
 pub mod bench_cmd;
 pub mod budget;
-pub mod demo;
 pub mod generate;
 pub mod model_cmd;
 pub mod trace;

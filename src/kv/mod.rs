@@ -68,8 +68,8 @@ impl BatchKv for One<'_> {
         self.0.append(layer, k, v)
     }
     fn advance(&mut self) {
-        // The new length is the cache's own count after layer 0 appended `t` rows; the
-        // store learns `t` from what was appended.
+        // A batch commits without knowing each sequence's length; the store remembers
+        // how many rows its layer 0 took.
         let t = self.0.pending();
         self.0.advance(t);
     }
