@@ -46,11 +46,7 @@ fn mha_expanded_equals_gqa_with_three_times_the_cache() {
         let mha = with(&m, HeadLayout::Mha);
         assert_eq!(mha.kv_heads(), N_HEAD);
         let (a, ab) = logits(&mha, &prompt);
-        let d = g
-            .iter()
-            .zip(&a)
-            .map(|(x, y)| (x - y).abs())
-            .fold(0.0, f32::max);
+        let d = max_abs_diff(&g, &a);
         assert!(d < 1e-4, "{dtype:?}: MHA differs from GQA by {d}");
         assert_eq!(
             ab,
@@ -128,11 +124,7 @@ fn tiled_kernel_in_the_model_gives_the_same_logits_and_fewer_bytes() {
     let (b, pb) = run(AttnKernel::Tiled {
         sram_bytes: 4 * 4 * 16 * 16,
     });
-    let d = a
-        .iter()
-        .zip(&b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max);
+    let d = max_abs_diff(&a, &b);
     assert!(d < 1e-4, "{d}");
     assert!(
         pb.attn_io.total() < pa.attn_io.total(),

@@ -175,10 +175,6 @@ fn prefix_sharing_on_equals_off() {
         out
     };
     let (a, b) = (run(true), run(false));
-    let d = a
-        .iter()
-        .zip(&b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max);
+    let d = max_abs_diff(&a, &b);
     assert!(d < 1e-4, "{d}");
 }

@@ -46,11 +46,7 @@ fn compare(path: &Path, prompt: &[u32], n: usize) -> (f32, Vec<u32>, Vec<u32>) {
         .unwrap()
         .to_vec1()
         .unwrap();
-    let diff = a
-        .iter()
-        .zip(&b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max);
+    let diff = max_abs_diff(&a, &b);
     let (mut ta, mut tb) = (vec![argmax(&a)], vec![argmax(&b)]);
     for i in 0..n - 1 {
         let la = m
@@ -143,10 +139,6 @@ fn all_position_logits_end_with_the_last_position() {
         .unwrap();
     let a = Model::last_logits(&all).unwrap();
     let b = Model::last_logits(&last).unwrap();
-    let d = a
-        .iter()
-        .zip(&b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max);
+    let d = max_abs_diff(&a, &b);
     assert!(d < 1e-4, "{d}");
 }

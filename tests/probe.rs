@@ -2,21 +2,11 @@
 
 mod common;
 
-use candle_core::Device;
 use common::*;
-use inferlab::model::{LayerSelect, LoadOptions, Logits, Model, Probe, Requant};
+use inferlab::model::{LayerSelect, Logits, Model, Probe};
 
 fn model() -> (tempfile::TempDir, Model) {
-    let (d, p) = tiny_file(&Tiny::default());
-    let m = Model::load(
-        &p,
-        &LoadOptions {
-            requant: Requant::F32,
-            device: Device::Cpu,
-        },
-    )
-    .unwrap();
-    (d, m)
+    tiny_f32()
 }
 
 #[test]

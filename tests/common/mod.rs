@@ -201,3 +201,12 @@ pub fn tiny_f32() -> (tempfile::TempDir, inferlab::model::Model) {
     };
     (d, inferlab::model::Model::load(&p, &opts).unwrap())
 }
+
+/// Largest absolute difference between two equally long slices.
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
