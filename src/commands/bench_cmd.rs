@@ -98,11 +98,7 @@ pub fn run(margs: &ModelArgs, cmd: &Cmd) -> Result<()> {
         } => {
             let (path, _) = model_path(margs)?;
             let report = decode::run(&path, &margs.device()?, *tokens, (*rounds).max(1), !json)?;
-            if *json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
-            } else {
-                println!("{}", report.table());
-            }
+            emit(*json, &report, format!("{}\n", report.table()))?;
         }
         Cmd::Heads {
             budget,
@@ -113,11 +109,7 @@ pub fn run(margs: &ModelArgs, cmd: &Cmd) -> Result<()> {
                 inferlab::budget::parse_bytes(budget).map_err(anyhow::Error::msg)? as usize;
             let model = load_model(margs)?;
             let r = heads::run(&model, budget, *tokens)?;
-            if *json {
-                println!("{}", serde_json::to_string_pretty(&r)?);
-            } else {
-                print!("{}", r.table());
-            }
+            emit(*json, &r, r.table())?;
         }
         Cmd::Serve {
             requests,
@@ -150,11 +142,7 @@ pub fn run(margs: &ModelArgs, cmd: &Cmd) -> Result<()> {
             };
             let model = load_model(margs)?;
             let r = serve::run(&model, &w, *kv_tokens, *page_size, *max_batch)?;
-            if *json {
-                println!("{}", serde_json::to_string_pretty(&r)?);
-            } else {
-                print!("{}", r.table());
-            }
+            emit(*json, &r, r.table())?;
         }
         Cmd::Render {
             steps,
@@ -164,11 +152,7 @@ pub fn run(margs: &ModelArgs, cmd: &Cmd) -> Result<()> {
             anyhow::ensure!(*frames > 0, "--frames must be at least 1");
             let model = load_model(margs)?;
             let r = render::run(&model, *steps, *frames)?;
-            if *json {
-                println!("{}", serde_json::to_string_pretty(&r)?);
-            } else {
-                print!("{}", r.table());
-            }
+            emit(*json, &r, r.table())?;
         }
         Cmd::Attention {
             sram_bytes,
@@ -190,12 +174,18 @@ pub fn run(margs: &ModelArgs, cmd: &Cmd) -> Result<()> {
                 _ => None,
             };
             let r = attention::run(&lengths, *head_dim, *sram_bytes, tiles, !no_causal)?;
-            if *json {
-                println!("{}", serde_json::to_string_pretty(&r)?);
-            } else {
-                print!("{}", r.table());
-            }
+            emit(*json, &r, r.table())?;
         }
+    }
+    Ok(())
+}
+
+/// Prints a bench result: one JSON object for scripts, or the table for people.
+fn emit<T: serde::Serialize>(json: bool, report: &T, table: String) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(report)?);
+    } else {
+        print!("{table}");
     }
     Ok(())
 }
