@@ -143,9 +143,23 @@ pub fn tiled(
 /// runs this once per request per layer.
 fn decode_row(q: &Tensor, k: &Tensor, v: &Tensor) -> Result<AttnOut> {
     let (n_head, _, d) = q.dims3()?;
-    let (n_kv, kv_len, _) = k.dims3()?;
-    let group = n_head / n_kv;
+    let kv_len = k.dim(1)?;
     let qv = q.flatten_all()?.to_vec1::<f32>()?;
+    let out = decode_slices(&qv, n_head, k, v)?;
+    Ok(AttnOut {
+        out: Tensor::from_vec(out, (n_head, 1, d), q.device())?,
+        scores: None,
+        weights: None,
+        io: flash::naive_io(1, kv_len, d).times(n_head),
+        schedule: Vec::new(),
+    })
+}
+
+/// One decode query row (`n_head × d` values, already rotated) against every cached key:
+/// the softmax-weighted sum of values per head, `n_head × d`, on plain slices.
+pub fn decode_slices(qv: &[f32], n_head: usize, k: &Tensor, v: &Tensor) -> Result<Vec<f32>> {
+    let (n_kv, kv_len, d) = k.dims3()?;
+    let group = n_head / n_kv;
     let kv_ = k.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
     let vv = v.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
     let scale = 1.0 / (d as f32).sqrt();
@@ -158,12 +172,7 @@ fn decode_row(q: &Tensor, k: &Tensor, v: &Tensor) -> Result<AttnOut> {
         let vg = &vv[g * kv_len * d..(g + 1) * kv_len * d];
         let mut mx = f32::NEG_INFINITY;
         for (j, wj) in w.iter_mut().enumerate() {
-            *wj = qh
-                .iter()
-                .zip(&kg[j * d..(j + 1) * d])
-                .map(|(a, b)| a * b)
-                .sum::<f32>()
-                * scale;
+            *wj = dot(qh, &kg[j * d..(j + 1) * d]) * scale;
             mx = mx.max(*wj);
         }
         let mut sum = 0.0;
@@ -179,11 +188,24 @@ fn decode_row(q: &Tensor, k: &Tensor, v: &Tensor) -> Result<AttnOut> {
             }
         }
     }
-    Ok(AttnOut {
-        out: Tensor::from_vec(out, (n_head, 1, d), q.device())?,
-        scores: None,
-        weights: None,
-        io: flash::naive_io(1, kv_len, d).times(n_head),
-        schedule: Vec::new(),
-    })
+    Ok(out)
+}
+
+/// A dot product in eight independent lanes, so the compiler can keep it in one SIMD
+/// register instead of one long dependent chain of adds.
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
 }

@@ -5,7 +5,7 @@
 use super::attention::{self, row_norms};
 use super::config::LlamaConfig;
 use super::error::{ModelError, Result};
-use super::flash::{IoCount, Tiles};
+use super::flash::{self, IoCount, Tiles};
 use super::heads::{self, HeadLayout, LayoutError};
 use super::linear::Linear;
 use super::probe::{LayerCapture, Probe, Timing};
@@ -14,6 +14,7 @@ use super::weights::{LoadOptions, Weights};
 use crate::kv::{BatchKv, KvStore};
 use candle_core::quantized::QMatMul;
 use candle_core::{DType, Device, Tensor, D};
+use rayon::prelude::*;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -52,6 +53,8 @@ pub struct Model {
     pub tokenizer: Arc<TextTokenizer>,
     cos: Tensor,
     sin: Tensor,
+    /// The same tables as plain rows (`context × head_dim/2`), for the decode fast path.
+    rope_host: Arc<(Vec<f32>, Vec<f32>)>,
     pub device: Device,
     run: RunOptions,
     /// Run attention on candle ops only, in candle's order (set for `--weights keep`).
@@ -109,6 +112,10 @@ impl Model {
         device: &Device,
     ) -> Result<Self> {
         let (cos, sin) = rope_tables(&cfg, device)?;
+        let rope_host = Arc::new((
+            cos.flatten_all()?.to_vec1::<f32>()?,
+            sin.flatten_all()?.to_vec1::<f32>()?,
+        ));
         let kv_proj = weights
             .layers
             .iter()
@@ -120,6 +127,7 @@ impl Model {
             tokenizer: Arc::new(tokenizer),
             cos,
             sin,
+            rope_host,
             device: device.clone(),
             run: RunOptions::default(),
             reference: false,
@@ -177,6 +185,27 @@ impl Model {
             capacity.min(self.cfg.context),
             &self.device,
         )
+    }
+
+    /// RoPE on one token's heads in place (`heads × head_dim` values at position `pos`),
+    /// the same arithmetic as candle's `rope`/`rope_i` kernels.
+    fn rope_row(&self, x: &mut [f32], pos: usize) {
+        let d = self.cfg.head_dim;
+        let half = d / 2;
+        let (cos, sin) = &*self.rope_host;
+        let (cos, sin) = (&cos[pos * half..][..half], &sin[pos * half..][..half]);
+        for head in x.chunks_exact_mut(d) {
+            for i in 0..half {
+                let (a, b) = if self.cfg.rope_interleaved {
+                    (2 * i, 2 * i + 1)
+                } else {
+                    (i, i + half)
+                };
+                let (x1, x2) = (head[a], head[b]);
+                head[a] = x1 * cos[i] - x2 * sin[i];
+                head[b] = x1 * sin[i] + x2 * cos[i];
+            }
+        }
     }
 
     fn rope(&self, x: &Tensor, pos0: usize) -> Result<Tensor> {
@@ -269,9 +298,46 @@ impl Model {
             let (wk, wv) = &self.kv_proj[li];
             let k_all = wk.forward(&h)?;
             let v_all = wv.forward(&h)?;
+            // Decode rows (one token, not captured) skip the tensor plumbing: RoPE and
+            // attention run on plain slices, which keeps a request's fixed cost per step
+            // small next to the batched matmuls.
+            let fast = !self.reference
+                && matches!(self.run.kernel, AttnKernel::Naive)
+                && self.device.is_cpu()
+                && offsets.iter().any(|&(_, t, _)| t == 1);
+            let host = |a: &Tensor| -> Result<Vec<f32>> {
+                if fast {
+                    Ok(a.flatten_all()?.to_vec1::<f32>()?)
+                } else {
+                    Ok(Vec::new())
+                }
+            };
+            let (q_host, k_host, v_host) = (host(&q_all)?, host(&k_all)?, host(&v_all)?);
+            let (qw, kw) = (nh * hd, nkv * hd);
+            let mut o_host = if fast {
+                vec![0.0f32; total * qw]
+            } else {
+                Vec::new()
+            };
             let mut outs = Vec::with_capacity(seqs.len());
+            let mut decode = Vec::new();
             let mut cap = None;
             for (s, &(off, t, pos0)) in offsets.iter().enumerate() {
+                let want = capture && s == 0;
+                if fast && t == 1 && !want {
+                    let mut k = k_host[off * kw..][..kw].to_vec();
+                    self.rope_row(&mut k, pos0);
+                    let v = &v_host[off * kw..][..kw];
+                    let k = Tensor::from_vec(k, (nkv, 1, hd), &self.device)?;
+                    let v = Tensor::from_slice(v, (nkv, 1, hd), &self.device)?;
+                    let (k_cache, v_cache) = kv.append(s, li, &k, &v)?;
+                    if let Some(p) = probe.as_deref_mut() {
+                        p.attn_io
+                            .add(flash::naive_io(1, k_cache.dim(1)?, hd).times(nh));
+                    }
+                    decode.push((off, pos0, k_cache, v_cache));
+                    continue;
+                }
                 let split = |a: &Tensor, heads: usize| -> Result<Tensor> {
                     Ok(a.narrow(0, off, t)?
                         .reshape((t, heads, hd))?
@@ -282,7 +348,6 @@ impl Model {
                 let k = self.rope(&split(&k_all, nkv)?, pos0)?;
                 let v = split(&v_all, nkv)?;
                 let (k_cache, v_cache) = kv.append(s, li, &k, &v)?;
-                let want = capture && s == 0;
                 let att = match self.run.kernel {
                     AttnKernel::Naive if self.reference => {
                         attention::naive_tensors(&q, &k_cache, &v_cache, pos0, want)?
@@ -297,12 +362,35 @@ impl Model {
                 if let Some(p) = probe.as_deref_mut() {
                     p.attn_io.add(att.io);
                 }
-                outs.push(att.out.transpose(0, 1)?.reshape((t, nh * hd))?);
+                let o = att.out.transpose(0, 1)?.reshape((t, nh * hd))?;
+                if fast {
+                    let o = o.flatten_all()?.to_vec1::<f32>()?;
+                    o_host[off * qw..][..t * qw].copy_from_slice(&o);
+                } else {
+                    outs.push(o);
+                }
                 if want {
                     cap = Some((q, k, v, att));
                 }
             }
-            let o = Tensor::cat(&outs, 0)?;
+            // Attention of the decode rows, one request per task (ORCA runs attention per
+            // request; these are independent, so they spread over the cores).
+            let rows: Vec<(usize, Vec<f32>)> = decode
+                .par_iter()
+                .map(|(off, pos0, k_cache, v_cache)| {
+                    let mut q = q_host[off * qw..][..qw].to_vec();
+                    self.rope_row(&mut q, *pos0);
+                    attention::decode_slices(&q, nh, k_cache, v_cache).map(|o| (*off, o))
+                })
+                .collect::<candle_core::Result<_>>()?;
+            for (off, o) in rows {
+                o_host[off * qw..][..qw].copy_from_slice(&o);
+            }
+            let o = if fast {
+                Tensor::from_vec(o_host, (total, qw), &self.device)?
+            } else {
+                Tensor::cat(&outs, 0)?
+            };
             x = (x + lw.wo.forward(&o)?)?;
             let norm_attn = if capture {
                 row_norms(&x.narrow(0, 0, t0)?)?
