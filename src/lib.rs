@@ -6,6 +6,7 @@
 pub mod bench;
 pub mod budget;
 pub mod kv;
+pub mod lesson;
 pub mod model;
 pub mod serve;
 pub mod ui;

@@ -119,6 +119,12 @@ impl PagedKv {
     }
 
     fn gather(&self, layer: usize, slots: &[u32]) -> Result<(Tensor, Tensor)> {
+        if self.device.is_cpu() {
+            return Ok((
+                self.gather_host(&self.k[layer], slots)?,
+                self.gather_host(&self.v[layer], slots)?,
+            ));
+        }
         let idx = Tensor::new(slots, &self.device)?;
         let l = slots.len();
         let shape = (l, self.n_kv_head, self.head_dim);
@@ -133,6 +139,31 @@ impl PagedKv {
             .transpose(0, 1)?
             .contiguous()?;
         Ok((k, v))
+    }
+
+    /// The CPU gather in one pass: each slot's row is split by KV head straight into the
+    /// `(n_kv_head, len, head_dim)` result, instead of a gather, a transpose and a copy.
+    fn gather_host(&self, pool: &Tensor, slots: &[u32]) -> Result<Tensor> {
+        let (hn, d) = (self.n_kv_head, self.head_dim);
+        let l = slots.len();
+        let (storage, layout) = pool.storage_and_layout();
+        let candle_core::Storage::Cpu(cpu) = &*storage else {
+            candle_core::bail!("gather_host needs a CPU tensor")
+        };
+        if !layout.is_contiguous() {
+            candle_core::bail!("the page pool should be one contiguous block");
+        }
+        let all = cpu.as_slice::<f32>()?;
+        let rows = &all[layout.start_offset()..];
+        let mut out = vec![0.0f32; hn * l * d];
+        for (pos, &slot) in slots.iter().enumerate() {
+            let row = &rows[slot as usize * hn * d..][..hn * d];
+            for h in 0..hn {
+                out[(h * l + pos) * d..][..d].copy_from_slice(&row[h * d..][..d]);
+            }
+        }
+        drop(storage);
+        Tensor::from_vec(out, (hn, l, d), &self.device)
     }
 }
 

@@ -1,0 +1,241 @@
+//! What a lesson is, as plain data: the parser builds it, the app walks it.
+
+use crate::model::HeadLayout;
+use crate::serve::batch::{CacheKind, Policy};
+use serde::{Deserialize, Serialize};
+
+/// One lesson file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lesson {
+    /// File name without directory, e.g. `03-kv-cache.md`; also the key of saved progress.
+    pub file: String,
+    pub title: String,
+    /// Prose before the first step.
+    pub intro: String,
+    pub steps: Vec<Step>,
+}
+
+impl Lesson {
+    /// The progress key: the file name without `.md`.
+    pub fn id(&self) -> &str {
+        self.file.strip_suffix(".md").unwrap_or(&self.file)
+    }
+}
+
+/// One step: what to read, what the app shows, what to do, what to answer.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Step {
+    pub title: String,
+    /// Line of the `## ` heading, 1-based.
+    pub line: usize,
+    pub prose: String,
+    pub set: Settings,
+    /// A new request for the live model, sent when the step opens.
+    pub prompt: Option<String>,
+    /// What the user should notice, shown highlighted.
+    pub notice: Option<String>,
+    pub task: Option<Task>,
+    pub questions: Vec<Question>,
+}
+
+/// The app state a step sets; `None` leaves a setting as the user had it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Settings {
+    pub focus: Option<PaneName>,
+    pub layout: Option<HeadLayout>,
+    pub cache: Option<CacheKind>,
+    pub policy: Option<Policy>,
+    pub attention: Option<Kernel>,
+    pub compare: Option<CompareName>,
+    pub values: Option<Values>,
+    pub layer: Option<usize>,
+    pub head: Option<usize>,
+}
+
+/// Panes a lesson can point at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PaneName {
+    Attention,
+    Heads,
+    Output,
+    Kv,
+    Serving,
+    Forward,
+}
+
+/// Attention kernels by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kernel {
+    Naive,
+    Tiled,
+}
+
+/// What the side-by-side serving view compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompareName {
+    Off,
+    Cache,
+    Policy,
+}
+
+/// What the heatmap shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Values {
+    Weights,
+    Scores,
+}
+
+/// Something for the user to do, and how the app notices it is done.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Task {
+    pub text: String,
+    /// Every condition must hold.
+    pub check: Vec<Cond>,
+}
+
+/// One condition of a task check: `var op value`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cond {
+    pub var: Var,
+    pub op: Op,
+    pub value: CondValue,
+}
+
+/// What a check can look at in the live app.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Var {
+    /// Iterations run since the step opened.
+    Steps,
+    /// Decode steps of the current request.
+    DecodeSteps,
+    /// Tokens generated for the current request.
+    Generated,
+    /// The current request reached EOS or its token limit.
+    Finished,
+    Layout,
+    Cache,
+    Policy,
+    Attention,
+    Compare,
+    Values,
+    Focus,
+    Layer,
+    Head,
+}
+
+impl Var {
+    /// Every variable with its name in lesson files.
+    pub const ALL: [(&'static str, Var); 13] = [
+        ("steps", Var::Steps),
+        ("decode_steps", Var::DecodeSteps),
+        ("generated", Var::Generated),
+        ("finished", Var::Finished),
+        ("layout", Var::Layout),
+        ("cache", Var::Cache),
+        ("policy", Var::Policy),
+        ("attention", Var::Attention),
+        ("compare", Var::Compare),
+        ("values", Var::Values),
+        ("focus", Var::Focus),
+        ("layer", Var::Layer),
+        ("head", Var::Head),
+    ];
+
+    /// True for variables compared as numbers.
+    pub fn numeric(self) -> bool {
+        matches!(
+            self,
+            Var::Steps | Var::DecodeSteps | Var::Generated | Var::Layer | Var::Head
+        )
+    }
+}
+
+/// Comparison operators.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Eq,
+    Ne,
+    Ge,
+    Le,
+    Gt,
+    Lt,
+}
+
+impl Op {
+    /// Compares two numbers.
+    pub fn num(self, a: f64, b: f64) -> bool {
+        match self {
+            Op::Eq => a == b,
+            Op::Ne => a != b,
+            Op::Ge => a >= b,
+            Op::Le => a <= b,
+            Op::Gt => a > b,
+            Op::Lt => a < b,
+        }
+    }
+}
+
+/// The right-hand side of a condition.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CondValue {
+    Num(f64),
+    Word(String),
+}
+
+/// A knowledge check.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Question {
+    pub line: usize,
+    pub text: String,
+    pub kind: QuestionKind,
+}
+
+/// A fixed multiple-choice question, or a prediction the live app grades.
+#[derive(Debug, Clone, PartialEq)]
+pub enum QuestionKind {
+    Choice(Vec<Choice>),
+    Predict(Predict),
+}
+
+/// One answer of a multiple-choice question.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Choice {
+    pub text: String,
+    pub right: bool,
+    /// Why this answer is right or wrong.
+    pub why: String,
+}
+
+/// Predictions the app can grade against what the next iteration really does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Predict {
+    /// Which earlier position the focused head attends to most in the next decode step.
+    TopAttended,
+    /// How many KV pages the first active serving request holds after the next iteration.
+    PagesNext,
+    /// Which waiting request joins the serving active set in the next iteration.
+    NextJoin,
+}
+
+impl Predict {
+    /// Every kind with its name in lesson files.
+    pub const ALL: [(&'static str, Predict); 3] = [
+        ("top_attended", Predict::TopAttended),
+        ("pages_next", Predict::PagesNext),
+        ("next_join", Predict::NextJoin),
+    ];
+}
+
+/// Names of panes, for settings and checks.
+pub const PANES: [(&str, PaneName); 6] = [
+    ("attention", PaneName::Attention),
+    ("heads", PaneName::Heads),
+    ("output", PaneName::Output),
+    ("kv", PaneName::Kv),
+    ("serving", PaneName::Serving),
+    ("forward", PaneName::Forward),
+];
+
+/// The default model's shape, which `layer=` and `head=` are checked against.
+pub const DEFAULT_LAYERS: usize = 30;
+pub const DEFAULT_HEADS: usize = 9;

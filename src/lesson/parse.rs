@@ -1,0 +1,428 @@
+//! The lesson file parser. It never panics: every problem becomes a `file:line` error,
+//! and it keeps going so one run reports them all.
+
+use super::format::*;
+use crate::model::HeadLayout;
+use crate::serve::batch::{CacheKind, Policy};
+
+/// One problem in a lesson file.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{file}:{line}: {message}")]
+pub struct LessonError {
+    pub file: String,
+    pub line: usize,
+    pub message: String,
+}
+
+/// Keys a step line may start with (`key: value`).
+pub const KEYS: [&str; 5] = ["set", "prompt", "task", "check", "notice"];
+
+/// Parses one lesson file. `file` names it in errors.
+pub fn parse(file: &str, text: &str) -> Result<Lesson, Vec<LessonError>> {
+    let mut p = Parser {
+        file,
+        errors: Vec::new(),
+    };
+    let lesson = p.lesson(text);
+    if p.errors.is_empty() {
+        Ok(lesson)
+    } else {
+        Err(p.errors)
+    }
+}
+
+struct Parser<'a> {
+    file: &'a str,
+    errors: Vec<LessonError>,
+}
+
+/// A `? question` being read, until its choices end.
+struct OpenQuestion {
+    line: usize,
+    text: String,
+    kind: QuestionKind,
+}
+
+impl Parser<'_> {
+    fn err(&mut self, line: usize, message: impl Into<String>) {
+        self.errors.push(LessonError {
+            file: self.file.to_string(),
+            line,
+            message: message.into(),
+        });
+    }
+
+    fn lesson(&mut self, text: &str) -> Lesson {
+        let mut lesson = Lesson {
+            file: self.file.to_string(),
+            title: String::new(),
+            intro: String::new(),
+            steps: Vec::new(),
+        };
+        let mut step: Option<Step> = None;
+        let mut question: Option<OpenQuestion> = None;
+        let mut task_line = 0;
+        for (i, raw) in text.lines().enumerate() {
+            let n = i + 1;
+            let line = raw.trim_end();
+            // Choices belong to the question just above them.
+            if let Some(q) = question.as_mut() {
+                if let Some(rest) = line.strip_prefix("- ").or_else(|| line.strip_prefix("* ")) {
+                    let right = line.starts_with('*');
+                    match &mut q.kind {
+                        QuestionKind::Choice(choices) => match rest.split_once("::") {
+                            Some((t, why)) if !t.trim().is_empty() && !why.trim().is_empty() => {
+                                choices.push(Choice {
+                                    text: t.trim().to_string(),
+                                    right,
+                                    why: why.trim().to_string(),
+                                })
+                            }
+                            _ => self.err(
+                                n,
+                                "a choice needs its text and, after `::`, why it is right or wrong",
+                            ),
+                        },
+                        QuestionKind::Predict(_) => {
+                            self.err(n, "a `?predict` question takes its choices from the live app; remove this line")
+                        }
+                    }
+                    continue;
+                }
+                let q = question.take().expect("checked above");
+                self.close_question(q, step.as_mut());
+            }
+            if let Some(title) = line.strip_prefix("## ") {
+                if let Some(s) = step.take() {
+                    self.close_step(s, task_line, &mut lesson);
+                }
+                if lesson.title.is_empty() {
+                    self.err(n, "the file must start with a `# Title` line");
+                }
+                if title.trim().is_empty() {
+                    self.err(n, "a step needs a title after `## `");
+                }
+                step = Some(Step {
+                    title: title.trim().to_string(),
+                    line: n,
+                    ..Step::default()
+                });
+                continue;
+            }
+            if let Some(title) = line.strip_prefix("# ") {
+                if !lesson.title.is_empty() || step.is_some() {
+                    self.err(n, "only one `# Title` per lesson, at the top");
+                } else if title.trim().is_empty() {
+                    self.err(n, "the title is empty");
+                } else {
+                    lesson.title = title.trim().to_string();
+                }
+                continue;
+            }
+            if lesson.title.is_empty() {
+                if !line.trim().is_empty() {
+                    self.err(n, "the file must start with a `# Title` line");
+                    // Say it once, then read the rest as if the title were there.
+                    lesson.title = "(untitled)".into();
+                }
+                continue;
+            }
+            if let Some(rest) = line.strip_prefix("?predict") {
+                if step.is_none() {
+                    self.err(n, "questions belong to a step (`## ` heading first)");
+                    continue;
+                }
+                let (kind, text) = rest.trim().split_once(':').unwrap_or((rest.trim(), ""));
+                match Predict::ALL.iter().find(|(name, _)| *name == kind.trim()) {
+                    Some(&(_, p)) if !text.trim().is_empty() => {
+                        question = Some(OpenQuestion {
+                            line: n,
+                            text: text.trim().to_string(),
+                            kind: QuestionKind::Predict(p),
+                        })
+                    }
+                    Some(_) => self.err(n, "a prediction needs its question after `kind:`"),
+                    None => self.err(
+                        n,
+                        format!(
+                            "unknown prediction `{}` (known: {})",
+                            kind.trim(),
+                            names(&Predict::ALL)
+                        ),
+                    ),
+                }
+                continue;
+            }
+            if let Some(text) = line.strip_prefix("? ") {
+                if step.is_none() {
+                    self.err(n, "questions belong to a step (`## ` heading first)");
+                    continue;
+                }
+                if text.trim().is_empty() {
+                    self.err(n, "the question is empty");
+                }
+                question = Some(OpenQuestion {
+                    line: n,
+                    text: text.trim().to_string(),
+                    kind: QuestionKind::Choice(Vec::new()),
+                });
+                continue;
+            }
+            if let Some((key, value)) = key_line(line) {
+                let Some(s) = step.as_mut() else {
+                    self.err(
+                        n,
+                        format!("`{key}:` belongs to a step (`## ` heading first)"),
+                    );
+                    continue;
+                };
+                let value = value.trim();
+                match key {
+                    "set" => self.settings(n, value, &mut s.set),
+                    "prompt" if value.is_empty() => self.err(n, "the prompt is empty"),
+                    "prompt" => s.prompt = Some(value.to_string()),
+                    "notice" => s.notice = Some(value.to_string()),
+                    "task" => {
+                        if s.task.is_some() {
+                            self.err(n, "one `task:` per step");
+                        }
+                        task_line = n;
+                        s.task = Some(Task {
+                            text: value.to_string(),
+                            check: Vec::new(),
+                        });
+                    }
+                    "check" => {
+                        let conds = self.check(n, value);
+                        match s.task.as_mut() {
+                            Some(t) if t.check.is_empty() => t.check = conds,
+                            Some(_) => self.err(n, "one `check:` per task"),
+                            None => self.err(n, "`check:` needs a `task:` line above it"),
+                        }
+                    }
+                    _ => self.err(
+                        n,
+                        format!("unknown key `{key}:` (known: {})", KEYS.join(", ")),
+                    ),
+                }
+                continue;
+            }
+            // Prose.
+            let target = match step.as_mut() {
+                Some(s) => &mut s.prose,
+                None => &mut lesson.intro,
+            };
+            target.push_str(line);
+            target.push('\n');
+        }
+        if let Some(q) = question.take() {
+            self.close_question(q, step.as_mut());
+        }
+        if let Some(s) = step.take() {
+            self.close_step(s, task_line, &mut lesson);
+        }
+        if lesson.title.is_empty() {
+            self.err(1, "the file must start with a `# Title` line");
+        } else if lesson.steps.is_empty() {
+            self.err(1, "a lesson needs at least one `## ` step");
+        }
+        lesson.intro = lesson.intro.trim().to_string();
+        lesson
+    }
+
+    fn close_question(&mut self, q: OpenQuestion, step: Option<&mut Step>) {
+        if let QuestionKind::Choice(c) = &q.kind {
+            if c.len() < 2 {
+                self.err(
+                    q.line,
+                    "a question needs at least two choices (`- ` or `* ` lines)",
+                );
+            } else if !c.iter().any(|c| c.right) {
+                self.err(q.line, "no right answer: mark it with `* ` instead of `- `");
+            } else if c.len() > 9 {
+                self.err(q.line, "at most nine choices (answered with keys 1-9)");
+            }
+        }
+        if let Some(s) = step {
+            s.questions.push(Question {
+                line: q.line,
+                text: q.text,
+                kind: q.kind,
+            });
+        }
+    }
+
+    fn close_step(&mut self, mut s: Step, task_line: usize, lesson: &mut Lesson) {
+        if let Some(t) = &s.task {
+            if t.check.is_empty() {
+                self.err(
+                    task_line.max(s.line),
+                    "a task needs a `check:` line so the app can tell when it is done",
+                );
+            }
+        }
+        s.prose = s.prose.trim().to_string();
+        lesson.steps.push(s);
+    }
+
+    fn settings(&mut self, n: usize, value: &str, set: &mut Settings) {
+        for pair in value.split_whitespace() {
+            let Some((k, v)) = pair.split_once('=') else {
+                self.err(n, format!("`{pair}` should be key=value"));
+                continue;
+            };
+            let bad = |what: &str, known: &str| format!("unknown {what} `{v}` (known: {known})");
+            match k {
+                "focus" => match pane(v) {
+                    Some(p) => set.focus = Some(p),
+                    None => self.err(n, bad("pane", &names(&PANES))),
+                },
+                "layout" => match v.parse::<HeadLayout>() {
+                    Ok(l) => set.layout = Some(l),
+                    Err(_) => self.err(n, bad("head layout", "mha, gqa, mqa")),
+                },
+                "cache" => match v {
+                    "paged" => set.cache = Some(CacheKind::Paged),
+                    "contiguous" => set.cache = Some(CacheKind::Contiguous),
+                    _ => self.err(n, bad("cache kind", "paged, contiguous")),
+                },
+                "policy" => match v {
+                    "continuous" => set.policy = Some(Policy::Continuous),
+                    "static" => set.policy = Some(Policy::Static),
+                    _ => self.err(n, bad("policy", "continuous, static")),
+                },
+                "attention" => match v {
+                    "naive" => set.attention = Some(Kernel::Naive),
+                    "tiled" => set.attention = Some(Kernel::Tiled),
+                    _ => self.err(n, bad("attention kernel", "naive, tiled")),
+                },
+                "compare" => match v {
+                    "off" => set.compare = Some(CompareName::Off),
+                    "cache" => set.compare = Some(CompareName::Cache),
+                    "policy" => set.compare = Some(CompareName::Policy),
+                    _ => self.err(n, bad("comparison", "off, cache, policy")),
+                },
+                "values" => match v {
+                    "weights" => set.values = Some(Values::Weights),
+                    "scores" => set.values = Some(Values::Scores),
+                    _ => self.err(n, bad("heatmap values", "weights, scores")),
+                },
+                "layer" => match v.parse::<usize>() {
+                    Ok(l) if l < DEFAULT_LAYERS => set.layer = Some(l),
+                    _ => self.err(
+                        n,
+                        format!("layer `{v}` does not exist (0..{})", DEFAULT_LAYERS - 1),
+                    ),
+                },
+                "head" => match v.parse::<usize>() {
+                    Ok(h) if h < DEFAULT_HEADS => set.head = Some(h),
+                    _ => self.err(
+                        n,
+                        format!("head `{v}` does not exist (0..{})", DEFAULT_HEADS - 1),
+                    ),
+                },
+                _ => self.err(
+                    n,
+                    format!(
+                        "unknown setting `{k}` (known: focus, layout, cache, policy, attention, compare, values, layer, head)"
+                    ),
+                ),
+            }
+        }
+    }
+
+    fn check(&mut self, n: usize, value: &str) -> Vec<Cond> {
+        let mut out = Vec::new();
+        for part in value.split(" and ") {
+            let words: Vec<&str> = part.split_whitespace().collect();
+            let [var, op, val] = words[..] else {
+                self.err(
+                    n,
+                    format!("`{}` should be `variable op value`", part.trim()),
+                );
+                continue;
+            };
+            let Some(&(_, var)) = Var::ALL.iter().find(|(name, _)| *name == var) else {
+                self.err(
+                    n,
+                    format!(
+                        "unknown check variable `{var}` (known: {})",
+                        names(&Var::ALL)
+                    ),
+                );
+                continue;
+            };
+            let op = match op {
+                "==" => Op::Eq,
+                "!=" => Op::Ne,
+                ">=" => Op::Ge,
+                "<=" => Op::Le,
+                ">" => Op::Gt,
+                "<" => Op::Lt,
+                _ => {
+                    self.err(
+                        n,
+                        format!("unknown operator `{op}` (known: == != >= <= > <)"),
+                    );
+                    continue;
+                }
+            };
+            let value = if var.numeric() {
+                match val.parse::<f64>() {
+                    Ok(x) if x.is_finite() => CondValue::Num(x),
+                    _ => {
+                        self.err(n, format!("`{val}` is not a number"));
+                        continue;
+                    }
+                }
+            } else {
+                if !matches!(op, Op::Eq | Op::Ne) {
+                    self.err(n, format!("`{}` compares with == or != only", part.trim()));
+                    continue;
+                }
+                let known: &[&str] = match var {
+                    Var::Layout => &["mha", "gqa", "mqa"],
+                    Var::Cache => &["paged", "contiguous"],
+                    Var::Policy => &["continuous", "static"],
+                    Var::Attention => &["naive", "tiled"],
+                    Var::Compare => &["off", "cache", "policy"],
+                    Var::Values => &["weights", "scores"],
+                    Var::Focus => &["attention", "heads", "output", "kv", "serving", "forward"],
+                    _ => &["true", "false"],
+                };
+                if !known.contains(&val) {
+                    self.err(
+                        n,
+                        format!(
+                            "`{val}` is not a value of `{}` (known: {})",
+                            words[0],
+                            known.join(", ")
+                        ),
+                    );
+                    continue;
+                }
+                CondValue::Word(val.to_string())
+            };
+            out.push(Cond { var, op, value });
+        }
+        out
+    }
+}
+
+/// `key: value` when the line starts with a lowercase identifier, a colon and a space.
+fn key_line(line: &str) -> Option<(&str, &str)> {
+    let (key, value) = line.split_once(':')?;
+    // `https://…` at the start of a prose line is not a key.
+    let ok = !key.is_empty()
+        && key.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+        && (value.is_empty() || value.starts_with(' '));
+    ok.then_some((key, value))
+}
+
+fn pane(v: &str) -> Option<PaneName> {
+    PANES.iter().find(|(name, _)| *name == v).map(|&(_, p)| p)
+}
+
+fn names<T>(list: &[(&str, T)]) -> String {
+    list.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+}
