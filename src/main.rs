@@ -33,6 +33,10 @@ enum Cmd {
     },
     /// How many requests' KV caches fit in a memory size, for MHA/GQA/MQA of a model's shape.
     Budget(commands::budget::Args),
+    /// List the guided lessons (or validate them with --check).
+    Lessons(commands::lessons::ListArgs),
+    /// Open the app at lesson N, beside the live panes.
+    Lesson(commands::lessons::OpenArgs),
     /// Measure speed side by side.
     Bench {
         #[command(subcommand)]
@@ -48,6 +52,10 @@ fn main() -> std::process::ExitCode {
         Some(Cmd::Trace(a)) => commands::trace::run(&cli.model, &a),
         Some(Cmd::Model { cmd }) => commands::model_cmd::run(&cli.model, &cmd),
         Some(Cmd::Budget(a)) => commands::budget::run(&a),
+        Some(Cmd::Lessons(a)) => commands::lessons::list(&a),
+        Some(Cmd::Lesson(a)) => {
+            commands::lessons::open(&cli.model, &a, &cli.prompt, cli.max_tokens)
+        }
         Some(Cmd::Bench { cmd }) => commands::bench_cmd::run(&cli.model, &cmd),
     };
     match result {

@@ -4,6 +4,7 @@ pub mod app;
 pub mod bench_cmd;
 pub mod budget;
 pub mod generate;
+pub mod lessons;
 pub mod model_cmd;
 pub mod trace;
 

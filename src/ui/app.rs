@@ -29,6 +29,12 @@ pub enum Action {
     FocusNext,
     ToggleHelp,
     CycleCompare,
+    /// Lessons: next / previous step, the lesson list, an answer (1-based), Enter.
+    NextStep,
+    PrevStep,
+    ToggleLessons,
+    Answer(usize),
+    Confirm,
     Quit,
 }
 
@@ -109,6 +115,10 @@ pub struct App {
     pub timeline: VecDeque<Vec<(u64, ReqPhase)>>,
     pub compare: Compare,
     pub timeline_b: VecDeque<Vec<(u64, ReqPhase)>>,
+    /// The open lesson, when the app runs one.
+    pub tutor: Option<super::tutor::Tutor>,
+    /// Commands beyond the one `update` returns (a lesson step may set several things).
+    pub outbox: Vec<Command>,
     pub quit: bool,
 }
 
@@ -139,6 +149,8 @@ impl App {
             timeline: VecDeque::new(),
             compare: Compare::Off,
             timeline_b: VecDeque::new(),
+            tutor: None,
+            outbox: Vec::new(),
             quit: false,
         }
     }
@@ -158,10 +170,65 @@ impl App {
             Action::ToggleHelp => self.help = !self.help,
             // With help open, any key (Esc and q included) only closes it.
             _ if self.help => self.help = false,
+            Action::Quit if self.tutor.as_ref().is_some_and(|t| t.list_open) => {
+                if let Some(t) = self.tutor.as_mut() {
+                    t.list_open = false;
+                }
+            }
             Action::Quit => {
                 self.quit = true;
                 return Some(Command::Quit);
             }
+            // The lesson list takes the arrow keys and Enter while it is open.
+            Action::LayerDown | Action::LayerUp | Action::Confirm | Action::ToggleLessons
+                if self.tutor.as_ref().is_some_and(|t| t.list_open) =>
+            {
+                let t = self.tutor.as_mut().expect("checked");
+                match a {
+                    Action::LayerDown => {
+                        t.list_sel = (t.list_sel + 1).min(t.lessons.len().saturating_sub(1))
+                    }
+                    Action::LayerUp => t.list_sel = t.list_sel.saturating_sub(1),
+                    Action::ToggleLessons => t.list_open = false,
+                    _ => {
+                        t.list_open = false;
+                        let l = t.list_sel;
+                        let step = t
+                            .lessons
+                            .get(l)
+                            .and_then(|x| t.progress.lessons.get(x.id()))
+                            .map(|p| p.step)
+                            .unwrap_or(0);
+                        let cmds = super::tutor::goto(self, l, step);
+                        return self.queue(cmds);
+                    }
+                }
+            }
+            Action::NextStep | Action::PrevStep | Action::ToggleLessons | Action::Answer(_)
+                if self.tutor.is_none() =>
+            {
+                self.status =
+                    "no lesson open: run `inferlab lesson N` (list: `inferlab lessons`)".into();
+            }
+            Action::NextStep => {
+                let cmds = super::tutor::next(self);
+                return self.queue(cmds);
+            }
+            Action::PrevStep => {
+                let cmds = super::tutor::prev(self);
+                return self.queue(cmds);
+            }
+            Action::ToggleLessons => {
+                if let Some(t) = self.tutor.as_mut() {
+                    t.list_open = true;
+                    t.list_sel = t.lesson;
+                }
+            }
+            Action::Answer(d) => {
+                let cmds = super::tutor::answer(self, d);
+                return self.queue(cmds);
+            }
+            Action::Confirm => {}
             Action::Step => {
                 self.running = false;
                 return self.request_step();
@@ -253,6 +320,23 @@ impl App {
         None
     }
 
+    /// Returns the first command and keeps the rest for the event loop to send.
+    fn queue(&mut self, mut cmds: Vec<Command>) -> Option<Command> {
+        if cmds.is_empty() {
+            return None;
+        }
+        let first = cmds.remove(0);
+        self.outbox.extend(cmds);
+        Some(first)
+    }
+
+    /// Opens the app on a lesson and applies its current step; returns the commands.
+    pub fn open_lesson(&mut self, tutor: super::tutor::Tutor) -> Vec<Command> {
+        let (l, s) = (tutor.lesson, tutor.step);
+        self.tutor = Some(tutor);
+        super::tutor::goto(self, l, s)
+    }
+
     /// The comparison engine's settings: one of ours flipped.
     pub fn other(&self) -> Option<(Policy, CacheKind)> {
         let flip_cache = match self.cache {
@@ -309,6 +393,9 @@ impl App {
             }
             Event::Report(r) => {
                 self.in_flight = false;
+                let old = self.report.take();
+                super::tutor::grade(self, &r, old.as_deref());
+                self.report = old;
                 self.absorb(&r);
                 push_timeline(&mut self.timeline, r.serve.as_ref());
                 push_timeline(&mut self.timeline_b, r.serve_b.as_ref());
@@ -327,6 +414,7 @@ impl App {
                     self.running = false;
                 }
                 self.report = Some(r);
+                super::tutor::note_progress(self);
             }
         }
     }

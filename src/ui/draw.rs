@@ -23,17 +23,27 @@ pub struct Areas {
     pub kv: Rect,
     pub serving: Rect,
     pub forward: Rect,
+    /// The lesson panel (zero-sized when no lesson is open).
+    pub lesson: Rect,
     pub footer: Rect,
 }
 
-/// Splits the screen.
-pub fn areas(area: Rect) -> Areas {
+/// Splits the screen; with a lesson open, the lesson panel takes the right third.
+pub fn areas(area: Rect, lesson: bool) -> Areas {
     let [header, body, footer] = Layout::vertical([
         Constraint::Length(1),
         Constraint::Min(10),
         Constraint::Length(1),
     ])
     .areas(area);
+    let (body, lesson) = if lesson {
+        let [main, side] =
+            Layout::horizontal([Constraint::Percentage(64), Constraint::Percentage(36)])
+                .areas(body);
+        (main, side)
+    } else {
+        (body, Rect::default())
+    };
     let [top, bottom] =
         Layout::vertical([Constraint::Percentage(62), Constraint::Percentage(38)]).areas(body);
     let [attention, right] =
@@ -54,6 +64,7 @@ pub fn areas(area: Rect) -> Areas {
         kv,
         serving,
         forward,
+        lesson,
         footer,
     }
 }
@@ -107,8 +118,9 @@ pub fn draw(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         }
         return;
     }
-    let a = areas(area);
+    let a = areas(area, app.tutor.is_some());
     header(app, theme, a.header, buf);
+    panes::lesson::render(app, theme, a.lesson, buf);
     panes::heatmap::render(app, theme, a.attention, buf);
     panes::output::render(app, theme, a.output, buf);
     panes::heads::render(app, theme, a.heads, buf);
@@ -126,6 +138,9 @@ pub fn draw(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     }
     panes::forward::render(app, theme, a.forward, buf);
     footer(app, theme, a.footer, buf);
+    if app.tutor.as_ref().is_some_and(|t| t.list_open) {
+        panes::lesson::render_list(app, theme, area, buf);
+    }
     if app.help {
         panes::help::render(theme, area, buf);
     }

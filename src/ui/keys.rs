@@ -143,6 +143,41 @@ pub const BINDINGS: &[Binding] = &[
         codes: &[KeyCode::Tab],
     },
     Binding {
+        keys: "n p",
+        help: "lesson: next / previous step",
+        footer: true,
+        action: Action::NextStep,
+        codes: &[KeyCode::Char('n')],
+    },
+    Binding {
+        keys: "",
+        help: "",
+        footer: false,
+        action: Action::PrevStep,
+        codes: &[KeyCode::Char('p')],
+    },
+    Binding {
+        keys: "1-9",
+        help: "lesson: answer the open question (predictions run the next iteration)",
+        footer: false,
+        action: Action::Answer(1),
+        codes: &[],
+    },
+    Binding {
+        keys: "L",
+        help: "lesson list (j k to choose, Enter to open, Esc to close)",
+        footer: false,
+        action: Action::ToggleLessons,
+        codes: &[KeyCode::Char('L')],
+    },
+    Binding {
+        keys: "",
+        help: "",
+        footer: false,
+        action: Action::Confirm,
+        codes: &[KeyCode::Enter],
+    },
+    Binding {
         keys: "?",
         help: "this help",
         footer: true,
@@ -162,6 +197,9 @@ pub const BINDINGS: &[Binding] = &[
 pub fn action_for(key: KeyEvent) -> Option<Action> {
     if key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c') {
         return Some(Action::Quit);
+    }
+    if let KeyCode::Char(c @ '1'..='9') = key.code {
+        return Some(Action::Answer(c as usize - '0' as usize));
     }
     BINDINGS
         .iter()

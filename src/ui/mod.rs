@@ -6,6 +6,7 @@ pub mod draw;
 pub mod keys;
 pub mod panes;
 pub mod theme;
+pub mod tutor;
 
 use crate::serve::{self, Command, EngineConfig};
 use app::{Action, App, SPEEDS};
@@ -18,7 +19,7 @@ use std::time::{Duration, Instant};
 
 /// Runs the app until the user quits. The terminal is restored on every exit path,
 /// panics included.
-pub fn run(cfg: EngineConfig) -> std::io::Result<()> {
+pub fn run(cfg: EngineConfig, tutor: Option<tutor::Tutor>) -> std::io::Result<()> {
     let mut terminal = ratatui::try_init()?;
     execute!(std::io::stdout(), EnableMouseCapture)?;
     // ratatui's hook restores the screen; ours also gives the mouse back first.
@@ -27,13 +28,17 @@ pub fn run(cfg: EngineConfig) -> std::io::Result<()> {
         let _ = execute!(std::io::stdout(), DisableMouseCapture);
         prev(info);
     }));
-    let result = event_loop(&mut terminal, cfg);
+    let result = event_loop(&mut terminal, cfg, tutor);
     let _ = execute!(std::io::stdout(), DisableMouseCapture);
     ratatui::restore();
     result
 }
 
-fn event_loop(terminal: &mut ratatui::DefaultTerminal, cfg: EngineConfig) -> std::io::Result<()> {
+fn event_loop(
+    terminal: &mut ratatui::DefaultTerminal,
+    cfg: EngineConfig,
+    tutor: Option<tutor::Tutor>,
+) -> std::io::Result<()> {
     let theme = theme::Theme::detect();
     let mut app = App::new(cfg.run);
     let (tx, rx) = serve::spawn(cfg);
@@ -42,6 +47,11 @@ fn event_loop(terminal: &mut ratatui::DefaultTerminal, cfg: EngineConfig) -> std
             let _ = tx.send(c);
         }
     };
+    if let Some(t) = tutor {
+        for c in app.open_lesson(t) {
+            send(Some(c));
+        }
+    }
     let frame = Duration::from_millis(33);
     let mut last_step = Instant::now() - Duration::from_secs(10);
     let mut dirty = true;
@@ -101,7 +111,10 @@ fn event_loop(terminal: &mut ratatui::DefaultTerminal, cfg: EngineConfig) -> std
                 }
                 TermEvent::Mouse(m) => {
                     let size = terminal.size()?;
-                    let a = draw::areas(ratatui::layout::Rect::new(0, 0, size.width, size.height));
+                    let a = draw::areas(
+                        ratatui::layout::Rect::new(0, 0, size.width, size.height),
+                        app.tutor.is_some(),
+                    );
                     let inside = |r: ratatui::layout::Rect| {
                         m.column >= r.x
                             && m.column < r.x + r.width
@@ -126,6 +139,9 @@ fn event_loop(terminal: &mut ratatui::DefaultTerminal, cfg: EngineConfig) -> std
                     }
                 }
                 _ => {}
+            }
+            for c in std::mem::take(&mut app.outbox) {
+                send(Some(c));
             }
             dirty = true;
             if !event::poll(Duration::ZERO)? {

@@ -5,6 +5,7 @@ pub mod heads;
 pub mod heatmap;
 pub mod help;
 pub mod kv;
+pub mod lesson;
 pub mod output;
 pub mod serving;
 

@@ -1,0 +1,106 @@
+//! `inferlab lessons` (list or check) and `inferlab lesson N` (open the app at a lesson).
+
+use super::ModelArgs;
+use anyhow::{bail, Context, Result};
+use inferlab::lesson::{self, progress::Progress};
+use std::path::PathBuf;
+
+/// Flags of `inferlab lessons`.
+#[derive(clap::Args)]
+pub struct ListArgs {
+    /// Validate every lesson (keys, settings, panes, questions) and report file:line errors.
+    #[arg(long)]
+    pub check: bool,
+    /// Read lessons from this directory instead of the ones built in (also $INFERLAB_LESSONS).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+}
+
+/// Flags of `inferlab lesson`.
+#[derive(clap::Args)]
+pub struct OpenArgs {
+    /// Lesson number as `inferlab lessons` lists it (1-based).
+    pub number: usize,
+    /// Start at this step (1-based) instead of where you left off.
+    #[arg(long)]
+    pub step: Option<usize>,
+    /// Read lessons from this directory instead of the ones built in (also $INFERLAB_LESSONS).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+}
+
+/// Lists or checks the lessons.
+pub fn list(a: &ListArgs) -> Result<()> {
+    let src = lesson::source(a.dir.as_deref());
+    let (lessons, errors) = lesson::load(&src)?;
+    if a.check {
+        for e in &errors {
+            eprintln!("{e}");
+        }
+        if !errors.is_empty() {
+            bail!("{} problem(s) in the lessons", errors.len());
+        }
+        let steps: usize = lessons.iter().map(|l| l.steps.len()).sum();
+        let questions: usize = lessons
+            .iter()
+            .flat_map(|l| &l.steps)
+            .map(|s| s.questions.len())
+            .sum();
+        println!(
+            "{} lessons, {steps} steps, {questions} questions: all valid",
+            lessons.len()
+        );
+        return Ok(());
+    }
+    let progress = Progress::load();
+    for (i, l) in lessons.iter().enumerate() {
+        let done = progress
+            .lessons
+            .get(l.id())
+            .map(|p| p.done_steps.len())
+            .unwrap_or(0);
+        println!(
+            "{:>2}. {:<48} {done}/{} steps done",
+            i + 1,
+            l.title,
+            l.steps.len()
+        );
+    }
+    if !errors.is_empty() {
+        eprintln!(
+            "{} lesson file(s) have problems; run `inferlab lessons --check`",
+            errors.len()
+        );
+    }
+    println!("\nOpen one with `inferlab lesson N`.");
+    Ok(())
+}
+
+/// Opens the app at lesson `number`.
+pub fn open(margs: &ModelArgs, a: &OpenArgs, prompt: &str, max_new: usize) -> Result<()> {
+    let src = lesson::source(a.dir.as_deref());
+    let (lessons, errors) = lesson::load(&src)?;
+    if !errors.is_empty() {
+        for e in &errors {
+            eprintln!("{e}");
+        }
+        bail!("fix the lessons first ({} problem(s))", errors.len());
+    }
+    if a.number == 0 || a.number > lessons.len() {
+        bail!(
+            "there is no lesson {} (there are {}; `inferlab lessons` lists them)",
+            a.number,
+            lessons.len()
+        );
+    }
+    let mut progress = Progress::load();
+    let l = &lessons[a.number - 1];
+    if let Some(s) = a.step {
+        if s == 0 || s > l.steps.len() {
+            bail!("lesson {} has steps 1 to {}", a.number, l.steps.len());
+        }
+        progress.of(l.id()).step = s - 1;
+    }
+    let tutor = inferlab::ui::tutor::Tutor::new(lessons, a.number - 1, progress, true);
+    super::app::run_with(margs, prompt, max_new, Some(tutor)).context("running the lesson")
+}

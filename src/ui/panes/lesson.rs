@@ -1,0 +1,200 @@
+//! The lesson panel beside the live panes, and the lesson list overlay.
+
+use crate::lesson::QuestionKind;
+use crate::ui::app::App;
+use crate::ui::theme::Theme;
+use crate::ui::tutor::{self, Tutor};
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+use ratatui::style::Style;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Clear, Paragraph, Widget, Wrap};
+
+/// Draws the open lesson step into `area`.
+pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
+    let Some(t) = app.tutor.as_ref() else { return };
+    let (Some(l), Some(_)) = (t.current(), t.step()) else {
+        return;
+    };
+    let title = format!(
+        " lesson {}/{} · step {}/{} ",
+        t.lesson + 1,
+        t.lessons.len(),
+        t.step + 1,
+        l.steps.len()
+    );
+    let b = Block::default()
+        .borders(Borders::ALL)
+        .title(title)
+        .border_style(theme.accent());
+    let inner = b.inner(area);
+    b.render(area, buf);
+    Paragraph::new(lines(app, t, theme))
+        .wrap(Wrap { trim: false })
+        .render(
+            Rect {
+                height: inner.height.saturating_sub(1),
+                ..inner
+            },
+            buf,
+        );
+    super::put(
+        buf,
+        inner,
+        0,
+        inner.y + inner.height.saturating_sub(1),
+        "n next · p back · 1-9 answer · L lessons",
+        theme.dim(),
+    );
+}
+
+/// The text of the current step, top to bottom.
+fn lines<'a>(app: &App, t: &Tutor, theme: &Theme) -> Vec<Line<'a>> {
+    let l = t.current().expect("caller checked");
+    let s = t.step().expect("caller checked");
+    let mut out = vec![
+        Line::styled(l.title.clone(), theme.accent()),
+        Line::styled(s.title.clone(), theme.focused()),
+        Line::raw(""),
+    ];
+    if t.step == 0 && !l.intro.is_empty() {
+        for p in l.intro.lines() {
+            out.push(Line::raw(p.to_string()));
+        }
+        out.push(Line::raw(""));
+    }
+    for p in s.prose.lines() {
+        out.push(Line::raw(p.to_string()));
+    }
+    if let Some(n) = &s.notice {
+        out.push(Line::raw(""));
+        out.push(Line::from(vec![
+            Span::styled("Notice: ", theme.accent()),
+            Span::raw(n.clone()),
+        ]));
+    }
+    if let Some(task) = &s.task {
+        let done = tutor::task_done(app);
+        out.push(Line::raw(""));
+        out.push(Line::from(vec![
+            Span::styled(
+                if done { "[x] Task: " } else { "[ ] Task: " },
+                if done {
+                    theme.focused()
+                } else {
+                    theme.accent()
+                },
+            ),
+            Span::raw(task.text.clone()),
+        ]));
+        if done {
+            out.push(Line::styled(
+                "    done: press n for the next step",
+                theme.dim(),
+            ));
+        }
+    }
+    let open = t.open_question();
+    for (qi, q) in s.questions.iter().enumerate() {
+        out.push(Line::raw(""));
+        let mark = match &t.answers[qi] {
+            Some(a) if a.right => "✓ ",
+            Some(_) => "✗ ",
+            None => "? ",
+        };
+        out.push(Line::from(vec![
+            Span::styled(mark, theme.accent()),
+            Span::styled(q.text.clone(), Style::default()),
+        ]));
+        // Only the open question (and answered ones) show their choices.
+        if open != Some(qi) && t.answers[qi].is_none() {
+            continue;
+        }
+        let labels: Vec<String> = match &q.kind {
+            QuestionKind::Choice(c) => c.iter().map(|c| c.text.clone()).collect(),
+            QuestionKind::Predict(kind) => match tutor::live_choices(app, *kind) {
+                Some(live) if t.answers[qi].is_none() => live.labels,
+                Some(_) | None if t.answers[qi].is_some() => Vec::new(),
+                _ => vec!["(run an iteration first: press space)".into()],
+            },
+        };
+        for (i, lab) in labels.iter().enumerate() {
+            let chosen = t.answers[qi].as_ref().is_some_and(|a| a.choice == i)
+                || t.pending
+                    .as_ref()
+                    .is_some_and(|p| p.question == qi && p.choice == i);
+            let style = if chosen {
+                theme.focused()
+            } else {
+                Style::default()
+            };
+            out.push(Line::styled(format!("  {}. {lab}", i + 1), style));
+        }
+        if t.pending.as_ref().is_some_and(|p| p.question == qi) {
+            out.push(Line::styled(
+                "  running the next iteration to check…",
+                theme.dim(),
+            ));
+        }
+        if let Some(a) = &t.answers[qi] {
+            out.push(Line::from(vec![
+                Span::styled(
+                    if a.right {
+                        "  Right: "
+                    } else {
+                        "  Not quite: "
+                    },
+                    theme.accent(),
+                ),
+                Span::raw(a.why.clone()),
+            ]));
+            if !a.right {
+                out.push(Line::styled(
+                    "  (press another number to try again)",
+                    theme.dim(),
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// The lesson list, centred over `area`.
+pub fn render_list(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
+    let Some(t) = app.tutor.as_ref() else { return };
+    let h = (t.lessons.len() as u16 + 4).min(area.height);
+    let w = 70.min(area.width);
+    let r = Rect {
+        x: area.x + (area.width - w) / 2,
+        y: area.y + (area.height - h) / 2,
+        width: w,
+        height: h,
+    };
+    Clear.render(r, buf);
+    let b = Block::default()
+        .borders(Borders::ALL)
+        .title(" lessons · j k choose · Enter open · Esc close ");
+    let inner = b.inner(r);
+    b.render(r, buf);
+    for (i, l) in t.lessons.iter().enumerate() {
+        let done = t
+            .progress
+            .lessons
+            .get(l.id())
+            .map(|p| p.done_steps.len())
+            .unwrap_or(0);
+        let row = format!(
+            "{} {:>2}. {:<44} {done}/{} steps",
+            if i == t.list_sel { "›" } else { " " },
+            i + 1,
+            l.title,
+            l.steps.len()
+        );
+        let style = if i == t.list_sel {
+            theme.focused()
+        } else {
+            Style::default()
+        };
+        super::put(buf, inner, 0, inner.y + i as u16, row, style);
+    }
+}

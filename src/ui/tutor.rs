@@ -1,0 +1,631 @@
+//! The lesson walker inside the app: which step is open, what it set, whether its task is
+//! done, and how the user answered. It reads the app's live state; it never computes
+//! figures of its own.
+
+use super::app::{App, Compare, Pane};
+use crate::lesson::progress::Progress;
+use crate::lesson::*;
+use crate::model::AttnKernel;
+use crate::serve::batch::{CacheKind, Policy};
+use crate::serve::report::StepReport;
+use crate::serve::Command;
+
+/// One answer the user gave, with the app's verdict.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    pub choice: usize,
+    pub right: bool,
+    /// Why, in words: the choice's explanation, or what the model really did.
+    pub why: String,
+}
+
+/// A prediction waiting for the next iteration to grade it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pending {
+    pub question: usize,
+    pub choice: usize,
+    pub kind: Predict,
+    /// What the prediction is about: a request id, or the query position.
+    pub subject: u64,
+    /// The state it was asked in: the active request ids before the step.
+    pub before: Vec<u64>,
+}
+
+/// Choices of a prediction question, built from the live state when it is shown.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LiveChoices {
+    pub labels: Vec<String>,
+    /// Per choice, what it stands for: a position, a page count, or a request id
+    /// (`u64::MAX` for "something else" / "none").
+    pub values: Vec<u64>,
+    pub subject: u64,
+    pub before: Vec<u64>,
+}
+
+/// The open lesson.
+#[derive(Debug, Clone)]
+pub struct Tutor {
+    pub lessons: Vec<Lesson>,
+    pub lesson: usize,
+    pub step: usize,
+    /// The lesson list overlay.
+    pub list_open: bool,
+    pub list_sel: usize,
+    /// The iteration count when this step opened (tasks count iterations from here).
+    pub iter_at_open: usize,
+    /// Answers to the current step's questions.
+    pub answers: Vec<Option<Answer>>,
+    pub pending: Option<Pending>,
+    pub progress: Progress,
+    /// Whether progress is written to disk (off in tests).
+    pub persist: bool,
+}
+
+/// "Something else" / "none of these" in a prediction.
+pub const OTHER: u64 = u64::MAX;
+
+impl Tutor {
+    /// A tutor over `lessons`, opened at lesson `lesson` (0-based) where the user left it.
+    pub fn new(lessons: Vec<Lesson>, lesson: usize, progress: Progress, persist: bool) -> Self {
+        let lesson = lesson.min(lessons.len().saturating_sub(1));
+        let step = lessons
+            .get(lesson)
+            .and_then(|l| {
+                progress
+                    .lessons
+                    .get(l.id())
+                    .map(|p| p.step.min(l.steps.len().saturating_sub(1)))
+            })
+            .unwrap_or(0);
+        let n = lessons
+            .get(lesson)
+            .and_then(|l| l.steps.get(step))
+            .map(|s| s.questions.len())
+            .unwrap_or(0);
+        Self {
+            lessons,
+            lesson,
+            step,
+            list_open: false,
+            list_sel: lesson,
+            iter_at_open: 0,
+            answers: vec![None; n],
+            pending: None,
+            progress,
+            persist,
+        }
+    }
+
+    /// The lesson open now.
+    pub fn current(&self) -> Option<&Lesson> {
+        self.lessons.get(self.lesson)
+    }
+
+    /// The step open now.
+    pub fn step(&self) -> Option<&Step> {
+        self.current().and_then(|l| l.steps.get(self.step))
+    }
+
+    fn save(&mut self) {
+        if let Some(id) = self.current().map(|l| l.id().to_string()) {
+            self.progress.of(&id).step = self.step;
+        }
+        if self.persist {
+            // Progress is a convenience; failing to save must not interrupt the lesson.
+            let _ = self.progress.save();
+        }
+    }
+
+    /// The first question not yet answered right, if any.
+    pub fn open_question(&self) -> Option<usize> {
+        (0..self.answers.len()).find(|&i| !self.answers[i].as_ref().is_some_and(|a| a.right))
+    }
+}
+
+/// Moves to another step (or lesson) and applies what it sets; returns the commands the
+/// engine needs.
+pub fn goto(app: &mut App, lesson: usize, step: usize) -> Vec<Command> {
+    let Some(t) = app.tutor.as_mut() else {
+        return Vec::new();
+    };
+    let Some(l) = t.lessons.get(lesson) else {
+        return Vec::new();
+    };
+    let step = step.min(l.steps.len().saturating_sub(1));
+    t.lesson = lesson;
+    t.step = step;
+    t.list_sel = lesson;
+    t.pending = None;
+    let s = l.steps[step].clone();
+    t.answers = vec![None; s.questions.len()];
+    t.iter_at_open = app.report.as_ref().map(|r| r.iteration).unwrap_or(0);
+    t.save();
+    apply(app, &s)
+}
+
+/// Next step, or the next lesson's first step after the last one.
+pub fn next(app: &mut App) -> Vec<Command> {
+    let Some(t) = app.tutor.as_mut() else {
+        return Vec::new();
+    };
+    let (l, s) = (t.lesson, t.step);
+    let n = t.lessons[l].steps.len();
+    let id = t.lessons[l].id().to_string();
+    // Leaving a step without a task counts as having read it.
+    if t.lessons[l].steps[s].task.is_none() {
+        t.progress.of(&id).mark_done(s);
+    }
+    if s + 1 < n {
+        goto(app, l, s + 1)
+    } else if l + 1 < t.lessons.len() {
+        goto(app, l + 1, 0)
+    } else {
+        app.status = "that was the last step of the last lesson".into();
+        Vec::new()
+    }
+}
+
+/// Previous step, or the previous lesson's last step.
+pub fn prev(app: &mut App) -> Vec<Command> {
+    let Some(t) = app.tutor.as_ref() else {
+        return Vec::new();
+    };
+    let (l, s) = (t.lesson, t.step);
+    if s > 0 {
+        goto(app, l, s - 1)
+    } else if l > 0 {
+        let last = t.lessons[l - 1].steps.len().saturating_sub(1);
+        goto(app, l - 1, last)
+    } else {
+        Vec::new()
+    }
+}
+
+/// Puts the app into the state a step asks for.
+fn apply(app: &mut App, s: &Step) -> Vec<Command> {
+    let mut out = Vec::new();
+    let set = &s.set;
+    if let Some(p) = set.focus {
+        app.focus = pane(p);
+    }
+    if let Some(v) = set.values {
+        app.show_scores = v == Values::Scores;
+    }
+    let (n_layer, n_head) = app
+        .report
+        .as_ref()
+        .map(|r| (r.cfg.n_layer, r.cfg.n_head))
+        .unwrap_or((DEFAULT_LAYERS, DEFAULT_HEADS));
+    if let Some(l) = set.layer {
+        app.layer = l.min(n_layer - 1);
+    }
+    if let Some(h) = set.head {
+        app.head = h.min(n_head - 1);
+    }
+    let mut run = app.run;
+    if let Some(l) = set.layout {
+        run.layout = l;
+    }
+    if let Some(k) = set.attention {
+        run.kernel = match (k, run.kernel) {
+            (Kernel::Naive, _) => AttnKernel::Naive,
+            (Kernel::Tiled, AttnKernel::Tiled { sram_bytes }) => AttnKernel::Tiled { sram_bytes },
+            (Kernel::Tiled, _) => AttnKernel::Tiled {
+                sram_bytes: 196_608,
+            },
+        };
+    }
+    if run != app.run {
+        app.run = run;
+        app.history.clear();
+        out.push(Command::SetRun(run));
+    }
+    let (policy, cache, compare) = (
+        set.policy.unwrap_or(app.policy),
+        set.cache.unwrap_or(app.cache),
+        set.compare
+            .map(|c| match c {
+                CompareName::Off => Compare::Off,
+                CompareName::Cache => Compare::Cache,
+                CompareName::Policy => Compare::Policy,
+            })
+            .unwrap_or(app.compare),
+    );
+    if (policy, cache, compare) != (app.policy, app.cache, app.compare) {
+        app.policy = policy;
+        app.cache = cache;
+        app.compare = compare;
+        app.timeline.clear();
+        app.timeline_b.clear();
+        out.push(Command::SetServe(policy, cache, app.other()));
+    }
+    if let Some(p) = &s.prompt {
+        app.running = false;
+        out.push(Command::Prompt(p.clone()));
+    }
+    out
+}
+
+fn pane(p: PaneName) -> Pane {
+    match p {
+        PaneName::Attention => Pane::Attention,
+        PaneName::Heads => Pane::Heads,
+        PaneName::Output => Pane::Output,
+        PaneName::Kv => Pane::Kv,
+        PaneName::Serving => Pane::Serving,
+        PaneName::Forward => Pane::Forward,
+    }
+}
+
+/// Whether one condition holds in the live app.
+pub fn holds(app: &App, c: &Cond) -> bool {
+    let t = app.tutor.as_ref();
+    let r = app.report.as_ref();
+    let num = |x: usize| x as f64;
+    let n = match c.var {
+        Var::Steps => Some(num(r
+            .map(|r| r.iteration)
+            .unwrap_or(0)
+            .saturating_sub(t.map(|t| t.iter_at_open).unwrap_or(0)))),
+        Var::DecodeSteps => Some(num(r.map(|r| r.info.step).unwrap_or(0))),
+        Var::Generated => Some(num(r
+            .map(|r| r.pieces.len().saturating_sub(r.prompt_len))
+            .unwrap_or(0))),
+        Var::Layer => Some(num(app.layer)),
+        Var::Head => Some(num(app.head)),
+        _ => None,
+    };
+    if let (Some(a), CondValue::Num(b)) = (n, &c.value) {
+        return c.op.num(a, *b);
+    }
+    let word = match c.var {
+        Var::Finished => r.is_some_and(|r| r.finished).to_string(),
+        Var::Layout => app.run.layout.to_string().to_ascii_lowercase(),
+        Var::Cache => match app.cache {
+            CacheKind::Paged => "paged",
+            CacheKind::Contiguous => "contiguous",
+        }
+        .into(),
+        Var::Policy => match app.policy {
+            Policy::Continuous => "continuous",
+            Policy::Static => "static",
+        }
+        .into(),
+        Var::Attention => match app.run.kernel {
+            AttnKernel::Naive => "naive",
+            AttnKernel::Tiled { .. } => "tiled",
+        }
+        .into(),
+        Var::Compare => match app.compare {
+            Compare::Off => "off",
+            Compare::Cache => "cache",
+            Compare::Policy => "policy",
+        }
+        .into(),
+        Var::Values => if app.show_scores { "scores" } else { "weights" }.into(),
+        Var::Focus => PANES
+            .iter()
+            .find(|(_, p)| pane(*p) == app.focus)
+            .map(|(n, _)| n.to_string())
+            .unwrap_or_default(),
+        _ => return false,
+    };
+    let CondValue::Word(w) = &c.value else {
+        return false;
+    };
+    match c.op {
+        Op::Eq => word == *w,
+        Op::Ne => word != *w,
+        _ => false,
+    }
+}
+
+/// Whether the current step's task is done (a step without a task counts as done).
+pub fn task_done(app: &App) -> bool {
+    let Some(s) = app.tutor.as_ref().and_then(|t| t.step()) else {
+        return false;
+    };
+    match &s.task {
+        Some(task) => task.check.iter().all(|c| holds(app, c)),
+        None => true,
+    }
+}
+
+/// Records a finished task in the progress file, once.
+pub fn note_progress(app: &mut App) {
+    let done = task_done(app);
+    let Some(t) = app.tutor.as_mut() else { return };
+    if done && t.step().is_some_and(|s| s.task.is_some()) {
+        let (id, s) = (t.current().map(|l| l.id().to_string()), t.step);
+        if let Some(id) = id {
+            let p = t.progress.of(&id);
+            if !p.done_steps.contains(&s) {
+                p.mark_done(s);
+                t.save();
+            }
+        }
+    }
+}
+
+/// The choices of prediction `kind` in the app's current state.
+pub fn live_choices(app: &App, kind: Predict) -> Option<LiveChoices> {
+    let r = app.report.as_ref()?;
+    match kind {
+        Predict::TopAttended => {
+            // The next decode query sits at the current length and may see 0..=len.
+            let p = r.pieces.len() as u64;
+            if p < 3 || r.finished {
+                return None;
+            }
+            let label = |pos: u64| {
+                let piece = r
+                    .pieces
+                    .get(pos as usize)
+                    .map(|s| super::panes::label(s, 12).trim_end().to_string())
+                    .unwrap_or_else(|| "the new token itself".into());
+                format!("position {pos}: {piece}")
+            };
+            let mut values = vec![0, p - 1, p];
+            let mid = p / 2;
+            if mid != 0 && mid != p - 1 {
+                values.insert(1, mid);
+            }
+            let mut labels: Vec<String> = values.iter().map(|&v| label(v)).collect();
+            labels[0] = format!("{} (the very first token)", labels[0]);
+            let last = labels.len() - 1;
+            labels[last] = format!("position {p}: the new token itself");
+            labels.push("another position".into());
+            values.push(OTHER);
+            Some(LiveChoices {
+                labels,
+                values,
+                subject: p,
+                before: Vec::new(),
+            })
+        }
+        Predict::PagesNext => {
+            let sv = r.serve.as_ref()?;
+            let a = sv.step.active.first()?;
+            let held = pages_of(sv, a.id) as u64;
+            let values = vec![held, held + 1, held + 2, OTHER];
+            let labels = vec![
+                format!("{held} pages (no new page)"),
+                format!("{} pages (one new page)", held + 1),
+                format!("{} pages", held + 2),
+                "another number (it leaves, is preempted, or prefills many pages)".into(),
+            ];
+            Some(LiveChoices {
+                labels,
+                values,
+                subject: a.id,
+                before: Vec::new(),
+            })
+        }
+        Predict::NextJoin => {
+            let sv = r.serve.as_ref()?;
+            let mut values: Vec<u64> = sv.step.queue.iter().take(3).copied().collect();
+            let mut labels: Vec<String> = values.iter().map(|q| format!("request #{q}")).collect();
+            labels.push("none joins".into());
+            values.push(OTHER);
+            Some(LiveChoices {
+                labels,
+                values,
+                subject: 0,
+                before: sv.step.active.iter().map(|a| a.id).collect(),
+            })
+        }
+    }
+}
+
+/// Pages request `id` holds in a serving view (shared pages count for each holder).
+pub fn pages_of(sv: &crate::serve::report::ServeView, id: u64) -> usize {
+    sv.step
+        .pages
+        .iter()
+        .filter(|p| p.owners.contains(&id))
+        .count()
+}
+
+/// The user pressed digit `d` (1-based): answers the open question. Predictions also run
+/// the next iteration, which grades them.
+pub fn answer(app: &mut App, d: usize) -> Vec<Command> {
+    let Some(t) = app.tutor.as_ref() else {
+        return Vec::new();
+    };
+    if t.pending.is_some() {
+        app.status = "waiting for the iteration that grades your prediction".into();
+        return Vec::new();
+    }
+    let Some(qi) = t.open_question() else {
+        return Vec::new();
+    };
+    let Some(q) = t.step().map(|s| s.questions[qi].clone()) else {
+        return Vec::new();
+    };
+    let choice = d.saturating_sub(1);
+    match &q.kind {
+        QuestionKind::Choice(choices) => {
+            let Some(c) = choices.get(choice) else {
+                return Vec::new();
+            };
+            let a = Answer {
+                choice,
+                right: c.right,
+                why: c.why.clone(),
+            };
+            record(app, qi, a);
+            Vec::new()
+        }
+        QuestionKind::Predict(kind) => {
+            let Some(live) = live_choices(app, *kind) else {
+                app.status = "this prediction needs a running request: press space first".into();
+                return Vec::new();
+            };
+            if choice >= live.values.len() {
+                return Vec::new();
+            }
+            if let Some(t) = app.tutor.as_mut() {
+                t.pending = Some(Pending {
+                    question: qi,
+                    choice,
+                    kind: *kind,
+                    subject: live.subject,
+                    before: live.before,
+                });
+            }
+            app.request_step().into_iter().collect()
+        }
+    }
+}
+
+fn record(app: &mut App, qi: usize, a: Answer) {
+    let Some(t) = app.tutor.as_mut() else { return };
+    let key = format!("{}.{}", t.step, qi);
+    if let Some(id) = t.current().map(|l| l.id().to_string()) {
+        let p = t.progress.of(&id);
+        let list = if a.right { &mut p.right } else { &mut p.wrong };
+        if !list.contains(&key) {
+            list.push(key);
+        }
+    }
+    if qi < t.answers.len() {
+        t.answers[qi] = Some(a);
+    }
+    t.save();
+}
+
+/// Grades a pending prediction against the iteration that just ran.
+pub fn grade(app: &mut App, new: &StepReport, old: Option<&StepReport>) {
+    let Some(p) = app.tutor.as_ref().and_then(|t| t.pending.clone()) else {
+        return;
+    };
+    let Some(live) = old.and_then(|o| {
+        // The choices as they were shown, rebuilt from the state before the step.
+        let mut tmp = App::new(app.run);
+        tmp.report = Some(Box::new(o.clone()));
+        live_choices(&tmp, p.kind)
+    }) else {
+        if let Some(t) = app.tutor.as_mut() {
+            t.pending = None;
+        }
+        return;
+    };
+    let chosen = live.values[p.choice];
+    let (actual, why) = match p.kind {
+        Predict::TopAttended => {
+            let head = app.head;
+            let row = new
+                .info
+                .captures
+                .iter()
+                .find(|c| c.layer == app.layer && c.t == 1)
+                .map(|c| c.weights[head * c.kv_len..(head + 1) * c.kv_len].to_vec());
+            match row {
+                Some(w) => {
+                    let (best, wt) =
+                        w.iter()
+                            .enumerate()
+                            .fold((0, f32::MIN), |b, (i, &x)| if x > b.1 { (i, x) } else { b });
+                    let piece = new
+                        .pieces
+                        .get(best)
+                        .map(|s| super::panes::label(s, 12).trim_end().to_string())
+                        .unwrap_or_default();
+                    (
+                        best as u64,
+                        format!(
+                            "layer {} head {} put {:.0}% of its weight on position {best} ({piece})",
+                            app.layer,
+                            head,
+                            100.0 * wt
+                        ),
+                    )
+                }
+                None => (OTHER, "the step produced no decode row to grade".into()),
+            }
+        }
+        Predict::PagesNext => match new.serve.as_ref() {
+            Some(sv) => {
+                let n = pages_of(sv, p.subject);
+                let len = sv
+                    .step
+                    .active
+                    .iter()
+                    .find(|a| a.id == p.subject)
+                    .map(|a| a.len);
+                (
+                    n as u64,
+                    match len {
+                        Some(len) => format!(
+                            "request #{} now holds {len} tokens in {n} pages of {} slots",
+                            p.subject, sv.page_size
+                        ),
+                        None => format!("request #{} left the active set", p.subject),
+                    },
+                )
+            }
+            None => (OTHER, "no serving view".into()),
+        },
+        Predict::NextJoin => match new.serve.as_ref() {
+            Some(sv) => {
+                let joined: Vec<u64> = sv
+                    .step
+                    .active
+                    .iter()
+                    .map(|a| a.id)
+                    .filter(|id| !p.before.contains(id))
+                    .collect();
+                let why = if joined.is_empty() {
+                    "no request joined this iteration".into()
+                } else {
+                    format!(
+                        "joined: {}",
+                        joined
+                            .iter()
+                            .map(|j| format!("#{j}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                };
+                let right = if chosen == OTHER {
+                    joined.is_empty()
+                } else {
+                    joined.contains(&chosen)
+                };
+                if let Some(t) = app.tutor.as_mut() {
+                    t.pending = None;
+                }
+                record(
+                    app,
+                    p.question,
+                    Answer {
+                        choice: p.choice,
+                        right,
+                        why,
+                    },
+                );
+                return;
+            }
+            None => (OTHER, "no serving view".into()),
+        },
+    };
+    // "Another …" is right when the real answer is none of the listed values.
+    let listed = live.values.iter().any(|&v| v == actual && v != OTHER);
+    let right = if chosen == OTHER {
+        !listed
+    } else {
+        chosen == actual
+    };
+    if let Some(t) = app.tutor.as_mut() {
+        t.pending = None;
+    }
+    record(
+        app,
+        p.question,
+        Answer {
+            choice: p.choice,
+            right,
+            why,
+        },
+    );
+}
