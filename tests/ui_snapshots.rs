@@ -314,3 +314,110 @@ fn serving_pane_from_a_real_engine_on_the_tiny_model() {
         insta::assert_snapshot!(format!("serving_{cache:?}").to_lowercase(), term.backend());
     }
 }
+
+fn tutor_app(lesson: usize) -> App {
+    let (lessons, errors) = inferlab::lesson::load(&inferlab::lesson::LessonSource::Dir(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/lessons").into(),
+    ))
+    .unwrap();
+    assert!(errors.is_empty());
+    let mut a = app();
+    let t = inferlab::ui::tutor::Tutor::new(lessons, lesson, Default::default(), false);
+    a.open_lesson(t);
+    a
+}
+
+#[test]
+fn lesson_panel() {
+    let a = tutor_app(1);
+    let mut term = Terminal::new(TestBackend::new(50, 34)).unwrap();
+    term.draw(|f| panes::lesson::render(&a, &THEME, f.area(), f.buffer_mut()))
+        .unwrap();
+    let b = term.backend().clone();
+    let text = format!("{b}");
+    assert!(text.contains("lesson 2/10 · step 1/4"), "{text}");
+    // The step opened after the fixture's iteration, so its task is still open.
+    assert!(text.contains("[ ] Task: Prefill the prompt."), "{text}");
+    insta::assert_snapshot!(b);
+}
+
+#[test]
+fn a_lesson_step_sets_the_app_and_notices_the_task() {
+    use inferlab::serve::Command;
+    let mut a = tutor_app(3);
+    // Step 1 of the heads lesson asks for GQA and sends its prompt.
+    assert_eq!(a.run.layout, HeadLayout::Gqa);
+    assert_eq!(a.focus, inferlab::ui::app::Pane::Heads);
+    // n: step 2, whose task is "switch to MHA".
+    assert!(a.update(Action::NextStep).is_none());
+    assert_eq!(a.tutor.as_ref().unwrap().step, 1);
+    assert!(!inferlab::ui::tutor::task_done(&a));
+    // m cycles GQA → MQA → MHA; only then is the task done.
+    assert!(matches!(a.update(Action::CycleLayout), Some(Command::SetRun(_))));
+    assert!(!inferlab::ui::tutor::task_done(&a));
+    a.update(Action::CycleLayout);
+    assert!(inferlab::ui::tutor::task_done(&a));
+    // The last step sets GQA back: going there sends the run change.
+    a.update(Action::NextStep);
+    let c = a.update(Action::NextStep);
+    assert!(matches!(c, Some(Command::SetRun(r)) if r.layout == HeadLayout::Gqa), "{c:?}");
+    // p goes back a step.
+    a.update(Action::PrevStep);
+    assert_eq!(a.tutor.as_ref().unwrap().step, 2);
+}
+
+#[test]
+fn answers_are_graded_with_their_explanation() {
+    let mut a = tutor_app(0);
+    a.update(Action::NextStep);
+    a.update(Action::NextStep);
+    let t = a.tutor.as_ref().unwrap();
+    assert_eq!(t.step().unwrap().questions.len(), 2);
+    a.update(Action::Answer(1));
+    let ans = a.tutor.as_ref().unwrap().answers[0].clone().unwrap();
+    assert!(!ans.right && ans.why.contains("never reads another position"));
+    assert_eq!(a.tutor.as_ref().unwrap().open_question(), Some(0));
+    a.update(Action::Answer(2));
+    assert!(a.tutor.as_ref().unwrap().answers[0].as_ref().unwrap().right);
+    assert_eq!(a.tutor.as_ref().unwrap().open_question(), Some(1));
+    let key = "01-forward-pass";
+    assert_eq!(a.tutor.as_ref().unwrap().progress.lessons[key].right, ["2.0"]);
+}
+
+#[test]
+fn a_prediction_runs_the_next_step_and_is_graded_by_what_the_model_did() {
+    use inferlab::serve::Command;
+    let mut a = tutor_app(1);
+    for _ in 0..3 {
+        a.update(Action::NextStep);
+    }
+    // Choice 1 is position 0, the first token.
+    let live =
+        inferlab::ui::tutor::live_choices(&a, inferlab::lesson::Predict::TopAttended).unwrap();
+    assert_eq!(live.values[0], 0);
+    assert!(matches!(a.update(Action::Answer(1)), Some(Command::Step)));
+    // The decode step that follows: head 0 of every layer looks hardest at position 0.
+    let mut r = report();
+    r.iteration = 4;
+    r.info.step = 1;
+    r.pieces.push(" keeps".into());
+    let kv = r.pieces.len();
+    r.info.captures = (0..2)
+        .map(|layer| {
+            let mut c = capture(layer, 1);
+            c.kv_len = kv;
+            c.pos0 = kv - 1;
+            c.weights = (0..3 * kv)
+                .map(|i| if i % kv == 0 { 0.7 } else { 0.3 / (kv - 1) as f32 })
+                .collect();
+            c.scores = c.weights.clone();
+            c
+        })
+        .collect();
+    a.on_event(Event::Report(Box::new(r)));
+    let t = a.tutor.as_ref().unwrap();
+    assert!(t.pending.is_none());
+    let ans = t.answers[0].as_ref().unwrap();
+    assert!(ans.right, "{ans:?}");
+    assert!(ans.why.contains("70% of its weight on position 0"), "{}", ans.why);
+}

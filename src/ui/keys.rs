@@ -158,7 +158,7 @@ pub const BINDINGS: &[Binding] = &[
     },
     Binding {
         keys: "1-9",
-        help: "lesson: answer the open question (predictions run the next iteration)",
+        help: "lesson: answer the open question",
         footer: false,
         action: Action::Answer(1),
         codes: &[],

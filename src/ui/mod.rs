@@ -122,6 +122,16 @@ fn event_loop(
                             && m.row < r.y + r.height
                     };
                     match m.kind {
+                        MouseEventKind::ScrollDown if inside(a.lesson) => {
+                            if let Some(t) = app.tutor.as_mut() {
+                                t.scroll = t.scroll.saturating_add(2);
+                            }
+                        }
+                        MouseEventKind::ScrollUp if inside(a.lesson) => {
+                            if let Some(t) = app.tutor.as_mut() {
+                                t.scroll = t.scroll.saturating_sub(2);
+                            }
+                        }
                         MouseEventKind::ScrollDown if inside(a.attention) => {
                             send(app.update(Action::LayerDown))
                         }

@@ -59,6 +59,8 @@ pub struct Tutor {
     pub progress: Progress,
     /// Whether progress is written to disk (off in tests).
     pub persist: bool,
+    /// Lines the lesson panel is scrolled down (mouse wheel), reset on every step.
+    pub scroll: u16,
 }
 
 /// "Something else" / "none of these" in a prediction.
@@ -93,6 +95,7 @@ impl Tutor {
             pending: None,
             progress,
             persist,
+            scroll: 0,
         }
     }
 
@@ -136,6 +139,7 @@ pub fn goto(app: &mut App, lesson: usize, step: usize) -> Vec<Command> {
     t.step = step;
     t.list_sel = lesson;
     t.pending = None;
+    t.scroll = 0;
     let s = l.steps[step].clone();
     t.answers = vec![None; s.questions.len()];
     t.iter_at_open = app.report.as_ref().map(|r| r.iteration).unwrap_or(0);

@@ -31,6 +31,7 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     b.render(area, buf);
     Paragraph::new(lines(app, t, theme))
         .wrap(Wrap { trim: false })
+        .scroll((t.scroll, 0))
         .render(
             Rect {
                 height: inner.height.saturating_sub(1),
@@ -43,7 +44,7 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         inner,
         0,
         inner.y + inner.height.saturating_sub(1),
-        "n next · p back · 1-9 answer · L lessons",
+        "n next · p back · 1-9 answer · L lessons · wheel scrolls",
         theme.dim(),
     );
 }
@@ -58,14 +59,10 @@ fn lines<'a>(app: &App, t: &Tutor, theme: &Theme) -> Vec<Line<'a>> {
         Line::raw(""),
     ];
     if t.step == 0 && !l.intro.is_empty() {
-        for p in l.intro.lines() {
-            out.push(Line::raw(p.to_string()));
-        }
+        out.extend(paragraphs(&l.intro));
         out.push(Line::raw(""));
     }
-    for p in s.prose.lines() {
-        out.push(Line::raw(p.to_string()));
-    }
+    out.extend(paragraphs(&s.prose));
     if let Some(n) = &s.notice {
         out.push(Line::raw(""));
         out.push(Line::from(vec![
@@ -155,6 +152,20 @@ fn lines<'a>(app: &App, t: &Tutor, theme: &Theme) -> Vec<Line<'a>> {
                 ));
             }
         }
+    }
+    out
+}
+
+/// Prose as the panel wraps it: the file's line breaks inside a paragraph become spaces,
+/// blank lines stay paragraph breaks.
+fn paragraphs<'a>(text: &str) -> Vec<Line<'a>> {
+    let mut out = Vec::new();
+    for (i, para) in text.split("\n\n").enumerate() {
+        if i > 0 {
+            out.push(Line::raw(""));
+        }
+        let joined: Vec<&str> = para.lines().map(str::trim).collect();
+        out.push(Line::raw(joined.join(" ")));
     }
     out
 }

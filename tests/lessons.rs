@@ -1,0 +1,150 @@
+//! Lesson files: the shipped ones validate, broken ones fail with file:line, and the
+//! parser survives any input.
+
+mod common;
+
+use inferlab::lesson::{parse, Predict, QuestionKind, Var};
+use proptest::prelude::*;
+use std::process::Command;
+
+#[test]
+fn shipped_lessons_pass_the_check_through_the_binary() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/lessons");
+    let out = Command::new(common::bin())
+        .args(["lessons", "--check", "--dir", dir])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("10 lessons"), "{stdout}");
+}
+
+#[test]
+fn the_lessons_walk_the_chapter_in_order_and_ask_its_two_questions() {
+    let (lessons, errors) = inferlab::lesson::load(&inferlab::lesson::LessonSource::Dir(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/lessons").into(),
+    ))
+    .unwrap();
+    assert!(errors.is_empty(), "{errors:?}");
+    let titles: Vec<String> = lessons.iter().map(|l| l.title.to_lowercase()).collect();
+    let order = [
+        "forward pass",
+        "q, k, v",
+        "kv cache",
+        "mqa",
+        "rope",
+        "flashattention",
+        "pagedattention",
+        "continuous batching",
+        "connection map",
+        "final knowledge check",
+    ];
+    for (t, want) in titles.iter().zip(order) {
+        assert!(t.contains(want), "{t} should be about {want}");
+    }
+    let last = lessons.last().unwrap();
+    let qs: Vec<&str> = last
+        .steps
+        .iter()
+        .flat_map(|s| &s.questions)
+        .map(|q| q.text.as_str())
+        .collect();
+    assert!(qs.iter().any(|q| q.contains("FlashAttention")));
+    assert!(qs.iter().any(|q| q.contains("grouped-query attention")));
+    // Every lesson has at least one question, and all three predictions appear somewhere.
+    assert!(lessons
+        .iter()
+        .all(|l| l.steps.iter().any(|s| !s.questions.is_empty())));
+    for kind in [Predict::TopAttended, Predict::PagesNext, Predict::NextJoin] {
+        assert!(lessons
+            .iter()
+            .flat_map(|l| &l.steps)
+            .flat_map(|s| &s.questions)
+            .any(|q| q.kind == QuestionKind::Predict(kind)));
+    }
+    // The shipped copy inside the binary is the same set of files.
+    assert_eq!(inferlab::lesson::SHIPPED.len(), lessons.len());
+}
+
+#[test]
+fn broken_lessons_fail_the_check_with_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("01-bad.md"),
+        "# Bad lesson\n\n## Step one\nset: focus=nowhere layout=gqa\ncolour: red\ntask: do it\n\n? Which?\n- a :: no\n- b :: no\n",
+    )
+    .unwrap();
+    let out = Command::new(common::bin())
+        .args(["lessons", "--check", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let file = dir.path().join("01-bad.md").display().to_string();
+    assert!(err.contains(&format!("{file}:4: unknown pane `nowhere`")), "{err}");
+    assert!(err.contains(&format!("{file}:5: unknown key `colour:`")), "{err}");
+    assert!(err.contains(&format!("{file}:6: a task needs a `check:`")), "{err}");
+    assert!(err.contains(&format!("{file}:8: no right answer")), "{err}");
+}
+
+#[test]
+fn the_parser_reads_settings_tasks_and_questions() {
+    let text = "# T\nintro\n\n## S1\nset: layout=mqa cache=contiguous layer=4 head=2\nprompt: hi there\ntask: switch\ncheck: layout == mha and steps >= 3\nSome prose.\n? Q?\n- no :: because\n* yes :: because\n?predict pages_next: how many?\n\n## S2\nmore\n";
+    let l = parse("t.md", text).unwrap();
+    assert_eq!(l.title, "T");
+    assert_eq!(l.intro, "intro");
+    assert_eq!(l.steps.len(), 2);
+    let s = &l.steps[0];
+    assert_eq!(s.set.layer, Some(4));
+    assert_eq!(s.set.head, Some(2));
+    assert_eq!(s.prompt.as_deref(), Some("hi there"));
+    let t = s.task.as_ref().unwrap();
+    assert_eq!(t.check.len(), 2);
+    assert_eq!(t.check[1].var, Var::Steps);
+    assert_eq!(s.questions.len(), 2);
+    assert_eq!(s.prose, "Some prose.");
+    assert_eq!(l.steps[1].line, 15);
+}
+
+#[test]
+fn settings_and_checks_that_do_not_exist_are_refused() {
+    for (bad, want) in [
+        ("set: layer=30", "layer `30` does not exist"),
+        ("set: head=9", "head `9` does not exist"),
+        ("set: speed=3", "unknown setting `speed`"),
+        ("set: cache=ring", "unknown cache kind"),
+        ("task: x\ncheck: tokens >= 3", "unknown check variable `tokens`"),
+        ("task: x\ncheck: layout >= mha", "compares with == or != only"),
+        ("task: x\ncheck: layout == xyz", "not a value of `layout`"),
+        ("task: x\ncheck: steps >= many", "is not a number"),
+        ("?predict future: q", "unknown prediction `future`"),
+        ("? Q\n* only one :: ok", "at least two choices"),
+        ("? Q\n* a\n- b :: x", "after `::`"),
+    ] {
+        let text = format!("# T\n\n## S\n{bad}\n");
+        let e = parse("x.md", &text).unwrap_err();
+        assert!(
+            e.iter().any(|e| e.message.contains(want)),
+            "{bad}: {e:?}"
+        );
+    }
+    assert!(parse("x.md", "no title\n## S\n").is_err());
+    assert!(parse("x.md", "# T\nno steps\n").is_err());
+}
+
+proptest! {
+    #[test]
+    fn the_parser_never_panics(text in "(#|##|\\?|\\?predict|-|\\*|set:|check:|task:|::|=|[a-z ]|\n){0,300}") {
+        let _ = parse("fuzz.md", &text);
+    }
+
+    #[test]
+    fn the_parser_never_panics_on_any_unicode(text in "\\PC{0,400}") {
+        let _ = parse("fuzz.md", &text);
+    }
+}
