@@ -182,3 +182,46 @@ fn a_model_that_fails_to_load_is_shown_and_exits_non_zero() {
     t.keys(&["q"]);
     t.wait_for("RC=1", 10);
 }
+
+#[test]
+fn a_lesson_opens_beside_the_panes_moves_with_n_and_saves_progress() {
+    let model = common::real_model();
+    let data = tempfile::tempdir().unwrap();
+    let t = Tmux::start(150, 44);
+    let cmd = format!(
+        "INFERLAB_DATA_DIR={} {} --model {} lesson 4",
+        data.path().display(),
+        common::bin().display(),
+        model.display()
+    );
+    t.keys(&[&cmd, "Enter"]);
+    let s = t.wait_for("lesson 4/10 · step 1/4", 60);
+    assert!(s.contains("How SmolLM2 shares heads"), "{s}");
+    // The step's task: prefill and three decode steps; space four times.
+    t.wait_for("press space", 60);
+    for i in 1..=4 {
+        t.keys(&["Space"]);
+        t.wait_for(&format!("iteration {i} ·"), 30);
+    }
+    t.wait_for("[x] Task:", 10);
+    t.keys(&["n"]);
+    t.wait_for("Switch to MHA", 10);
+    // m twice: GQA → MQA → MHA, which is this step's task.
+    t.keys(&["m"]);
+    t.wait_for("9 query heads read 1 KV head(s)", 30);
+    t.keys(&["m"]);
+    t.wait_for("9 query heads read 9 KV head(s)", 30);
+    t.wait_for("[x] Task: Switch to MHA.", 10);
+    // The lesson list overlay.
+    t.keys(&["L"]);
+    t.wait_for("lessons · j k choose", 10);
+    t.keys(&["Escape"]);
+    t.keys(&["q"]);
+    t.keys(&["echo DONE-$((1+1))", "Enter"]);
+    t.wait_for("DONE-2", 10);
+    let saved = std::fs::read_to_string(data.path().join("progress.json")).unwrap();
+    let p: serde_json::Value = serde_json::from_str(&saved).unwrap();
+    let l = &p["lessons"]["04-mha-gqa-mqa"];
+    assert_eq!(l["step"], 1, "{saved}");
+    assert_eq!(l["done_steps"], serde_json::json!([0, 1]), "{saved}");
+}

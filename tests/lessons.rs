@@ -86,9 +86,18 @@ fn broken_lessons_fail_the_check_with_file_and_line() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     let file = dir.path().join("01-bad.md").display().to_string();
-    assert!(err.contains(&format!("{file}:4: unknown pane `nowhere`")), "{err}");
-    assert!(err.contains(&format!("{file}:5: unknown key `colour:`")), "{err}");
-    assert!(err.contains(&format!("{file}:6: a task needs a `check:`")), "{err}");
+    assert!(
+        err.contains(&format!("{file}:4: unknown pane `nowhere`")),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("{file}:5: unknown key `colour:`")),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("{file}:6: a task needs a `check:`")),
+        "{err}"
+    );
     assert!(err.contains(&format!("{file}:8: no right answer")), "{err}");
 }
 
@@ -118,8 +127,14 @@ fn settings_and_checks_that_do_not_exist_are_refused() {
         ("set: head=9", "head `9` does not exist"),
         ("set: speed=3", "unknown setting `speed`"),
         ("set: cache=ring", "unknown cache kind"),
-        ("task: x\ncheck: tokens >= 3", "unknown check variable `tokens`"),
-        ("task: x\ncheck: layout >= mha", "compares with == or != only"),
+        (
+            "task: x\ncheck: tokens >= 3",
+            "unknown check variable `tokens`",
+        ),
+        (
+            "task: x\ncheck: layout >= mha",
+            "compares with == or != only",
+        ),
         ("task: x\ncheck: layout == xyz", "not a value of `layout`"),
         ("task: x\ncheck: steps >= many", "is not a number"),
         ("?predict future: q", "unknown prediction `future`"),
@@ -128,10 +143,7 @@ fn settings_and_checks_that_do_not_exist_are_refused() {
     ] {
         let text = format!("# T\n\n## S\n{bad}\n");
         let e = parse("x.md", &text).unwrap_err();
-        assert!(
-            e.iter().any(|e| e.message.contains(want)),
-            "{bad}: {e:?}"
-        );
+        assert!(e.iter().any(|e| e.message.contains(want)), "{bad}: {e:?}");
     }
     assert!(parse("x.md", "no title\n## S\n").is_err());
     assert!(parse("x.md", "# T\nno steps\n").is_err());

@@ -95,3 +95,27 @@ fn kv_cache_full_is_an_error_not_a_panic() {
         .forward(&[1, 2, 3, 4, 5], &mut kv, None, Logits::Last)
         .is_err());
 }
+
+#[test]
+fn rope_rmsnorm_and_swiglu_are_measured_on_the_live_vectors() {
+    let (_d, m) = model();
+    let mut kv = m.new_cache(64);
+    let mut probe = Probe::new(LayerSelect::All);
+    let prompt: Vec<u32> = (20..32).collect();
+    m.forward(&prompt, &mut kv, Some(&mut probe), Logits::Last)
+        .unwrap();
+    for c in &probe.captures {
+        let b = &c.block;
+        // RoPE is a rotation: the length survives, the vector moved.
+        assert!(b.q_norm_pre_rope > 0.0);
+        assert!((b.q_norm_pre_rope - b.q_norm_post_rope).abs() < 1e-4 * b.q_norm_pre_rope);
+        assert_eq!(b.rope_angle0, 11.0);
+        // The newest row's rotated q is what was captured.
+        let d = c.head_dim;
+        let q0 = &c.q[(c.t - 1) * d..c.t * d];
+        let n: f32 = q0.iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((n - b.q_norm_post_rope).abs() < 1e-4 * n);
+        assert!(b.rms_in > 0.0 && b.rms_normed > 0.0);
+        assert!((0.0..=100.0).contains(&b.gate_closed_pct));
+    }
+}

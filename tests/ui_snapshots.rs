@@ -59,6 +59,14 @@ fn capture(layer: usize, t: usize) -> LayerCapture {
         resid_norm_attn: vec![2.0; t],
         resid_norm_out: vec![3.5; t],
         tile_schedule: vec![(0, 0), (1, 0), (1, 1)],
+        block: inferlab::model::probe::BlockProbe {
+            q_norm_pre_rope: 3.25,
+            q_norm_post_rope: 3.25,
+            rope_angle0: (t - 1) as f32,
+            rms_in: 0.8,
+            rms_normed: 1.9,
+            gate_closed_pct: 41.0,
+        },
         ..Default::default()
     }
 }
@@ -206,7 +214,7 @@ fn output_pane() {
 
 #[test]
 fn forward_pane() {
-    let b = render(100, 8, |a, f| {
+    let b = render(100, 11, |a, f| {
         panes::forward::render(a, &THEME, f.area(), f.buffer_mut())
     });
     insta::assert_snapshot!(b);
@@ -353,14 +361,20 @@ fn a_lesson_step_sets_the_app_and_notices_the_task() {
     assert_eq!(a.tutor.as_ref().unwrap().step, 1);
     assert!(!inferlab::ui::tutor::task_done(&a));
     // m cycles GQA → MQA → MHA; only then is the task done.
-    assert!(matches!(a.update(Action::CycleLayout), Some(Command::SetRun(_))));
+    assert!(matches!(
+        a.update(Action::CycleLayout),
+        Some(Command::SetRun(_))
+    ));
     assert!(!inferlab::ui::tutor::task_done(&a));
     a.update(Action::CycleLayout);
     assert!(inferlab::ui::tutor::task_done(&a));
     // The last step sets GQA back: going there sends the run change.
     a.update(Action::NextStep);
     let c = a.update(Action::NextStep);
-    assert!(matches!(c, Some(Command::SetRun(r)) if r.layout == HeadLayout::Gqa), "{c:?}");
+    assert!(
+        matches!(c, Some(Command::SetRun(r)) if r.layout == HeadLayout::Gqa),
+        "{c:?}"
+    );
     // p goes back a step.
     a.update(Action::PrevStep);
     assert_eq!(a.tutor.as_ref().unwrap().step, 2);
@@ -381,7 +395,10 @@ fn answers_are_graded_with_their_explanation() {
     assert!(a.tutor.as_ref().unwrap().answers[0].as_ref().unwrap().right);
     assert_eq!(a.tutor.as_ref().unwrap().open_question(), Some(1));
     let key = "01-forward-pass";
-    assert_eq!(a.tutor.as_ref().unwrap().progress.lessons[key].right, ["2.0"]);
+    assert_eq!(
+        a.tutor.as_ref().unwrap().progress.lessons[key].right,
+        ["2.0"]
+    );
 }
 
 #[test]
@@ -408,7 +425,13 @@ fn a_prediction_runs_the_next_step_and_is_graded_by_what_the_model_did() {
             c.kv_len = kv;
             c.pos0 = kv - 1;
             c.weights = (0..3 * kv)
-                .map(|i| if i % kv == 0 { 0.7 } else { 0.3 / (kv - 1) as f32 })
+                .map(|i| {
+                    if i % kv == 0 {
+                        0.7
+                    } else {
+                        0.3 / (kv - 1) as f32
+                    }
+                })
                 .collect();
             c.scores = c.weights.clone();
             c
@@ -419,5 +442,9 @@ fn a_prediction_runs_the_next_step_and_is_graded_by_what_the_model_did() {
     assert!(t.pending.is_none());
     let ans = t.answers[0].as_ref().unwrap();
     assert!(ans.right, "{ans:?}");
-    assert!(ans.why.contains("70% of its weight on position 0"), "{}", ans.why);
+    assert!(
+        ans.why.contains("70% of its weight on position 0"),
+        "{}",
+        ans.why
+    );
 }

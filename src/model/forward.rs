@@ -293,6 +293,15 @@ impl Model {
             };
             // Attention block: projections on every token at once.
             let h = candle_nn::ops::rms_norm(&x, &lw.attn_norm, cfg.rms_eps as f32)?;
+            let mut block = crate::model::probe::BlockProbe::default();
+            if capture {
+                let rms = |a: &Tensor| -> Result<f32> {
+                    let row = a.get(t0 - 1)?.to_dtype(DType::F32)?.to_vec1::<f32>()?;
+                    Ok((row.iter().map(|x| x * x).sum::<f32>() / row.len() as f32).sqrt())
+                };
+                block.rms_in = rms(&x)?;
+                block.rms_normed = rms(&h)?;
+            }
             let q_all = lw.wq.forward(&h)?;
             // K and V come from the current layout's projections (GQA: the trained ones).
             let (wk, wv) = &self.kv_proj[li];
@@ -344,7 +353,18 @@ impl Model {
                         .transpose(0, 1)?
                         .contiguous()?)
                 };
-                let q = self.rope(&split(&q_all, nh)?, pos0)?;
+                let q_pre = split(&q_all, nh)?;
+                let q = self.rope(&q_pre, pos0)?;
+                if want {
+                    // Head 0, newest row: its length before and after the rotation.
+                    let norm = |a: &Tensor| -> Result<f32> {
+                        let row = a.get(0)?.get(t - 1)?.to_vec1::<f32>()?;
+                        Ok(row.iter().map(|x| x * x).sum::<f32>().sqrt())
+                    };
+                    block.q_norm_pre_rope = norm(&q_pre)?;
+                    block.q_norm_post_rope = norm(&q)?;
+                    block.rope_angle0 = (pos0 + t - 1) as f32;
+                }
                 let k = self.rope(&split(&k_all, nkv)?, pos0)?;
                 let v = split(&v_all, nkv)?;
                 let (k_cache, v_cache) = kv.append(s, li, &k, &v)?;
@@ -400,6 +420,11 @@ impl Model {
             // MLP block: SwiGLU, again on every token at once.
             let h = candle_nn::ops::rms_norm(&x, &lw.ffn_norm, cfg.rms_eps as f32)?;
             let gate = candle_nn::ops::silu(&lw.w_gate.forward(&h)?)?;
+            if capture {
+                let row = gate.get(t0 - 1)?.to_dtype(DType::F32)?.to_vec1::<f32>()?;
+                let closed = row.iter().filter(|g| g.abs() < 0.1).count();
+                block.gate_closed_pct = 100.0 * closed as f32 / row.len().max(1) as f32;
+            }
             let up = lw.w_up.forward(&h)?;
             x = (x + lw.w_down.forward(&(gate * up)?)?)?;
             if let Some((q, k, v, att)) = cap {
@@ -422,6 +447,7 @@ impl Model {
                     resid_norm_attn: norm_attn,
                     resid_norm_out: row_norms(&x.narrow(0, 0, t0)?)?,
                     tile_schedule: att.schedule.clone(),
+                    block: block.clone(),
                 };
                 if let Some(p) = probe.as_deref_mut() {
                     p.captures.push(c);

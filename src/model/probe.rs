@@ -56,6 +56,24 @@ pub struct LayerCapture {
     /// With the tiled kernel: (query tile, key tile) pairs of head 0, in processing order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tile_schedule: Vec<(u32, u32)>,
+    /// The newest row's pieces of the block, measured on the live vectors.
+    #[serde(default)]
+    pub block: BlockProbe,
+}
+
+/// RoPE, RMSNorm and SwiGLU seen on the newest row of one layer.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct BlockProbe {
+    /// ‖q‖ of head 0 before and after RoPE (a rotation keeps it).
+    pub q_norm_pre_rope: f32,
+    pub q_norm_post_rope: f32,
+    /// Angle of head 0's first rotary pair, radians (position × base⁰).
+    pub rope_angle0: f32,
+    /// RMS of the residual entering attention, and of RMSNorm's output.
+    pub rms_in: f32,
+    pub rms_normed: f32,
+    /// Share of the MLP's silu(gate) values with magnitude below 0.1, percent.
+    pub gate_closed_pct: f32,
 }
 
 impl LayerCapture {

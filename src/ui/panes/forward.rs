@@ -86,6 +86,24 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         Style::default(),
     );
     if let Some(c) = r.info.captures.iter().find(|c| c.layer == app.layer) {
+        let b = &c.block;
+        let rows = [
+            format!(
+                "RoPE   q head 0 ‖q‖ {:.2} → {:.2} after rotation · first pair turned {:.0} rad",
+                b.q_norm_pre_rope, b.q_norm_post_rope, b.rope_angle0
+            ),
+            format!(
+                "RMSNorm  residual RMS {:.2} → {:.2} into attention (divide by RMS, times gain)",
+                b.rms_in, b.rms_normed
+            ),
+            format!(
+                "SwiGLU   {:.0}% of the {} silu(gate) values nearly closed (|g| < 0.1)",
+                b.gate_closed_pct, r.cfg.ffn
+            ),
+        ];
+        for (i, row) in rows.into_iter().enumerate() {
+            put(buf, inner, 0, inner.y + 5 + i as u16, row, Style::default());
+        }
         if !c.tile_schedule.is_empty() {
             let s: Vec<String> = c
                 .tile_schedule
