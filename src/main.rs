@@ -16,6 +16,9 @@ struct Cli {
     /// Most tokens the app generates per request.
     #[arg(long, default_value_t = 200)]
     max_tokens: usize,
+    /// Write every iteration of the app session to FILE (JSON lines; `inferlab replay FILE`).
+    #[arg(long, value_name = "FILE")]
+    record: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Option<Cmd>,
 }
@@ -37,6 +40,11 @@ enum Cmd {
     Lessons(commands::lessons::ListArgs),
     /// Open the app at lesson N, beside the live panes.
     Lesson(commands::lessons::OpenArgs),
+    /// Replay a recording made with --record: the same screens, no model needed.
+    Replay {
+        /// The recording file.
+        file: std::path::PathBuf,
+    },
     /// Measure speed side by side.
     Bench {
         #[command(subcommand)]
@@ -47,7 +55,13 @@ enum Cmd {
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        None => commands::app::run(&cli.model, &cli.prompt, cli.max_tokens),
+        None => commands::app::run(
+            &cli.model,
+            &cli.prompt,
+            cli.max_tokens,
+            cli.record.as_deref(),
+        ),
+        Some(Cmd::Replay { file }) => commands::app::replay(&file),
         Some(Cmd::Generate(a)) => commands::generate::run(&cli.model, &a),
         Some(Cmd::Trace(a)) => commands::trace::run(&cli.model, &a),
         Some(Cmd::Model { cmd }) => commands::model_cmd::run(&cli.model, &cmd),

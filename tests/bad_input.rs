@@ -202,3 +202,43 @@ fn bad_layout_and_tile_settings() {
     assert!(!ok);
     assert!(err.contains("on-chip memory of 16 bytes"), "{err}");
 }
+
+#[test]
+fn a_corrupt_or_newer_recording_is_refused_with_its_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let newer = dir.path().join("newer.jsonl");
+    std::fs::write(
+        &newer,
+        "{\"format\":\"inferlab-recording\",\"version\":99,\"inferlab\":\"9\",\"model\":\"m\"}\n{}\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(common::bin())
+        .arg("replay")
+        .arg(&newer)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("newer.jsonl") && e.contains("version 99"), "{e}");
+    assert!(!e.contains("panicked"));
+    let junk = dir.path().join("junk.bin");
+    std::fs::write(&junk, [0u8, 159, 146, 150]).unwrap();
+    let out = std::process::Command::new(common::bin())
+        .arg("replay")
+        .arg(&junk)
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && e.contains("junk.bin"), "{e}");
+    assert!(!e.contains("panicked"));
+    // Recording to a path that cannot be written fails before the screen opens.
+    let out = std::process::Command::new(common::bin())
+        .args(["--record", "/nonexistent-dir/x.jsonl"])
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && e.contains("/nonexistent-dir/x.jsonl"),
+        "{e}"
+    );
+}

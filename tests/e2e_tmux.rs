@@ -225,3 +225,60 @@ fn a_lesson_opens_beside_the_panes_moves_with_n_and_saves_progress() {
     assert_eq!(l["step"], 1, "{saved}");
     assert_eq!(l["done_steps"], serde_json::json!([0, 1]), "{saved}");
 }
+
+#[test]
+fn a_recorded_session_replays_without_the_model_and_scrubs() {
+    let model = common::real_model();
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("session.jsonl");
+    let t = Tmux::start(220, 44);
+    let cmd = format!(
+        "{} --model {} --record {}",
+        common::bin().display(),
+        model.display(),
+        rec.display()
+    );
+    t.keys(&[&cmd, "Enter"]);
+    t.wait_for("ready: press space", 60);
+    for i in 1..=3 {
+        t.keys(&["Space"]);
+        t.wait_for(&format!("iteration {i} ·"), 30);
+    }
+    let live = t.screen();
+    t.keys(&["q"]);
+    t.keys(&["clear", "Enter"]);
+    // Replay with no model available at all.
+    let cmd = format!(
+        "INFERLAB_MODEL=/nonexistent INFERLAB_OFFLINE=1 {} replay {}",
+        common::bin().display(),
+        rec.display()
+    );
+    t.keys(&[&cmd, "Enter"]);
+    t.wait_for("(replay, 3 iterations)", 20);
+    for i in 1..=3 {
+        t.keys(&["Space"]);
+        t.wait_for(&format!("iteration {i} ·"), 10);
+    }
+    let replayed = t.screen();
+    // The same output pane text as live.
+    let out = |s: &str| {
+        s.lines()
+            .find(|l| l.contains("sampled"))
+            .map(str::to_string)
+    };
+    assert_eq!(
+        out(&live),
+        out(&replayed),
+        "live:\n{live}\nreplay:\n{replayed}"
+    );
+    t.keys(&["["]);
+    let s = t.wait_for("HISTORY", 10);
+    assert!(s.contains("iteration 2 · decode"), "{s}");
+    t.keys(&["[", "["]);
+    t.wait_for("start of the session", 10);
+    t.keys(&["]", "]", "]"]);
+    t.wait_for("iteration 3 · decode", 10);
+    t.keys(&["q"]);
+    t.keys(&["echo OK-$((2*3))", "Enter"]);
+    t.wait_for("OK-6", 10);
+}

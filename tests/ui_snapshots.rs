@@ -448,3 +448,95 @@ fn a_prediction_runs_the_next_step_and_is_graded_by_what_the_model_did() {
         ans.why
     );
 }
+
+fn numbered(i: usize) -> StepReport {
+    let mut r = report();
+    r.iteration = i;
+    r.info.step = i - 1;
+    r.generated = format!("text after {i}");
+    r
+}
+
+#[test]
+fn scrubbing_walks_back_through_the_session_and_resumes_live() {
+    let mut a = App::new(RunOptions::default());
+    a.on_event(Event::Ready {
+        model: "fixture.gguf".into(),
+    });
+    for i in 1..=4 {
+        a.on_event(Event::Report(Box::new(numbered(i))));
+    }
+    assert_eq!(a.past.len(), 4);
+    a.update(Action::ScrubBack);
+    assert_eq!(a.report.as_ref().unwrap().iteration, 3);
+    assert!(a.status.contains("history: iteration 3"));
+    for _ in 0..5 {
+        a.update(Action::ScrubBack);
+    }
+    assert_eq!(a.report.as_ref().unwrap().iteration, 1);
+    assert!(a.status.contains("start of the session"), "{}", a.status);
+    a.update(Action::ScrubForward);
+    assert_eq!(a.report.as_ref().unwrap().iteration, 2);
+    // Every pane draws the chosen iteration: the output pane shows its text.
+    let mut term = Terminal::new(TestBackend::new(44, 10)).unwrap();
+    term.draw(|f| panes::output::render(&a, &THEME, f.area(), f.buffer_mut()))
+        .unwrap();
+    assert!(format!("{}", term.backend()).contains("text after 2"));
+    // Forward past the newest iteration returns to the live state.
+    a.update(Action::ScrubForward);
+    a.update(Action::ScrubForward);
+    assert!(a.scrub.is_none());
+    assert_eq!(a.report.as_ref().unwrap().iteration, 4);
+    // A step while scrubbed goes back to live first.
+    a.update(Action::ScrubBack);
+    assert!(matches!(
+        a.update(Action::Step),
+        Some(inferlab::serve::Command::Step)
+    ));
+    assert!(a.scrub.is_none());
+}
+
+#[test]
+fn a_recording_round_trips_and_bad_ones_are_refused_by_name() {
+    use inferlab::serve::recording::{self, RecordingError};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.jsonl");
+    let mut rec = recording::Recorder::create(&path, "fixture.gguf").unwrap();
+    for i in 1..=3 {
+        rec.write(&numbered(i)).unwrap();
+    }
+    drop(rec);
+    let (h, reports) = recording::read(&path).unwrap();
+    assert_eq!(h.version, recording::VERSION);
+    assert_eq!(reports.len(), 3);
+    assert_eq!(reports[2].generated, "text after 3");
+    let w = &reports[0].info.captures[0].weights;
+    assert_eq!(w, &report().info.captures[0].weights);
+    // Newer format, corrupt line, not a recording, empty.
+    let text = std::fs::read_to_string(&path).unwrap();
+    let newer = dir.path().join("newer.jsonl");
+    std::fs::write(&newer, text.replacen("\"version\":1", "\"version\":7", 1)).unwrap();
+    assert!(matches!(
+        recording::read(&newer),
+        Err(RecordingError::TooNew { found: 7, .. })
+    ));
+    let corrupt = dir.path().join("corrupt.jsonl");
+    let mut lines: Vec<&str> = text.lines().collect();
+    let cut = &lines[2][..lines[2].len() / 2];
+    lines[2] = cut;
+    std::fs::write(&corrupt, lines.join("\n")).unwrap();
+    let e = recording::read(&corrupt).unwrap_err().to_string();
+    assert!(e.contains("corrupt.jsonl:3: not a step report"), "{e}");
+    let other = dir.path().join("other.jsonl");
+    std::fs::write(&other, "{\"hello\": 1}\n").unwrap();
+    assert!(matches!(
+        recording::read(&other),
+        Err(RecordingError::NotARecording { .. })
+    ));
+    let empty = dir.path().join("empty.jsonl");
+    std::fs::write(&empty, lines[0]).unwrap();
+    assert!(matches!(
+        recording::read(&empty),
+        Err(RecordingError::Empty { .. })
+    ));
+}

@@ -102,5 +102,5 @@ pub fn open(margs: &ModelArgs, a: &OpenArgs, prompt: &str, max_new: usize) -> Re
         progress.of(l.id()).step = s - 1;
     }
     let tutor = inferlab::ui::tutor::Tutor::new(lessons, a.number - 1, progress, true);
-    super::app::run_with(margs, prompt, max_new, Some(tutor)).context("running the lesson")
+    super::app::run_with(margs, prompt, max_new, Some(tutor), None).context("running the lesson")
 }

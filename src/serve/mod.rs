@@ -3,6 +3,7 @@
 
 pub mod batch;
 pub mod engine;
+pub mod recording;
 pub mod report;
 pub mod workload;
 

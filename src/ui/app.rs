@@ -35,6 +35,9 @@ pub enum Action {
     ToggleLessons,
     Answer(usize),
     Confirm,
+    /// History: one iteration back / forward (pauses the run).
+    ScrubBack,
+    ScrubForward,
     Quit,
 }
 
@@ -88,6 +91,30 @@ pub struct LayerHistory {
 /// The most positions kept for the full prompt+generation matrix.
 pub const MAX_HISTORY: usize = 512;
 
+/// Retained history, estimated from the captured floats.
+pub const MAX_PAST_BYTES: usize = 512 << 20;
+
+/// What the screen showed live, kept while the user scrubs through the past.
+struct Stash {
+    report: Option<Box<StepReport>>,
+    history: Vec<LayerHistory>,
+    timeline: VecDeque<Vec<(u64, ReqPhase)>>,
+    timeline_b: VecDeque<Vec<(u64, ReqPhase)>>,
+}
+
+/// Rough bytes one report holds (its captures dominate).
+fn report_bytes(r: &StepReport) -> usize {
+    let floats: usize = r
+        .info
+        .captures
+        .iter()
+        .map(|c| {
+            c.q.len() + c.k.len() + c.v.len() + c.scores.len() + c.weights.len() + c.head_out.len()
+        })
+        .sum();
+    4 * floats + 4096
+}
+
 /// The app.
 pub struct App {
     pub status: String,
@@ -115,6 +142,14 @@ pub struct App {
     pub timeline: VecDeque<Vec<(u64, ReqPhase)>>,
     pub compare: Compare,
     pub timeline_b: VecDeque<Vec<(u64, ReqPhase)>>,
+    /// Every report of the session, oldest first, within [`MAX_PAST_BYTES`].
+    pub past: VecDeque<Box<StepReport>>,
+    past_bytes: usize,
+    /// Reports dropped from the front of `past` to bound memory.
+    pub dropped: usize,
+    /// While scrubbing: the index into `past` on screen, and the live state to go back to.
+    pub scrub: Option<usize>,
+    stash: Option<Stash>,
     /// The open lesson, when the app runs one.
     pub tutor: Option<super::tutor::Tutor>,
     /// Commands beyond the one `update` returns (a lesson step may set several things).
@@ -149,6 +184,11 @@ impl App {
             timeline: VecDeque::new(),
             compare: Compare::Off,
             timeline_b: VecDeque::new(),
+            past: VecDeque::new(),
+            past_bytes: 0,
+            dropped: 0,
+            scrub: None,
+            stash: None,
             tutor: None,
             outbox: Vec::new(),
             quit: false,
@@ -229,6 +269,22 @@ impl App {
                 return self.queue(cmds);
             }
             Action::Confirm => {}
+            Action::ScrubBack => self.scrub_to(-1),
+            Action::ScrubForward => self.scrub_to(1),
+            // Anything that changes the live state first returns to it.
+            Action::Step
+            | Action::ToggleRun
+            | Action::CycleLayout
+            | Action::ToggleKernel
+            | Action::ToggleCache
+            | Action::TogglePolicy
+            | Action::CycleCompare
+            | Action::StartInput
+                if self.scrub.is_some() =>
+            {
+                self.resume_live();
+                return self.update(a);
+            }
             Action::Step => {
                 self.running = false;
                 return self.request_step();
@@ -320,6 +376,101 @@ impl App {
         None
     }
 
+    /// Moves the view `delta` iterations through the retained history.
+    fn scrub_to(&mut self, delta: isize) {
+        let n = self.past.len();
+        if n == 0 {
+            self.status = "no iterations yet".into();
+            return;
+        }
+        self.running = false;
+        let live = n - 1;
+        let cur = self.scrub.unwrap_or(live) as isize;
+        let to = cur + delta;
+        if to < 0 {
+            self.status = if self.dropped > 0 {
+                format!(
+                    "start of the retained history ({} older iteration(s) were dropped to bound memory)",
+                    self.dropped
+                )
+            } else {
+                "start of the session's history".into()
+            };
+            return;
+        }
+        let to = to as usize;
+        if to >= live {
+            if self.scrub.is_some() {
+                self.resume_live();
+            } else {
+                self.status = "already at the live iteration".into();
+            }
+            return;
+        }
+        if self.stash.is_none() {
+            self.stash = Some(Stash {
+                report: self.report.take(),
+                history: std::mem::take(&mut self.history),
+                timeline: std::mem::take(&mut self.timeline),
+                timeline_b: std::mem::take(&mut self.timeline_b),
+            });
+        }
+        self.scrub = Some(to);
+        // Rebuild what the panes draw from the reports up to `to`: the heatmap rows from
+        // the request's prefill on, the timelines from the last TIMELINE iterations.
+        let mut first = to;
+        while first > 0 && self.past[first].info.step != 0 {
+            first -= 1;
+        }
+        self.history.clear();
+        for k in first..=to {
+            let r = self.past[k].clone();
+            self.absorb(&r);
+        }
+        self.timeline.clear();
+        self.timeline_b.clear();
+        for k in to.saturating_sub(TIMELINE)..=to {
+            push_timeline(&mut self.timeline, self.past[k].serve.as_ref());
+            push_timeline(&mut self.timeline_b, self.past[k].serve_b.as_ref());
+        }
+        self.report = Some(self.past[to].clone());
+        self.status = format!(
+            "history: iteration {} ({} of {} kept) · [ ] scrub · space resumes live",
+            self.past[to].iteration,
+            to + 1,
+            n
+        );
+    }
+
+    /// Leaves the history view for the live state.
+    fn resume_live(&mut self) {
+        if let Some(s) = self.stash.take() {
+            self.report = s.report;
+            self.history = s.history;
+            self.timeline = s.timeline;
+            self.timeline_b = s.timeline_b;
+        }
+        self.scrub = None;
+        self.status = "live".into();
+    }
+
+    /// Keeps a report in the history, dropping the oldest beyond the memory bound.
+    fn remember(&mut self, r: &StepReport) {
+        let r = crate::serve::recording::for_screens(r);
+        let b = report_bytes(&r);
+        self.past.push_back(Box::new(r));
+        self.past_bytes += b;
+        while self.past_bytes > MAX_PAST_BYTES && self.past.len() > 1 {
+            if let Some(old) = self.past.pop_front() {
+                self.past_bytes -= report_bytes(&old);
+                self.dropped += 1;
+                if let Some(i) = self.scrub.as_mut() {
+                    *i = i.saturating_sub(1);
+                }
+            }
+        }
+    }
+
     /// Returns the first command and keeps the rest for the event loop to send.
     fn queue(&mut self, mut cmds: Vec<Command>) -> Option<Command> {
         if cmds.is_empty() {
@@ -393,6 +544,10 @@ impl App {
             }
             Event::Report(r) => {
                 self.in_flight = false;
+                self.remember(&r);
+                if self.scrub.is_some() {
+                    self.resume_live();
+                }
                 let old = self.report.take();
                 super::tutor::grade(self, &r, old.as_deref());
                 self.report = old;

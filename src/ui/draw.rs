@@ -162,7 +162,9 @@ fn header(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         None => (0, "waiting", 0.0),
     };
     let speed = SPEEDS[app.speed];
-    let run = if app.running {
+    let run = if app.scrub.is_some() {
+        "HISTORY".to_string()
+    } else if app.running {
         if speed > 0.0 {
             format!("RUNNING {speed}/s")
         } else {

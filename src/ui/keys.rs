@@ -143,6 +143,20 @@ pub const BINDINGS: &[Binding] = &[
         codes: &[KeyCode::Tab],
     },
     Binding {
+        keys: "[ ]",
+        help: "history: one iteration back / forward (space resumes live)",
+        footer: false,
+        action: Action::ScrubBack,
+        codes: &[KeyCode::Char('[')],
+    },
+    Binding {
+        keys: "",
+        help: "",
+        footer: false,
+        action: Action::ScrubForward,
+        codes: &[KeyCode::Char(']')],
+    },
+    Binding {
         keys: "n p",
         help: "lesson: next / previous step",
         footer: true,

@@ -19,7 +19,29 @@ use std::time::{Duration, Instant};
 
 /// Runs the app until the user quits. The terminal is restored on every exit path,
 /// panics included.
-pub fn run(cfg: EngineConfig, tutor: Option<tutor::Tutor>) -> std::io::Result<()> {
+pub fn run(
+    cfg: EngineConfig,
+    tutor: Option<tutor::Tutor>,
+    record: Option<std::path::PathBuf>,
+) -> std::io::Result<()> {
+    let run = cfg.run;
+    let (tx, rx) = serve::spawn(cfg);
+    with_terminal(|t| event_loop(t, run, tx, rx, tutor, record))
+}
+
+/// Opens a recording: the same screens, driven by the recorded iterations.
+pub fn replay(
+    header: serve::recording::Header,
+    reports: Vec<serve::StepReport>,
+) -> std::io::Result<()> {
+    let run = reports[0].run;
+    let (tx, rx) = serve::recording::spawn_player(header, reports);
+    with_terminal(|t| event_loop(t, run, tx, rx, None, None))
+}
+
+fn with_terminal(
+    f: impl FnOnce(&mut ratatui::DefaultTerminal) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     let mut terminal = ratatui::try_init()?;
     execute!(std::io::stdout(), EnableMouseCapture)?;
     // ratatui's hook restores the screen; ours also gives the mouse back first.
@@ -28,7 +50,7 @@ pub fn run(cfg: EngineConfig, tutor: Option<tutor::Tutor>) -> std::io::Result<()
         let _ = execute!(std::io::stdout(), DisableMouseCapture);
         prev(info);
     }));
-    let result = event_loop(&mut terminal, cfg, tutor);
+    let result = f(&mut terminal);
     let _ = execute!(std::io::stdout(), DisableMouseCapture);
     ratatui::restore();
     result
@@ -36,12 +58,15 @@ pub fn run(cfg: EngineConfig, tutor: Option<tutor::Tutor>) -> std::io::Result<()
 
 fn event_loop(
     terminal: &mut ratatui::DefaultTerminal,
-    cfg: EngineConfig,
+    run: crate::model::RunOptions,
+    tx: std::sync::mpsc::Sender<Command>,
+    rx: std::sync::mpsc::Receiver<serve::Event>,
     tutor: Option<tutor::Tutor>,
+    record: Option<std::path::PathBuf>,
 ) -> std::io::Result<()> {
     let theme = theme::Theme::detect();
-    let mut app = App::new(cfg.run);
-    let (tx, rx) = serve::spawn(cfg);
+    let mut app = App::new(run);
+    let mut recorder: Option<serve::recording::Recorder> = None;
     let send = |c: Option<Command>| {
         if let Some(c) = c {
             let _ = tx.send(c);
@@ -59,6 +84,18 @@ fn event_loop(
         // Engine events: every report is absorbed (the heatmap history needs them all),
         // but the screen is drawn once per frame.
         while let Ok(e) = rx.try_recv() {
+            if let (Some(path), serve::Event::Ready { model }) = (&record, &e) {
+                recorder = Some(
+                    serve::recording::Recorder::create(path, model)
+                        .map_err(std::io::Error::other)?,
+                );
+            }
+            if let (Some(rec), serve::Event::Report(r)) = (recorder.as_mut(), &e) {
+                if let Err(err) = rec.write(r) {
+                    app.status = format!("recording stopped: {err}");
+                    recorder = None;
+                }
+            }
             app.on_event(e);
             dirty = true;
         }
