@@ -5,6 +5,7 @@ pub mod decode;
 pub mod heads;
 pub mod render;
 pub mod serve;
+pub mod sink;
 
 /// Median of a non-empty list.
 pub fn median(mut v: Vec<f64>) -> f64 {

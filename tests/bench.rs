@@ -102,3 +102,17 @@ fn budget_json_and_errors() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("unknown preset `gpt-9`"));
 }
+
+#[test]
+fn bench_sink_json_shows_the_sink_on_the_real_model() {
+    let model = common::real_model();
+    let m = model.to_str().unwrap();
+    let v = json(&["--model", m, "bench", "sink", "--json", "--window", "96"]);
+    let p = |k: &str| v[k]["perplexity"].as_f64().unwrap();
+    let (full, window, sink) = (p("full"), p("window"), p("window_sink"));
+    assert!(full > 1.0 && window.is_finite() && sink.is_finite());
+    // Dropping the first page hurts far more than keeping it: the StreamingLLM finding.
+    assert!(window > sink * 1.2, "window {window} vs window+sink {sink}");
+    assert!(v["window"]["evicted_pages"].as_u64().unwrap() > 0);
+    assert!(v["window_sink"]["cached_tokens"].as_u64().unwrap() <= 96);
+}

@@ -2,7 +2,7 @@
 
 use super::{load_model, model_path, ModelArgs};
 use anyhow::Result;
-use inferlab::bench::{attention, decode, heads, render, serve};
+use inferlab::bench::{attention, decode, heads, render, serve, sink};
 
 /// Benchmarks.
 #[derive(clap::Subcommand)]
@@ -26,6 +26,17 @@ pub enum Cmd {
         /// Tokens to decode for the speed column.
         #[arg(long, default_value_t = 32)]
         tokens: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Attention sinks: perplexity with the full cache, a sliding window, and the window plus the first page.
+    Sink {
+        /// Tokens the windowed caches hold.
+        #[arg(long, default_value_t = 128)]
+        window: usize,
+        /// Tokens per page (the unit of eviction, and the sink that is kept).
+        #[arg(long, default_value_t = 16)]
+        page_size: usize,
         #[arg(long)]
         json: bool,
     },
@@ -142,6 +153,19 @@ pub fn run(margs: &ModelArgs, cmd: &Cmd) -> Result<()> {
             };
             let model = load_model(margs)?;
             let r = serve::run(&model, &w, *kv_tokens, *page_size, *max_batch)?;
+            emit(*json, &r, r.table())?;
+        }
+        Cmd::Sink {
+            window,
+            page_size,
+            json,
+        } => {
+            let model = load_model(margs)?;
+            let tokens = model
+                .tokenizer
+                .encode(heads::EVAL_TEXT.trim())
+                .map_err(anyhow::Error::msg)?;
+            let r = sink::run(&model, &tokens, *window, *page_size)?;
             emit(*json, &r, r.table())?;
         }
         Cmd::Render {

@@ -6,6 +6,7 @@
 pub mod contiguous;
 pub mod paged;
 pub mod pool;
+pub mod window;
 
 pub use contiguous::Contiguous;
 pub use paged::PagedKv;

@@ -1,0 +1,124 @@
+//! A KV cache bounded to a window, for the attention-sink experiment (StreamingLLM,
+//! Xiao et al. 2023): when the window is full the oldest page is evicted, either the very
+//! first page too or everything but it (the "sink").
+//!
+//! `len()` is the next token's position, which keeps counting after evictions, so RoPE
+//! still sees true distances; the cache itself holds at most `window` (+ the new) tokens.
+
+use super::KvStore;
+use candle_core::{Device, Result, Tensor};
+
+/// A windowed cache on host memory.
+pub struct Windowed {
+    k: Vec<Vec<f32>>,
+    v: Vec<Vec<f32>>,
+    /// Original position of each cached row.
+    pub positions: Vec<usize>,
+    pos: usize,
+    pending: usize,
+    n_kv_head: usize,
+    head_dim: usize,
+    pub window: usize,
+    pub page_size: usize,
+    pub keep_sink: bool,
+    /// Pages evicted so far.
+    pub evicted_pages: usize,
+    device: Device,
+}
+
+impl Windowed {
+    /// A cache of at most `window` tokens, evicting `page_size` at a time. The window must
+    /// hold at least two pages (one to keep as the sink, one to slide).
+    pub fn new(
+        n_layer: usize,
+        n_kv_head: usize,
+        head_dim: usize,
+        window: usize,
+        page_size: usize,
+        keep_sink: bool,
+        device: &Device,
+    ) -> std::result::Result<Self, String> {
+        if page_size == 0 || window < 2 * page_size {
+            return Err(format!(
+                "a window of {window} tokens must hold at least two pages of {page_size}"
+            ));
+        }
+        Ok(Self {
+            k: vec![Vec::new(); n_layer],
+            v: vec![Vec::new(); n_layer],
+            positions: Vec::new(),
+            pos: 0,
+            pending: 0,
+            n_kv_head,
+            head_dim,
+            window,
+            page_size,
+            keep_sink,
+            evicted_pages: 0,
+            device: device.clone(),
+        })
+    }
+
+    fn row(&self) -> usize {
+        self.n_kv_head * self.head_dim
+    }
+
+    /// `(n_kv_head, rows, head_dim)` from token-major rows.
+    fn heads(&self, rows: &[f32]) -> Result<Tensor> {
+        let (hn, d) = (self.n_kv_head, self.head_dim);
+        let n = rows.len() / (hn * d);
+        let mut out = vec![0.0f32; rows.len()];
+        for p in 0..n {
+            for h in 0..hn {
+                out[(h * n + p) * d..][..d].copy_from_slice(&rows[(p * hn + h) * d..][..d]);
+            }
+        }
+        Tensor::from_vec(out, (hn, n, d), &self.device)
+    }
+}
+
+impl KvStore for Windowed {
+    fn len(&self) -> usize {
+        self.pos
+    }
+
+    fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
+        let (hn, t, d) = k.dims3()?;
+        // (n_kv, t, d) → token-major rows.
+        let rows = |x: &Tensor| -> Result<Vec<f32>> {
+            x.transpose(0, 1)?
+                .contiguous()?
+                .flatten_all()?
+                .to_vec1::<f32>()
+        };
+        debug_assert_eq!(hn * d, self.row());
+        let (kr, vr) = (rows(k)?, rows(v)?);
+        self.k[layer].extend_from_slice(&kr);
+        self.v[layer].extend_from_slice(&vr);
+        if layer == 0 {
+            self.pending = t;
+        }
+        Ok((self.heads(&self.k[layer])?, self.heads(&self.v[layer])?))
+    }
+
+    fn advance(&mut self, t: usize) {
+        self.positions.extend(self.pos..self.pos + t);
+        self.pos += t;
+        self.pending = 0;
+        let row = self.row();
+        while self.positions.len() > self.window {
+            // The oldest page after the sink (or the very first page without one).
+            let start = if self.keep_sink { self.page_size } else { 0 };
+            let n = self.page_size.min(self.positions.len() - start);
+            for l in self.k.iter_mut().chain(self.v.iter_mut()) {
+                l.drain(start * row..(start + n) * row);
+            }
+            self.positions.drain(start..start + n);
+            self.evicted_pages += 1;
+        }
+    }
+
+    fn pending(&self) -> usize {
+        self.pending
+    }
+}
