@@ -515,7 +515,15 @@ pub fn grade(app: &mut App, new: &StepReport, old: Option<&StepReport>) {
         return;
     };
     let chosen = live.values[p.choice];
-    let (actual, why) = match p.kind {
+    // "Another …" is right when the real answer is none of the listed values.
+    let exact = |actual: u64| {
+        if chosen == OTHER {
+            !live.values.iter().any(|&v| v == actual && v != OTHER)
+        } else {
+            chosen == actual
+        }
+    };
+    let (right, why) = match p.kind {
         Predict::TopAttended => {
             let head = app.head;
             let row = new
@@ -536,7 +544,7 @@ pub fn grade(app: &mut App, new: &StepReport, old: Option<&StepReport>) {
                         .map(|s| super::panes::label(s, 12).trim_end().to_string())
                         .unwrap_or_default();
                     (
-                        best as u64,
+                        exact(best as u64),
                         format!(
                             "layer {} head {} put {:.0}% of its weight on position {best} ({piece})",
                             app.layer,
@@ -545,7 +553,7 @@ pub fn grade(app: &mut App, new: &StepReport, old: Option<&StepReport>) {
                         ),
                     )
                 }
-                None => (OTHER, "the step produced no decode row to grade".into()),
+                None => (false, "the step produced no decode row to grade".into()),
             }
         }
         Predict::PagesNext => match new.serve.as_ref() {
@@ -558,7 +566,7 @@ pub fn grade(app: &mut App, new: &StepReport, old: Option<&StepReport>) {
                     .find(|a| a.id == p.subject)
                     .map(|a| a.len);
                 (
-                    n as u64,
+                    exact(n as u64),
                     match len {
                         Some(len) => format!(
                             "request #{} now holds {len} tokens in {n} pages of {} slots",
@@ -568,7 +576,7 @@ pub fn grade(app: &mut App, new: &StepReport, old: Option<&StepReport>) {
                     },
                 )
             }
-            None => (OTHER, "no serving view".into()),
+            None => (false, "no serving view".into()),
         },
         Predict::NextJoin => match new.serve.as_ref() {
             Some(sv) => {
@@ -596,29 +604,10 @@ pub fn grade(app: &mut App, new: &StepReport, old: Option<&StepReport>) {
                 } else {
                     joined.contains(&chosen)
                 };
-                if let Some(t) = app.tutor.as_mut() {
-                    t.pending = None;
-                }
-                record(
-                    app,
-                    p.question,
-                    Answer {
-                        choice: p.choice,
-                        right,
-                        why,
-                    },
-                );
-                return;
+                (right, why)
             }
-            None => (OTHER, "no serving view".into()),
+            None => (false, "no serving view".into()),
         },
-    };
-    // "Another …" is right when the real answer is none of the listed values.
-    let listed = live.values.iter().any(|&v| v == actual && v != OTHER);
-    let right = if chosen == OTHER {
-        !listed
-    } else {
-        chosen == actual
     };
     if let Some(t) = app.tutor.as_mut() {
         t.pending = None;

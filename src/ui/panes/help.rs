@@ -10,14 +10,7 @@ use ratatui::widgets::{Block, Borders, Clear, Widget};
 /// Draws the help box centred in `area`.
 pub fn render(theme: &Theme, area: Rect, buf: &mut Buffer) {
     let rows: Vec<_> = BINDINGS.iter().filter(|b| !b.keys.is_empty()).collect();
-    let h = (rows.len() as u16 + 4).min(area.height);
-    let w = 76.min(area.width);
-    let r = Rect {
-        x: area.x + (area.width - w) / 2,
-        y: area.y + (area.height - h) / 2,
-        width: w,
-        height: h,
-    };
+    let r = super::centered(area, 76, rows.len() as u16 + 4);
     Clear.render(r, buf);
     let b = Block::default()
         .borders(Borders::ALL)

@@ -173,14 +173,7 @@ fn paragraphs<'a>(text: &str) -> Vec<Line<'a>> {
 /// The lesson list, centred over `area`.
 pub fn render_list(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let Some(t) = app.tutor.as_ref() else { return };
-    let h = (t.lessons.len() as u16 + 4).min(area.height);
-    let w = 70.min(area.width);
-    let r = Rect {
-        x: area.x + (area.width - w) / 2,
-        y: area.y + (area.height - h) / 2,
-        width: w,
-        height: h,
-    };
+    let r = super::centered(area, 70, t.lessons.len() as u16 + 4);
     Clear.render(r, buf);
     let b = Block::default()
         .borders(Borders::ALL)

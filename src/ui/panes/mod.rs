@@ -83,3 +83,14 @@ pub fn put(
     }
     buf.set_stringn(inner.x + dx, y, s, (inner.width - dx) as usize, style);
 }
+
+/// A `w × h` box centred in `area` (clipped to it), for overlays.
+pub fn centered(area: ratatui::layout::Rect, w: u16, h: u16) -> ratatui::layout::Rect {
+    let (w, h) = (w.min(area.width), h.min(area.height));
+    ratatui::layout::Rect {
+        x: area.x + (area.width - w) / 2,
+        y: area.y + (area.height - h) / 2,
+        width: w,
+        height: h,
+    }
+}
