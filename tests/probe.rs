@@ -3,20 +3,27 @@
 mod common;
 
 use common::*;
+use inferlab::kv::Contiguous;
 use inferlab::model::{LayerSelect, Logits, Model, Probe};
 
 fn model() -> (tempfile::TempDir, Model) {
     tiny_f32()
 }
 
-#[test]
-fn captured_weights_are_causal_softmax_rows() {
-    let (_d, m) = model();
+/// The tiny model after a 12-token prompt (tokens 20..32), every layer captured.
+fn prefilled() -> (tempfile::TempDir, Model, Contiguous, Probe) {
+    let (d, m) = model();
     let mut kv = m.new_cache(64);
     let mut probe = Probe::new(LayerSelect::All);
     let prompt: Vec<u32> = (20..32).collect();
     m.forward(&prompt, &mut kv, Some(&mut probe), Logits::Last)
         .unwrap();
+    (d, m, kv, probe)
+}
+
+#[test]
+fn captured_weights_are_causal_softmax_rows() {
+    let (_d, m, mut kv, mut probe) = prefilled();
     assert_eq!(probe.captures.len(), N_LAYER);
     let c = &probe.captures[1];
     assert_eq!(
@@ -98,12 +105,7 @@ fn kv_cache_full_is_an_error_not_a_panic() {
 
 #[test]
 fn rope_rmsnorm_and_swiglu_are_measured_on_the_live_vectors() {
-    let (_d, m) = model();
-    let mut kv = m.new_cache(64);
-    let mut probe = Probe::new(LayerSelect::All);
-    let prompt: Vec<u32> = (20..32).collect();
-    m.forward(&prompt, &mut kv, Some(&mut probe), Logits::Last)
-        .unwrap();
+    let (_d, _m, _kv, probe) = prefilled();
     for c in &probe.captures {
         let b = &c.block;
         // RoPE is a rotation: the length survives, the vector moved.

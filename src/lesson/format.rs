@@ -2,7 +2,7 @@
 
 use crate::model::HeadLayout;
 use crate::serve::batch::{CacheKind, Policy};
-use serde::{Deserialize, Serialize};
+pub use crate::ui::app::Pane;
 
 /// One lesson file.
 #[derive(Debug, Clone, PartialEq)]
@@ -41,7 +41,7 @@ pub struct Step {
 /// The app state a step sets; `None` leaves a setting as the user had it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Settings {
-    pub focus: Option<PaneName>,
+    pub focus: Option<Pane>,
     pub layout: Option<HeadLayout>,
     pub cache: Option<CacheKind>,
     pub policy: Option<Policy>,
@@ -50,17 +50,6 @@ pub struct Settings {
     pub values: Option<Values>,
     pub layer: Option<usize>,
     pub head: Option<usize>,
-}
-
-/// Panes a lesson can point at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum PaneName {
-    Attention,
-    Heads,
-    Output,
-    Kv,
-    Serving,
-    Forward,
 }
 
 /// Attention kernels by name.
@@ -227,13 +216,13 @@ impl Predict {
 }
 
 /// Names of panes, for settings and checks.
-pub const PANES: [(&str, PaneName); 6] = [
-    ("attention", PaneName::Attention),
-    ("heads", PaneName::Heads),
-    ("output", PaneName::Output),
-    ("kv", PaneName::Kv),
-    ("serving", PaneName::Serving),
-    ("forward", PaneName::Forward),
+pub const PANES: [(&str, Pane); 6] = [
+    ("attention", Pane::Attention),
+    ("heads", Pane::Heads),
+    ("output", Pane::Output),
+    ("kv", Pane::Kv),
+    ("serving", Pane::Serving),
+    ("forward", Pane::Forward),
 ];
 
 /// The default model's shape, which `layer=` and `head=` are checked against.

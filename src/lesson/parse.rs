@@ -387,7 +387,7 @@ impl Parser<'_> {
                     Var::Attention => &["naive", "tiled"],
                     Var::Compare => &["off", "cache", "policy"],
                     Var::Values => &["weights", "scores"],
-                    Var::Focus => &["attention", "heads", "output", "kv", "serving", "forward"],
+                    Var::Focus => &PANES.map(|(name, _)| name),
                     _ => &["true", "false"],
                 };
                 if !known.contains(&val) {
@@ -419,7 +419,7 @@ fn key_line(line: &str) -> Option<(&str, &str)> {
     ok.then_some((key, value))
 }
 
-fn pane(v: &str) -> Option<PaneName> {
+fn pane(v: &str) -> Option<Pane> {
     PANES.iter().find(|(name, _)| *name == v).map(|&(_, p)| p)
 }
 

@@ -2,7 +2,7 @@
 //! done, and how the user answered. It reads the app's live state; it never computes
 //! figures of its own.
 
-use super::app::{App, Compare, Pane};
+use super::app::{App, Compare};
 use crate::lesson::progress::Progress;
 use crate::lesson::*;
 use crate::model::AttnKernel;
@@ -190,7 +190,7 @@ fn apply(app: &mut App, s: &Step) -> Vec<Command> {
     let mut out = Vec::new();
     let set = &s.set;
     if let Some(p) = set.focus {
-        app.focus = pane(p);
+        app.focus = p;
     }
     if let Some(v) = set.values {
         app.show_scores = v == Values::Scores;
@@ -250,17 +250,6 @@ fn apply(app: &mut App, s: &Step) -> Vec<Command> {
     out
 }
 
-fn pane(p: PaneName) -> Pane {
-    match p {
-        PaneName::Attention => Pane::Attention,
-        PaneName::Heads => Pane::Heads,
-        PaneName::Output => Pane::Output,
-        PaneName::Kv => Pane::Kv,
-        PaneName::Serving => Pane::Serving,
-        PaneName::Forward => Pane::Forward,
-    }
-}
-
 /// Whether one condition holds in the live app.
 pub fn holds(app: &App, c: &Cond) -> bool {
     let t = app.tutor.as_ref();
@@ -309,7 +298,7 @@ pub fn holds(app: &App, c: &Cond) -> bool {
         Var::Values => if app.show_scores { "scores" } else { "weights" }.into(),
         Var::Focus => PANES
             .iter()
-            .find(|(_, p)| pane(*p) == app.focus)
+            .find(|(_, p)| *p == app.focus)
             .map(|(n, _)| n.to_string())
             .unwrap_or_default(),
         _ => return false,
@@ -353,7 +342,11 @@ pub fn note_progress(app: &mut App) {
 
 /// The choices of prediction `kind` in the app's current state.
 pub fn live_choices(app: &App, kind: Predict) -> Option<LiveChoices> {
-    let r = app.report.as_ref()?;
+    choices_for(app.report.as_deref()?, kind)
+}
+
+/// The choices of prediction `kind` as the state after report `r` offers them.
+fn choices_for(r: &StepReport, kind: Predict) -> Option<LiveChoices> {
     match kind {
         Predict::TopAttended => {
             // The next decode query sits at the current length and may see 0..=len.
@@ -503,12 +496,8 @@ pub fn grade(app: &mut App, new: &StepReport, old: Option<&StepReport>) {
     let Some(p) = app.tutor.as_ref().and_then(|t| t.pending.clone()) else {
         return;
     };
-    let Some(live) = old.and_then(|o| {
-        // The choices as they were shown, rebuilt from the state before the step.
-        let mut tmp = App::new(app.run);
-        tmp.report = Some(Box::new(o.clone()));
-        live_choices(&tmp, p.kind)
-    }) else {
+    // The choices as they were shown, rebuilt from the state before the step.
+    let Some(live) = old.and_then(|o| choices_for(o, p.kind)) else {
         if let Some(t) = app.tutor.as_mut() {
             t.pending = None;
         }
