@@ -5,6 +5,7 @@
 
 pub mod bench;
 pub mod budget;
+pub mod export;
 pub mod kv;
 pub mod lesson;
 pub mod model;

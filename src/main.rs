@@ -45,6 +45,8 @@ enum Cmd {
         /// The recording file.
         file: std::path::PathBuf,
     },
+    /// Write a picture (SVG or PNG) of one pane at one iteration of a recording.
+    Export(commands::export::Args),
     /// Measure speed side by side.
     Bench {
         #[command(subcommand)]
@@ -62,6 +64,7 @@ fn main() -> std::process::ExitCode {
             cli.record.as_deref(),
         ),
         Some(Cmd::Replay { file }) => commands::app::replay(&file),
+        Some(Cmd::Export(a)) => commands::export::run(&a),
         Some(Cmd::Generate(a)) => commands::generate::run(&cli.model, &a),
         Some(Cmd::Trace(a)) => commands::trace::run(&cli.model, &a),
         Some(Cmd::Model { cmd }) => commands::model_cmd::run(&cli.model, &cmd),

@@ -3,171 +3,14 @@
 
 mod common;
 
-use inferlab::model::config::LlamaConfig;
-use inferlab::model::flash::IoCount;
-use inferlab::model::probe::{LayerCapture, Timing};
-use inferlab::model::sampler::TopToken;
-use inferlab::model::session::{Phase, StepInfo};
-use inferlab::model::{AttnKernel, HeadLayout, RunOptions};
-use inferlab::serve::{Event, KvView, StepReport};
+use common::fixture::{app, capture, numbered, report};
+use inferlab::model::{HeadLayout, RunOptions};
+use inferlab::serve::Event;
 use inferlab::ui::app::{Action, App};
 use inferlab::ui::theme::{ColorMode, Theme};
 use inferlab::ui::{draw, panes};
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
-
-fn cfg() -> LlamaConfig {
-    LlamaConfig {
-        architecture: "llama".into(),
-        n_layer: 2,
-        hidden: 12,
-        ffn: 24,
-        n_head: 3,
-        n_kv_head: 1,
-        head_dim: 4,
-        rope_base: 10000.0,
-        rms_eps: 1e-5,
-        context: 64,
-        vocab: 10,
-        rope_interleaved: true,
-    }
-}
-
-/// A causal attention pattern: head h favours key (i - h), the rest spread evenly.
-fn capture(layer: usize, t: usize) -> LayerCapture {
-    let (nh, kv) = (3, t);
-    let mut w = vec![0.0; nh * t * kv];
-    for h in 0..nh {
-        for i in 0..t {
-            let fav = i.saturating_sub(h);
-            for j in 0..=i {
-                w[(h * t + i) * kv + j] = if j == fav { 0.6 } else { 0.4 / i.max(1) as f32 };
-            }
-        }
-    }
-    LayerCapture {
-        layer,
-        n_head: nh,
-        n_kv_head: 1,
-        head_dim: 4,
-        t,
-        kv_len: kv,
-        pos0: 0,
-        scores: w.iter().map(|x| x * 10.0 - 2.0).collect(),
-        weights: w,
-        resid_norm_in: vec![1.0; t],
-        resid_norm_attn: vec![2.0; t],
-        resid_norm_out: vec![3.5; t],
-        tile_schedule: vec![(0, 0), (1, 0), (1, 1)],
-        block: inferlab::model::probe::BlockProbe {
-            q_norm_pre_rope: 3.25,
-            q_norm_post_rope: 3.25,
-            rope_angle0: (t - 1) as f32,
-            rms_in: 0.8,
-            rms_normed: 1.9,
-            gate_closed_pct: 41.0,
-        },
-        ..Default::default()
-    }
-}
-
-fn report() -> StepReport {
-    let pieces: Vec<String> = [
-        "<|im_start|>",
-        "user",
-        "\n",
-        "What",
-        " is",
-        " a",
-        " cache",
-        "?",
-        "A",
-        " cache",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let t = pieces.len();
-    StepReport {
-        iteration: 3,
-        cfg: cfg(),
-        run: RunOptions {
-            layout: HeadLayout::Gqa,
-            kernel: AttnKernel::Naive,
-        },
-        prompt: "What is a cache?".into(),
-        pieces,
-        prompt_len: 8,
-        generated: "A cache".into(),
-        info: StepInfo {
-            step: 0,
-            phase: Phase::Prefill,
-            input_len: t,
-            token_id: 4,
-            token: " stores".into(),
-            kv_len: t,
-            top_k: vec![
-                TopToken {
-                    id: 4,
-                    token: " stores".into(),
-                    logit: 5.0,
-                    prob: 0.62,
-                },
-                TopToken {
-                    id: 5,
-                    token: " is".into(),
-                    logit: 4.0,
-                    prob: 0.21,
-                },
-                TopToken {
-                    id: 6,
-                    token: " keeps".into(),
-                    logit: 3.0,
-                    prob: 0.08,
-                },
-            ],
-            is_eos: false,
-            wall_ms: 12.5,
-            layout: HeadLayout::Gqa,
-            query_to_kv: vec![0, 0, 0],
-            kv_bytes_per_token: HeadLayout::ALL
-                .iter()
-                .map(|l| (*l, l.kv_bytes_per_token(&cfg(), 4)))
-                .collect(),
-            kernel: AttnKernel::Naive,
-            attn_io: IoCount {
-                read: 40_000,
-                written: 9_000,
-            },
-            timing: Timing {
-                embed_ms: 0.02,
-                layers_ms: vec![4.0, 6.0],
-                lm_head_ms: 1.5,
-            },
-            sample_ms: 0.03,
-            captures: vec![capture(0, t), capture(1, t)],
-        },
-        kv: KvView {
-            capacity: 40,
-            used: t,
-            bytes_per_token: 64,
-            reserved_bytes: 2560,
-        },
-        decode_tok_per_s: 0.0,
-        finished: false,
-        serve: None,
-        serve_b: None,
-    }
-}
-
-fn app() -> App {
-    let mut a = App::new(RunOptions::default());
-    a.on_event(Event::Ready {
-        model: "fixture.gguf".into(),
-    });
-    a.on_event(Event::Report(Box::new(report())));
-    a
-}
 
 const THEME: Theme = Theme {
     mode: ColorMode::None,
@@ -449,14 +292,6 @@ fn a_prediction_runs_the_next_step_and_is_graded_by_what_the_model_did() {
     );
 }
 
-fn numbered(i: usize) -> StepReport {
-    let mut r = report();
-    r.iteration = i;
-    r.info.step = i - 1;
-    r.generated = format!("text after {i}");
-    r
-}
-
 #[test]
 fn scrubbing_walks_back_through_the_session_and_resumes_live() {
     let mut a = App::new(RunOptions::default());
@@ -539,4 +374,43 @@ fn a_recording_round_trips_and_bad_ones_are_refused_by_name() {
         recording::read(&empty),
         Err(RecordingError::Empty { .. })
     ));
+}
+
+#[test]
+fn looks_at_view_ranks_what_the_newest_token_attends_to() {
+    let mut a = app();
+    a.update(Action::ToggleLooksAt);
+    assert!(a.looks_at);
+    let draw = |a: &App| {
+        let mut term = Terminal::new(TestBackend::new(96, 22)).unwrap();
+        term.draw(|f| draw::draw(a, &THEME, f.area(), f.buffer_mut()))
+            .unwrap();
+        let mut t = Terminal::new(TestBackend::new(90, 20)).unwrap();
+        t.draw(|f| panes::looks::render(a, &THEME, f.area(), f.buffer_mut()))
+            .unwrap();
+        format!("{}", t.backend())
+    };
+    let s = draw(&a);
+    // Newest row 9 (generated): head 0 puts 0.6 on itself, 0.4/9 on each earlier key, so
+    // 8 × 0.044 = 0.36 of its mass on the 8 prompt tokens.
+    assert!(
+        s.contains("what does \"·cache\" (pos 9, generated)")
+            || s.contains("what does \" cache\" (pos 9, generated)"),
+        "{s}"
+    );
+    assert!(
+        s.contains("softmax mass on the prompt 0.36 · on generated tokens 0.64"),
+        "{s}"
+    );
+    assert!(s.contains(" 1. pos    9"), "{s}");
+    insta::assert_snapshot!("looks_at_pane", s);
+    // Scrolling the heatmap window back moves the view to an earlier row.
+    a.update(Action::ScrollBack);
+    let s = draw(&a);
+    assert!(s.contains("(pos 1, prompt)"), "{s}");
+    // The ranking itself: largest first, ties by position.
+    assert_eq!(
+        panes::looks::ranked(&[0.1, 0.5, 0.1, 0.3]),
+        vec![(1, 0.5), (3, 0.3), (0, 0.1), (2, 0.1)]
+    );
 }

@@ -3,6 +3,7 @@
 pub mod app;
 pub mod bench_cmd;
 pub mod budget;
+pub mod export;
 pub mod generate;
 pub mod lessons;
 pub mod model_cmd;

@@ -38,6 +38,10 @@ pub enum Action {
     /// History: one iteration back / forward (pauses the run).
     ScrubBack,
     ScrubForward,
+    /// Write the focused pane as SVG and PNG.
+    Export,
+    /// The "what does this token look at" view in place of the heatmap.
+    ToggleLooksAt,
     Quit,
 }
 
@@ -129,6 +133,8 @@ pub struct App {
     pub show_scores: bool,
     /// Heatmap window: positions back from the newest (0 follows the newest).
     pub scroll: usize,
+    /// Show the ranked list of what the bottom heatmap row attends to instead of the heatmap.
+    pub looks_at: bool,
     pub focus: Pane,
     pub help: bool,
     pub running: bool,
@@ -172,6 +178,7 @@ impl App {
             head: 0,
             show_scores: false,
             scroll: 0,
+            looks_at: false,
             focus: Pane::Attention,
             help: false,
             running: false,
@@ -269,6 +276,11 @@ impl App {
                 return self.queue(cmds);
             }
             Action::Confirm => {}
+            Action::Export => self.export_focused(),
+            Action::ToggleLooksAt => {
+                self.looks_at = !self.looks_at;
+                self.focus = Pane::Attention;
+            }
             Action::ScrubBack => self.scrub_to(-1),
             Action::ScrubForward => self.scrub_to(1),
             // Anything that changes the live state first returns to it.
@@ -374,6 +386,24 @@ impl App {
             }
         }
         None
+    }
+
+    /// Writes the focused pane's picture (SVG and PNG) and says where in the status line.
+    fn export_focused(&mut self) {
+        use crate::export::{self, ExportPane, ImageFormat};
+        let Some(pane) = ExportPane::for_focus(self.focus) else {
+            self.status =
+                "e exports the attention, heads, KV or serving pane: press tab to focus one".into();
+            return;
+        };
+        let svg = export::default_path(self, pane, ImageFormat::Svg);
+        let png = svg.with_extension("png");
+        let r = export::write(self, pane, ImageFormat::Svg, &svg)
+            .and_then(|_| export::write(self, pane, ImageFormat::Png, &png));
+        self.status = match r {
+            Ok(()) => format!("exported {} → {} and .png", pane.name(), svg.display()),
+            Err(e) => format!("export failed: {e}"),
+        };
     }
 
     /// Moves the view `delta` iterations through the retained history.

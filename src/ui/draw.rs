@@ -121,7 +121,11 @@ pub fn draw(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let a = areas(area, app.tutor.is_some());
     header(app, theme, a.header, buf);
     panes::lesson::render(app, theme, a.lesson, buf);
-    panes::heatmap::render(app, theme, a.attention, buf);
+    if app.looks_at {
+        panes::looks::render(app, theme, a.attention, buf);
+    } else {
+        panes::heatmap::render(app, theme, a.attention, buf);
+    }
     panes::output::render(app, theme, a.output, buf);
     panes::heads::render(app, theme, a.heads, buf);
     if app.compare == super::app::Compare::Off {

@@ -136,6 +136,20 @@ pub const BINDINGS: &[Binding] = &[
         codes: &[KeyCode::Char('.'), KeyCode::PageDown],
     },
     Binding {
+        keys: "w",
+        help: "what does this token look at: its top keys, prompt vs generated",
+        footer: true,
+        action: Action::ToggleLooksAt,
+        codes: &[KeyCode::Char('w')],
+    },
+    Binding {
+        keys: "e",
+        help: "export focused pane: SVG + PNG (attention, heads, KV, serving)",
+        footer: false,
+        action: Action::Export,
+        codes: &[KeyCode::Char('e')],
+    },
+    Binding {
         keys: "tab",
         help: "move focus between panes",
         footer: false,

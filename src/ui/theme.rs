@@ -45,6 +45,32 @@ const VIRIDIS: [(u8, u8, u8); 9] = [
     (253, 231, 37),
 ];
 
+/// The viridis colour for `x` in [0, 1], as RGB (the terminal and the exported pictures
+/// share it).
+pub fn ramp_rgb(x: f32) -> (u8, u8, u8) {
+    let x = x.clamp(0.0, 1.0) * (VIRIDIS.len() - 1) as f32;
+    let i = (x.floor() as usize).min(VIRIDIS.len() - 2);
+    let f = x - i as f32;
+    let (a, b) = (VIRIDIS[i], VIRIDIS[i + 1]);
+    let mix = |p: u8, q: u8| (p as f32 + (q as f32 - p as f32) * f).round() as u8;
+    (mix(a.0, b.0), mix(a.1, b.1), mix(a.2, b.2))
+}
+
+/// Okabe–Ito colours, one per request id (or KV head), distinct for colour-blind viewers.
+pub fn request_rgb(id: usize) -> (u8, u8, u8) {
+    const P: [(u8, u8, u8); 8] = [
+        (86, 180, 233),
+        (230, 159, 0),
+        (0, 158, 115),
+        (240, 228, 66),
+        (204, 121, 167),
+        (213, 94, 0),
+        (0, 114, 178),
+        (170, 170, 170),
+    ];
+    P[id % P.len()]
+}
+
 /// Shades for `NO_COLOR`, darkest first.
 pub const SHADES: [char; 5] = [' ', '░', '▒', '▓', '█'];
 
@@ -70,12 +96,8 @@ impl Theme {
 
     /// The ramp colour for `x` in [0, 1].
     pub fn ramp(&self, x: f32) -> Color {
-        let x = x.clamp(0.0, 1.0) * (VIRIDIS.len() - 1) as f32;
-        let i = (x.floor() as usize).min(VIRIDIS.len() - 2);
-        let f = x - i as f32;
-        let (a, b) = (VIRIDIS[i], VIRIDIS[i + 1]);
-        let mix = |p: u8, q: u8| (p as f32 + (q as f32 - p as f32) * f).round() as u8;
-        self.rgb(mix(a.0, b.0), mix(a.1, b.1), mix(a.2, b.2))
+        let (r, g, b) = ramp_rgb(x);
+        self.rgb(r, g, b)
     }
 
     /// The shade character for `x` in [0, 1] (used when there is no colour).
@@ -86,17 +108,7 @@ impl Theme {
 
     /// A distinct colour per request id.
     pub fn request(&self, id: usize) -> Color {
-        const P: [(u8, u8, u8); 8] = [
-            (86, 180, 233),
-            (230, 159, 0),
-            (0, 158, 115),
-            (240, 228, 66),
-            (204, 121, 167),
-            (213, 94, 0),
-            (0, 114, 178),
-            (170, 170, 170),
-        ];
-        let (r, g, b) = P[id % P.len()];
+        let (r, g, b) = request_rgb(id);
         self.rgb(r, g, b)
     }
 

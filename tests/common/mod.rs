@@ -2,6 +2,8 @@
 //! byte-level tokenizer in its metadata), and access to the real model.
 #![allow(dead_code)]
 
+pub mod fixture;
+
 use candle_core::quantized::gguf_file::{self, Value};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};

@@ -59,7 +59,8 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let n = rows.len();
     let cols = (inner.width - LABEL_W) as usize;
     let per_cell = if theme.mode == ColorMode::None { 1 } else { 2 };
-    let char_rows = (inner.height - 2) as usize;
+    // One line for the key ruler on top, two for the legend below.
+    let char_rows = (inner.height - 3) as usize;
     // The window ends `scroll` positions before the newest (0 follows the newest).
     let end = n - app.scroll.min(n - 1);
     let q0 = end.saturating_sub(char_rows * per_cell);
@@ -84,10 +85,37 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         lo = 0.0;
     }
     let norm = |v: f32| if hi > lo { (v - lo) / (hi - lo) } else { 1.0 };
+    // Key ruler: which columns are prompt keys and which generated ones, the boundary marked.
+    let pl = r.prompt_len;
+    put(buf, inner, 0, inner.y, "keys:", theme.dim());
+    for (cx, kj) in (k0..end).enumerate() {
+        let ch = match kj.cmp(&pl) {
+            std::cmp::Ordering::Less => '─',
+            std::cmp::Ordering::Equal => '┃',
+            std::cmp::Ordering::Greater => '━',
+        };
+        buf[(inner.x + LABEL_W + cx as u16, inner.y)]
+            .set_char(ch)
+            .set_style(theme.dim());
+    }
+    let gen_col = pl.saturating_sub(k0);
+    if pl > k0 && (pl >= end || gen_col >= 7) {
+        put(buf, inner, LABEL_W, inner.y, "prompt", theme.dim());
+    }
+    if pl < end && (LABEL_W as usize + gen_col + 1) < inner.width as usize {
+        put(
+            buf,
+            inner,
+            LABEL_W + gen_col as u16 + 1,
+            inner.y,
+            "generated",
+            theme.accent(),
+        );
+    }
     let masked = theme.rgb(28, 28, 34);
     let cell_color = |v: Option<f32>| v.map(|v| theme.ramp(norm(v))).unwrap_or(masked);
     for (cy, qi) in (q0..end).step_by(per_cell).enumerate() {
-        let y = inner.y + cy as u16;
+        let y = inner.y + 1 + cy as u16;
         if cy >= char_rows {
             break;
         }
@@ -95,7 +123,14 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         let last = (qi + per_cell - 1).min(end - 1);
         let newest = last == n - 1;
         let piece = r.pieces.get(last).map(String::as_str).unwrap_or("");
-        let gen_mark = if last >= r.prompt_len { '+' } else { ' ' };
+        // The first cell holding a generated row marks the prompt/generation boundary.
+        let gen_mark = if qi <= r.prompt_len && r.prompt_len <= last {
+            '┣'
+        } else if last >= r.prompt_len {
+            '+'
+        } else {
+            ' '
+        };
         let lab = format!(
             "{}{}{}",
             if newest { '▶' } else { ' ' },
@@ -151,7 +186,7 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         inner,
         26,
         ly,
-        format!(" {:.3}  {keys}  ·=masked (future)  +=generated", hi),
+        format!(" {:.3}  {keys}  ·=masked  ┣ +=generated  w: look-at", hi),
         theme.dim(),
     );
     let newest = value(n - 1, 0).is_some().then(|| &rows[n - 1][app.head]);

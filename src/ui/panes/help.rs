@@ -10,11 +10,13 @@ use ratatui::widgets::{Block, Borders, Clear, Widget};
 /// Draws the help box centred in `area`.
 pub fn render(theme: &Theme, area: Rect, buf: &mut Buffer) {
     let rows: Vec<_> = BINDINGS.iter().filter(|b| !b.keys.is_empty()).collect();
-    let r = super::centered(area, 76, rows.len() as u16 + 4);
+    let r = super::centered(area, 76, rows.len() as u16 + 2);
     Clear.render(r, buf);
+    // The mouse line sits in the bottom border so a 24-line terminal still shows every key.
     let b = Block::default()
         .borders(Borders::ALL)
-        .title(" help · keys (any key closes) ");
+        .title(" help · keys (any key closes) ")
+        .title_bottom(" mouse: wheel on heatmap = layer · click a q head = select ");
     let inner = b.inner(r);
     b.render(r, buf);
     for (i, k) in rows.iter().enumerate() {
@@ -25,12 +27,4 @@ pub fn render(theme: &Theme, area: Rect, buf: &mut Buffer) {
         super::put(buf, inner, 1, y, format!("{:<8}", k.keys), theme.accent());
         super::put(buf, inner, 10, y, k.help, Style::default());
     }
-    super::put(
-        buf,
-        inner,
-        1,
-        inner.y + inner.height - 1,
-        "mouse: wheel on heatmap = layer · click a q head = select",
-        theme.dim(),
-    );
 }

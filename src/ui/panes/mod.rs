@@ -6,6 +6,7 @@ pub mod heatmap;
 pub mod help;
 pub mod kv;
 pub mod lesson;
+pub mod looks;
 pub mod output;
 pub mod serving;
 

@@ -1,0 +1,97 @@
+//! `inferlab export`: a picture of one pane at one iteration of a recording.
+
+use anyhow::{bail, Context, Result};
+use inferlab::export::{self, ExportPane, ImageFormat};
+use inferlab::serve::Event;
+use inferlab::ui::app::App;
+use std::path::PathBuf;
+
+/// Flags of `inferlab export`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// A recording made with `inferlab --record FILE`.
+    pub recording: PathBuf,
+    /// The iteration to draw (as the header line showed it); default: the last recorded.
+    #[arg(long)]
+    pub step: Option<usize>,
+    /// What to draw.
+    #[arg(long, value_enum, default_value = "attention")]
+    pub pane: ExportPane,
+    /// Picture format; default: from --out's extension, else png.
+    #[arg(long, value_enum)]
+    pub format: Option<ImageFormat>,
+    /// Where to write; default: inferlab-PANE[-lLhH]-iterN.EXT in the current directory.
+    #[arg(long, short)]
+    pub out: Option<PathBuf>,
+    /// Layer of the attention heatmap.
+    #[arg(long, default_value_t = 0)]
+    pub layer: usize,
+    /// Query head of the attention heatmap (and the one outlined in the heads diagram).
+    #[arg(long, default_value_t = 0)]
+    pub head: usize,
+    /// Draw raw Q·Kᵀ/√d scores instead of softmax weights.
+    #[arg(long)]
+    pub scores: bool,
+}
+
+/// Replays the recording up to the chosen iteration and writes the picture.
+pub fn run(a: &Args) -> Result<()> {
+    let (header, reports) = inferlab::serve::recording::read(&a.recording)?;
+    let first = reports[0].iteration;
+    let last = reports[reports.len() - 1].iteration;
+    let want = a.step.unwrap_or(last);
+    if !reports.iter().any(|r| r.iteration == want) {
+        bail!(
+            "{}: iteration {want} is not in the recording (it holds iterations {first}..={last})",
+            a.recording.display()
+        );
+    }
+    let cfg = &reports[0].cfg;
+    if a.layer >= cfg.n_layer || a.head >= cfg.n_head {
+        bail!(
+            "layer {} / head {} out of range: the recorded model has {} layers and {} heads",
+            a.layer,
+            a.head,
+            cfg.n_layer,
+            cfg.n_head
+        );
+    }
+    // The same state the app would have reached, built by the app's own event handling.
+    let mut app = App::new(reports[0].run);
+    app.on_event(Event::Ready {
+        model: header.model,
+    });
+    for r in reports {
+        let done = r.iteration == want;
+        app.on_event(Event::Report(Box::new(r)));
+        if done {
+            break;
+        }
+    }
+    app.layer = a.layer;
+    app.head = a.head;
+    app.show_scores = a.scores;
+    let format = a.format.unwrap_or_else(|| {
+        match a
+            .out
+            .as_ref()
+            .and_then(|p| p.extension())
+            .and_then(|e| e.to_str())
+        {
+            Some(e) if e.eq_ignore_ascii_case("svg") => ImageFormat::Svg,
+            _ => ImageFormat::Png,
+        }
+    });
+    let out = match &a.out {
+        Some(p) => p.clone(),
+        None => PathBuf::from(
+            export::default_path(&app, a.pane, format)
+                .file_name()
+                .context("a file name")?,
+        ),
+    };
+    export::write(&app, a.pane, format, &out)
+        .with_context(|| format!("exporting {} at iteration {want}", a.pane.name()))?;
+    println!("{}", out.display());
+    Ok(())
+}

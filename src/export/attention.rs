@@ -1,0 +1,185 @@
+//! The attention heatmap as a picture: every query row of the request against every key,
+//! token labels on both axes, the causal mask, the prompt/generation boundary and a legend.
+
+use super::svg::{hex, Svg};
+use super::ExportError;
+use crate::ui::app::App;
+use crate::ui::theme::ramp_rgb;
+
+/// The heatmap of the app's current layer and head.
+pub fn render(app: &App) -> Result<String, ExportError> {
+    let r = app.report.as_ref().ok_or(ExportError::NoData(
+        "no attention rows yet: run the prefill first".into(),
+    ))?;
+    let hist = app
+        .history
+        .get(app.layer)
+        .filter(|h| !h.weights.is_empty())
+        .ok_or(ExportError::NoData(
+            "no attention rows yet: run the prefill first".into(),
+        ))?;
+    let rows = if app.show_scores {
+        &hist.scores
+    } else {
+        &hist.weights
+    };
+    let n = rows.len();
+    let head = app.head;
+    let value = |i: usize, j: usize| rows[i].get(head).and_then(|row| row.get(j)).copied();
+    let (mut lo, mut hi) = (f32::INFINITY, f32::NEG_INFINITY);
+    for i in 0..n {
+        for j in 0..=i {
+            if let Some(v) = value(i, j) {
+                lo = lo.min(v);
+                hi = hi.max(v);
+            }
+        }
+    }
+    if !app.show_scores {
+        lo = 0.0;
+    }
+    let norm = |v: f32| if hi > lo { (v - lo) / (hi - lo) } else { 1.0 };
+
+    // Cells shrink for long contexts; labels thin out to stay legible.
+    let cs = (720.0 / n as f32).clamp(3.0, 22.0);
+    let every = (10.0 / cs).ceil().max(1.0) as usize;
+    let font = (cs * 0.62).clamp(8.0, 12.0);
+    let (left, top) = (120.0, 150.0);
+    let grid = cs * n as f32;
+    let (w, h) = (left + grid + 140.0, top + grid + 110.0);
+    let mut s = Svg::new(w, h);
+    let kv = r.info.query_to_kv.get(head).copied().unwrap_or(0);
+    s.text(
+        16.0,
+        26.0,
+        16.0,
+        "start",
+        &format!(
+            "Attention · layer {} · query head {head} (reads KV head {kv}) · {}",
+            app.layer,
+            if app.show_scores {
+                "scores Q·Kᵀ/√d"
+            } else {
+                "softmax weights"
+            }
+        ),
+        0.0,
+    );
+    s.text(
+        16.0,
+        46.0,
+        11.0,
+        "start",
+        &format!(
+            "{} · {} layout · iteration {} · {} prompt + {} generated tokens · rows: queries, columns: keys",
+            r.cfg.architecture,
+            r.run.layout,
+            r.iteration,
+            r.prompt_len.min(n),
+            n.saturating_sub(r.prompt_len)
+        ),
+        0.0,
+    );
+    for i in 0..n {
+        for j in 0..n {
+            let fill = match value(i, j) {
+                Some(v) if j <= i => hex(ramp_rgb(norm(v))),
+                _ => "#e6e6ea".to_string(),
+            };
+            s.rect(left + j as f32 * cs, top + i as f32 * cs, cs, cs, &fill, "");
+        }
+    }
+    let piece = |i: usize| r.pieces.get(i).map(String::as_str).unwrap_or("");
+    for i in (0..n).filter(|i| i % every == 0 || *i == n - 1) {
+        let y = top + (i as f32 + 0.5) * cs + font * 0.35;
+        let gen = if i >= r.prompt_len { "+ " } else { "" };
+        s.text(
+            left - 6.0,
+            y,
+            font,
+            "end",
+            &format!("{gen}{}  {i}", short(piece(i))),
+            0.0,
+        );
+        let x = left + (i as f32 + 0.5) * cs + font * 0.35;
+        s.text(x, top - 6.0, font, "start", &short(piece(i)), -60.0);
+    }
+    if r.prompt_len > 0 && r.prompt_len < n {
+        let b = r.prompt_len as f32 * cs;
+        let dash = r##"stroke-width="2" stroke-dasharray="6 3""##;
+        s.line(
+            (left - 4.0, top + b),
+            (left + grid + 4.0, top + b),
+            "#d62728",
+            dash,
+        );
+        s.line(
+            (left + b, top - 4.0),
+            (left + b, top + grid + 4.0),
+            "#d62728",
+            dash,
+        );
+        s.text(
+            left + grid + 8.0,
+            top + b - 6.0,
+            11.0,
+            "start",
+            "prompt ↑",
+            0.0,
+        );
+        s.text(
+            left + grid + 8.0,
+            top + b + 14.0,
+            11.0,
+            "start",
+            "generated ↓",
+            0.0,
+        );
+    }
+    // Legend.
+    let ly = top + grid + 34.0;
+    s.ramp_bar(left, ly, 240.0, 14.0);
+    s.text(left, ly + 30.0, 11.0, "start", &format!("{lo:.3}"), 0.0);
+    s.text(
+        left + 240.0,
+        ly + 30.0,
+        11.0,
+        "end",
+        &format!("{hi:.3}"),
+        0.0,
+    );
+    s.rect(left + 270.0, ly, 14.0, 14.0, "#e6e6ea", "");
+    s.text(
+        left + 290.0,
+        ly + 11.0,
+        11.0,
+        "start",
+        "masked (future key)",
+        0.0,
+    );
+    s.line(
+        (left + 430.0, ly + 7.0),
+        (left + 460.0, ly + 7.0),
+        "#d62728",
+        r##"stroke-width="2" stroke-dasharray="6 3""##,
+    );
+    s.text(
+        left + 466.0,
+        ly + 11.0,
+        11.0,
+        "start",
+        "prompt | generation boundary",
+        0.0,
+    );
+    Ok(s.finish())
+}
+
+/// A token piece cut to a label's length.
+fn short(p: &str) -> String {
+    let c: String = p.chars().take(14).collect();
+    if c.trim().is_empty() {
+        format!("'{c}'")
+    } else {
+        c
+    }
+}

@@ -1,0 +1,170 @@
+//! Pictures of the panes for papers and slides: SVG written by us from the same state the
+//! panes draw, PNG rasterized from that SVG by resvg with an embedded DejaVu font (so a
+//! picture looks the same on every machine, fonts installed or not).
+
+pub mod attention;
+pub mod heads;
+pub mod pages;
+pub mod svg;
+pub mod timeline;
+
+use crate::ui::app::{App, Pane};
+use std::path::{Path, PathBuf};
+
+/// What can be exported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExportPane {
+    /// The attention heatmap of the current layer and head.
+    Attention,
+    /// The serving engine's KV page grid (or contiguous reservations).
+    Kv,
+    /// The head-sharing diagram.
+    Heads,
+    /// The batching timeline.
+    Batch,
+}
+
+impl ExportPane {
+    /// The word used in file names and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Attention => "attention",
+            Self::Kv => "kv",
+            Self::Heads => "heads",
+            Self::Batch => "batch",
+        }
+    }
+
+    /// The picture for a focused pane of the app, if it has one.
+    pub fn for_focus(p: Pane) -> Option<Self> {
+        match p {
+            Pane::Attention => Some(Self::Attention),
+            Pane::Kv => Some(Self::Kv),
+            Pane::Heads => Some(Self::Heads),
+            Pane::Serving => Some(Self::Batch),
+            Pane::Output | Pane::Forward => None,
+        }
+    }
+}
+
+/// Picture formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ImageFormat {
+    Svg,
+    Png,
+}
+
+impl ImageFormat {
+    /// The file extension.
+    pub fn ext(self) -> &'static str {
+        match self {
+            Self::Svg => "svg",
+            Self::Png => "png",
+        }
+    }
+}
+
+/// Why a picture could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    #[error("nothing to export: {0}")]
+    NoData(String),
+    #[error("writing {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("rasterizing the picture: {0}")]
+    Render(String),
+}
+
+/// The SVG of `pane` as the app state shows it now.
+pub fn render_svg(app: &App, pane: ExportPane) -> Result<String, ExportError> {
+    let report = app
+        .report
+        .as_ref()
+        .ok_or_else(|| ExportError::NoData("no iteration has run yet".into()))?;
+    match pane {
+        ExportPane::Attention => attention::render(app),
+        ExportPane::Heads => heads::render(report, app.head),
+        ExportPane::Kv => {
+            let sv = report.serve.as_ref().ok_or_else(|| {
+                ExportError::NoData(
+                    "the serving workload has no iteration here (finished, or not started)".into(),
+                )
+            })?;
+            pages::render(sv)
+        }
+        ExportPane::Batch => {
+            let (policy, cache) = report
+                .serve
+                .as_ref()
+                .map(|s| (s.policy, s.cache))
+                .unwrap_or((app.policy, app.cache));
+            let title = format!("Batching timeline · {policy:?} batching · {cache:?} KV cache")
+                .to_lowercase();
+            timeline::render(&title, &app.timeline)
+        }
+    }
+}
+
+/// PNG bytes of an SVG, `scale` pixels per SVG unit.
+pub fn to_png(svg: &str, scale: f32) -> Result<Vec<u8>, ExportError> {
+    use resvg::{tiny_skia, usvg};
+    let mut opt = usvg::Options {
+        font_family: "DejaVu Sans".into(),
+        ..Default::default()
+    };
+    opt.fontdb_mut()
+        .load_font_data(dejavu::sans::regular().to_vec());
+    let tree = usvg::Tree::from_str(svg, &opt).map_err(|e| ExportError::Render(e.to_string()))?;
+    let size = tree
+        .size()
+        .to_int_size()
+        .scale_by(scale)
+        .ok_or_else(|| ExportError::Render("the picture has no size".into()))?;
+    let mut pix = tiny_skia::Pixmap::new(size.width(), size.height())
+        .ok_or_else(|| ExportError::Render("the picture is too large".into()))?;
+    resvg::render(
+        &tree,
+        tiny_skia::Transform::from_scale(scale, scale),
+        &mut pix.as_mut(),
+    );
+    pix.encode_png()
+        .map_err(|e| ExportError::Render(e.to_string()))
+}
+
+/// Writes `pane` to `path` as `format` (PNG at 2× for print).
+pub fn write(
+    app: &App,
+    pane: ExportPane,
+    format: ImageFormat,
+    path: &Path,
+) -> Result<(), ExportError> {
+    let svg = render_svg(app, pane)?;
+    let bytes = match format {
+        ImageFormat::Svg => svg.into_bytes(),
+        ImageFormat::Png => to_png(&svg, 2.0)?,
+    };
+    std::fs::write(path, bytes).map_err(|source| ExportError::Write {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Where the app's `e` key writes: `$INFERLAB_EXPORT_DIR` or the current directory.
+pub fn default_path(app: &App, pane: ExportPane, format: ImageFormat) -> PathBuf {
+    let dir = std::env::var_os("INFERLAB_EXPORT_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."));
+    let iter = app.report.as_ref().map(|r| r.iteration).unwrap_or(0);
+    let detail = match pane {
+        ExportPane::Attention | ExportPane::Heads => format!("-l{}h{}", app.layer, app.head),
+        _ => String::new(),
+    };
+    dir.join(format!(
+        "inferlab-{}{detail}-iter{iter}.{}",
+        pane.name(),
+        format.ext()
+    ))
+}

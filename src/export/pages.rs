@@ -1,0 +1,159 @@
+//! The serving engine's KV memory as a picture: the paged pool page by page (owner,
+//! fill, sharing) or the contiguous reservations, with the store's own statistics.
+
+use super::svg::{hex, Svg};
+use super::ExportError;
+use crate::serve::batch::CacheKind;
+use crate::serve::report::ServeView;
+use crate::ui::theme::request_rgb;
+
+const COLS: usize = 16;
+const CELL: f32 = 34.0;
+
+/// The page grid of a serving iteration.
+pub fn render(sv: &ServeView) -> Result<String, ExportError> {
+    let s = &sv.step;
+    let ps = sv.page_size.max(1);
+    // (owner, filled slots, shared by) per cell: one page, or one page-sized run of a reservation.
+    let cells: Vec<(Option<u64>, usize, usize)> = match sv.cache {
+        CacheKind::Paged => s
+            .pages
+            .iter()
+            .map(|p| (p.owners.first().copied(), p.fill as usize, p.owners.len()))
+            .collect(),
+        CacheKind::Contiguous => {
+            let mut v = Vec::new();
+            for &(id, reserved, used) in &s.reservations {
+                for c in 0..reserved.div_ceil(ps) {
+                    v.push((Some(id), used.saturating_sub(c * ps).min(ps), 1));
+                }
+            }
+            let free = s
+                .memory
+                .capacity_tokens
+                .saturating_sub(s.memory.allocated_slots)
+                / ps;
+            v.extend(std::iter::repeat_n((None, 0, 0), free));
+            v
+        }
+    };
+    if cells.is_empty() {
+        return Err(ExportError::NoData(
+            "the serving workload holds no KV memory at this iteration".into(),
+        ));
+    }
+    let rows = cells.len().div_ceil(COLS);
+    let (left, top) = (24.0, 92.0);
+    let w = left * 2.0 + COLS as f32 * CELL + 240.0;
+    let h = top + rows as f32 * CELL + 110.0;
+    let mut svg = Svg::new(w, h);
+    let m = &s.memory;
+    let kind = match sv.cache {
+        CacheKind::Paged => "paged",
+        CacheKind::Contiguous => "contiguous",
+    };
+    svg.text(
+        left,
+        28.0,
+        16.0,
+        "start",
+        &format!(
+            "KV cache · {kind} · {} batching · iteration {}",
+            format!("{:?}", sv.policy).to_lowercase(),
+            s.iteration
+        ),
+        0.0,
+    );
+    svg.text(
+        left,
+        50.0,
+        11.0,
+        "start",
+        &format!(
+            "{} of {} allocated slots hold tokens ({:.1}% utilization) · budget {} tokens · {} shared page(s) · {} preemption(s)",
+            m.token_slots,
+            m.allocated_slots,
+            m.utilization_pct(),
+            m.capacity_tokens,
+            m.shared_pages,
+            sv.preemptions
+        ),
+        0.0,
+    );
+    svg.text(
+        left,
+        68.0,
+        11.0,
+        "start",
+        &format!(
+            "one cell = {ps} token slots; the coloured height is the share holding tokens; the label is the owning request"
+        ),
+        0.0,
+    );
+    for (i, &(owner, fill, shared)) in cells.iter().enumerate() {
+        let x = left + (i % COLS) as f32 * CELL;
+        let y = top + (i / COLS) as f32 * CELL;
+        let (cw, ch) = (CELL - 4.0, CELL - 4.0);
+        let outline = if shared > 1 {
+            r##"stroke="#111111" stroke-width="2.5""##
+        } else {
+            r##"stroke="#9a9aa0" stroke-width="0.8""##
+        };
+        match owner {
+            None => svg.rect(x, y, cw, ch, "#f4f4f6", outline),
+            Some(id) => {
+                let c = request_rgb(id as usize);
+                // Reserved or allocated but empty: a pale wash of the owner's colour.
+                let pale = (
+                    255 - (255 - c.0) / 4,
+                    255 - (255 - c.1) / 4,
+                    255 - (255 - c.2) / 4,
+                );
+                svg.rect(x, y, cw, ch, &hex(pale), "");
+                let fh = ch * fill as f32 / ps as f32;
+                svg.rect(x, y + ch - fh, cw, fh, &hex(c), "");
+                svg.rect(x, y, cw, ch, "none", outline);
+                let label = if shared > 1 {
+                    format!("r{id}×{shared}")
+                } else {
+                    format!("r{id}")
+                };
+                svg.text(
+                    x + cw / 2.0,
+                    y + ch / 2.0 + 4.0,
+                    10.0,
+                    "middle",
+                    &label,
+                    0.0,
+                );
+            }
+        }
+    }
+    let ly = top + rows as f32 * CELL + 24.0;
+    let legend: [(&str, &str, &str); 4] = [
+        ("#56b4e9", "", "slots holding tokens"),
+        ("#d5ecf9", "", "allocated or reserved, empty"),
+        (
+            "#f4f4f6",
+            r##"stroke="#9a9aa0" stroke-width="0.8""##,
+            "free",
+        ),
+        (
+            "#ffffff",
+            r##"stroke="#111111" stroke-width="2.5""##,
+            "shared (prefix)",
+        ),
+    ];
+    svg.legend(left, ly, &legend);
+    // Which request each colour is.
+    let mut ids: Vec<u64> = cells.iter().filter_map(|c| c.0).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    for (k, id) in ids.iter().enumerate() {
+        let x = left + (k % 12) as f32 * 56.0;
+        let y = ly + 30.0 + (k / 12) as f32 * 20.0;
+        svg.rect(x, y, 14.0, 14.0, &hex(request_rgb(*id as usize)), "");
+        svg.text(x + 18.0, y + 11.0, 11.0, "start", &format!("r{id}"), 0.0);
+    }
+    Ok(svg.finish())
+}

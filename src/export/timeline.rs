@@ -1,0 +1,87 @@
+//! The batching timeline as a picture: a row per request, a column per iteration, each
+//! cell the request's phase in that iteration as the scheduler reported it.
+
+use super::svg::{hex, Svg};
+use super::ExportError;
+use crate::serve::batch::ReqPhase;
+use crate::ui::theme::request_rgb;
+use std::collections::VecDeque;
+
+/// The timeline of `(request, phase)` columns, oldest first.
+pub fn render(
+    title: &str,
+    timeline: &VecDeque<Vec<(u64, ReqPhase)>>,
+) -> Result<String, ExportError> {
+    if timeline.is_empty() {
+        return Err(ExportError::NoData(
+            "no serving iterations yet: run a few steps first".into(),
+        ));
+    }
+    let n_req = timeline
+        .iter()
+        .flat_map(|c| c.iter().map(|(id, _)| *id + 1))
+        .max()
+        .unwrap_or(0) as usize;
+    let cols = timeline.len();
+    let cw = (900.0 / cols as f32).clamp(3.0, 16.0);
+    let rh = 20.0;
+    let (left, top) = (60.0, 70.0);
+    let w = left + cols as f32 * cw + 40.0;
+    let h = top + n_req as f32 * rh + 90.0;
+    let mut s = Svg::new(w.max(900.0), h);
+    s.text(16.0, 28.0, 16.0, "start", title, 0.0);
+    let active = |c: &Vec<(u64, ReqPhase)>| {
+        c.iter()
+            .filter(|(_, p)| matches!(p, ReqPhase::Prefill | ReqPhase::Decode))
+            .count()
+    };
+    let peak = timeline.iter().map(active).max().unwrap_or(0);
+    s.text(
+        16.0,
+        48.0,
+        11.0,
+        "start",
+        &format!("{cols} iterations · peak active set {peak} · rows: requests, columns: iterations (oldest left)"),
+        0.0,
+    );
+    for id in 0..n_req {
+        let y = top + id as f32 * rh;
+        s.text(left - 8.0, y + 14.0, 11.0, "end", &format!("r{id}"), 0.0);
+    }
+    for (c, col) in timeline.iter().enumerate() {
+        let x = left + c as f32 * cw;
+        for &(id, ph) in col {
+            let y = top + id as f32 * rh;
+            let base = request_rgb(id as usize);
+            match ph {
+                ReqPhase::Decode => s.rect(x, y + 2.0, cw, rh - 4.0, &hex(base), ""),
+                ReqPhase::Prefill => s.rect(
+                    x,
+                    y + 2.0,
+                    cw,
+                    rh - 4.0,
+                    &hex(base),
+                    r##"fill-opacity="0.45" stroke="#333333" stroke-width="0.6""##,
+                ),
+                ReqPhase::Waiting => s.rect(x, y + rh / 2.0 - 1.0, cw, 2.0, "#b0b0b8", ""),
+                ReqPhase::Preempted => s.rect(x, y + 2.0, cw, rh - 4.0, "#d62728", ""),
+                ReqPhase::Rejected => s.rect(x, y + 2.0, cw, rh - 4.0, "#7f7f7f", ""),
+                ReqPhase::Finished => {}
+            }
+        }
+    }
+    let ly = top + n_req as f32 * rh + 30.0;
+    let legend: [(&str, &str, &str); 5] = [
+        ("#56b4e9", "", "decode"),
+        (
+            "#56b4e9",
+            r##"fill-opacity="0.45" stroke="#333333" stroke-width="0.6""##,
+            "prefill",
+        ),
+        ("#b0b0b8", "", "waiting in the queue"),
+        ("#d62728", "", "preempted (pages freed)"),
+        ("#7f7f7f", "", "rejected"),
+    ];
+    s.legend(left, ly, &legend);
+    Ok(s.finish())
+}

@@ -1,0 +1,174 @@
+//! A fixed step report (and the app state built from it) for pane and picture tests: a
+//! 10-token request on a 2-layer, 3-head model, with known attention patterns.
+
+use inferlab::model::config::LlamaConfig;
+use inferlab::model::flash::IoCount;
+use inferlab::model::probe::{LayerCapture, Timing};
+use inferlab::model::sampler::TopToken;
+use inferlab::model::session::{Phase, StepInfo};
+use inferlab::model::{AttnKernel, HeadLayout, RunOptions};
+use inferlab::serve::{Event, KvView, StepReport};
+use inferlab::ui::app::App;
+
+pub fn cfg() -> LlamaConfig {
+    LlamaConfig {
+        architecture: "llama".into(),
+        n_layer: 2,
+        hidden: 12,
+        ffn: 24,
+        n_head: 3,
+        n_kv_head: 1,
+        head_dim: 4,
+        rope_base: 10000.0,
+        rms_eps: 1e-5,
+        context: 64,
+        vocab: 10,
+        rope_interleaved: true,
+    }
+}
+
+/// A causal attention pattern: head h favours key (i - h), the rest spread evenly.
+pub fn capture(layer: usize, t: usize) -> LayerCapture {
+    let (nh, kv) = (3, t);
+    let mut w = vec![0.0; nh * t * kv];
+    for h in 0..nh {
+        for i in 0..t {
+            let fav = i.saturating_sub(h);
+            for j in 0..=i {
+                w[(h * t + i) * kv + j] = if j == fav { 0.6 } else { 0.4 / i.max(1) as f32 };
+            }
+        }
+    }
+    LayerCapture {
+        layer,
+        n_head: nh,
+        n_kv_head: 1,
+        head_dim: 4,
+        t,
+        kv_len: kv,
+        pos0: 0,
+        scores: w.iter().map(|x| x * 10.0 - 2.0).collect(),
+        weights: w,
+        resid_norm_in: vec![1.0; t],
+        resid_norm_attn: vec![2.0; t],
+        resid_norm_out: vec![3.5; t],
+        tile_schedule: vec![(0, 0), (1, 0), (1, 1)],
+        block: inferlab::model::probe::BlockProbe {
+            q_norm_pre_rope: 3.25,
+            q_norm_post_rope: 3.25,
+            rope_angle0: (t - 1) as f32,
+            rms_in: 0.8,
+            rms_normed: 1.9,
+            gate_closed_pct: 41.0,
+        },
+        ..Default::default()
+    }
+}
+
+pub fn report() -> StepReport {
+    let pieces: Vec<String> = [
+        "<|im_start|>",
+        "user",
+        "\n",
+        "What",
+        " is",
+        " a",
+        " cache",
+        "?",
+        "A",
+        " cache",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let t = pieces.len();
+    StepReport {
+        iteration: 3,
+        cfg: cfg(),
+        run: RunOptions {
+            layout: HeadLayout::Gqa,
+            kernel: AttnKernel::Naive,
+        },
+        prompt: "What is a cache?".into(),
+        pieces,
+        prompt_len: 8,
+        generated: "A cache".into(),
+        info: StepInfo {
+            step: 0,
+            phase: Phase::Prefill,
+            input_len: t,
+            token_id: 4,
+            token: " stores".into(),
+            kv_len: t,
+            top_k: vec![
+                TopToken {
+                    id: 4,
+                    token: " stores".into(),
+                    logit: 5.0,
+                    prob: 0.62,
+                },
+                TopToken {
+                    id: 5,
+                    token: " is".into(),
+                    logit: 4.0,
+                    prob: 0.21,
+                },
+                TopToken {
+                    id: 6,
+                    token: " keeps".into(),
+                    logit: 3.0,
+                    prob: 0.08,
+                },
+            ],
+            is_eos: false,
+            wall_ms: 12.5,
+            layout: HeadLayout::Gqa,
+            query_to_kv: vec![0, 0, 0],
+            kv_bytes_per_token: HeadLayout::ALL
+                .iter()
+                .map(|l| (*l, l.kv_bytes_per_token(&cfg(), 4)))
+                .collect(),
+            kernel: AttnKernel::Naive,
+            attn_io: IoCount {
+                read: 40_000,
+                written: 9_000,
+            },
+            timing: Timing {
+                embed_ms: 0.02,
+                layers_ms: vec![4.0, 6.0],
+                lm_head_ms: 1.5,
+            },
+            sample_ms: 0.03,
+            captures: vec![capture(0, t), capture(1, t)],
+        },
+        kv: KvView {
+            capacity: 40,
+            used: t,
+            bytes_per_token: 64,
+            reserved_bytes: 2560,
+        },
+        decode_tok_per_s: 0.0,
+        finished: false,
+        serve: None,
+        serve_b: None,
+    }
+}
+
+/// An app that has received the fixture report.
+pub fn app() -> App {
+    let mut a = App::new(RunOptions::default());
+    a.on_event(Event::Ready {
+        model: "fixture.gguf".into(),
+    });
+    a.on_event(Event::Report(Box::new(report())));
+    a
+}
+
+/// The fixture as iteration `i` of a session.
+pub fn numbered(i: usize) -> StepReport {
+    let mut r = report();
+    r.iteration = i;
+    r.info.step = i - 1;
+    r.generated = format!("text after {i}");
+    r
+}

@@ -1,0 +1,282 @@
+//! Pictures: every pane exports as SVG and PNG from real app state, the pictures hold what
+//! the panes show (labels, boundary, legend, colours where the weights are), and bad paths
+//! or missing data give clear errors, in the library and through `inferlab export`.
+
+mod common;
+
+use common::fixture::{app, report};
+use inferlab::export::{self, ExportError, ExportPane, ImageFormat};
+use inferlab::serve::batch::{CacheKind, Policy, ReqPhase, ServeConfig, ServeEngine};
+use inferlab::serve::report::ServeView;
+use inferlab::serve::{Event, StepReport};
+use inferlab::ui::app::{Action, App, Pane};
+use resvg::tiny_skia::Pixmap;
+use std::process::Command;
+
+/// Fixture reports with a real tiny-model serving engine advancing beside them.
+fn reports_with_serving(cache: CacheKind, n: usize) -> Vec<StepReport> {
+    let (_d, m) = common::tiny_f32();
+    let w = inferlab::serve::workload::Workload {
+        requests: 5,
+        prompt_min: 4,
+        prompt_max: 12,
+        output_min: 3,
+        output_max: 9,
+        mean_gap: 1.0,
+        seed: 4,
+    };
+    let src: Vec<u32> = (3..200).collect();
+    let cfg = ServeConfig {
+        policy: Policy::Continuous,
+        cache,
+        kv_budget_tokens: 96,
+        page_size: 4,
+        max_batch: 3,
+        token_budget: 32,
+        prefix_sharing: true,
+    };
+    let mut e = ServeEngine::new(&m, cfg, w.generate(&src)).unwrap();
+    (1..=n)
+        .map(|i| {
+            let s = e.step().unwrap();
+            let mut r = report();
+            r.iteration = i;
+            r.serve = Some(ServeView {
+                policy: Policy::Continuous,
+                cache,
+                page_size: 4,
+                requests: 5,
+                step: s,
+                preemptions: e.preemptions,
+                done: e.done(),
+            });
+            r
+        })
+        .collect()
+}
+
+fn app_with(reports: &[StepReport]) -> App {
+    let mut a = app();
+    for r in reports {
+        a.on_event(Event::Report(Box::new(r.clone())));
+    }
+    a
+}
+
+fn count(hay: &str, needle: &str) -> usize {
+    hay.matches(needle).count()
+}
+
+#[test]
+fn the_attention_picture_has_the_weights_labels_boundary_and_legend() {
+    let a = app();
+    let svg = export::render_svg(&a, ExportPane::Attention).unwrap();
+    // Head 0 of the fixture puts its largest weight (0.6) on the diagonal: exactly those
+    // ten cells take the top of the ramp (+1 the legend's end); the 45 future cells are
+    // masked (+1 legend swatch).
+    assert_eq!(count(&svg, r##"fill="#fde725""##), 11);
+    assert_eq!(count(&svg, r##"fill="#e6e6ea""##), 46);
+    for label in ["What", "cache", "+ A", "prompt ↑", "generated ↓", "0.600"] {
+        assert!(svg.contains(label), "missing {label:?}");
+    }
+    assert!(svg.contains("query head 0 (reads KV head 0)"));
+    assert_eq!(
+        count(&svg, "stroke-dasharray"),
+        3,
+        "two boundary lines and the legend's"
+    );
+    // Another head gives another picture: head 2's favourite key is two positions back.
+    let mut b = app();
+    b.update(Action::HeadRight);
+    b.update(Action::HeadRight);
+    let svg2 = export::render_svg(&b, ExportPane::Attention).unwrap();
+    assert_ne!(svg, svg2);
+    assert!(svg2.contains("query head 2"));
+}
+
+#[test]
+fn the_png_is_the_svg_at_twice_the_size_with_the_same_colours() {
+    let a = app();
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("a.png");
+    export::write(&a, ExportPane::Attention, ImageFormat::Png, &p).unwrap();
+    let pix = Pixmap::load_png(&p).unwrap();
+    // 10 cells of 22 units with 120 + 140 margins across.
+    assert_eq!(pix.width(), 2 * (120 + 220 + 140));
+    // The centre of diagonal cell (3, 3) is the top of the viridis ramp (253, 231, 37).
+    let (x, y) = (
+        (2.0 * (120.0 + 3.5 * 22.0)) as u32,
+        (2.0 * (150.0 + 3.5 * 22.0)) as u32,
+    );
+    let c = pix.pixel(x, y).unwrap();
+    assert_eq!((c.red(), c.green(), c.blue()), (253, 231, 37));
+    // Cell (3, 7) is in the future: the masked grey.
+    let x = (2.0 * (120.0 + 7.5 * 22.0)) as u32;
+    let c = pix.pixel(x, y).unwrap();
+    assert_eq!((c.red(), c.green(), c.blue()), (230, 230, 234));
+    // Text was drawn with the embedded font: the label column is not blank.
+    let dark = (0..2 * 120)
+        .flat_map(|x| (2 * 150..2 * 370).map(move |y| (x, y)))
+        .filter(|&(x, y)| pix.pixel(x, y).unwrap().red() < 100)
+        .count();
+    assert!(dark > 200, "only {dark} dark pixels in the label column");
+}
+
+#[test]
+fn heads_kv_and_batch_pictures_come_from_the_live_state() {
+    for cache in [CacheKind::Paged, CacheKind::Contiguous] {
+        let reports = reports_with_serving(cache, 6);
+        let a = app_with(&reports);
+        let heads = export::render_svg(&a, ExportPane::Heads).unwrap();
+        for s in [
+            "q0",
+            "q1",
+            "q2",
+            "K/V head 0",
+            "3 query heads read 1 KV head(s)",
+        ] {
+            assert!(heads.contains(s), "heads: missing {s}");
+        }
+        let sv = reports.last().unwrap().serve.as_ref().unwrap();
+        let kv = export::render_svg(&a, ExportPane::Kv).unwrap();
+        let util = format!("({:.1}% utilization)", sv.step.memory.utilization_pct());
+        assert!(kv.contains(&util), "kv: {util} not in picture");
+        let kind = format!("{cache:?}").to_lowercase();
+        assert!(kv.contains(&format!("KV cache · {kind}")));
+        // One owner label per page (paged) or page-sized run of a reservation (contiguous).
+        let cells = match cache {
+            CacheKind::Paged => sv
+                .step
+                .pages
+                .iter()
+                .filter(|p| !p.owners.is_empty())
+                .count(),
+            CacheKind::Contiguous => sv.step.reservations.iter().map(|r| r.1.div_ceil(4)).sum(),
+        };
+        assert_eq!(count(&kv, "font-size=\"10.0\""), cells);
+        let batch = export::render_svg(&a, ExportPane::Batch).unwrap();
+        let peak = reports
+            .iter()
+            .map(|r| {
+                let s = &r.serve.as_ref().unwrap().step;
+                s.active
+                    .iter()
+                    .filter(|a| matches!(a.phase, ReqPhase::Prefill | ReqPhase::Decode))
+                    .count()
+            })
+            .max()
+            .unwrap();
+        assert!(
+            batch.contains(&format!("6 iterations · peak active set {peak}")),
+            "{batch}"
+        );
+        for p in [ExportPane::Heads, ExportPane::Kv, ExportPane::Batch] {
+            let png = export::to_png(&export::render_svg(&a, p).unwrap(), 1.0).unwrap();
+            assert_eq!(&png[1..4], b"PNG");
+        }
+    }
+}
+
+#[test]
+fn missing_data_and_unwritable_paths_are_clear_errors() {
+    let fresh = App::new(Default::default());
+    let e = export::render_svg(&fresh, ExportPane::Attention).unwrap_err();
+    assert!(matches!(e, ExportError::NoData(_)), "{e}");
+    // The fixture has no serving workload beside it.
+    let e = export::render_svg(&app(), ExportPane::Kv).unwrap_err();
+    assert!(e.to_string().contains("serving workload"), "{e}");
+    let bad = std::path::Path::new("/nonexistent-dir/x.svg");
+    let e = export::write(&app(), ExportPane::Heads, ImageFormat::Svg, bad).unwrap_err();
+    assert!(matches!(e, ExportError::Write { .. }));
+    assert!(e.to_string().contains("/nonexistent-dir/x.svg"), "{e}");
+}
+
+#[test]
+fn the_e_key_writes_the_focused_pane_and_says_where() {
+    let dir = tempfile::tempdir().unwrap();
+    std::env::set_var("INFERLAB_EXPORT_DIR", dir.path());
+    let mut a = app();
+    a.update(Action::Export);
+    let svg = dir.path().join("inferlab-attention-l0h0-iter3.svg");
+    assert!(svg.exists(), "{}", a.status);
+    assert!(svg.with_extension("png").exists());
+    assert!(a.status.contains("exported attention"), "{}", a.status);
+    // Panes without a picture say which ones have one.
+    while a.focus != Pane::Output {
+        a.update(Action::FocusNext);
+    }
+    a.update(Action::Export);
+    assert!(a.status.contains("press tab"), "{}", a.status);
+}
+
+#[test]
+fn inferlab_export_draws_any_iteration_of_a_recording() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("s.jsonl");
+    let mut w = inferlab::serve::recording::Recorder::create(&rec, "fixture.gguf").unwrap();
+    for r in reports_with_serving(CacheKind::Paged, 4) {
+        w.write(&r).unwrap();
+    }
+    drop(w);
+    let run = |args: &[&str]| {
+        Command::new(common::bin())
+            .arg("export")
+            .arg(&rec)
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap()
+    };
+    let out = dir.path().join("a.svg");
+    let o = run(&[
+        "--step",
+        "2",
+        "--pane",
+        "attention",
+        "--head",
+        "1",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let svg = std::fs::read_to_string(&out).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("query head 1"));
+    // Default name and format (PNG) in the current directory.
+    let o = run(&["--pane", "batch"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let png = std::fs::read(dir.path().join("inferlab-batch-iter4.png")).unwrap();
+    assert_eq!(&png[1..4], b"PNG");
+    let o = run(&["--pane", "kv", "--format", "svg", "--step", "3"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(dir.path().join("inferlab-kv-iter3.svg").exists());
+    // Bad input: an iteration not recorded, a layer out of range, an unwritable path, a corrupt file.
+    let o = run(&["--step", "99"]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && e.contains("iteration 99 is not in the recording"),
+        "{e}"
+    );
+    let o = run(&["--layer", "7"]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains("layer 7"), "{e}");
+    let o = run(&["--out", "/nonexistent-dir/a.png"]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && e.contains("writing /nonexistent-dir/a.png"),
+        "{e}"
+    );
+    let bad = dir.path().join("bad.jsonl");
+    let text = std::fs::read_to_string(&rec).unwrap();
+    std::fs::write(
+        &bad,
+        format!("{}\n{{\"iteration\": 1\n", text.lines().next().unwrap()),
+    )
+    .unwrap();
+    let o = Command::new(common::bin())
+        .arg("export")
+        .arg(&bad)
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains("bad.jsonl:2"), "{e}");
+}
