@@ -195,7 +195,7 @@ fn a_lesson_opens_beside_the_panes_moves_with_n_and_saves_progress() {
         model.display()
     );
     t.keys(&[&cmd, "Enter"]);
-    let s = t.wait_for("lesson 4/10 · step 1/4", 60);
+    let s = t.wait_for("lesson 4/11 · step 1/4", 60);
     assert!(s.contains("How SmolLM2 shares heads"), "{s}");
     // The step's task: prefill and three decode steps; space four times.
     t.wait_for("press space", 60);
@@ -281,4 +281,52 @@ fn a_recorded_session_replays_without_the_model_and_scrubs() {
     t.keys(&["q"]);
     t.keys(&["echo OK-$((2*3))", "Enter"]);
     t.wait_for("OK-6", 10);
+}
+
+#[test]
+fn look_at_view_sink_experiment_and_export_on_the_real_model() {
+    let model = common::real_model();
+    let dir = tempfile::tempdir().unwrap();
+    let t = Tmux::start(160, 48);
+    let cmd = format!(
+        "INFERLAB_EXPORT_DIR={} {} --model {} --max-tokens 4",
+        dir.path().display(),
+        common::bin().display(),
+        model.display()
+    );
+    t.keys(&[&cmd, "Enter"]);
+    t.wait_for("ready: press space", 60);
+    t.keys(&["Space"]);
+    t.wait_for("iteration 1 ·", 30);
+    t.keys(&["Space"]);
+    let s = t.wait_for("iteration 2 ·", 30);
+    assert!(
+        s.contains("prompt") && s.contains("generated"),
+        "key ruler: {s}"
+    );
+    // w: what the newest (generated) token looks at, ranked, with its split of mass.
+    t.keys(&["w"]);
+    let s = t.wait_for("what does", 10);
+    assert!(
+        s.contains("generated) look at") && s.contains("softmax mass on the prompt"),
+        "{s}"
+    );
+    assert!(s.contains(" 1. pos"), "{s}");
+    // e exports the focused (attention) pane.
+    t.keys(&["w", "e"]);
+    t.wait_for("exported attention", 20);
+    let png = dir.path().join("inferlab-attention-l0h0-iter2.png");
+    assert_eq!(&std::fs::read(&png).unwrap()[1..4], b"PNG");
+    // x: the sink experiment reads the eval text; it keeps stepping after the 4-token
+    // request has finished.
+    t.keys(&["x"]);
+    t.wait_for("attention sink: each step reads", 30);
+    for i in 1..=4 {
+        t.keys(&["Space"]);
+        t.wait_for(&format!("token {i}/"), 30);
+    }
+    let s = t.screen();
+    assert!(s.contains("finished"), "the request is done by now: {s}");
+    assert!(s.contains("window + first page"), "{s}");
+    t.keys(&["q"]);
 }

@@ -20,7 +20,7 @@ fn shipped_lessons_pass_the_check_through_the_binary() {
         "{stdout}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(stdout.contains("10 lessons"), "{stdout}");
+    assert!(stdout.contains("11 lessons"), "{stdout}");
 }
 
 #[test]
@@ -42,11 +42,13 @@ fn the_lessons_walk_the_chapter_in_order_and_ask_its_two_questions() {
         "continuous batching",
         "connection map",
         "final knowledge check",
+        "beyond the chapter",
     ];
     for (t, want) in titles.iter().zip(order) {
         assert!(t.contains(want), "{t} should be about {want}");
     }
-    let last = lessons.last().unwrap();
+    // The chapter ends with its knowledge check; lessons after it go beyond the chapter.
+    let last = &lessons[9];
     let qs: Vec<&str> = last
         .steps
         .iter()
@@ -118,6 +120,13 @@ fn the_parser_reads_settings_tasks_and_questions() {
     assert_eq!(s.questions.len(), 2);
     assert_eq!(s.prose, "Some prose.");
     assert_eq!(l.steps[1].line, 15);
+    let l = parse(
+        "t.md",
+        "# T\n\n## S\nset: sink=on\ntask: run\ncheck: sink == on\n",
+    )
+    .unwrap();
+    assert_eq!(l.steps[0].set.sink, Some(true));
+    assert_eq!(l.steps[0].task.as_ref().unwrap().check[0].var, Var::Sink);
 }
 
 #[test]
@@ -127,6 +136,8 @@ fn settings_and_checks_that_do_not_exist_are_refused() {
         ("set: head=9", "head `9` does not exist"),
         ("set: speed=3", "unknown setting `speed`"),
         ("set: cache=ring", "unknown cache kind"),
+        ("set: sink=maybe", "sink experiment"),
+        ("task: x\ncheck: sink == maybe", "not a value of `sink`"),
         (
             "task: x\ncheck: tokens >= 3",
             "unknown check variable `tokens`",

@@ -186,7 +186,7 @@ fn lesson_panel() {
         .unwrap();
     let b = term.backend().clone();
     let text = format!("{b}");
-    assert!(text.contains("lesson 2/10 · step 1/4"), "{text}");
+    assert!(text.contains("lesson 2/11 · step 1/4"), "{text}");
     // The step opened after the fixture's iteration, so its task is still open.
     assert!(text.contains("[ ] Task: Prefill the prompt."), "{text}");
     insta::assert_snapshot!(b);
@@ -412,5 +412,78 @@ fn looks_at_view_ranks_what_the_newest_token_attends_to() {
     assert_eq!(
         panes::looks::ranked(&[0.1, 0.5, 0.1, 0.3]),
         vec![(1, 0.5), (3, 0.3), (0, 0.1), (2, 0.1)]
+    );
+}
+
+#[test]
+fn the_sink_experiment_takes_the_serving_columns_and_outlives_the_request() {
+    use inferlab::serve::sink::{SinkLane, SinkView};
+    use inferlab::serve::Command;
+    let mut a = app();
+    assert!(matches!(
+        a.update(Action::ToggleSink),
+        Some(Command::SetSink(true))
+    ));
+    let lane = |name: &str, ppl: f64, kept: Vec<usize>, evicted: usize| SinkLane {
+        name: name.into(),
+        perplexity: ppl,
+        perplexity_after_eviction: ppl + 1.0,
+        p_next: 0.25,
+        top: vec![(" the".into(), 0.25), (" a".into(), 0.125)],
+        kept_pages: kept,
+        cached_tokens: 12,
+        evicted_pages: evicted,
+    };
+    let mut r = report();
+    r.iteration = 4;
+    r.finished = true;
+    r.sink = Some(SinkView {
+        pos: 20,
+        text_tokens: 40,
+        window: 12,
+        page_size: 4,
+        token: " sat".into(),
+        next: " on".into(),
+        lanes: vec![
+            lane("full", 10.5, (0..5).collect(), 0),
+            lane("window", 30.25, vec![2, 3, 4], 2),
+            lane("window_sink", 11.75, vec![0, 3, 4], 2),
+        ],
+        done: false,
+    });
+    a.on_event(Event::Report(Box::new(r.clone())));
+    let mut term = Terminal::new(TestBackend::new(120, 40)).unwrap();
+    term.draw(|f| draw::draw(&a, &THEME, f.area(), f.buffer_mut()))
+        .unwrap();
+    let s = format!("{}", term.backend());
+    assert!(
+        s.contains("attention sink · window 12 tokens = 3 pages of 4 · token 20/40"),
+        "{s}"
+    );
+    assert!(s.contains("read ·sat → predict ·on"), "{s}");
+    assert!(
+        s.contains("window + first page     ppl   11.75 · after 1st eviction   12.75"),
+        "{s}"
+    );
+    // Pages: held █, the one being filled ▄, evicted ×, not read yet ·.
+    assert!(
+        s.contains("  pages ████▄····· 12 tokens held · 0 page(s)"),
+        "{s}"
+    );
+    assert!(
+        s.contains("  pages ××██▄····· 12 tokens held · 2 page(s)"),
+        "{s}"
+    );
+    assert!(
+        s.contains("  pages █××█▄····· 12 tokens held · 2 page(s)"),
+        "{s}"
+    );
+    // The request has finished, but the experiment has text left: steps go on.
+    assert!(matches!(a.request_step(), Some(Command::Step)));
+    a.in_flight = false;
+    a.update(Action::ToggleSink);
+    assert!(
+        a.request_step().is_none(),
+        "without the experiment a finished request stops"
     );
 }

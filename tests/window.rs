@@ -48,3 +48,65 @@ fn eviction_keeps_the_window_and_optionally_the_first_page() {
     }
     assert!(Windowed::new(N_LAYER, N_KV, 16, 4, 4, true, &m.device).is_err());
 }
+
+#[test]
+fn the_live_sink_experiment_agrees_until_the_window_fills_then_keeps_page_zero() {
+    use inferlab::serve::sink::SinkRun;
+    let (_d, m) = tiny_f32();
+    let toks: Vec<u32> = (0..40).map(|i| 5 + (i * 7) % 50).collect();
+    let (window, page) = (12, 4);
+    let mut run = SinkRun::new(&m, toks.clone(), window, page).unwrap();
+    let mut views = Vec::new();
+    while !run.done() {
+        views.push(run.step(&m).unwrap());
+    }
+    assert_eq!(views.len(), toks.len() - 1);
+    assert!(run.step(&m).is_err(), "reading past the text is refused");
+    for v in &views {
+        let [full, win, sink] = [&v.lanes[0], &v.lanes[1], &v.lanes[2]];
+        if v.pos <= window {
+            // Nothing evicted yet: the three caches are the same cache.
+            assert!(
+                (full.p_next - win.p_next).abs() < 1e-5 && (full.p_next - sink.p_next).abs() < 1e-5
+            );
+            assert_eq!(win.kept_pages, full.kept_pages);
+            assert!(win.perplexity_after_eviction.is_nan());
+        } else {
+            assert!(win.cached_tokens <= window && sink.cached_tokens <= window);
+            assert!(
+                !win.kept_pages.contains(&0),
+                "the plain window evicts page 0"
+            );
+            assert_eq!(sink.kept_pages[0], 0, "the sink keeps page 0");
+            assert!(win.evicted_pages > 0 && win.evicted_pages == sink.evicted_pages);
+            assert_eq!(full.kept_pages.len(), (v.pos - 1) / page + 1);
+        }
+    }
+    // The full lane's running perplexity is the perplexity of one forward over the text.
+    let mut kv = m.new_cache(64);
+    let logits = m.forward(&toks, &mut kv, None, Logits::All).unwrap();
+    let rows = logits.to_vec2::<f32>().unwrap();
+    let nll: f64 = (0..toks.len() - 1)
+        .map(|i| {
+            let r = &rows[i];
+            let mx = r.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let z: f64 = r.iter().map(|&x| ((x - mx) as f64).exp()).sum();
+            z.ln() - (r[toks[i + 1] as usize] - mx) as f64
+        })
+        .sum();
+    let ppl = (nll / (toks.len() - 1) as f64).exp();
+    let live = views.last().unwrap().lanes[0].perplexity;
+    assert!(
+        (live - ppl).abs() / ppl < 1e-3,
+        "live {live} vs one pass {ppl}"
+    );
+}
+
+#[test]
+fn the_sink_experiment_refuses_a_text_shorter_than_the_window() {
+    let (_d, m) = tiny_f32();
+    let e = inferlab::serve::sink::SinkRun::new(&m, (1..10).collect(), 12, 4)
+        .err()
+        .unwrap();
+    assert!(e.contains("must be longer than the window"), "{e}");
+}

@@ -50,6 +50,8 @@ pub struct Settings {
     pub values: Option<Values>,
     pub layer: Option<usize>,
     pub head: Option<usize>,
+    /// The attention-sink experiment on or off.
+    pub sink: Option<bool>,
 }
 
 /// Attention kernels by name.
@@ -110,11 +112,13 @@ pub enum Var {
     Focus,
     Layer,
     Head,
+    /// The attention-sink experiment: on or off.
+    Sink,
 }
 
 impl Var {
     /// Every variable with its name in lesson files.
-    pub const ALL: [(&'static str, Var); 13] = [
+    pub const ALL: [(&'static str, Var); 14] = [
         ("steps", Var::Steps),
         ("decode_steps", Var::DecodeSteps),
         ("generated", Var::Generated),
@@ -128,6 +132,7 @@ impl Var {
         ("focus", Var::Focus),
         ("layer", Var::Layer),
         ("head", Var::Head),
+        ("sink", Var::Sink),
     ];
 
     /// True for variables compared as numbers.

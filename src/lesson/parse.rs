@@ -302,6 +302,11 @@ impl Parser<'_> {
                     "policy" => set.compare = Some(CompareName::Policy),
                     _ => self.err(n, bad("comparison", "off, cache, policy")),
                 },
+                "sink" => match v {
+                    "on" => set.sink = Some(true),
+                    "off" => set.sink = Some(false),
+                    _ => self.err(n, bad("sink experiment", "on, off")),
+                },
                 "values" => match v {
                     "weights" => set.values = Some(Values::Weights),
                     "scores" => set.values = Some(Values::Scores),
@@ -324,7 +329,7 @@ impl Parser<'_> {
                 _ => self.err(
                     n,
                     format!(
-                        "unknown setting `{k}` (known: focus, layout, cache, policy, attention, compare, values, layer, head)"
+                        "unknown setting `{k}` (known: focus, layout, cache, policy, attention, compare, values, layer, head, sink)"
                     ),
                 ),
             }
@@ -387,6 +392,7 @@ impl Parser<'_> {
                     Var::Attention => &["naive", "tiled"],
                     Var::Compare => &["off", "cache", "policy"],
                     Var::Values => &["weights", "scores"],
+                    Var::Sink => &["on", "off"],
                     Var::Focus => &PANES.map(|(name, _)| name),
                     _ => &["true", "false"],
                 };

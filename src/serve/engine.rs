@@ -3,6 +3,7 @@
 
 use super::batch::{CacheKind, Policy, ServeConfig, ServeEngine};
 use super::report::{KvView, ServeView, StepReport};
+use super::sink::SinkRun;
 use super::workload::Workload;
 use crate::kv::KvStore;
 use crate::model::session::Session;
@@ -23,6 +24,9 @@ pub enum Command {
     /// Restart the serving workload under this policy and cache kind, and, when given, a
     /// second copy beside it under other settings: both see identical work.
     SetServe(Policy, CacheKind, Option<(Policy, CacheKind)>),
+    /// Start (or stop) the attention-sink experiment beside the request: every step then
+    /// reads one more token of the shipped text through a full and two windowed caches.
+    SetSink(bool),
     Quit,
 }
 
@@ -126,9 +130,28 @@ fn run(cfg: EngineConfig, rx: Receiver<Command>, tx: &Sender<Event>) -> Result<(
     let mut iteration = 0usize;
     let mut serve = serving(&model, Policy::Continuous, CacheKind::Paged)?;
     let mut compare: Option<ServeEngine> = None;
+    let mut sink: Option<SinkRun> = None;
+    // The newest report without its attention captures, for steps after the request ends.
+    let mut last: Option<StepReport> = None;
     while let Ok(cmd) = rx.recv() {
         match cmd {
             Command::Quit => break,
+            Command::SetSink(on) => {
+                sink = None;
+                if on {
+                    match sink_run(&model) {
+                        Ok(s) => {
+                            sink = Some(s);
+                            send(Event::Status(format!(
+                                "attention sink: each step reads one token of the eval text through a full cache and a {SINK_WINDOW}-token window, with and without the first page"
+                            )));
+                        }
+                        Err(e) => send(Event::Error(e)),
+                    }
+                } else {
+                    send(Event::Status("attention-sink experiment off".into()));
+                }
+            }
             Command::SetServe(policy, cache, other) => {
                 serve = serving(&model, policy, cache)?;
                 compare = match other {
@@ -154,6 +177,10 @@ fn run(cfg: EngineConfig, rx: Receiver<Command>, tx: &Sender<Event>) -> Result<(
             Command::SetRun(run) => match base.with_run(run) {
                 Ok(m) => {
                     model = m;
+                    // The experiment's caches are shaped for the old layout: start it again.
+                    if sink.is_some() {
+                        sink = Some(sink_run(&model)?);
+                    }
                     // Recompute the same tokens under the new setting so the panes compare like with like.
                     let toks = live.session.tokens.clone();
                     let done = toks.len() - live.session.prompt_len;
@@ -179,9 +206,25 @@ fn run(cfg: EngineConfig, rx: Receiver<Command>, tx: &Sender<Event>) -> Result<(
             },
             Command::Step => {
                 if live.finished {
-                    send(Event::Status(
-                        "request finished: press a for a new prompt".into(),
-                    ));
+                    // The request is done, but the experiments beside it go on: the last
+                    // report again (no new attention rows) with their next iteration.
+                    match (last.as_ref(), sink.as_mut().filter(|s| !s.done())) {
+                        (Some(prev), Some(s)) => {
+                            iteration += 1;
+                            let mut r = prev.clone();
+                            r.iteration = iteration;
+                            r.sink = Some(s.step(&model)?);
+                            r.serve = serve_step(&mut serve)?;
+                            r.serve_b = match compare.as_mut() {
+                                Some(c) => serve_step(c)?,
+                                None => None,
+                            };
+                            send(Event::Report(Box::new(r)));
+                        }
+                        _ => send(Event::Status(
+                            "request finished: press a for a new prompt".into(),
+                        )),
+                    }
                     continue;
                 }
                 iteration += 1;
@@ -191,11 +234,30 @@ fn run(cfg: EngineConfig, rx: Receiver<Command>, tx: &Sender<Event>) -> Result<(
                 if let Some(c) = compare.as_mut() {
                     report.serve_b = serve_step(c)?;
                 }
+                if let Some(s) = sink.as_mut().filter(|s| !s.done()) {
+                    report.sink = Some(s.step(&model)?);
+                }
+                let mut light = report.clone();
+                light.info.captures.clear();
+                last = Some(light);
                 send(Event::Report(Box::new(report)));
             }
         }
     }
     Ok(())
+}
+
+/// The sink experiment's window (tokens) and page size: eight pages of sixteen.
+pub const SINK_WINDOW: usize = 128;
+const SINK_PAGE: usize = 16;
+
+/// A fresh sink experiment over the shipped eval text.
+fn sink_run(model: &Model) -> Result<SinkRun, String> {
+    let tokens = model
+        .tokenizer
+        .encode(crate::bench::heads::EVAL_TEXT.trim())
+        .map_err(|e| e.to_string())?;
+    SinkRun::new(model, tokens, SINK_WINDOW, SINK_PAGE)
 }
 
 /// One iteration of a serving engine as the app shows it (`None` once it is done).
@@ -293,6 +355,7 @@ fn step(
         info,
         serve: None,
         serve_b: None,
+        sink: None,
     })
 }
 

@@ -5,6 +5,7 @@ pub mod batch;
 pub mod engine;
 pub mod recording;
 pub mod report;
+pub mod sink;
 pub mod workload;
 
 pub use engine::{spawn, Command, EngineConfig, Event};

@@ -52,6 +52,9 @@ pub struct StepReport {
     /// The same workload under one other setting, when comparing side by side.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub serve_b: Option<ServeView>,
+    /// The attention-sink experiment, when it is on: one more token of the shipped text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sink: Option<super::sink::SinkView>,
 }
 
 /// One iteration of the serving engine, as the app shows it.

@@ -42,6 +42,8 @@ pub enum Action {
     Export,
     /// The "what does this token look at" view in place of the heatmap.
     ToggleLooksAt,
+    /// The attention-sink experiment on / off.
+    ToggleSink,
     Quit,
 }
 
@@ -135,6 +137,8 @@ pub struct App {
     pub scroll: usize,
     /// Show the ranked list of what the bottom heatmap row attends to instead of the heatmap.
     pub looks_at: bool,
+    /// The attention-sink experiment runs beside the request.
+    pub sink: bool,
     pub focus: Pane,
     pub help: bool,
     pub running: bool,
@@ -179,6 +183,7 @@ impl App {
             show_scores: false,
             scroll: 0,
             looks_at: false,
+            sink: false,
             focus: Pane::Attention,
             help: false,
             running: false,
@@ -292,6 +297,7 @@ impl App {
             | Action::TogglePolicy
             | Action::CycleCompare
             | Action::StartInput
+            | Action::ToggleSink
                 if self.scrub.is_some() =>
             {
                 self.resume_live();
@@ -357,6 +363,10 @@ impl App {
                 self.timeline.clear();
                 self.timeline_b.clear();
                 return Some(Command::SetServe(self.policy, self.cache, self.other()));
+            }
+            Action::ToggleSink => {
+                self.sink = !self.sink;
+                return Some(Command::SetSink(self.sink));
             }
             Action::StartInput => {
                 self.running = false;
@@ -540,7 +550,13 @@ impl App {
         if !self.ready || self.in_flight || self.fatal.is_some() {
             return None;
         }
-        if self.report.as_ref().is_some_and(|r| r.finished) {
+        // A finished request still steps while the sink experiment has text left to read.
+        let sink_left = self.sink
+            && self
+                .report
+                .as_ref()
+                .is_none_or(|r| r.sink.as_ref().is_none_or(|s| !s.done));
+        if self.report.as_ref().is_some_and(|r| r.finished) && !sink_left {
             self.running = false;
             self.status = "request finished: press a for a new prompt".into();
             return None;
@@ -595,7 +611,8 @@ impl App {
                     r.info.input_len,
                     r.info.wall_ms
                 );
-                if r.finished {
+                let sink_left = self.sink && r.sink.as_ref().is_some_and(|s| !s.done);
+                if r.finished && !sink_left {
                     self.running = false;
                 }
                 self.report = Some(r);

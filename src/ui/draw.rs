@@ -128,7 +128,10 @@ pub fn draw(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     }
     panes::output::render(app, theme, a.output, buf);
     panes::heads::render(app, theme, a.heads, buf);
-    if app.compare == super::app::Compare::Off {
+    if app.sink {
+        // The experiment takes the KV and serving columns while it runs.
+        panes::sink::render(app, theme, a.kv.union(a.serving), buf);
+    } else if app.compare == super::app::Compare::Off {
         panes::kv::render(app, theme, a.kv, buf);
         panes::serving::render(app, theme, a.serving, buf);
     } else {
@@ -205,7 +208,12 @@ fn footer(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let mut x = 0u16;
     for b in BINDINGS.iter().filter(|b| b.footer) {
         let key = format!(" {} ", b.keys);
-        let word = b.help.split([':', '(', ',']).next().unwrap_or("").trim();
+        let word = b
+            .help
+            .split([':', '(', ',', ';'])
+            .next()
+            .unwrap_or("")
+            .trim();
         let word: String = word
             .split_whitespace()
             .take(3)

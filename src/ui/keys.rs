@@ -24,15 +24,15 @@ pub const BINDINGS: &[Binding] = &[
         codes: &[KeyCode::Char(' ')],
     },
     Binding {
-        keys: "r",
-        help: "run / pause",
+        keys: "r + −",
+        help: "run / pause; + − run faster / slower",
         footer: true,
         action: Action::ToggleRun,
         codes: &[KeyCode::Char('r')],
     },
     Binding {
-        keys: "+ −",
-        help: "faster / slower while running",
+        keys: "",
+        help: "",
         footer: false,
         action: Action::Faster,
         codes: &[KeyCode::Char('+'), KeyCode::Char('=')],
@@ -141,6 +141,13 @@ pub const BINDINGS: &[Binding] = &[
         footer: true,
         action: Action::ToggleLooksAt,
         codes: &[KeyCode::Char('w')],
+    },
+    Binding {
+        keys: "x",
+        help: "attention sink: full cache vs window vs window + page 0",
+        footer: false,
+        action: Action::ToggleSink,
+        codes: &[KeyCode::Char('x')],
     },
     Binding {
         keys: "e",

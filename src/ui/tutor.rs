@@ -243,6 +243,10 @@ fn apply(app: &mut App, s: &Step) -> Vec<Command> {
         app.timeline_b.clear();
         out.push(Command::SetServe(policy, cache, app.other()));
     }
+    if let Some(on) = set.sink.filter(|on| *on != app.sink) {
+        app.sink = on;
+        out.push(Command::SetSink(on));
+    }
     if let Some(p) = &s.prompt {
         app.running = false;
         out.push(Command::Prompt(p.clone()));
@@ -296,6 +300,7 @@ pub fn holds(app: &App, c: &Cond) -> bool {
         }
         .into(),
         Var::Values => if app.show_scores { "scores" } else { "weights" }.into(),
+        Var::Sink => if app.sink { "on" } else { "off" }.into(),
         Var::Focus => PANES
             .iter()
             .find(|(_, p)| *p == app.focus)

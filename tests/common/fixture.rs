@@ -151,6 +151,7 @@ pub fn report() -> StepReport {
         finished: false,
         serve: None,
         serve_b: None,
+        sink: None,
     }
 }
 

@@ -9,6 +9,7 @@ pub mod lesson;
 pub mod looks;
 pub mod output;
 pub mod serving;
+pub mod sink;
 
 use super::app::{App, Pane};
 use super::theme::Theme;

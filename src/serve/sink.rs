@@ -1,0 +1,192 @@
+//! The attention-sink experiment, one token at a time: the shipped text is read through
+//! three caches side by side — the full cache, a window that evicts its oldest page, and
+//! the same window that always keeps the first page (the "sink" of StreamingLLM, Xiao et
+//! al. 2023) — so the app can show, per token, what each cache holds and what it costs in
+//! next-token probability. `inferlab bench sink` runs the same reader to the end.
+
+use crate::kv::window::Windowed;
+use crate::kv::KvStore;
+use crate::model::{Logits, Model};
+use serde::{Deserialize, Serialize};
+
+/// One cache's state after a token.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct SinkLane {
+    /// `full`, `window` or `window_sink`.
+    pub name: String,
+    /// Perplexity over every token predicted so far.
+    pub perplexity: f64,
+    /// Perplexity over the tokens predicted after the window first filled.
+    pub perplexity_after_eviction: f64,
+    /// Probability this cache gave the text's actual next token.
+    pub p_next: f32,
+    /// The most likely next tokens under this cache: (piece, probability).
+    pub top: Vec<(String, f32)>,
+    /// Page index (position / page size) of every page the cache still holds.
+    pub kept_pages: Vec<usize>,
+    pub cached_tokens: usize,
+    pub evicted_pages: usize,
+}
+
+/// The experiment after one more token, as the app draws it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct SinkView {
+    /// Tokens read so far.
+    pub pos: usize,
+    pub text_tokens: usize,
+    pub window: usize,
+    pub page_size: usize,
+    /// The token just read and the one the lanes tried to predict.
+    pub token: String,
+    pub next: String,
+    pub lanes: Vec<SinkLane>,
+    pub done: bool,
+}
+
+/// Running negative log-likelihood of one lane.
+#[derive(Default, Clone, Copy)]
+struct Nll {
+    sum: f64,
+    n: usize,
+    sum_after: f64,
+    n_after: usize,
+}
+
+impl Nll {
+    fn ppl(s: f64, n: usize) -> f64 {
+        if n == 0 {
+            f64::NAN
+        } else {
+            (s / n as f64).exp()
+        }
+    }
+}
+
+/// The three caches reading the same text.
+pub struct SinkRun {
+    tokens: Vec<u32>,
+    pos: usize,
+    window: usize,
+    page_size: usize,
+    full: crate::kv::Contiguous,
+    windows: [Windowed; 2],
+    nll: [Nll; 3],
+}
+
+/// Lane names, in order.
+pub const LANES: [&str; 3] = ["full", "window", "window_sink"];
+
+impl SinkRun {
+    /// Readers for `tokens` with a window of `window` tokens evicting `page_size` at a time.
+    pub fn new(
+        model: &Model,
+        tokens: Vec<u32>,
+        window: usize,
+        page_size: usize,
+    ) -> Result<Self, String> {
+        if tokens.len() <= window + page_size {
+            return Err(format!(
+                "the text ({} tokens) must be longer than the window ({window}) plus a page",
+                tokens.len()
+            ));
+        }
+        let cfg = &model.cfg;
+        let w = |sink| {
+            Windowed::new(
+                cfg.n_layer,
+                model.kv_heads(),
+                cfg.head_dim,
+                window,
+                page_size,
+                sink,
+                &model.device,
+            )
+        };
+        Ok(Self {
+            full: model.new_cache(tokens.len()),
+            windows: [w(false)?, w(true)?],
+            tokens,
+            pos: 0,
+            window,
+            page_size,
+            nll: [Nll::default(); 3],
+        })
+    }
+
+    /// The text has been read to its last prediction.
+    pub fn done(&self) -> bool {
+        self.pos + 1 >= self.tokens.len()
+    }
+
+    /// Reads one token through all three caches and scores their prediction of the next.
+    pub fn step(&mut self, model: &Model) -> Result<SinkView, String> {
+        if self.done() {
+            return Err("the sink experiment has read the whole text".into());
+        }
+        let i = self.pos;
+        let (tok, next) = (self.tokens[i], self.tokens[i + 1] as usize);
+        let after = i + 1 > self.window;
+        let mut lanes = Vec::with_capacity(3);
+        for (k, name) in LANES.iter().enumerate() {
+            let kv: &mut dyn KvStore = match k {
+                0 => &mut self.full,
+                1 => &mut self.windows[0],
+                _ => &mut self.windows[1],
+            };
+            let logits = model
+                .forward(&[tok], kv, None, Logits::Last)
+                .map_err(|e| e.to_string())?;
+            let row = Model::last_logits(&logits).map_err(|e| e.to_string())?;
+            // log p(next) in f64 (a log-sum-exp), so rare tokens do not underflow to -inf.
+            let mx = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let z: f64 = row.iter().map(|&x| ((x - mx) as f64).exp()).sum();
+            let lp = (row[next] - mx) as f64 - z.ln();
+            let probs = crate::model::sampler::softmax(&row, 1.0);
+            let s = &mut self.nll[k];
+            s.sum -= lp;
+            s.n += 1;
+            if after {
+                s.sum_after -= lp;
+                s.n_after += 1;
+            }
+            let mut idx: Vec<usize> = (0..probs.len()).collect();
+            idx.select_nth_unstable_by(3, |&a, &b| probs[b].total_cmp(&probs[a]));
+            idx.truncate(3);
+            idx.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]));
+            let (kept, cached, evicted) = match k {
+                0 => ((0..=i / self.page_size).collect(), self.full.len(), 0),
+                _ => {
+                    let w = &self.windows[k - 1];
+                    let mut p: Vec<usize> =
+                        w.positions.iter().map(|p| p / self.page_size).collect();
+                    p.dedup();
+                    (p, w.positions.len(), w.evicted_pages)
+                }
+            };
+            lanes.push(SinkLane {
+                name: name.to_string(),
+                perplexity: Nll::ppl(s.sum, s.n),
+                perplexity_after_eviction: Nll::ppl(s.sum_after, s.n_after),
+                p_next: probs[next],
+                top: idx
+                    .iter()
+                    .map(|&t| (model.tokenizer.piece(t as u32), probs[t]))
+                    .collect(),
+                kept_pages: kept,
+                cached_tokens: cached,
+                evicted_pages: evicted,
+            });
+        }
+        self.pos += 1;
+        Ok(SinkView {
+            pos: self.pos,
+            text_tokens: self.tokens.len(),
+            window: self.window,
+            page_size: self.page_size,
+            token: model.tokenizer.piece(tok),
+            next: model.tokenizer.piece(next as u32),
+            lanes,
+            done: self.done(),
+        })
+    }
+}

@@ -1,0 +1,140 @@
+//! The attention-sink experiment: the same text read through the full cache, a sliding
+//! window, and the window that keeps the first page; per cache, its perplexity, what it
+//! predicts next, and which pages it still holds.
+
+use super::{block, label, put};
+use crate::serve::sink::SinkView;
+use crate::ui::app::{App, Pane};
+use crate::ui::theme::{ColorMode, Theme};
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+use ratatui::style::Style;
+use ratatui::widgets::Widget;
+
+/// How each lane is named on screen.
+fn title(name: &str) -> &'static str {
+    match name {
+        "full" => "full cache",
+        "window" => "window, oldest evicted",
+        _ => "window + first page",
+    }
+}
+
+/// Draws the pane.
+pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
+    let view: Option<&SinkView> = app.report.as_ref().and_then(|r| r.sink.as_ref());
+    let head = match view {
+        Some(v) => format!(
+            " attention sink · window {} tokens = {} pages of {} · token {}/{} ",
+            v.window,
+            v.window / v.page_size.max(1),
+            v.page_size,
+            v.pos,
+            v.text_tokens
+        ),
+        None => " attention sink ".into(),
+    };
+    let b = block(app, theme, Pane::Serving, head);
+    let inner = b.inner(area);
+    b.render(area, buf);
+    let Some(v) = view else {
+        put(
+            buf,
+            inner,
+            0,
+            inner.y,
+            "press space: each step reads one more token of the eval text through three caches",
+            theme.dim(),
+        );
+        return;
+    };
+    put(
+        buf,
+        inner,
+        0,
+        inner.y,
+        format!(
+            "read {} → predict {}{}",
+            label(&v.token, 10).trim_end(),
+            label(&v.next, 10).trim_end(),
+            if v.done { " · end of the text" } else { "" }
+        ),
+        Style::default(),
+    );
+    let pages = v.text_tokens.div_ceil(v.page_size.max(1));
+    let now = v.pos.saturating_sub(1) / v.page_size.max(1);
+    let mut y = inner.y + 2;
+    for (k, l) in v.lanes.iter().enumerate() {
+        if y + 1 >= inner.y + inner.height {
+            break;
+        }
+        let top: Vec<String> = l
+            .top
+            .iter()
+            .map(|(p, pr)| format!("{} {:.2}", label(p, 8).trim_end(), pr))
+            .collect();
+        put(
+            buf,
+            inner,
+            0,
+            y,
+            format!(
+                "{:<23} ppl {:>7.2} · after 1st eviction {:>7} · p(next) {:.3} · {}",
+                title(&l.name),
+                l.perplexity,
+                // Nothing is evicted before the window fills.
+                if l.perplexity_after_eviction.is_finite() {
+                    format!("{:.2}", l.perplexity_after_eviction)
+                } else {
+                    "—".into()
+                },
+                l.p_next,
+                top.join(" | ")
+            ),
+            if k == 0 {
+                Style::default()
+            } else {
+                theme.accent()
+            },
+        );
+        // One cell per page of the text read so far: held, evicted, or not yet read.
+        put(buf, inner, 0, y + 1, "  pages ", theme.dim());
+        for p in 0..pages.min(inner.width.saturating_sub(8) as usize) {
+            let held = l.kept_pages.binary_search(&p).is_ok();
+            let (ch, st) = match (held, p <= now) {
+                (true, _) => (
+                    if p == now { '▄' } else { '█' },
+                    match theme.mode {
+                        ColorMode::None => Style::default(),
+                        _ => Style::default().fg(theme.request(k)),
+                    },
+                ),
+                (false, true) => ('×', theme.dim()),
+                (false, false) => ('·', theme.dim()),
+            };
+            buf[(inner.x + 8 + p as u16, y + 1)]
+                .set_char(ch)
+                .set_style(st);
+        }
+        put(
+            buf,
+            inner,
+            9 + pages.min(200) as u16,
+            y + 1,
+            format!(
+                "{} tokens held · {} page(s) evicted",
+                l.cached_tokens, l.evicted_pages
+            ),
+            theme.dim(),
+        );
+        y += 3;
+    }
+    put(
+        buf,
+        inner,
+        0,
+        y,
+        "█ page held  ▄ page being filled  × evicted  · not read yet · x turns the experiment off",
+        theme.dim(),
+    );
+}
