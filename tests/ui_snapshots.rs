@@ -478,6 +478,11 @@ fn the_sink_experiment_takes_the_serving_columns_and_outlives_the_request() {
         s.contains("  pages █××█▄····· 12 tokens held · 2 page(s)"),
         "{s}"
     );
+    // A replay of that session shows the pane without the key.
+    let mut replay = app();
+    replay.replaying = true;
+    replay.on_event(Event::Report(Box::new(r.clone())));
+    assert!(replay.shows_sink() && !replay.sink);
     // The request has finished, but the experiment has text left: steps go on.
     assert!(matches!(a.request_step(), Some(Command::Step)));
     a.in_flight = false;

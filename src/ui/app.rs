@@ -139,6 +139,8 @@ pub struct App {
     pub looks_at: bool,
     /// The attention-sink experiment runs beside the request.
     pub sink: bool,
+    /// The reports come from a recording, not the engine.
+    pub replaying: bool,
     pub focus: Pane,
     pub help: bool,
     pub running: bool,
@@ -184,6 +186,7 @@ impl App {
             scroll: 0,
             looks_at: false,
             sink: false,
+            replaying: false,
             focus: Pane::Attention,
             help: false,
             running: false,
@@ -526,6 +529,12 @@ impl App {
         let (l, s) = (tutor.lesson, tutor.step);
         self.tutor = Some(tutor);
         super::tutor::goto(self, l, s)
+    }
+
+    /// Whether the sink experiment's pane is on screen: while it runs, or in a replay of
+    /// a session that ran it.
+    pub fn shows_sink(&self) -> bool {
+        self.sink || (self.replaying && self.report.as_ref().is_some_and(|r| r.sink.is_some()))
     }
 
     /// The comparison engine's settings: one of ours flipped.

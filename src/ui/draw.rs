@@ -128,7 +128,7 @@ pub fn draw(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     }
     panes::output::render(app, theme, a.output, buf);
     panes::heads::render(app, theme, a.heads, buf);
-    if app.sink {
+    if app.shows_sink() {
         // The experiment takes the KV and serving columns while it runs.
         panes::sink::render(app, theme, a.kv.union(a.serving), buf);
     } else if app.compare == super::app::Compare::Off {

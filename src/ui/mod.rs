@@ -26,7 +26,7 @@ pub fn run(
 ) -> std::io::Result<()> {
     let run = cfg.run;
     let (tx, rx) = serve::spawn(cfg);
-    with_terminal(|t| event_loop(t, run, tx, rx, tutor, record))
+    with_terminal(|t| event_loop(t, run, tx, rx, tutor, record, false))
 }
 
 /// Opens a recording: the same screens, driven by the recorded iterations.
@@ -36,7 +36,7 @@ pub fn replay(
 ) -> std::io::Result<()> {
     let run = reports[0].run;
     let (tx, rx) = serve::recording::spawn_player(header, reports);
-    with_terminal(|t| event_loop(t, run, tx, rx, None, None))
+    with_terminal(|t| event_loop(t, run, tx, rx, None, None, true))
 }
 
 fn with_terminal(
@@ -63,9 +63,11 @@ fn event_loop(
     rx: std::sync::mpsc::Receiver<serve::Event>,
     tutor: Option<tutor::Tutor>,
     record: Option<std::path::PathBuf>,
+    replaying: bool,
 ) -> std::io::Result<()> {
     let theme = theme::Theme::detect();
     let mut app = App::new(run);
+    app.replaying = replaying;
     let mut recorder: Option<serve::recording::Recorder> = None;
     let send = |c: Option<Command>| {
         if let Some(c) = c {
