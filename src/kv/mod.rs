@@ -50,6 +50,26 @@ pub trait BatchKv {
     ) -> Result<(Tensor, Tensor)>;
     /// Marks every sequence's new tokens as cached.
     fn advance(&mut self);
+    /// A decode row on the CPU: stores one token's K and V rows (token-major, RoPE
+    /// applied) in place and returns true; false where the store has no such path, and
+    /// the caller uses [`BatchKv::append`].
+    fn append_row(&mut self, _s: usize, _layer: usize, _k: &[f32], _v: &[f32]) -> Result<bool> {
+        Ok(false)
+    }
+    /// Sequence `s`'s keys and values for `layer`, read in place through its slots, where
+    /// the store can lend them.
+    fn rows(&self, _s: usize, _layer: usize) -> Option<KvRows<'_>> {
+        None
+    }
+}
+
+/// One sequence's K/V read in place: the page pool's token-major rows and the sequence's
+/// slots in position order (its block table, unrolled).
+#[derive(Clone, Copy)]
+pub struct KvRows<'a> {
+    pub k: &'a [f32],
+    pub v: &'a [f32],
+    pub slots: &'a [u32],
 }
 
 /// One sequence's store as a batch of one.

@@ -3,14 +3,23 @@
 //! block table, as PagedAttention does.
 
 use super::pool::{KvError, PagePool, PoolStats, ReqId};
-use super::{BatchKv, KvStore};
+use super::{BatchKv, KvRows, KvStore};
 use candle_core::{DType, Device, Result, Tensor};
+
+/// Where the pages live.
+enum Store {
+    /// CPU: one token-major buffer `(slot, n_kv_head × head_dim)` per layer, written and
+    /// read in place (decode attention reads it through the block table, no gather).
+    Host { k: Vec<Vec<f32>>, v: Vec<Vec<f32>> },
+    /// Accelerators: the same layout as one tensor per layer.
+    Device { k: Vec<Tensor>, v: Vec<Tensor> },
+}
 
 /// Pages of K and V for every layer, and the allocator that hands them out.
 pub struct PagedKv {
     pub pool: PagePool,
-    k: Vec<Tensor>,
-    v: Vec<Tensor>,
+    store: Store,
+    n_layer: usize,
     n_kv_head: usize,
     head_dim: usize,
     device: Device,
@@ -28,20 +37,29 @@ impl PagedKv {
     ) -> std::result::Result<Self, KvError> {
         let pool = PagePool::new(n_pages, page_size)?;
         let shape = (n_pages * page_size, n_kv_head * head_dim);
-        let zeros = || {
-            Tensor::zeros(shape, DType::F32, device)
-                .map_err(|e| KvError::BadSettings(e.to_string()))
+        let store = if device.is_cpu() {
+            let buf = || vec![0.0f32; shape.0 * shape.1];
+            Store::Host {
+                k: (0..n_layer).map(|_| buf()).collect(),
+                v: (0..n_layer).map(|_| buf()).collect(),
+            }
+        } else {
+            let zeros = || {
+                Tensor::zeros(shape, DType::F32, device)
+                    .map_err(|e| KvError::BadSettings(e.to_string()))
+            };
+            let mut k = Vec::with_capacity(n_layer);
+            let mut v = Vec::with_capacity(n_layer);
+            for _ in 0..n_layer {
+                k.push(zeros()?);
+                v.push(zeros()?);
+            }
+            Store::Device { k, v }
         };
-        let mut k = Vec::with_capacity(n_layer);
-        let mut v = Vec::with_capacity(n_layer);
-        for _ in 0..n_layer {
-            k.push(zeros()?);
-            v.push(zeros()?);
-        }
         Ok(Self {
             pool,
-            k,
-            v,
+            store,
+            n_layer,
             n_kv_head,
             head_dim,
             device: device.clone(),
@@ -50,7 +68,7 @@ impl PagedKv {
 
     /// Bytes one token takes (all layers, K and V, f32).
     pub fn bytes_per_token(&self) -> usize {
-        self.k.len() * 2 * self.n_kv_head * self.head_dim * 4
+        self.n_layer * 2 * self.n_kv_head * self.head_dim * 4
     }
 
     /// Allocator statistics.
@@ -98,11 +116,63 @@ impl PagedKv {
 
     fn copy_page(&mut self, from: u32, to: u32) -> Result<()> {
         let ps = self.pool.page_size();
-        for t in self.k.iter().chain(self.v.iter()) {
-            let src = t.narrow(0, from as usize * ps, ps)?.contiguous()?;
-            t.slice_set(&src, 0, to as usize * ps)?;
+        match &mut self.store {
+            Store::Host { k, v } => {
+                let n = ps * self.n_kv_head * self.head_dim;
+                for buf in k.iter_mut().chain(v.iter_mut()) {
+                    buf.copy_within(from as usize * n..(from as usize + 1) * n, to as usize * n);
+                }
+            }
+            Store::Device { k, v } => {
+                for t in k.iter().chain(v.iter()) {
+                    let src = t.narrow(0, from as usize * ps, ps)?.contiguous()?;
+                    t.slice_set(&src, 0, to as usize * ps)?;
+                }
+            }
         }
         Ok(())
+    }
+
+    /// Writes token-major rows `(t, n_kv_head × head_dim)` of K and V into `slots`.
+    fn write(&mut self, layer: usize, slots: &[u32], k: &Tensor, v: &Tensor) -> Result<()> {
+        let (n_kv, t, d) = k.dims3()?;
+        let rows_k = k.transpose(0, 1)?.reshape((t, n_kv * d))?;
+        let rows_v = v.transpose(0, 1)?.reshape((t, n_kv * d))?;
+        match &mut self.store {
+            Store::Host { .. } => {
+                let kr = rows_k.flatten_all()?.to_vec1::<f32>()?;
+                let vr = rows_v.flatten_all()?.to_vec1::<f32>()?;
+                self.write_rows(layer, slots, &kr, &vr);
+            }
+            Store::Device { k: kp, v: vp } => {
+                // Each run of consecutive slots (a run never crosses a page) in one go.
+                let mut i = 0;
+                while i < t {
+                    let mut j = i + 1;
+                    while j < t && slots[j] == slots[j - 1] + 1 {
+                        j += 1;
+                    }
+                    let at = slots[i] as usize;
+                    kp[layer].slice_set(&rows_k.narrow(0, i, j - i)?.contiguous()?, 0, at)?;
+                    vp[layer].slice_set(&rows_v.narrow(0, i, j - i)?.contiguous()?, 0, at)?;
+                    i = j;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Host store only: copies token-major rows into their slots.
+    fn write_rows(&mut self, layer: usize, slots: &[u32], k: &[f32], v: &[f32]) {
+        let Store::Host { k: kp, v: vp } = &mut self.store else {
+            return;
+        };
+        let w = self.n_kv_head * self.head_dim;
+        for (i, &slot) in slots.iter().enumerate() {
+            let at = slot as usize * w;
+            kp[layer][at..at + w].copy_from_slice(&k[i * w..(i + 1) * w]);
+            vp[layer][at..at + w].copy_from_slice(&v[i * w..(i + 1) * w]);
+        }
     }
 
     /// The K/V of `req` for `layer`, each `(n_kv_head, len, head_dim)`, read through its block table.
@@ -118,52 +188,38 @@ impl PagedKv {
         self.gather(layer, &slots)
     }
 
+    /// K and V of `slots` as `(n_kv_head, len, head_dim)` tensors (prefill attention and
+    /// the probe want them whole).
     fn gather(&self, layer: usize, slots: &[u32]) -> Result<(Tensor, Tensor)> {
-        if self.device.is_cpu() {
-            return Ok((
-                self.gather_host(&self.k[layer], slots)?,
-                self.gather_host(&self.v[layer], slots)?,
-            ));
-        }
-        let idx = Tensor::new(slots, &self.device)?;
-        let l = slots.len();
-        let shape = (l, self.n_kv_head, self.head_dim);
-        let k = self.k[layer]
-            .index_select(&idx, 0)?
-            .reshape(shape)?
-            .transpose(0, 1)?
-            .contiguous()?;
-        let v = self.v[layer]
-            .index_select(&idx, 0)?
-            .reshape(shape)?
-            .transpose(0, 1)?
-            .contiguous()?;
-        Ok((k, v))
-    }
-
-    /// The CPU gather in one pass: each slot's row is split by KV head straight into the
-    /// `(n_kv_head, len, head_dim)` result, instead of a gather, a transpose and a copy.
-    fn gather_host(&self, pool: &Tensor, slots: &[u32]) -> Result<Tensor> {
         let (hn, d) = (self.n_kv_head, self.head_dim);
         let l = slots.len();
-        let (storage, layout) = pool.storage_and_layout();
-        let candle_core::Storage::Cpu(cpu) = &*storage else {
-            candle_core::bail!("gather_host needs a CPU tensor")
-        };
-        if !layout.is_contiguous() {
-            candle_core::bail!("the page pool should be one contiguous block");
-        }
-        let all = cpu.as_slice::<f32>()?;
-        let rows = &all[layout.start_offset()..];
-        let mut out = vec![0.0f32; hn * l * d];
-        for (pos, &slot) in slots.iter().enumerate() {
-            let row = &rows[slot as usize * hn * d..][..hn * d];
-            for h in 0..hn {
-                out[(h * l + pos) * d..][..d].copy_from_slice(&row[h * d..][..d]);
+        match &self.store {
+            Store::Host { k, v } => {
+                // One pass: each slot's row split by KV head straight into the result.
+                let split = |pool: &[f32]| {
+                    let mut out = vec![0.0f32; hn * l * d];
+                    for (pos, &slot) in slots.iter().enumerate() {
+                        let row = &pool[slot as usize * hn * d..][..hn * d];
+                        for h in 0..hn {
+                            out[(h * l + pos) * d..][..d].copy_from_slice(&row[h * d..][..d]);
+                        }
+                    }
+                    Tensor::from_vec(out, (hn, l, d), &self.device)
+                };
+                Ok((split(&k[layer])?, split(&v[layer])?))
+            }
+            Store::Device { k, v } => {
+                let idx = Tensor::new(slots, &self.device)?;
+                let shape = (l, hn, d);
+                let pick = |t: &Tensor| -> Result<Tensor> {
+                    t.index_select(&idx, 0)?
+                        .reshape(shape)?
+                        .transpose(0, 1)?
+                        .contiguous()
+                };
+                Ok((pick(&k[layer])?, pick(&v[layer])?))
             }
         }
-        drop(storage);
-        Tensor::from_vec(out, (hn, l, d), &self.device)
     }
 }
 
@@ -192,22 +248,28 @@ impl BatchKv for PagedBatch<'_> {
         v: &Tensor,
     ) -> Result<(Tensor, Tensor)> {
         let seq = &self.seqs[s];
-        let (n_kv, t, d) = k.dims3()?;
-        let rows_k = k.transpose(0, 1)?.reshape((t, n_kv * d))?;
-        let rows_v = v.transpose(0, 1)?.reshape((t, n_kv * d))?;
-        // Write each run of consecutive slots (a run never crosses a page) in one go.
-        let mut i = 0;
-        while i < t {
-            let mut j = i + 1;
-            while j < t && seq.new_slots[j] == seq.new_slots[j - 1] + 1 {
-                j += 1;
-            }
-            let at = seq.new_slots[i] as usize;
-            self.kv.k[layer].slice_set(&rows_k.narrow(0, i, j - i)?.contiguous()?, 0, at)?;
-            self.kv.v[layer].slice_set(&rows_v.narrow(0, i, j - i)?.contiguous()?, 0, at)?;
-            i = j;
+        self.kv.write(layer, &seq.new_slots, k, v)?;
+        self.kv.gather(layer, &self.seqs[s].all_slots)
+    }
+
+    fn append_row(&mut self, s: usize, layer: usize, k: &[f32], v: &[f32]) -> Result<bool> {
+        if !matches!(self.kv.store, Store::Host { .. }) || self.seqs[s].new_slots.len() != 1 {
+            return Ok(false);
         }
-        self.kv.gather(layer, &seq.all_slots)
+        let slots = [self.seqs[s].new_slots[0]];
+        self.kv.write_rows(layer, &slots, k, v);
+        Ok(true)
+    }
+
+    fn rows(&self, s: usize, layer: usize) -> Option<KvRows<'_>> {
+        match &self.kv.store {
+            Store::Host { k, v } => Some(KvRows {
+                k: &k[layer],
+                v: &v[layer],
+                slots: &self.seqs[s].all_slots,
+            }),
+            Store::Device { .. } => None,
+        }
     }
 
     fn advance(&mut self) {

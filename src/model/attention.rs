@@ -159,20 +159,61 @@ fn decode_row(q: &Tensor, k: &Tensor, v: &Tensor) -> Result<AttnOut> {
 /// the softmax-weighted sum of values per head, `n_head × d`, on plain slices.
 pub fn decode_slices(qv: &[f32], n_head: usize, k: &Tensor, v: &Tensor) -> Result<Vec<f32>> {
     let (n_kv, kv_len, d) = k.dims3()?;
-    let group = n_head / n_kv;
     let kv_ = k.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
     let vv = v.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
+    // (n_kv, kv_len, d): head-major rows.
+    Ok(decode_core(
+        qv,
+        n_head,
+        n_kv,
+        d,
+        kv_len,
+        &kv_,
+        &vv,
+        |g, j| (g * kv_len + j) * d,
+    ))
+}
+
+/// One decode row's attention read in place through a block table, as PagedAttention's
+/// kernel does: `k_pool`/`v_pool` hold token-major rows `(slot, n_kv * d)` of the whole page
+/// pool and `slots` lists the sequence's slots in position order. No K/V is copied.
+pub fn decode_paged(
+    qv: &[f32],
+    n_head: usize,
+    n_kv: usize,
+    k_pool: &[f32],
+    v_pool: &[f32],
+    slots: &[u32],
+) -> Vec<f32> {
+    let d = qv.len() / n_head;
+    decode_core(qv, n_head, n_kv, d, slots.len(), k_pool, v_pool, |g, j| {
+        (slots[j] as usize * n_kv + g) * d
+    })
+}
+
+/// Scores, softmax and weighted sum for one query row; `at(g, j)` is where KV head `g`'s
+/// row for position `j` starts in `k` and `v`, which is all that differs between layouts.
+#[allow(clippy::too_many_arguments)]
+fn decode_core(
+    qv: &[f32],
+    n_head: usize,
+    n_kv: usize,
+    d: usize,
+    kv_len: usize,
+    k: &[f32],
+    v: &[f32],
+    at: impl Fn(usize, usize) -> usize,
+) -> Vec<f32> {
+    let group = n_head / n_kv;
     let scale = 1.0 / (d as f32).sqrt();
     let mut out = vec![0.0f32; n_head * d];
     let mut w = vec![0.0f32; kv_len];
     for h in 0..n_head {
         let g = h / group;
         let qh = &qv[h * d..(h + 1) * d];
-        let kg = &kv_[g * kv_len * d..(g + 1) * kv_len * d];
-        let vg = &vv[g * kv_len * d..(g + 1) * kv_len * d];
         let mut mx = f32::NEG_INFINITY;
         for (j, wj) in w.iter_mut().enumerate() {
-            *wj = dot(qh, &kg[j * d..(j + 1) * d]) * scale;
+            *wj = dot(qh, &k[at(g, j)..][..d]) * scale;
             mx = mx.max(*wj);
         }
         let mut sum = 0.0;
@@ -183,12 +224,12 @@ pub fn decode_slices(qv: &[f32], n_head: usize, k: &Tensor, v: &Tensor) -> Resul
         let oh = &mut out[h * d..(h + 1) * d];
         for (j, wj) in w.iter().enumerate() {
             let p = wj / sum;
-            for (o, x) in oh.iter_mut().zip(&vg[j * d..(j + 1) * d]) {
+            for (o, x) in oh.iter_mut().zip(&v[at(g, j)..][..d]) {
                 *o += p * x;
             }
         }
     }
-    Ok(out)
+    out
 }
 
 /// A dot product in eight independent lanes, so the compiler can keep it in one SIMD

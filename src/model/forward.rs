@@ -330,6 +330,7 @@ impl Model {
             };
             let mut outs = Vec::with_capacity(seqs.len());
             let mut decode = Vec::new();
+            let mut in_place = Vec::new();
             let mut cap = None;
             for (s, &(off, t, pos0)) in offsets.iter().enumerate() {
                 let want = capture && s == 0;
@@ -337,6 +338,15 @@ impl Model {
                     let mut k = k_host[off * kw..][..kw].to_vec();
                     self.rope_row(&mut k, pos0);
                     let v = &v_host[off * kw..][..kw];
+                    // A paged store on the CPU takes the row in place; attention then
+                    // reads the pool through the block table below.
+                    if kv.append_row(s, li, &k, v)? {
+                        if let Some(p) = probe.as_deref_mut() {
+                            p.attn_io.add(flash::naive_io(1, pos0 + 1, hd).times(nh));
+                        }
+                        in_place.push((off, pos0, s));
+                        continue;
+                    }
                     let k = Tensor::from_vec(k, (nkv, 1, hd), &self.device)?;
                     let v = Tensor::from_slice(v, (nkv, 1, hd), &self.device)?;
                     let (k_cache, v_cache) = kv.append(s, li, &k, &v)?;
@@ -403,6 +413,26 @@ impl Model {
                     attention::decode_slices(&q, nh, k_cache, v_cache).map(|o| (*off, o))
                 })
                 .collect::<candle_core::Result<_>>()?;
+            for (off, o) in rows {
+                o_host[off * qw..][..qw].copy_from_slice(&o);
+            }
+            // Decode rows whose K/V stay in the page pool: PagedAttention proper.
+            let views: Vec<(usize, usize, crate::kv::KvRows)> = in_place
+                .iter()
+                .map(|&(off, pos0, s)| {
+                    kv.rows(s, li)
+                        .map(|r| (off, pos0, r))
+                        .ok_or_else(|| candle_core::Error::Msg("paged rows vanished".into()))
+                })
+                .collect::<candle_core::Result<_>>()?;
+            let rows: Vec<(usize, Vec<f32>)> = views
+                .par_iter()
+                .map(|&(off, pos0, r)| {
+                    let mut q = q_host[off * qw..][..qw].to_vec();
+                    self.rope_row(&mut q, pos0);
+                    (off, attention::decode_paged(&q, nh, nkv, r.k, r.v, r.slots))
+                })
+                .collect();
             for (off, o) in rows {
                 o_host[off * qw..][..qw].copy_from_slice(&o);
             }
