@@ -116,3 +116,59 @@ fn bench_sink_json_shows_the_sink_on_the_real_model() {
     assert!(v["window"]["evicted_pages"].as_u64().unwrap() > 0);
     assert!(v["window_sink"]["cached_tokens"].as_u64().unwrap() <= 96);
 }
+
+#[test]
+fn bench_serve_json_has_the_keys_and_the_paged_pool_holds_more() {
+    let model = common::real_model();
+    let m = model.to_str().unwrap();
+    let v = json(&[
+        "--model",
+        m,
+        "bench",
+        "serve",
+        "--json",
+        "--requests",
+        "8",
+        "--prompt-min",
+        "8",
+        "--prompt-max",
+        "24",
+        "--output-min",
+        "8",
+        "--output-max",
+        "24",
+        "--kv-tokens",
+        "128",
+        "--page-size",
+        "4",
+        "--max-batch",
+        "3",
+    ]);
+    for k in ["static", "continuous", "contiguous", "paged"] {
+        assert!(v[k]["tok_per_s"].as_f64().unwrap() > 0.0, "{k}");
+        assert!(v[k]["kv_utilization_pct"].as_f64().unwrap() > 0.0, "{k}");
+        assert!(v[k]["peak_concurrent"].as_u64().unwrap() >= 1, "{k}");
+    }
+    assert!(v["preemptions"].is_u64());
+    let steps = v["step_ms_by_batch"].as_object().unwrap();
+    assert_eq!(
+        steps
+            .keys()
+            .map(|k| k.parse::<usize>().unwrap())
+            .collect::<std::collections::BTreeSet<_>>(),
+        [1, 2, 4, 8, 16, 32].into_iter().collect()
+    );
+    // The capped pair never runs more than --max-batch at once; the uncapped pair is
+    // limited by KV memory, where pages (no up-front reservation) hold more requests.
+    assert!(v["static"]["peak_concurrent"].as_u64().unwrap() <= 3);
+    assert!(v["continuous"]["peak_concurrent"].as_u64().unwrap() <= 3);
+    let (c, p) = (
+        v["contiguous"]["peak_concurrent"].as_u64().unwrap(),
+        v["paged"]["peak_concurrent"].as_u64().unwrap(),
+    );
+    assert!(p > c, "paged {p} vs contiguous {c}");
+    assert!(
+        v["paged"]["kv_utilization_pct"].as_f64().unwrap()
+            > v["contiguous"]["kv_utilization_pct"].as_f64().unwrap()
+    );
+}

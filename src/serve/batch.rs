@@ -294,8 +294,11 @@ impl ServeEngine {
     fn can_admit(&self, r: &Request) -> bool {
         match &self.kv {
             Kv::Paged(p) => {
-                // Room for the tokens to recompute plus one page to grow into.
-                let need = p.pool.pages_for(r.len()) + 1;
+                // Room for the tokens to recompute, one page to grow into, and one page
+                // of headroom per running request: admitting into the last free pages
+                // only to preempt on the next page boundary would thrash (each
+                // preemption recomputes the victim's whole prompt).
+                let need = p.pool.pages_for(r.len()) + 1 + self.running.len();
                 p.pool.free_pages() >= need.min(p.pool.total_pages())
             }
             Kv::Contiguous { reserved, .. } => {
