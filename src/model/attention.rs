@@ -191,8 +191,10 @@ pub fn decode_paged(
     })
 }
 
-/// Scores, softmax and weighted sum for one query row; `at(g, j)` is where KV head `g`'s
-/// row for position `j` starts in `k` and `v`, which is all that differs between layouts.
+/// Attention of one query row, KV head by KV head: every cached key and value row is read
+/// once for all the query heads that share it (GQA's saving, in the loop structure).
+/// `at(g, j)` is where KV head `g`'s row for position `j` starts in `k` and `v`, which is
+/// all that differs between the contiguous and the paged layout.
 #[allow(clippy::too_many_arguments)]
 fn decode_core(
     qv: &[f32],
@@ -207,25 +209,36 @@ fn decode_core(
     let group = n_head / n_kv;
     let scale = 1.0 / (d as f32).sqrt();
     let mut out = vec![0.0f32; n_head * d];
-    let mut w = vec![0.0f32; kv_len];
-    for h in 0..n_head {
-        let g = h / group;
-        let qh = &qv[h * d..(h + 1) * d];
-        let mut mx = f32::NEG_INFINITY;
-        for (j, wj) in w.iter_mut().enumerate() {
-            *wj = dot(qh, &k[at(g, j)..][..d]) * scale;
-            mx = mx.max(*wj);
+    // Weights of the group's heads, head-major: w[i * kv_len + j].
+    let mut w = vec![0.0f32; group * kv_len];
+    for g in 0..n_kv {
+        let h0 = g * group;
+        for j in 0..kv_len {
+            let kr = &k[at(g, j)..][..d];
+            for i in 0..group {
+                w[i * kv_len + j] = dot(&qv[(h0 + i) * d..][..d], kr) * scale;
+            }
         }
-        let mut sum = 0.0;
-        for wj in w.iter_mut() {
-            *wj = (*wj - mx).exp();
-            sum += *wj;
+        for wi in w.chunks_exact_mut(kv_len) {
+            let mx = wi.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut sum = 0.0;
+            for x in wi.iter_mut() {
+                *x = (*x - mx).exp();
+                sum += *x;
+            }
+            let inv = 1.0 / sum;
+            for x in wi.iter_mut() {
+                *x *= inv;
+            }
         }
-        let oh = &mut out[h * d..(h + 1) * d];
-        for (j, wj) in w.iter().enumerate() {
-            let p = wj / sum;
-            for (o, x) in oh.iter_mut().zip(&v[at(g, j)..][..d]) {
-                *o += p * x;
+        let og = &mut out[h0 * d..(h0 + group) * d];
+        for j in 0..kv_len {
+            let vr = &v[at(g, j)..][..d];
+            for (i, oh) in og.chunks_exact_mut(d).enumerate() {
+                let p = w[i * kv_len + j];
+                for (o, x) in oh.iter_mut().zip(vr) {
+                    *o += p * x;
+                }
             }
         }
     }
