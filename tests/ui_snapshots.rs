@@ -483,6 +483,7 @@ fn the_sink_experiment_takes_the_serving_columns_and_outlives_the_request() {
     replay.replaying = true;
     replay.on_event(Event::Report(Box::new(r.clone())));
     assert!(replay.shows_sink() && !replay.sink);
+    assert!(replay.update(Action::ToggleSink).is_none() && !replay.sink);
     // The request has finished, but the experiment has text left: steps go on.
     assert!(matches!(a.request_step(), Some(Command::Step)));
     a.in_flight = false;

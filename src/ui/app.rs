@@ -367,6 +367,9 @@ impl App {
                 self.timeline_b.clear();
                 return Some(Command::SetServe(self.policy, self.cache, self.other()));
             }
+            Action::ToggleSink if self.replaying => {
+                self.status = "a replay shows the experiment only where it was recorded".into();
+            }
             Action::ToggleSink => {
                 self.sink = !self.sink;
                 return Some(Command::SetSink(self.sink));
