@@ -4,56 +4,13 @@
 
 mod common;
 
-use common::fixture::{app, report};
+use common::fixture::{app, serving_reports};
 use inferlab::export::{self, ExportError, ExportPane, ImageFormat};
-use inferlab::serve::batch::{CacheKind, Policy, ReqPhase, ServeConfig, ServeEngine};
-use inferlab::serve::report::ServeView;
+use inferlab::serve::batch::{CacheKind, ReqPhase};
 use inferlab::serve::{Event, StepReport};
 use inferlab::ui::app::{Action, App, Pane};
 use resvg::tiny_skia::Pixmap;
 use std::process::Command;
-
-/// Fixture reports with a real tiny-model serving engine advancing beside them.
-fn reports_with_serving(cache: CacheKind, n: usize) -> Vec<StepReport> {
-    let (_d, m) = common::tiny_f32();
-    let w = inferlab::serve::workload::Workload {
-        requests: 5,
-        prompt_min: 4,
-        prompt_max: 12,
-        output_min: 3,
-        output_max: 9,
-        mean_gap: 1.0,
-        seed: 4,
-    };
-    let src: Vec<u32> = (3..200).collect();
-    let cfg = ServeConfig {
-        policy: Policy::Continuous,
-        cache,
-        kv_budget_tokens: 96,
-        page_size: 4,
-        max_batch: 3,
-        token_budget: 32,
-        prefix_sharing: true,
-    };
-    let mut e = ServeEngine::new(&m, cfg, w.generate(&src)).unwrap();
-    (1..=n)
-        .map(|i| {
-            let s = e.step().unwrap();
-            let mut r = report();
-            r.iteration = i;
-            r.serve = Some(ServeView {
-                policy: Policy::Continuous,
-                cache,
-                page_size: 4,
-                requests: 5,
-                step: s,
-                preemptions: e.preemptions,
-                done: e.done(),
-            });
-            r
-        })
-        .collect()
-}
 
 fn app_with(reports: &[StepReport]) -> App {
     let mut a = app();
@@ -125,7 +82,7 @@ fn the_png_is_the_svg_at_twice_the_size_with_the_same_colours() {
 #[test]
 fn heads_kv_and_batch_pictures_come_from_the_live_state() {
     for cache in [CacheKind::Paged, CacheKind::Contiguous] {
-        let reports = reports_with_serving(cache, 6);
+        let reports = serving_reports(cache, 6);
         let a = app_with(&reports);
         let heads = export::render_svg(&a, ExportPane::Heads).unwrap();
         for s in [
@@ -214,7 +171,7 @@ fn inferlab_export_draws_any_iteration_of_a_recording() {
     let dir = tempfile::tempdir().unwrap();
     let rec = dir.path().join("s.jsonl");
     let mut w = inferlab::serve::recording::Recorder::create(&rec, "fixture.gguf").unwrap();
-    for r in reports_with_serving(CacheKind::Paged, 4) {
+    for r in serving_reports(CacheKind::Paged, 4) {
         w.write(&r).unwrap();
     }
     drop(w);

@@ -119,44 +119,11 @@ fn full_screen_render_at_200x60() {
 
 #[test]
 fn serving_pane_from_a_real_engine_on_the_tiny_model() {
-    use inferlab::serve::batch::{CacheKind, Policy, ServeConfig, ServeEngine};
-    use inferlab::serve::report::ServeView;
-    let (_d, m) = common::tiny_f32();
-    let w = inferlab::serve::workload::Workload {
-        requests: 5,
-        prompt_min: 4,
-        prompt_max: 12,
-        output_min: 3,
-        output_max: 9,
-        mean_gap: 1.0,
-        seed: 4,
-    };
-    let src: Vec<u32> = (3..200).collect();
+    use inferlab::serve::batch::CacheKind;
     for cache in [CacheKind::Paged, CacheKind::Contiguous] {
-        let cfg = ServeConfig {
-            policy: Policy::Continuous,
-            cache,
-            kv_budget_tokens: 96,
-            page_size: 4,
-            max_batch: 3,
-            token_budget: 32,
-            prefix_sharing: true,
-        };
-        let mut e = ServeEngine::new(&m, cfg, w.generate(&src)).unwrap();
         let mut a = app();
         a.cache = cache;
-        for _ in 0..6 {
-            let s = e.step().unwrap();
-            let mut r = report();
-            r.serve = Some(ServeView {
-                policy: Policy::Continuous,
-                cache,
-                page_size: 4,
-                requests: 5,
-                step: s,
-                preemptions: e.preemptions,
-                done: e.done(),
-            });
+        for r in common::fixture::serving_reports(cache, 6) {
             a.on_event(Event::Report(Box::new(r)));
         }
         let mut term = Terminal::new(TestBackend::new(50, 14)).unwrap();

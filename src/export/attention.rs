@@ -26,18 +26,10 @@ pub fn render(app: &App) -> Result<String, ExportError> {
     let n = rows.len();
     let head = app.head;
     let value = |i: usize, j: usize| rows[i].get(head).and_then(|row| row.get(j)).copied();
-    let (mut lo, mut hi) = (f32::INFINITY, f32::NEG_INFINITY);
-    for i in 0..n {
-        for j in 0..=i {
-            if let Some(v) = value(i, j) {
-                lo = lo.min(v);
-                hi = hi.max(v);
-            }
-        }
-    }
-    if !app.show_scores {
-        lo = 0.0;
-    }
+    let (lo, hi) = crate::ui::panes::heatmap::value_range(
+        (0..n).flat_map(|i| (0..=i).filter_map(move |j| value(i, j))),
+        app.show_scores,
+    );
     let norm = |v: f32| if hi > lo { (v - lo) / (hi - lo) } else { 1.0 };
 
     // Cells shrink for long contexts; labels thin out to stay legible.

@@ -173,3 +173,48 @@ pub fn numbered(i: usize) -> StepReport {
     r.generated = format!("text after {i}");
     r
 }
+
+/// Fixture reports, iterations `1..=n`, each with one iteration of a real tiny-model
+/// serving engine (5 requests, pages of 4, a 96-token budget, at most 3 at once) beside it.
+pub fn serving_reports(cache: inferlab::serve::batch::CacheKind, n: usize) -> Vec<StepReport> {
+    use inferlab::serve::batch::{Policy, ServeConfig, ServeEngine};
+    use inferlab::serve::report::ServeView;
+    let (_d, m) = super::tiny_f32();
+    let w = inferlab::serve::workload::Workload {
+        requests: 5,
+        prompt_min: 4,
+        prompt_max: 12,
+        output_min: 3,
+        output_max: 9,
+        mean_gap: 1.0,
+        seed: 4,
+    };
+    let src: Vec<u32> = (3..200).collect();
+    let cfg = ServeConfig {
+        policy: Policy::Continuous,
+        cache,
+        kv_budget_tokens: 96,
+        page_size: 4,
+        max_batch: 3,
+        token_budget: 32,
+        prefix_sharing: true,
+    };
+    let mut e = ServeEngine::new(&m, cfg, w.generate(&src)).unwrap();
+    (1..=n)
+        .map(|i| {
+            let s = e.step().unwrap();
+            let mut r = report();
+            r.iteration = i;
+            r.serve = Some(ServeView {
+                policy: Policy::Continuous,
+                cache,
+                page_size: 4,
+                requests: 5,
+                step: s,
+                preemptions: e.preemptions,
+                done: e.done(),
+            });
+            r
+        })
+        .collect()
+}

@@ -12,6 +12,15 @@ use ratatui::widgets::Widget;
 
 const LABEL_W: u16 = 10;
 
+/// The colour scale's ends: the smallest to the largest value shown, from 0 for softmax
+/// weights (which are never negative) so that equal weights get equal colours everywhere.
+pub fn value_range(values: impl Iterator<Item = f32>, scores: bool) -> (f32, f32) {
+    let (lo, hi) = values.fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), v| {
+        (lo.min(v), hi.max(v))
+    });
+    (if scores { lo } else { 0.0 }, hi)
+}
+
 /// Draws the pane.
 pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let kv_of = app
@@ -71,19 +80,10 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
             .and_then(|row| row.get(j))
             .copied()
     };
-    // Linear scale from the smallest to the largest visible value.
-    let (mut lo, mut hi) = (f32::INFINITY, f32::NEG_INFINITY);
-    for i in q0..end {
-        for j in k0..end {
-            if let Some(v) = value(i, j) {
-                lo = lo.min(v);
-                hi = hi.max(v);
-            }
-        }
-    }
-    if !app.show_scores {
-        lo = 0.0;
-    }
+    let (lo, hi) = value_range(
+        (q0..end).flat_map(|i| (k0..end).filter_map(move |j| value(i, j))),
+        app.show_scores,
+    );
     let norm = |v: f32| if hi > lo { (v - lo) / (hi - lo) } else { 1.0 };
     // Key ruler: which columns are prompt keys and which generated ones, the boundary marked.
     let pl = r.prompt_len;
