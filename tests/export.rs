@@ -29,10 +29,10 @@ fn the_attention_picture_has_the_weights_labels_boundary_and_legend() {
     let a = app();
     let svg = export::render_svg(&a, ExportPane::Attention).unwrap();
     // Head 0 of the fixture puts its largest weight (0.6) on the diagonal: exactly those
-    // ten cells take the top of the ramp (+1 the legend's end); the 45 future cells are
-    // masked (+1 legend swatch).
+    // ten cells take the top of the ramp (+1 the legend's end); every row but the last has
+    // a masked future, drawn as one run (+1 legend swatch).
     assert_eq!(count(&svg, r##"fill="#fde725""##), 11);
-    assert_eq!(count(&svg, r##"fill="#e6e6ea""##), 46);
+    assert_eq!(count(&svg, r##"fill="#e6e6ea""##), 10);
     for label in ["What", "cache", "+ A", "prompt ↑", "generated ↓", "0.600"] {
         assert!(svg.contains(label), "missing {label:?}");
     }

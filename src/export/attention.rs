@@ -72,13 +72,33 @@ pub fn render(app: &App) -> Result<String, ExportError> {
         ),
         0.0,
     );
+    // One rect per run of equal colour in a row (most weights sit near zero, so runs are
+    // long), and one for the masked future: a 512-token picture stays a few MB, not 20.
+    let level = |v: f32| (norm(v) * 255.0).round() as u8;
     for i in 0..n {
-        for j in 0..n {
-            let fill = match value(i, j) {
-                Some(v) if j <= i => hex(ramp_rgb(norm(v))),
-                _ => "#e6e6ea".to_string(),
+        let y = top + i as f32 * cs;
+        let mut j = 0;
+        while j <= i {
+            let Some(l) = value(i, j).map(level) else {
+                break;
             };
-            s.rect(left + j as f32 * cs, top + i as f32 * cs, cs, cs, &fill, "");
+            let mut e = j + 1;
+            while e <= i && value(i, e).map(level) == Some(l) {
+                e += 1;
+            }
+            let fill = hex(ramp_rgb(l as f32 / 255.0));
+            s.rect(left + j as f32 * cs, y, (e - j) as f32 * cs, cs, &fill, "");
+            j = e;
+        }
+        if j < n {
+            s.rect(
+                left + j as f32 * cs,
+                y,
+                (n - j) as f32 * cs,
+                cs,
+                "#e6e6ea",
+                "",
+            );
         }
     }
     let piece = |i: usize| r.pieces.get(i).map(String::as_str).unwrap_or("");
