@@ -145,7 +145,8 @@ fn run_one(model: &Model, cfg: ServeConfig, w: &Workload, source: &[u32]) -> Res
     })
 }
 
-/// Median ms of one decode iteration with `b` requests whose caches hold a 32-token prompt.
+/// Median ms of one decode iteration (of seven) with `b` requests whose caches hold a
+/// 32-token prompt.
 pub fn decode_step_ms(model: &Model, b: usize, source: &[u32]) -> Result<f64> {
     let mut caches: Vec<_> = (0..b).map(|_| model.new_cache(64)).collect();
     let prompts: Vec<Vec<u32>> = (0..b).map(|i| source[i..i + 32].to_vec()).collect();
@@ -153,7 +154,7 @@ pub fn decode_step_ms(model: &Model, b: usize, source: &[u32]) -> Result<f64> {
         model.forward(p, c, None, Logits::Last)?;
     }
     let mut times = Vec::new();
-    for round in 0..3 {
+    for round in 0..7 {
         let toks: Vec<Vec<u32>> = (0..b).map(|i| vec![source[40 + i + round]]).collect();
         let refs: Vec<&[u32]> = toks.iter().map(Vec::as_slice).collect();
         let mut batch = ContiguousBatch(caches.iter_mut().collect());
@@ -204,7 +205,7 @@ pub fn run(
         let mut c = model.new_cache(64);
         model.forward(&source[..32], &mut c, None, Logits::Last)?;
         let mut times = Vec::new();
-        for i in 0..3 {
+        for i in 0..7 {
             let t = Instant::now();
             model.forward(&[source[40 + i]], &mut c, None, Logits::Last)?;
             times.push(t.elapsed().as_secs_f64() * 1e3);
