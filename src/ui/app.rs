@@ -669,7 +669,17 @@ fn push_timeline(
     v: Option<&crate::serve::report::ServeView>,
 ) {
     let Some(sv) = v else { return };
-    let mut col: Vec<(u64, ReqPhase)> = sv.step.active.iter().map(|a| (a.id, a.phase)).collect();
+    // A request that ran more than one token this iteration was prefilling, even when the
+    // prefill finished in it and the scheduler already reports it decoding.
+    let mut col: Vec<(u64, ReqPhase)> = sv
+        .step
+        .active
+        .iter()
+        .map(|a| match a.phase {
+            ReqPhase::Decode if a.scheduled > 1 => (a.id, ReqPhase::Prefill),
+            p => (a.id, p),
+        })
+        .collect();
     col.extend(sv.step.queue.iter().map(|&q| (q, ReqPhase::Waiting)));
     t.push_back(col);
     if t.len() > TIMELINE {
