@@ -445,6 +445,20 @@ fn the_sink_experiment_takes_the_serving_columns_and_outlives_the_request() {
         s.contains("  pages █××█▄····· 12 tokens held · 2 page(s)"),
         "{s}"
     );
+    // At the smallest screen (80×24) every lane still shows, the sink lane included.
+    let mut small = Terminal::new(TestBackend::new(80, 24)).unwrap();
+    small
+        .draw(|f| draw::draw(&a, &THEME, f.area(), f.buffer_mut()))
+        .unwrap();
+    let s = format!("{}", small.backend());
+    for lane in [
+        "full cache",
+        "window, oldest evicted",
+        "window + first page",
+    ] {
+        assert!(s.contains(lane), "{lane} missing at 80×24:\n{s}");
+    }
+    assert!(s.contains("  pages █××█▄"), "{s}");
     // A replay of that session shows the pane without the key.
     let mut replay = app();
     replay.replaying = true;

@@ -48,24 +48,35 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         );
         return;
     };
-    put(
-        buf,
-        inner,
-        0,
-        inner.y,
-        format!(
-            "read {} → predict {}{}",
-            label(&v.token, 10).trim_end(),
-            label(&v.next, 10).trim_end(),
-            if v.done { " · end of the text" } else { "" }
-        ),
-        Style::default(),
-    );
+    // Roomy: the read line, a gap, three lanes with gaps, the legend (12 lines). Short
+    // terminals drop the gaps, then the legend and the read line, never a lane.
+    let h = inner.height;
+    let (read_line, gap, legend) = match h {
+        12.. => (true, 1, true),
+        8..=11 => (true, 0, true),
+        _ => (false, 0, false),
+    };
+    let mut y = inner.y;
+    if read_line {
+        put(
+            buf,
+            inner,
+            0,
+            y,
+            format!(
+                "read {} → predict {}{}",
+                label(&v.token, 10).trim_end(),
+                label(&v.next, 10).trim_end(),
+                if v.done { " · end of the text" } else { "" }
+            ),
+            Style::default(),
+        );
+        y += 1 + gap;
+    }
     let pages = v.text_tokens.div_ceil(v.page_size.max(1));
     let now = v.pos.saturating_sub(1) / v.page_size.max(1);
-    let mut y = inner.y + 2;
     for (k, l) in v.lanes.iter().enumerate() {
-        if y + 1 >= inner.y + inner.height {
+        if y + 1 >= inner.y + h {
             break;
         }
         let top: Vec<String> = l
@@ -127,14 +138,16 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
             ),
             theme.dim(),
         );
-        y += 3;
+        y += 2 + gap;
     }
-    put(
-        buf,
-        inner,
-        0,
-        y,
-        "█ page held  ▄ page being filled  × evicted  · not read yet · x turns the experiment off",
-        theme.dim(),
-    );
+    if legend {
+        put(
+            buf,
+            inner,
+            0,
+            y,
+            "█ page held  ▄ page being filled  × evicted  · not read yet · x turns the experiment off",
+            theme.dim(),
+        );
+    }
 }
