@@ -237,3 +237,47 @@ fn inferlab_export_draws_any_iteration_of_a_recording() {
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && e.contains("bad.jsonl:2"), "{e}");
 }
+
+#[test]
+fn the_sink_picture_and_a_recording_that_holds_the_experiment() {
+    let mut r = common::fixture::report();
+    let mut v = common::fixture::sink_view();
+    // Before the window first fills there is no after-eviction perplexity: JSON has no
+    // NaN, and a recording must still read back.
+    v.lanes[1].perplexity_after_eviction = None;
+    r.sink = Some(v.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("s.jsonl");
+    let mut w = inferlab::serve::recording::Recorder::create(&rec, "fixture.gguf").unwrap();
+    w.write(&r).unwrap();
+    drop(w);
+    let (_, back) = inferlab::serve::recording::read(&rec).unwrap();
+    assert_eq!(back[0].sink.as_ref(), Some(&v));
+    let a = app_with(&back);
+    let svg = export::render_svg(&a, ExportPane::Sink).unwrap();
+    for s in [
+        "token 20 of 40",
+        "window + first page kept (the sink)",
+        "perplexity 30.25 · after the first eviction —",
+        "perplexity 11.75 · after the first eviction 12.75",
+    ] {
+        assert!(svg.contains(s), "missing {s:?}");
+    }
+    // Pages: 5 of 10 read; the full cache holds 5, each window 3 and shows 2 evicted (×).
+    assert_eq!(
+        count(&svg, r##"stroke="#d62728" stroke-width="0.8""##),
+        4 + 1
+    );
+    // In the app, e on the serving pane exports the experiment while it is shown.
+    assert_eq!(
+        ExportPane::for_focus(Pane::Serving, true),
+        Some(ExportPane::Sink)
+    );
+    assert_eq!(
+        ExportPane::for_focus(Pane::Serving, false),
+        Some(ExportPane::Batch)
+    );
+    // A session without it says so.
+    let e = export::render_svg(&app(), ExportPane::Sink).unwrap_err();
+    assert!(e.to_string().contains("x starts it"), "{e}");
+}

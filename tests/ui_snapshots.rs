@@ -384,40 +384,16 @@ fn looks_at_view_ranks_what_the_newest_token_attends_to() {
 
 #[test]
 fn the_sink_experiment_takes_the_serving_columns_and_outlives_the_request() {
-    use inferlab::serve::sink::{SinkLane, SinkView};
     use inferlab::serve::Command;
     let mut a = app();
     assert!(matches!(
         a.update(Action::ToggleSink),
         Some(Command::SetSink(true))
     ));
-    let lane = |name: &str, ppl: f64, kept: Vec<usize>, evicted: usize| SinkLane {
-        name: name.into(),
-        perplexity: ppl,
-        perplexity_after_eviction: ppl + 1.0,
-        p_next: 0.25,
-        top: vec![(" the".into(), 0.25), (" a".into(), 0.125)],
-        kept_pages: kept,
-        cached_tokens: 12,
-        evicted_pages: evicted,
-    };
     let mut r = report();
     r.iteration = 4;
     r.finished = true;
-    r.sink = Some(SinkView {
-        pos: 20,
-        text_tokens: 40,
-        window: 12,
-        page_size: 4,
-        token: " sat".into(),
-        next: " on".into(),
-        lanes: vec![
-            lane("full", 10.5, (0..5).collect(), 0),
-            lane("window", 30.25, vec![2, 3, 4], 2),
-            lane("window_sink", 11.75, vec![0, 3, 4], 2),
-        ],
-        done: false,
-    });
+    r.sink = Some(common::fixture::sink_view());
     a.on_event(Event::Report(Box::new(r.clone())));
     let mut term = Terminal::new(TestBackend::new(120, 40)).unwrap();
     term.draw(|f| draw::draw(&a, &THEME, f.area(), f.buffer_mut()))

@@ -69,7 +69,8 @@ pub fn run(model: &Model, tokens: &[u32], window: usize, page_size: usize) -> Re
         let l = &lanes[i];
         SinkFigures {
             perplexity: l.perplexity,
-            perplexity_after_eviction: l.perplexity_after_eviction,
+            // The text is longer than the window (checked at the start), so this is set.
+            perplexity_after_eviction: l.perplexity_after_eviction.unwrap_or(f64::NAN),
             evicted_pages: l.evicted_pages,
             cached_tokens: l.cached_tokens,
         }

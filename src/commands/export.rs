@@ -14,7 +14,7 @@ pub struct Args {
     /// The iteration to draw (as the header line showed it); default: the last recorded.
     #[arg(long)]
     pub step: Option<usize>,
-    /// What to draw.
+    /// What to draw (sink: the attention-sink experiment, where the session ran it).
     #[arg(long, value_enum, default_value = "attention")]
     pub pane: ExportPane,
     /// Picture format; default: from --out's extension, else png.

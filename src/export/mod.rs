@@ -5,6 +5,7 @@
 pub mod attention;
 pub mod heads;
 pub mod pages;
+pub mod sink;
 pub mod svg;
 pub mod timeline;
 
@@ -22,6 +23,8 @@ pub enum ExportPane {
     Heads,
     /// The batching timeline.
     Batch,
+    /// The attention-sink experiment (when the session ran it).
+    Sink,
 }
 
 impl ExportPane {
@@ -32,12 +35,15 @@ impl ExportPane {
             Self::Kv => "kv",
             Self::Heads => "heads",
             Self::Batch => "batch",
+            Self::Sink => "sink",
         }
     }
 
-    /// The picture for a focused pane of the app, if it has one.
-    pub fn for_focus(p: Pane) -> Option<Self> {
+    /// The picture for a focused pane of the app, if it has one (`sink`: whether the sink
+    /// experiment holds the serving pane's place).
+    pub fn for_focus(p: Pane, sink: bool) -> Option<Self> {
         match p {
+            Pane::Serving if sink => Some(Self::Sink),
             Pane::Attention => Some(Self::Attention),
             Pane::Kv => Some(Self::Kv),
             Pane::Heads => Some(Self::Heads),
@@ -104,6 +110,15 @@ pub fn render_svg(app: &App, pane: ExportPane) -> Result<String, ExportError> {
             let title = format!("Batching timeline · {policy:?} batching · {cache:?} KV cache")
                 .to_lowercase();
             timeline::render(&title, &app.timeline)
+        }
+        ExportPane::Sink => {
+            let v = report.sink.as_ref().ok_or_else(|| {
+                ExportError::NoData(
+                    "the attention-sink experiment did not run at this iteration (x starts it)"
+                        .into(),
+                )
+            })?;
+            sink::render(v)
         }
     }
 }

@@ -16,8 +16,9 @@ pub struct SinkLane {
     pub name: String,
     /// Perplexity over every token predicted so far.
     pub perplexity: f64,
-    /// Perplexity over the tokens predicted after the window first filled.
-    pub perplexity_after_eviction: f64,
+    /// Perplexity over the tokens predicted after the window first filled (none before;
+    /// JSON has no NaN, so this is an option rather than a NaN).
+    pub perplexity_after_eviction: Option<f64>,
     /// Probability this cache gave the text's actual next token.
     pub p_next: f32,
     /// The most likely next tokens under this cache: (piece, probability).
@@ -53,12 +54,8 @@ struct Nll {
 }
 
 impl Nll {
-    fn ppl(s: f64, n: usize) -> f64 {
-        if n == 0 {
-            f64::NAN
-        } else {
-            (s / n as f64).exp()
-        }
+    fn ppl(s: f64, n: usize) -> Option<f64> {
+        (n > 0).then(|| (s / n as f64).exp())
     }
 }
 
@@ -165,7 +162,8 @@ impl SinkRun {
             };
             lanes.push(SinkLane {
                 name: name.to_string(),
-                perplexity: Nll::ppl(s.sum, s.n),
+                // At least one token has been scored by now.
+                perplexity: Nll::ppl(s.sum, s.n).unwrap_or(f64::NAN),
                 perplexity_after_eviction: Nll::ppl(s.sum_after, s.n_after),
                 p_next: probs[next],
                 top: idx

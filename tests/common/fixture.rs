@@ -218,3 +218,33 @@ pub fn serving_reports(cache: inferlab::serve::batch::CacheKind, n: usize) -> Ve
         })
         .collect()
 }
+
+/// One step of the sink experiment: token 20 of 40, a 12-token window of 4-token pages;
+/// the plain window has lost pages 0 and 1, the sink window pages 1 and 2.
+pub fn sink_view() -> inferlab::serve::sink::SinkView {
+    use inferlab::serve::sink::{SinkLane, SinkView};
+    let lane = |name: &str, ppl: f64, kept: Vec<usize>, evicted: usize| SinkLane {
+        name: name.into(),
+        perplexity: ppl,
+        perplexity_after_eviction: Some(ppl + 1.0),
+        p_next: 0.25,
+        top: vec![(" the".into(), 0.25), (" a".into(), 0.125)],
+        kept_pages: kept,
+        cached_tokens: 12,
+        evicted_pages: evicted,
+    };
+    SinkView {
+        pos: 20,
+        text_tokens: 40,
+        window: 12,
+        page_size: 4,
+        token: " sat".into(),
+        next: " on".into(),
+        lanes: vec![
+            lane("full", 10.5, (0..5).collect(), 0),
+            lane("window", 30.25, vec![2, 3, 4], 2),
+            lane("window_sink", 11.75, vec![0, 3, 4], 2),
+        ],
+        done: false,
+    }
+}

@@ -94,10 +94,9 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
                 title(&l.name),
                 l.perplexity,
                 // Nothing is evicted before the window fills.
-                if l.perplexity_after_eviction.is_finite() {
-                    format!("{:.2}", l.perplexity_after_eviction)
-                } else {
-                    "—".into()
+                match l.perplexity_after_eviction {
+                    Some(p) => format!("{p:.2}"),
+                    None => "—".into(),
                 },
                 l.p_next,
                 top.join(" | ")

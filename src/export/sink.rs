@@ -1,0 +1,152 @@
+//! The attention-sink experiment as a picture: for the full cache, the sliding window and
+//! the window that keeps page 0, the pages each still holds and what it costs in perplexity.
+
+use super::svg::{hex, Svg};
+use super::ExportError;
+use crate::serve::sink::SinkView;
+use crate::ui::theme::request_rgb;
+
+const CELL: f32 = 26.0;
+
+/// The three lanes of one step of the experiment.
+pub fn render(v: &SinkView) -> Result<String, ExportError> {
+    let ps = v.page_size.max(1);
+    let pages = v.text_tokens.div_ceil(ps);
+    let now = v.pos.saturating_sub(1) / ps;
+    let left = 24.0;
+    let w = (left * 2.0 + pages as f32 * CELL).max(900.0);
+    let lane_h = 110.0;
+    let h = 110.0 + v.lanes.len() as f32 * lane_h + 50.0;
+    let mut s = Svg::new(w, h);
+    s.text(
+        left,
+        30.0,
+        16.0,
+        "start",
+        &format!(
+            "Attention sink · window {} tokens ({} pages of {ps}) · token {} of {}",
+            v.window,
+            v.window / ps,
+            v.pos,
+            v.text_tokens
+        ),
+        0.0,
+    );
+    s.text(
+        left,
+        52.0,
+        11.0,
+        "start",
+        &format!(
+            "the same text read one token at a time through three caches; just read {:?}, next {:?}",
+            v.token, v.next
+        ),
+        0.0,
+    );
+    for (k, l) in v.lanes.iter().enumerate() {
+        let y = 90.0 + k as f32 * lane_h;
+        let name = match l.name.as_str() {
+            "full" => "full cache",
+            "window" => "window, oldest page evicted",
+            _ => "window + first page kept (the sink)",
+        };
+        s.text(left, y, 13.0, "start", name, 0.0);
+        let after = match l.perplexity_after_eviction {
+            Some(p) => format!("{p:.2}"),
+            None => "—".into(),
+        };
+        let top: Vec<String> = l
+            .top
+            .iter()
+            .map(|(p, pr)| format!("{p:?} {pr:.2}"))
+            .collect();
+        s.text(
+            left,
+            y + 18.0,
+            11.0,
+            "start",
+            &format!(
+                "perplexity {:.2} · after the first eviction {after} · p(next) {:.3} · top: {} · {} tokens held, {} page(s) evicted",
+                l.perplexity,
+                l.p_next,
+                top.join(", "),
+                l.cached_tokens,
+                l.evicted_pages
+            ),
+            0.0,
+        );
+        let c = hex(request_rgb(k));
+        for p in 0..pages {
+            let x = left + p as f32 * CELL;
+            let held = l.kept_pages.binary_search(&p).is_ok();
+            let cy = y + 32.0;
+            let (cw, ch) = (CELL - 4.0, CELL - 4.0);
+            if held {
+                // The page being filled shows how full it is.
+                let fill = if p == now {
+                    (v.pos - p * ps) as f32 / ps as f32
+                } else {
+                    1.0
+                };
+                s.rect(
+                    x,
+                    cy,
+                    cw,
+                    ch,
+                    "#ffffff",
+                    r##"stroke="#9a9aa0" stroke-width="0.8""##,
+                );
+                s.rect(x, cy + ch * (1.0 - fill), cw, ch * fill, &c, "");
+            } else if p <= now {
+                s.rect(
+                    x,
+                    cy,
+                    cw,
+                    ch,
+                    "#f4f4f6",
+                    r##"stroke="#d62728" stroke-width="0.8""##,
+                );
+                s.line(
+                    (x + 4.0, cy + 4.0),
+                    (x + cw - 4.0, cy + ch - 4.0),
+                    "#d62728",
+                    "",
+                );
+                s.line(
+                    (x + cw - 4.0, cy + 4.0),
+                    (x + 4.0, cy + ch - 4.0),
+                    "#d62728",
+                    "",
+                );
+            } else {
+                s.rect(
+                    x,
+                    cy,
+                    cw,
+                    ch,
+                    "none",
+                    r##"stroke="#d0d0d6" stroke-width="0.8""##,
+                );
+            }
+        }
+    }
+    let ly = 90.0 + v.lanes.len() as f32 * lane_h;
+    s.legend(
+        left,
+        ly,
+        &[
+            (&hex(request_rgb(0)), "", "page held"),
+            (
+                "#f4f4f6",
+                r##"stroke="#d62728" stroke-width="0.8""##,
+                "evicted",
+            ),
+            (
+                "none",
+                r##"stroke="#d0d0d6" stroke-width="0.8""##,
+                "not read yet",
+            ),
+        ],
+    );
+    Ok(s.finish())
+}
