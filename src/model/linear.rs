@@ -143,8 +143,10 @@ impl BatchedQ8 {
         let a = quantize_rows(x, m, self.k, wide && use_avx512_vnni());
         let kb = self.k / QK;
         // Output rows of W in chunks per task. Each task computes a (rows × m) slab and
-        // writes it straight into its own columns of the (m, n) result.
-        const CHUNK: usize = 32;
+        // writes it straight into its own columns of the (m, n) result. 64 rows rather than
+        // 32: on two cores fewer tasks mean fewer rayon wake-ups, measured at 30 layers of
+        // the model's shapes as 15.5 → 12.3 ms at 8 rows and 4.7 → 4.6 ms at one (minima).
+        const CHUNK: usize = 64;
         let n = self.n;
         let mut out = vec![0.0f32; m * n];
         let dst = OutPtr(out.as_mut_ptr());
