@@ -191,17 +191,15 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     );
     let newest = value(n - 1, 0).is_some().then(|| &rows[n - 1][app.head]);
     if let Some(row) = newest {
-        let mut idx: Vec<usize> = (0..row.len()).collect();
-        idx.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
-        let top: Vec<String> = idx
+        let top: Vec<String> = super::looks::ranked(row)
             .iter()
             .take(4)
-            .map(|&j| {
+            .map(|&(j, w)| {
                 format!(
                     "{}:{}={:.2}",
                     j,
                     label(r.pieces.get(j).map(String::as_str).unwrap_or(""), 8).trim_end(),
-                    row[j]
+                    w
                 )
             })
             .collect();
