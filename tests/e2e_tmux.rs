@@ -61,6 +61,19 @@ impl Tmux {
         }
     }
 
+    /// Quits the app and waits until its screen is gone, so keys typed next reach the
+    /// shell rather than an app still shutting down.
+    fn quit(&self) {
+        self.keys(&["q"]);
+        let t = Instant::now();
+        while self.screen().contains(" inferlab · ") {
+            if t.elapsed() > Duration::from_secs(20) {
+                panic!("the app did not quit; screen:\n{}", self.screen());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     fn resize(&self, w: u16, h: u16) {
         Command::new("tmux")
             .args([
@@ -155,7 +168,7 @@ fn app_steps_toggles_resizes_and_quits_cleanly() {
     t.wait_for("attention · layer", 10);
     t.keys(&["j", "l"]);
     t.wait_for("layer 1/29 · head 1/8", 10);
-    t.keys(&["q"]);
+    t.quit();
     // The shell is back, echoing and in cooked mode.
     t.keys(&["echo SANE-$((40+2))", "Enter"]);
     let s = t.wait_for("SANE-42", 10);
@@ -216,7 +229,7 @@ fn a_lesson_opens_beside_the_panes_moves_with_n_and_saves_progress() {
     t.keys(&["L"]);
     t.wait_for("lessons · j k choose", 10);
     t.keys(&["Escape"]);
-    t.keys(&["q"]);
+    t.quit();
     t.keys(&["echo DONE-$((1+1))", "Enter"]);
     t.wait_for("DONE-2", 10);
     let saved = std::fs::read_to_string(data.path().join("progress.json")).unwrap();
@@ -245,7 +258,7 @@ fn a_recorded_session_replays_without_the_model_and_scrubs() {
         t.wait_for(&format!("iteration {i} ·"), 30);
     }
     let live = t.screen();
-    t.keys(&["q"]);
+    t.quit();
     t.keys(&["clear", "Enter"]);
     // Replay with no model available at all.
     let cmd = format!(
@@ -278,7 +291,7 @@ fn a_recorded_session_replays_without_the_model_and_scrubs() {
     t.wait_for("start of the session", 10);
     t.keys(&["]", "]", "]"]);
     t.wait_for("iteration 3 · decode", 10);
-    t.keys(&["q"]);
+    t.quit();
     t.keys(&["echo OK-$((2*3))", "Enter"]);
     t.wait_for("OK-6", 10);
 }
