@@ -15,7 +15,7 @@ pub use pool::{KvError, PagePool, PoolStats, ReqId};
 use candle_core::{Result, Tensor};
 
 /// Per-request key/value storage for every layer.
-pub trait KvStore {
+pub trait KvStore: Send {
     /// Tokens already cached: the position the next token will take.
     fn len(&self) -> usize;
 
@@ -37,7 +37,7 @@ pub trait KvStore {
 }
 
 /// The caches of several sequences run in one batched forward pass.
-pub trait BatchKv {
+pub trait BatchKv: Send {
     /// Tokens already cached for sequence `s`.
     fn len(&self, s: usize) -> usize;
     /// Like [`KvStore::append`], for sequence `s`.

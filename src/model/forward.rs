@@ -243,6 +243,19 @@ impl Model {
         &self,
         seqs: &[&[u32]],
         kv: &mut dyn BatchKv,
+        probe: Option<&mut Probe>,
+        which: Logits,
+    ) -> Result<Vec<Tensor>> {
+        // The pass runs on one of rayon's own threads, so each of the ~200 parallel
+        // matmuls per pass is split between workers directly instead of waking them from
+        // a foreign thread and sleeping until they finish (measured: 9 → 7 ms at one row).
+        rayon::scope(|_| self.forward_batch_here(seqs, kv, probe, which))
+    }
+
+    fn forward_batch_here(
+        &self,
+        seqs: &[&[u32]],
+        kv: &mut dyn BatchKv,
         mut probe: Option<&mut Probe>,
         which: Logits,
     ) -> Result<Vec<Tensor>> {
