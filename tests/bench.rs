@@ -171,4 +171,8 @@ fn bench_serve_json_has_the_keys_and_the_paged_pool_holds_more() {
         v["paged"]["kv_utilization_pct"].as_f64().unwrap()
             > v["contiguous"]["kv_utilization_pct"].as_f64().unwrap()
     );
+    // Static batching keeps finished rows in its rigid batch; continuous never pads.
+    assert!(v["static"]["padding_rows"].as_u64().unwrap() > 0);
+    assert_eq!(v["continuous"]["padding_rows"].as_u64(), Some(0));
+    assert_eq!(v["workload"]["output_dist"], "log_uniform");
 }

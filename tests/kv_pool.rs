@@ -1,4 +1,5 @@
-//! The page allocator's invariants under random sequences of admit / append / fork / free,
+//! The page allocator's invariants under random sequences of admit / append / fork /
+//! truncate / free,
 //! and the paged cache's equality with the contiguous one on a real forward pass.
 
 mod common;
@@ -15,6 +16,7 @@ enum Op {
     Admit(u8, Vec<u32>),
     Append(u8, Vec<u32>),
     Fork(u8, u8),
+    Truncate(u8, u8),
     Free(u8),
 }
 
@@ -25,6 +27,7 @@ fn op() -> impl Strategy<Value = Op> {
         (0u8..8, toks.clone()).prop_map(|(r, t)| Op::Admit(r, t)),
         (0u8..8, prop::collection::vec(0u32..3, 1..6)).prop_map(|(r, t)| Op::Append(r, t)),
         (0u8..8, 0u8..8).prop_map(|(a, b)| Op::Fork(a, b)),
+        (0u8..8, 0u8..10).prop_map(|(r, n)| Op::Truncate(r, n)),
         (0u8..8).prop_map(Op::Free),
     ]
 }
@@ -60,6 +63,14 @@ proptest! {
                         live.insert(b);
                     }
                 }
+                Op::Truncate(r, n) => {
+                    let before = pool.table(r as u64).map(|t| t.tokens.clone());
+                    prop_assert_eq!(pool.truncate(r as u64, n as usize).is_ok(), before.is_some());
+                    if let Some(b) = before {
+                        let after = &pool.table(r as u64).unwrap().tokens;
+                        prop_assert_eq!(&after[..], &b[..b.len() - (n as usize).min(b.len())]);
+                    }
+                }
                 Op::Free(r) => {
                     let was = live.remove(&r);
                     prop_assert_eq!(pool.free(r as u64).is_ok(), was, "double free is an error");
@@ -68,10 +79,14 @@ proptest! {
             if let Err(e) = pool.check() {
                 return Err(TestCaseError::fail(e));
             }
-            // Every full, hashed page's hash is H(parent, tokens), recomputed here.
+            // Every full, hashed page's hash is H(parent, tokens), recomputed here. (After a
+            // truncate a request may see only part of a page others share full.)
             for (_, t) in pool.requests() {
                 let mut parent = 0;
                 for (i, &p) in t.pages.iter().enumerate() {
+                    if (i + 1) * ps > t.tokens.len() {
+                        break;
+                    }
                     if let Some(h) = pool.hash_of(p) {
                         prop_assert_eq!(h, page_hash(parent, &t.tokens[i * ps..(i + 1) * ps]));
                         parent = h;
@@ -177,4 +192,40 @@ fn prefix_sharing_on_equals_off() {
     let (a, b) = (run(true), run(false));
     let d = max_abs_diff(&a, &b);
     assert!(d < 1e-4, "{d}");
+}
+
+#[test]
+fn truncate_frees_emptied_pages_and_copies_a_shared_one_before_rewriting() {
+    let mut pool = PagePool::new(6, 4).unwrap();
+    let toks: Vec<u32> = (0..9).collect();
+    pool.admit(1, &toks).unwrap();
+    pool.append(1, &toks).unwrap();
+    assert_eq!(pool.free_pages(), 3);
+    // 9 → 8 tokens: the third page held one token and goes back.
+    pool.truncate(1, 1).unwrap();
+    assert_eq!(pool.free_pages(), 4);
+    // 8 → 7: the second page is partly filled again and loses its prefix hash.
+    let second = pool.table(1).unwrap().pages[1];
+    assert!(pool.hash_of(second).is_some());
+    pool.truncate(1, 1).unwrap();
+    assert_eq!(pool.fill(second), 3);
+    assert_eq!(pool.hash_of(second), None);
+    pool.check().unwrap();
+    // A fork shares the partial page; the parent rewinds into it and appends again:
+    // the shared page is copied, the child's view is untouched.
+    pool.fork(1, 2).unwrap();
+    pool.truncate(1, 1).unwrap();
+    assert_eq!(
+        pool.fill(second),
+        3,
+        "the child still holds three tokens there"
+    );
+    let plan = pool.append(1, &[77]).unwrap();
+    assert_eq!(plan.copies.len(), 1);
+    assert_eq!(plan.copies[0].0, second);
+    assert_eq!(pool.table(2).unwrap().pages[1], second);
+    assert_eq!(pool.table(2).unwrap().tokens, toks[..7].to_vec());
+    assert_eq!(pool.table(1).unwrap().tokens[6], 77);
+    pool.check().unwrap();
+    assert_eq!(pool.truncate(9, 1), Err(KvError::UnknownRequest(9)));
 }

@@ -31,6 +31,7 @@ fn workload(n: usize, gap: f64, seed: u64) -> Vec<Request> {
         prompt_max: 16,
         output_min: 1,
         output_max: 20,
+        output_dist: inferlab::serve::workload::LengthDist::Uniform,
         mean_gap: gap,
         seed,
     }
@@ -122,6 +123,45 @@ fn continuous_admits_mid_batch_and_beats_static_on_iterations() {
         its[1] < its[0],
         "continuous needs fewer iterations: {its:?}"
     );
+}
+
+#[test]
+fn static_batch_is_rigid_until_its_longest_request_finishes() {
+    let (_d, m) = tiny_f32();
+    let reqs = workload(12, 0.0, 21);
+    for cache in [CacheKind::Paged, CacheKind::Contiguous] {
+        let mut e = ServeEngine::new(&m, cfg(Policy::Static, cache, 400), reqs.clone()).unwrap();
+        let steps = run_all(&mut e);
+        e.check_pool().unwrap();
+        let mut padding_seen = 0;
+        for s in &steps {
+            for a in s.active.iter().filter(|a| a.phase == ReqPhase::Padding) {
+                // A padding row really runs: one token through the whole model.
+                assert_eq!(a.scheduled, 1, "{cache:?} iteration {}", s.iteration);
+                padding_seen += 1;
+            }
+            let rows = s.active.iter().filter(|a| a.scheduled > 0).count();
+            assert!(s.tokens_generated <= rows);
+        }
+        assert!(padding_seen > 0, "lengths differ, so some rows pad");
+        assert_eq!(padding_seen, e.padding_rows);
+        // Each batch leaves together: members admitted in one iteration finish in one.
+        let mut by_batch = std::collections::BTreeMap::new();
+        for r in &e.requests {
+            by_batch
+                .entry(r.admitted_at.unwrap())
+                .or_insert_with(Vec::new)
+                .push(r.finished_at.unwrap());
+        }
+        assert!(by_batch.len() >= 2);
+        for ends in by_batch.values() {
+            assert!(ends.iter().all(|&f| f == ends[0]), "{cache:?}: {ends:?}");
+        }
+        // Padding re-runs a position in place: nobody's tokens change.
+        for r in &e.requests {
+            assert_eq!(r.generated, alone(&m, &reqs[r.id as usize]), "{cache:?}");
+        }
+    }
 }
 
 fn alone(m: &Model, r: &Request) -> Vec<u32> {

@@ -3,6 +3,7 @@
 use super::{load_model, model_path, ModelArgs};
 use anyhow::Result;
 use inferlab::bench::{attention, decode, heads, render, serve, sink};
+use inferlab::serve::workload::LengthDist;
 
 /// Benchmarks.
 #[derive(clap::Subcommand)]
@@ -52,6 +53,10 @@ pub enum Cmd {
         output_min: usize,
         #[arg(long, default_value_t = 256)]
         output_max: usize,
+        /// How output lengths spread over their range: log-uniform (many short answers, a
+        /// few long ones, as in real chat traffic) or uniform.
+        #[arg(long, value_enum, default_value_t = LengthDist::LogUniform)]
+        output_dist: LengthDist,
         /// KV memory, in tokens, for every configuration. The default is below what the
         /// workload's 32 requests need at once, so memory, not the request count, limits
         /// the uncapped pair.
@@ -131,6 +136,7 @@ pub fn run(margs: &ModelArgs, cmd: &Cmd) -> Result<()> {
             prompt_max,
             output_min,
             output_max,
+            output_dist,
             kv_tokens,
             page_size,
             max_batch,
@@ -151,6 +157,7 @@ pub fn run(margs: &ModelArgs, cmd: &Cmd) -> Result<()> {
                 prompt_max: *prompt_max,
                 output_min: *output_min,
                 output_max: *output_max,
+                output_dist: *output_dist,
                 mean_gap: 0.0,
                 seed: *seed,
             };

@@ -66,12 +66,20 @@ pub fn render(
                 ReqPhase::Waiting => s.rect(x, y + rh / 2.0 - 1.0, cw, 2.0, "#b0b0b8", ""),
                 ReqPhase::Preempted => s.rect(x, y + 2.0, cw, rh - 4.0, "#d62728", ""),
                 ReqPhase::Rejected => s.rect(x, y + 2.0, cw, rh - 4.0, "#7f7f7f", ""),
+                ReqPhase::Padding => s.rect(
+                    x,
+                    y + 2.0,
+                    cw,
+                    rh - 4.0,
+                    &hex(base),
+                    r##"fill-opacity="0.15""##,
+                ),
                 ReqPhase::Finished => {}
             }
         }
     }
     let ly = top + n_req as f32 * rh + 30.0;
-    let legend: [(&str, &str, &str); 5] = [
+    let legend: [(&str, &str, &str); 6] = [
         ("#56b4e9", "", "decode"),
         (
             "#56b4e9",
@@ -80,6 +88,11 @@ pub fn render(
         ),
         ("#b0b0b8", "", "waiting in the queue"),
         ("#d62728", "", "preempted (pages freed)"),
+        (
+            "#56b4e9",
+            r##"fill-opacity="0.15""##,
+            "padding (finished, row still runs)",
+        ),
         ("#7f7f7f", "", "rejected"),
     ];
     s.legend(left, ly, &legend);

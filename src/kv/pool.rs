@@ -175,6 +175,14 @@ impl PagePool {
         p
     }
 
+    fn forget_hash(&mut self, p: u32) {
+        if let Some(h) = self.hash[p as usize].take() {
+            if self.by_hash.get(&h) == Some(&p) {
+                self.by_hash.remove(&h);
+            }
+        }
+    }
+
     fn release(&mut self, p: u32) {
         let rc = &mut self.ref_count[p as usize];
         assert!(*rc > 0, "ref count of page {p} would go negative");
@@ -269,6 +277,11 @@ impl PagePool {
             let page = table.pages[pos / ps];
             plan.slots.push(page * ps as u32 + (pos % ps) as u32);
             self.fill[page as usize] = (pos % ps + 1) as u32;
+            // Writing into a page that was full for a holder now gone (after a truncate)
+            // makes it partial again: its old prefix hash no longer describes it.
+            if pos % ps != ps - 1 {
+                self.forget_hash(page);
+            }
             table.tokens.push(tok);
             if pos % ps == ps - 1 {
                 let start = pos + 1 - ps;
@@ -300,6 +313,31 @@ impl PagePool {
             self.ref_count[p as usize] += 1;
         }
         self.tables.insert(child, t);
+        Ok(())
+    }
+
+    /// Drops the last `n` tokens of `req`: pages left empty go back to the pool, and a
+    /// partly emptied page it alone holds loses its prefix hash (it is no longer full).
+    /// A page others share keeps its contents; the next append to it copies it first.
+    pub fn truncate(&mut self, req: ReqId, n: usize) -> Result<(), KvError> {
+        let mut t = self
+            .tables
+            .remove(&req)
+            .ok_or(KvError::UnknownRequest(req))?;
+        let len = t.tokens.len() - n.min(t.tokens.len());
+        t.tokens.truncate(len);
+        let keep = len.div_ceil(self.page_size);
+        for p in t.pages.split_off(keep) {
+            self.release(p);
+        }
+        if let Some(&last) = t.pages.last() {
+            let rest = len % self.page_size;
+            if rest != 0 && self.ref_count[last as usize] == 1 {
+                self.fill[last as usize] = rest as u32;
+                self.forget_hash(last);
+            }
+        }
+        self.tables.insert(req, t);
         Ok(())
     }
 

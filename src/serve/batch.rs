@@ -14,7 +14,9 @@ use std::time::Instant;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Policy {
-    /// Take up to B requests, run until all have finished, then take the next B.
+    /// Take up to B requests, run until all have finished, then take the next B. The batch
+    /// is rigid, as in engines before ORCA: a finished request keeps its row (padding)
+    /// until the longest one finishes, and only then do they all leave.
     Static,
     /// Every iteration finished requests leave and waiting ones join (ORCA).
     Continuous,
@@ -75,6 +77,9 @@ pub enum ReqPhase {
     Prefill,
     Decode,
     Preempted,
+    /// Static batching only: its answer is complete, but its row keeps running (padding,
+    /// output thrown away) until every request of the batch has finished.
+    Padding,
     Finished,
     Rejected,
 }
@@ -219,6 +224,8 @@ pub struct ServeEngine {
     kv: Kv,
     pub iteration: usize,
     pub preemptions: usize,
+    /// Rows run for requests already finished (static batching's padding), all iterations.
+    pub padding_rows: usize,
     start: Instant,
 }
 
@@ -262,6 +269,7 @@ impl ServeEngine {
             kv,
             iteration: 0,
             preemptions: 0,
+            padding_rows: 0,
             start: Instant::now(),
         })
     }
@@ -348,6 +356,38 @@ impl ServeEngine {
         self.running.retain(|&r| r != id);
     }
 
+    /// Ends a request now: it leaves the batch and its memory is freed.
+    fn finish(&mut self, id: ReqId, it: usize, now: f64) {
+        let r = &mut self.requests[id as usize];
+        r.phase = ReqPhase::Finished;
+        r.finished_at = Some(it);
+        r.finished_s = Some(now);
+        self.release(id);
+    }
+
+    /// A padding row re-runs its last position in place: the cache drops that token and
+    /// the step writes it again (the same K/V), so the row costs a full decode step while
+    /// holding no more memory than its own tokens.
+    fn rewind_padding(&mut self) -> Result<(), String> {
+        for &id in &self.running {
+            let r = &mut self.requests[id as usize];
+            if r.phase != ReqPhase::Padding || r.computed < r.len() {
+                continue;
+            }
+            r.computed -= 1;
+            match &mut self.kv {
+                Kv::Paged(p) => p.pool.truncate(id, 1).map_err(|e| e.to_string())?,
+                Kv::Contiguous { stores, .. } => {
+                    let c = stores[id as usize]
+                        .as_mut()
+                        .expect("admitted requests have a store");
+                    c.truncate(r.computed);
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Preemption by recompute: free every page of the most recently admitted request,
     /// forget what it computed, and put it back at the head of the queue.
     fn preempt_last(&mut self) -> Option<ReqId> {
@@ -409,8 +449,11 @@ impl ServeEngine {
                 self.admit(head).map_err(|e| e.to_string())?;
             }
         }
-        // This iteration's work: decodes first (one token each), then prefill chunks.
+        // This iteration's work: decodes first (one token each), then prefill chunks and
+        // padding rows.
+        self.rewind_padding()?;
         let mut preempted = Vec::new();
+        let mut finished = Vec::new();
         let work = loop {
             let mut budget = self.cfg.token_budget;
             let mut work: Vec<(ReqId, usize, usize)> = Vec::new(); // (id, from, n)
@@ -432,6 +475,18 @@ impl ServeEngine {
                     .map(|&(id, _, n)| p.pool.pages_needed(id, n).unwrap_or(0))
                     .sum();
                 if need > p.pool.free_pages() {
+                    // A padding row's answer is complete: end it before preempting anyone.
+                    let pad = self
+                        .running
+                        .iter()
+                        .rev()
+                        .copied()
+                        .find(|&id| self.requests[id as usize].phase == ReqPhase::Padding);
+                    if let Some(id) = pad {
+                        self.finish(id, it, self.start.elapsed().as_secs_f64());
+                        finished.push(id);
+                        continue;
+                    }
                     match self.preempt_last() {
                         Some(v) => {
                             preempted.push(v);
@@ -482,10 +537,14 @@ impl ServeEngine {
         let now = self.start.elapsed().as_secs_f64();
         let eos = self.model.tokenizer.eos;
         let mut generated = 0;
-        let mut finished = Vec::new();
+        let mut done = Vec::new();
         for (&(id, from, n), l) in work.iter().zip(&logits) {
             let r = &mut self.requests[id as usize];
             r.computed = from + n;
+            if r.phase == ReqPhase::Padding {
+                self.padding_rows += 1;
+                continue; // its output is thrown away
+            }
             if r.computed < r.len() {
                 continue; // a prefill chunk: no token yet
             }
@@ -498,14 +557,24 @@ impl ServeEngine {
             r.phase = ReqPhase::Decode;
             generated += 1;
             if Some(tok) == eos || r.generated.len() >= r.max_new {
-                r.phase = ReqPhase::Finished;
-                r.finished_at = Some(it);
-                r.finished_s = Some(now);
-                finished.push(id);
+                match self.cfg.policy {
+                    Policy::Continuous => done.push(id),
+                    Policy::Static => r.phase = ReqPhase::Padding,
+                }
             }
         }
-        for &id in &finished {
-            self.release(id);
+        // A static batch leaves all at once, when its last request finishes.
+        if self.cfg.policy == Policy::Static
+            && self
+                .running
+                .iter()
+                .all(|&id| self.requests[id as usize].phase == ReqPhase::Padding)
+        {
+            done.extend(self.running.iter().copied());
+        }
+        for id in done {
+            self.finish(id, it, now);
+            finished.push(id);
         }
         let scheduled: std::collections::HashMap<ReqId, usize> =
             work.iter().map(|w| (w.0, w.2)).collect();

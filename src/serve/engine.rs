@@ -4,7 +4,7 @@
 use super::batch::{CacheKind, Policy, ServeConfig, ServeEngine};
 use super::report::{KvView, ServeView, StepReport};
 use super::sink::SinkRun;
-use super::workload::Workload;
+use super::workload::{LengthDist, Workload};
 use crate::kv::KvStore;
 use crate::model::session::Session;
 use crate::model::source::{self, Progress};
@@ -288,6 +288,7 @@ fn serving(model: &Model, policy: Policy, cache: CacheKind) -> Result<ServeEngin
         prompt_max: 1,
         output_min: 16,
         output_max: 64,
+        output_dist: LengthDist::Uniform,
         mean_gap: 3.0,
         seed: 11,
     };

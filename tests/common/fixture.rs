@@ -186,6 +186,7 @@ pub fn serving_reports(cache: inferlab::serve::batch::CacheKind, n: usize) -> Ve
         prompt_max: 12,
         output_min: 3,
         output_max: 9,
+        output_dist: inferlab::serve::workload::LengthDist::Uniform,
         mean_gap: 1.0,
         seed: 4,
     };

@@ -16,6 +16,7 @@ fn phase_char(p: ReqPhase) -> char {
         ReqPhase::Prefill => 'P',
         ReqPhase::Decode => '█',
         ReqPhase::Preempted => 'x',
+        ReqPhase::Padding => '░',
         ReqPhase::Finished => '✓',
         ReqPhase::Rejected => '!',
     }
