@@ -174,5 +174,13 @@ fn bench_serve_json_has_the_keys_and_the_paged_pool_holds_more() {
     // Static batching keeps finished rows in its rigid batch; continuous never pads.
     assert!(v["static"]["padding_rows"].as_u64().unwrap() > 0);
     assert_eq!(v["continuous"]["padding_rows"].as_u64(), Some(0));
-    assert_eq!(v["workload"]["output_dist"], "log_uniform");
+    assert_eq!(v["workload"]["output_dist"], "uniform");
+    // Smaller pages leave less of each last page empty.
+    assert_eq!(v["small_page_size"], 2);
+    assert!(
+        v["paged_small_pages"]["kv_utilization_pct"]
+            .as_f64()
+            .unwrap()
+            >= v["paged"]["kv_utilization_pct"].as_f64().unwrap()
+    );
 }

@@ -17,6 +17,7 @@ fn cfg(policy: Policy, cache: CacheKind, budget: usize) -> ServeConfig {
         max_batch: 6,
         token_budget: 24,
         prefix_sharing: true,
+        reserve: Default::default(),
     }
 }
 
@@ -161,6 +162,46 @@ fn static_batch_is_rigid_until_its_longest_request_finishes() {
         for r in &e.requests {
             assert_eq!(r.generated, alone(&m, &reqs[r.id as usize]), "{cache:?}");
         }
+    }
+}
+
+#[test]
+fn contiguous_can_reserve_the_whole_context() {
+    let (_d, m) = tiny_f32();
+    // The tiny model's context is 64 tokens: a 200-slot budget holds three reservations.
+    let mut c = cfg(Policy::Continuous, CacheKind::Contiguous, 200);
+    c.reserve = inferlab::serve::batch::Reserve::Context;
+    let reqs = workload(8, 0.0, 2);
+    let mut e = ServeEngine::new(&m, c.clone(), reqs.clone()).unwrap();
+    let mut peak = 0;
+    while !e.done() {
+        let s = e.step().unwrap();
+        peak = peak.max(e.running().len());
+        assert!(s
+            .reservations
+            .iter()
+            .all(|&(_, reserved, _)| reserved == 64));
+        e.check_pool().unwrap();
+    }
+    assert_eq!(peak, 3);
+    // The same requests reserving prompt + max new tokens run more at once.
+    c.reserve = Default::default();
+    let mut e = ServeEngine::new(&m, c.clone(), reqs).unwrap();
+    let mut tight = 0;
+    while !e.done() {
+        e.step().unwrap();
+        tight = tight.max(e.running().len());
+    }
+    assert!(tight > peak, "{tight} vs {peak}");
+    // A budget below one context window can hold no request at all: each is rejected
+    // with the reason.
+    c.reserve = inferlab::serve::batch::Reserve::Context;
+    c.kv_budget_tokens = 48;
+    let mut e = ServeEngine::new(&m, c, workload(2, 0.0, 2)).unwrap();
+    e.step().unwrap();
+    for r in &e.requests {
+        assert_eq!(r.phase, ReqPhase::Rejected);
+        assert!(r.reject_reason.as_ref().unwrap().contains("whole context"));
     }
 }
 

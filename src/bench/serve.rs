@@ -4,7 +4,7 @@
 
 use crate::kv::ContiguousBatch;
 use crate::model::{Logits, Model};
-use crate::serve::batch::{CacheKind, Policy, ServeConfig, ServeEngine};
+use crate::serve::batch::{CacheKind, Policy, Reserve, ServeConfig, ServeEngine};
 use crate::serve::workload::{source_tokens, Workload};
 use anyhow::Result;
 use serde::Serialize;
@@ -41,11 +41,17 @@ pub struct ServeReport {
     /// The batch cap of the static vs continuous pair.
     pub max_batch: usize,
     pub page_size: usize,
+    /// What the contiguous cache reserves per request.
+    pub reserve: Reserve,
     #[serde(rename = "static")]
     pub static_: RunFigures,
     pub continuous: RunFigures,
     pub contiguous: RunFigures,
     pub paged: RunFigures,
+    /// The uncapped paged run again with pages half as big: less of each request's last
+    /// page stands empty (absent when pages are a single token already).
+    pub paged_small_pages: Option<RunFigures>,
+    pub small_page_size: usize,
     pub preemptions: usize,
     /// Batch size → ms for one decode iteration of that many requests.
     pub step_ms_by_batch: BTreeMap<usize, f64>,
@@ -59,19 +65,28 @@ impl ServeReport {
         let w = &self.workload;
         let mut s = format!(
             "workload: {} requests, prompts {}–{}, outputs {}–{} ({:?}), seed {}; KV budget {} tokens (pages of {}) for every run\n\
-             static vs continuous: at most {} requests per iteration; contiguous vs paged (continuous, uncapped): KV memory alone limits the batch\n",
-            w.requests, w.prompt_min, w.prompt_max, w.output_min, w.output_max, w.output_dist, w.seed, self.kv_budget_tokens, self.page_size, self.max_batch
+             static vs continuous: at most {} requests per iteration; contiguous vs paged (continuous, uncapped): KV memory alone limits the batch, contiguous reserving {}\n",
+            w.requests, w.prompt_min, w.prompt_max, w.output_min, w.output_max, w.output_dist, w.seed, self.kv_budget_tokens, self.page_size, self.max_batch,
+            match self.reserve {
+                Reserve::PromptPlusMaxNew => "prompt + max new tokens",
+                Reserve::Context => "the model's whole context",
+            }
         );
         s += &format!(
             "{:<24} {:>9} {:>6} {:>9} {:>9} {:>8} {:>6} {:>8}\n",
             "configuration", "tok/s", "iters", "mean lat", "p99 lat", "KV util", "peak", "preempt"
         );
-        for (name, f) in [
+        let small = format!("uncapped + paged of {}", self.small_page_size);
+        let mut rows = vec![
             ("static + paged", &self.static_),
             ("continuous + paged", &self.continuous),
             ("uncapped + contiguous", &self.contiguous),
             ("uncapped + paged", &self.paged),
-        ] {
+        ];
+        if let Some(f) = &self.paged_small_pages {
+            rows.push((small.as_str(), f));
+        }
+        for (name, f) in rows {
             s += &format!(
                 "{:<24} {:>9.1} {:>6} {:>8.1}s {:>8.1}s {:>7.1}% {:>6} {:>8}\n",
                 name,
@@ -190,6 +205,7 @@ pub fn run(
     w: &Workload,
     kv_budget_tokens: usize,
     page_size: usize,
+    reserve: Reserve,
     max_batch: usize,
 ) -> Result<ServeReport> {
     let source = source_tokens(&model.tokenizer);
@@ -205,6 +221,7 @@ pub fn run(
         max_batch,
         token_budget: 512,
         prefix_sharing: true,
+        reserve,
     };
     let static_ = run_one(model, cfg(Policy::Static, CacheKind::Paged), w, &source)?;
     let continuous = run_one(model, cfg(Policy::Continuous, CacheKind::Paged), w, &source)?;
@@ -216,6 +233,16 @@ pub fn run(
     };
     let contiguous = run_one(model, uncapped(CacheKind::Contiguous), w, &source)?;
     let paged = run_one(model, uncapped(CacheKind::Paged), w, &source)?;
+    let small_page_size = page_size / 2;
+    let paged_small_pages = if small_page_size >= 1 {
+        let c = ServeConfig {
+            page_size: small_page_size,
+            ..uncapped(CacheKind::Paged)
+        };
+        Some(run_one(model, c, w, &source)?)
+    } else {
+        None
+    };
     // Three sweeps over every batch size and the single-request path, interleaved so a
     // burst of noise from the machine hits all of them alike; each keeps its fastest
     // sweep (the median of seven steps each).
@@ -234,8 +261,11 @@ pub fn run(
         kv_budget_tokens,
         max_batch,
         page_size,
+        reserve,
         preemptions: paged.preemptions,
         paged,
+        paged_small_pages,
+        small_page_size,
         static_,
         continuous,
         contiguous,

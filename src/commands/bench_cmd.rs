@@ -3,6 +3,7 @@
 use super::{load_model, model_path, ModelArgs};
 use anyhow::Result;
 use inferlab::bench::{attention, decode, heads, render, serve, sink};
+use inferlab::serve::batch::Reserve;
 use inferlab::serve::workload::LengthDist;
 
 /// Benchmarks.
@@ -53,9 +54,10 @@ pub enum Cmd {
         output_min: usize,
         #[arg(long, default_value_t = 256)]
         output_max: usize,
-        /// How output lengths spread over their range: log-uniform (many short answers, a
-        /// few long ones, as in real chat traffic) or uniform.
-        #[arg(long, value_enum, default_value_t = LengthDist::LogUniform)]
+        /// How max output lengths spread over their range: uniform, or log-uniform (many
+        /// short answers and a few long ones, the skew of real chat traffic, which is where
+        /// a rigid static batch loses most).
+        #[arg(long, value_enum, default_value_t = LengthDist::Uniform)]
         output_dist: LengthDist,
         /// KV memory, in tokens, for every configuration. The default is below what the
         /// workload's 32 requests need at once, so memory, not the request count, limits
@@ -64,6 +66,10 @@ pub enum Cmd {
         kv_tokens: usize,
         #[arg(long, default_value_t = 16)]
         page_size: usize,
+        /// What the contiguous cache reserves per request: prompt + max new tokens, or the
+        /// model's whole context (as servers sized for the longest request did).
+        #[arg(long, value_enum, default_value_t = Reserve::PromptPlusMaxNew)]
+        reserve: Reserve,
         /// Most requests per iteration in the static vs continuous pair (below the request
         /// count, so static batches must wait); the contiguous vs paged pair has no cap.
         #[arg(long, default_value_t = 8)]
@@ -139,6 +145,7 @@ pub fn run(margs: &ModelArgs, cmd: &Cmd) -> Result<()> {
             output_dist,
             kv_tokens,
             page_size,
+            reserve,
             max_batch,
             seed,
             json,
@@ -162,7 +169,7 @@ pub fn run(margs: &ModelArgs, cmd: &Cmd) -> Result<()> {
                 seed: *seed,
             };
             let model = load_model(margs)?;
-            let r = serve::run(&model, &w, *kv_tokens, *page_size, *max_batch)?;
+            let r = serve::run(&model, &w, *kv_tokens, *page_size, *reserve, *max_batch)?;
             emit(*json, &r, r.table())?;
         }
         Cmd::Sink {

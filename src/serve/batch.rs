@@ -32,6 +32,17 @@ pub enum CacheKind {
     Paged,
 }
 
+/// How much a contiguous cache reserves per request when it is admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Reserve {
+    /// Prompt plus the request's max new tokens (the tightest bound known up front).
+    #[default]
+    PromptPlusMaxNew,
+    /// The model's whole context window, whatever the request asks for.
+    Context,
+}
+
 /// Engine settings.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ServeConfig {
@@ -45,6 +56,9 @@ pub struct ServeConfig {
     /// Most tokens (prefill + decode) in one iteration; prefill is chunked to fit.
     pub token_budget: usize,
     pub prefix_sharing: bool,
+    /// Contiguous only: what each admitted request reserves.
+    #[serde(default)]
+    pub reserve: Reserve,
 }
 
 impl ServeConfig {
@@ -299,6 +313,23 @@ impl ServeEngine {
         r.prompt.len() + r.max_new
     }
 
+    /// Slots a contiguous cache reserves for `r` when it is admitted.
+    fn reservation(&self, r: &Request) -> usize {
+        match self.cfg.reserve {
+            Reserve::PromptPlusMaxNew => Self::lifetime_tokens(r),
+            Reserve::Context => self.model.cfg.context.max(Self::lifetime_tokens(r)),
+        }
+    }
+
+    /// Slots `r` needs to run at all under this cache: its reservation (contiguous) or
+    /// its lifetime tokens (paged).
+    fn footprint(&self, r: &Request) -> usize {
+        match self.cfg.cache {
+            CacheKind::Contiguous => self.reservation(r),
+            CacheKind::Paged => Self::lifetime_tokens(r),
+        }
+    }
+
     fn can_admit(&self, r: &Request) -> bool {
         match &self.kv {
             Kv::Paged(p) => {
@@ -307,10 +338,27 @@ impl ServeEngine {
                 // only to preempt on the next page boundary would thrash (each
                 // preemption recomputes the victim's whole prompt).
                 let need = p.pool.pages_for(r.len()) + 1 + self.running.len();
-                p.pool.free_pages() >= need.min(p.pool.total_pages())
+                // Pages already promised: admitted requests whose prompt (or recompute)
+                // has not run yet hold none so far, but will on their next iteration.
+                let promised: usize = self
+                    .running
+                    .iter()
+                    .map(|&id| {
+                        let q = &self.requests[id as usize];
+                        p.pool.pages_needed(id, q.len() - q.computed).unwrap_or(0)
+                    })
+                    .sum();
+                // Alone in the pool a request may start even if its whole prompt plus
+                // headroom exceeds the pool: it runs and is preempted no one.
+                let total = p.pool.total_pages();
+                if self.running.is_empty() {
+                    p.pool.free_pages() >= need.min(total)
+                } else {
+                    p.pool.free_pages() >= need + promised
+                }
             }
             Kv::Contiguous { reserved, .. } => {
-                reserved + Self::lifetime_tokens(r) <= self.capacity_tokens()
+                reserved + self.reservation(r) <= self.capacity_tokens()
             }
         }
     }
@@ -318,7 +366,7 @@ impl ServeEngine {
     fn admit(&mut self, id: ReqId) -> Result<(), KvError> {
         let r = &self.requests[id as usize];
         let toks: Vec<u32> = (0..r.len()).map(|i| r.token(i)).collect();
-        let reserve = Self::lifetime_tokens(r);
+        let reserve = self.reservation(r);
         let computed = match &mut self.kv {
             Kv::Paged(p) => p.pool.admit(id, &toks)?,
             Kv::Contiguous { stores, reserved } => {
@@ -409,17 +457,24 @@ impl ServeEngine {
         let now = self.start.elapsed().as_secs_f64();
         let capacity = self.capacity_tokens();
         // Arrivals; a request that could never fit the whole budget is rejected now.
-        for r in self.requests.iter_mut() {
+        let needs: Vec<usize> = self.requests.iter().map(|r| self.footprint(r)).collect();
+        let whole_context =
+            self.cfg.cache == CacheKind::Contiguous && self.cfg.reserve == Reserve::Context;
+        for (r, &need) in self.requests.iter_mut().zip(&needs) {
             if r.arrival == it && r.phase == ReqPhase::Waiting {
                 r.arrival_s = now;
-                if Self::lifetime_tokens(r) > capacity || r.prompt.is_empty() {
+                if need > capacity || r.prompt.is_empty() {
                     r.phase = ReqPhase::Rejected;
                     r.reject_reason = Some(if r.prompt.is_empty() {
                         "empty prompt".into()
+                    } else if whole_context {
+                        format!(
+                            "reserves {need} KV slots (the model's whole context) but the whole budget is {capacity}"
+                        )
                     } else {
                         format!(
                             "needs {} KV slots (prompt {} + up to {} new) but the whole budget is {}",
-                            Self::lifetime_tokens(r),
+                            need,
                             r.prompt.len(),
                             r.max_new,
                             capacity

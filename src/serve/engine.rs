@@ -311,6 +311,7 @@ fn serving(model: &Model, policy: Policy, cache: CacheKind) -> Result<ServeEngin
         max_batch: 6,
         token_budget: 256,
         prefix_sharing: true,
+        reserve: Default::default(),
     };
     ServeEngine::new(model, cfg, reqs)
 }

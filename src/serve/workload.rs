@@ -13,10 +13,10 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "snake_case")]
 pub enum LengthDist {
     /// Every length equally likely.
+    #[default]
     Uniform,
     /// Equally likely per doubling: many short answers and a few long ones, the skew real
     /// chat traffic has (the median of 8–256 is 45 tokens, the mean about 72).
-    #[default]
     LogUniform,
 }
 
@@ -59,7 +59,7 @@ impl Default for Workload {
             prompt_max: 128,
             output_min: 8,
             output_max: 256,
-            output_dist: LengthDist::LogUniform,
+            output_dist: LengthDist::Uniform,
             mean_gap: 0.0,
             seed: 7,
         }

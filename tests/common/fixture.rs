@@ -199,6 +199,7 @@ pub fn serving_reports(cache: inferlab::serve::batch::CacheKind, n: usize) -> Ve
         max_batch: 3,
         token_budget: 32,
         prefix_sharing: true,
+        reserve: Default::default(),
     };
     let mut e = ServeEngine::new(&m, cfg, w.generate(&src)).unwrap();
     (1..=n)
