@@ -133,6 +133,26 @@ fn serving_pane_from_a_real_engine_on_the_tiny_model() {
     }
 }
 
+#[test]
+fn static_batching_draws_finished_rows_as_padding() {
+    use inferlab::serve::batch::{CacheKind, Policy};
+    let mut a = app();
+    a.policy = Policy::Static;
+    for r in common::fixture::serving_reports_with(Policy::Static, CacheKind::Paged, 14) {
+        a.on_event(Event::Report(Box::new(r)));
+    }
+    let mut term = Terminal::new(TestBackend::new(50, 14)).unwrap();
+    term.draw(|f| panes::serving::render(&a, &THEME, f.area(), f.buffer_mut()))
+        .unwrap();
+    let text = format!("{}", term.backend());
+    assert!(text.contains("static batching"), "{text}");
+    assert!(
+        text.contains('░'),
+        "a finished request keeps its row: {text}"
+    );
+    insta::assert_snapshot!(term.backend());
+}
+
 fn tutor_app(lesson: usize) -> App {
     let (lessons, errors) = inferlab::lesson::load(&inferlab::lesson::LessonSource::Dir(
         concat!(env!("CARGO_MANIFEST_DIR"), "/lessons").into(),

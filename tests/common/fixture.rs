@@ -177,7 +177,16 @@ pub fn numbered(i: usize) -> StepReport {
 /// Fixture reports, iterations `1..=n`, each with one iteration of a real tiny-model
 /// serving engine (5 requests, pages of 4, a 96-token budget, at most 3 at once) beside it.
 pub fn serving_reports(cache: inferlab::serve::batch::CacheKind, n: usize) -> Vec<StepReport> {
-    use inferlab::serve::batch::{Policy, ServeConfig, ServeEngine};
+    serving_reports_with(inferlab::serve::batch::Policy::Continuous, cache, n)
+}
+
+/// [`serving_reports`] under a chosen batching policy.
+pub fn serving_reports_with(
+    policy: inferlab::serve::batch::Policy,
+    cache: inferlab::serve::batch::CacheKind,
+    n: usize,
+) -> Vec<StepReport> {
+    use inferlab::serve::batch::{ServeConfig, ServeEngine};
     use inferlab::serve::report::ServeView;
     let (_d, m) = super::tiny_f32();
     let w = inferlab::serve::workload::Workload {
@@ -192,7 +201,7 @@ pub fn serving_reports(cache: inferlab::serve::batch::CacheKind, n: usize) -> Ve
     };
     let src: Vec<u32> = (3..200).collect();
     let cfg = ServeConfig {
-        policy: Policy::Continuous,
+        policy,
         cache,
         kv_budget_tokens: 96,
         page_size: 4,
@@ -208,7 +217,7 @@ pub fn serving_reports(cache: inferlab::serve::batch::CacheKind, n: usize) -> Ve
             let mut r = report();
             r.iteration = i;
             r.serve = Some(ServeView {
-                policy: Policy::Continuous,
+                policy,
                 cache,
                 page_size: 4,
                 requests: 5,

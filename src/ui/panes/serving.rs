@@ -141,6 +141,18 @@ fn render_view(
     // Timeline: a row per request, a column per iteration (newest on the right).
     let cols = w.saturating_sub(4);
     let start = timeline.len().saturating_sub(cols);
+    // The timeline's key goes under the request rows when there is a row to spare.
+    let key_row = y + sv.requests as u16;
+    if key_row < inner.y + inner.height {
+        put(
+            buf,
+            inner,
+            0,
+            key_row,
+            "P prefill █ decode ░ pad ✓ done · wait x preempt",
+            theme.dim(),
+        );
+    }
     for id in 0..sv.requests as u64 {
         let row = y + id as u16;
         if row >= inner.y + inner.height {
