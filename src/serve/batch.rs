@@ -349,7 +349,7 @@ impl ServeEngine {
                     })
                     .sum();
                 // Alone in the pool a request may start even if its whole prompt plus
-                // headroom exceeds the pool: it runs and is preempted no one.
+                // headroom exceeds the pool: it has nobody to preempt.
                 let total = p.pool.total_pages();
                 if self.running.is_empty() {
                     p.pool.free_pages() >= need.min(total)

@@ -44,7 +44,7 @@ pub struct Workload {
     pub output_min: usize,
     pub output_max: usize,
     /// How output lengths spread (recordings made before this field read as uniform).
-    #[serde(default = "uniform")]
+    #[serde(default)]
     pub output_dist: LengthDist,
     /// Mean iterations between arrivals (0: everything arrives at once).
     pub mean_gap: f64,
@@ -94,10 +94,6 @@ impl Workload {
     }
 }
 
-fn uniform() -> LengthDist {
-    LengthDist::Uniform
-}
-
 /// Token ids of the shipped text and prompts, the source of workload prompts.
 pub fn source_tokens(tok: &TextTokenizer) -> Vec<u32> {
     let text = format!(
@@ -106,4 +102,33 @@ pub fn source_tokens(tok: &TextTokenizer) -> Vec<u32> {
         crate::bench::heads::PROMPTS
     );
     tok.encode(&text).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lengths_stay_in_range_and_log_uniform_leans_short() {
+        let mut rng = StdRng::seed_from_u64(1);
+        let draw = |d: LengthDist, rng: &mut StdRng| -> Vec<usize> {
+            (0..4000).map(|_| d.draw(rng, 8, 256)).collect()
+        };
+        let (u, l) = (
+            draw(LengthDist::Uniform, &mut rng),
+            draw(LengthDist::LogUniform, &mut rng),
+        );
+        for v in [&u, &l] {
+            assert!(v.iter().all(|&x| (8..=256).contains(&x)));
+            assert!(v.contains(&8) && v.iter().any(|&x| x >= 250));
+        }
+        let median = |v: &[usize]| {
+            let mut s = v.to_vec();
+            s.sort();
+            s[s.len() / 2]
+        };
+        // Uniform: about 132. Log-uniform: 8 · 32^0.5 ≈ 45.
+        assert!((120..145).contains(&median(&u)), "{}", median(&u));
+        assert!((38..54).contains(&median(&l)), "{}", median(&l));
+    }
 }
