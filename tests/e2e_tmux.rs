@@ -48,14 +48,20 @@ impl Tmux {
     }
 
     fn wait_for(&self, needle: &str, secs: u64) -> String {
+        self.wait_for_all(&[needle], secs)
+    }
+
+    /// Waits for one capture holding every needle: a capture can catch a frame half
+    /// drawn, so a single needle does not prove the rest of the frame is there yet.
+    fn wait_for_all(&self, needles: &[&str], secs: u64) -> String {
         let t = Instant::now();
         loop {
             let s = self.screen();
-            if s.contains(needle) {
+            if needles.iter().all(|n| s.contains(n)) {
                 return s;
             }
             if t.elapsed() > Duration::from_secs(secs) {
-                panic!("timed out waiting for {needle:?}; screen:\n{s}");
+                panic!("timed out waiting for {needles:?}; screen:\n{s}");
             }
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -130,8 +136,7 @@ fn app_steps_toggles_resizes_and_quits_cleanly() {
     t.keys(&["m"]);
     t.wait_for("9 query heads read 1 KV head(s)", 30);
     t.keys(&["m"]);
-    let s = t.wait_for("9 query heads read 9 KV head(s)", 30);
-    assert!(s.contains("· MHA ·"));
+    let s = t.wait_for_all(&["9 query heads read 9 KV head(s)", "· MHA ·"], 30);
     assert_ne!(
         kv_line(&s),
         kv_line(&s3),
@@ -150,16 +155,15 @@ fn app_steps_toggles_resizes_and_quits_cleanly() {
     // Side by side: the same workload on the paged and the contiguous cache, stepped together.
     t.keys(&["s"]);
     t.keys(&["Space"]);
-    let s = t.wait_for("batching · contiguous kv", 30);
-    assert!(
-        s.contains("batching · paged kv"),
-        "both runs are on screen:\n{s}"
-    );
+    // Both runs are on screen.
+    t.wait_for_all(&["batching · contiguous kv", "batching · paged kv"], 30);
     t.keys(&["s", "s"]);
     // Help lists the keys.
     t.keys(&["?"]);
-    let h = t.wait_for("help · keys", 10);
-    assert!(h.contains("head layout") && h.contains("quit") && h.contains("attention kernel"));
+    t.wait_for_all(
+        &["help · keys", "head layout", "quit", "attention kernel"],
+        10,
+    );
     t.keys(&["Escape"]);
     // Resize small, then back.
     t.resize(60, 20);
@@ -190,8 +194,7 @@ fn a_model_that_fails_to_load_is_shown_and_exits_non_zero() {
         bad.display()
     );
     t.keys(&[&cmd, "Enter"]);
-    let s = t.wait_for("could not start", 30);
-    assert!(s.contains("broken.gguf"), "{s}");
+    t.wait_for_all(&["could not start", "broken.gguf"], 30);
     t.keys(&["q"]);
     t.wait_for("RC=1", 10);
 }
@@ -208,8 +211,7 @@ fn a_lesson_opens_beside_the_panes_moves_with_n_and_saves_progress() {
         model.display()
     );
     t.keys(&[&cmd, "Enter"]);
-    let s = t.wait_for("lesson 4/11 · step 1/4", 60);
-    assert!(s.contains("How SmolLM2 shares heads"), "{s}");
+    t.wait_for_all(&["lesson 4/11 · step 1/4", "How SmolLM2 shares heads"], 60);
     // The step's task: prefill and three decode steps; space four times.
     t.wait_for("press space", 60);
     for i in 1..=4 {
@@ -285,8 +287,7 @@ fn a_recorded_session_replays_without_the_model_and_scrubs() {
         "live:\n{live}\nreplay:\n{replayed}"
     );
     t.keys(&["["]);
-    let s = t.wait_for("HISTORY", 10);
-    assert!(s.contains("iteration 2 · decode"), "{s}");
+    t.wait_for_all(&["HISTORY", "iteration 2 · decode"], 10);
     t.keys(&["[", "["]);
     t.wait_for("start of the session", 10);
     t.keys(&["]", "]", "]"]);
@@ -312,19 +313,18 @@ fn look_at_view_sink_experiment_and_export_on_the_real_model() {
     t.keys(&["Space"]);
     t.wait_for("iteration 1 ·", 30);
     t.keys(&["Space"]);
-    let s = t.wait_for("iteration 2 ·", 30);
-    assert!(
-        s.contains("prompt") && s.contains("generated"),
-        "key ruler: {s}"
-    );
+    t.wait_for_all(&["iteration 2 ·", "prompt", "generated"], 30);
     // w: what the newest (generated) token looks at, ranked, with its split of mass.
     t.keys(&["w"]);
-    let s = t.wait_for("what does", 10);
-    assert!(
-        s.contains("generated) look at") && s.contains("softmax mass on the prompt"),
-        "{s}"
+    t.wait_for_all(
+        &[
+            "what does",
+            "generated) look at",
+            "softmax mass on the prompt",
+            " 1. pos",
+        ],
+        10,
     );
-    assert!(s.contains(" 1. pos"), "{s}");
     // e exports the focused (attention) pane.
     t.keys(&["w", "e"]);
     t.wait_for("exported attention", 20);
