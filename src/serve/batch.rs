@@ -457,11 +457,13 @@ impl ServeEngine {
         let now = self.start.elapsed().as_secs_f64();
         let capacity = self.capacity_tokens();
         // Arrivals; a request that could never fit the whole budget is rejected now.
-        let needs: Vec<usize> = self.requests.iter().map(|r| self.footprint(r)).collect();
         let whole_context =
             self.cfg.cache == CacheKind::Contiguous && self.cfg.reserve == Reserve::Context;
-        for (r, &need) in self.requests.iter_mut().zip(&needs) {
+        for i in 0..self.requests.len() {
+            let r = &self.requests[i];
             if r.arrival == it && r.phase == ReqPhase::Waiting {
+                let need = self.footprint(r);
+                let r = &mut self.requests[i];
                 r.arrival_s = now;
                 if need > capacity || r.prompt.is_empty() {
                     r.phase = ReqPhase::Rejected;
