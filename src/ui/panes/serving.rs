@@ -144,14 +144,18 @@ fn render_view(
     // The timeline's key goes under the request rows when there is a row to spare.
     let key_row = y + sv.requests as u16;
     if key_row < inner.y + inner.height {
-        put(
-            buf,
-            inner,
-            0,
-            key_row,
-            "P prefill █ decode ░ pad ✓ done · wait x preempt",
-            theme.dim(),
-        );
+        let key: Vec<String> = [
+            (ReqPhase::Prefill, "prefill"),
+            (ReqPhase::Decode, "decode"),
+            (ReqPhase::Padding, "pad"),
+            (ReqPhase::Finished, "done"),
+            (ReqPhase::Waiting, "wait"),
+            (ReqPhase::Preempted, "preempt"),
+        ]
+        .iter()
+        .map(|&(p, name)| format!("{} {name}", phase_char(p)))
+        .collect();
+        put(buf, inner, 0, key_row, key.join(" "), theme.dim());
     }
     for id in 0..sv.requests as u64 {
         let row = y + id as u16;
