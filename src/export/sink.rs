@@ -51,10 +51,7 @@ pub fn render(v: &SinkView) -> Result<String, ExportError> {
             _ => "window + first page kept (the sink)",
         };
         s.text(left, y, 13.0, "start", name, 0.0);
-        let after = match l.perplexity_after_eviction {
-            Some(p) => format!("{p:.2}"),
-            None => "—".into(),
-        };
+        let after = l.after_eviction_label();
         let top: Vec<String> = l
             .top
             .iter()

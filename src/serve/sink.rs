@@ -29,6 +29,17 @@ pub struct SinkLane {
     pub evicted_pages: usize,
 }
 
+impl SinkLane {
+    /// The after-eviction perplexity as the pane and the picture print it: "—" before
+    /// the window first fills.
+    pub fn after_eviction_label(&self) -> String {
+        match self.perplexity_after_eviction {
+            Some(p) => format!("{p:.2}"),
+            None => "—".into(),
+        }
+    }
+}
+
 /// The experiment after one more token, as the app draws it.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct SinkView {

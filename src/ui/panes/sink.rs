@@ -94,10 +94,7 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
                 title(&l.name),
                 l.perplexity,
                 // Nothing is evicted before the window fills.
-                match l.perplexity_after_eviction {
-                    Some(p) => format!("{p:.2}"),
-                    None => "—".into(),
-                },
+                l.after_eviction_label(),
                 l.p_next,
                 top.join(" | ")
             ),
