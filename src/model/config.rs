@@ -34,7 +34,8 @@ impl LlamaConfig {
         self.n_layer * 2 * self.n_kv_head * self.head_dim * elem_bytes
     }
 
-    /// Reads the config from GGUF metadata, refusing non-Llama architectures.
+    /// Reads the config from GGUF metadata, refusing non-Llama architectures and
+    /// validating every number before anything is sized from it.
     pub fn from_gguf(ct: &gguf_file::Content) -> Result<Self> {
         let arch = match ct.metadata.get("general.architecture") {
             Some(v) => v.to_string().map_err(ModelError::from)?.clone(),
@@ -43,25 +44,48 @@ impl LlamaConfig {
         if arch != "llama" {
             return Err(ModelError::UnsupportedArchitecture(arch));
         }
-        let get = |k: &str| -> Result<&gguf_file::Value> {
-            ct.metadata
-                .get(&format!("{arch}.{k}"))
-                .ok_or_else(|| ModelError::MissingMetadata(format!("{arch}.{k}")))
+        let key = |k: &str| format!("{arch}.{k}");
+        let get = |k: &str| ct.metadata.get(&key(k));
+        let int = |k: &str, v: &gguf_file::Value| -> Result<usize> {
+            let n = match v {
+                gguf_file::Value::U64(x) => *x,
+                gguf_file::Value::I64(x) if *x >= 0 => *x as u64,
+                gguf_file::Value::I32(x) if *x >= 0 => *x as u64,
+                other => other
+                    .to_u32()
+                    .map_err(|_| invalid(&key(k), format!("{other:?}"), "not a size"))?
+                    as u64,
+            };
+            usize::try_from(n).map_err(|_| invalid(&key(k), n, "too large"))
         };
-        let u = |k: &str| -> Result<usize> { Ok(get(k)?.to_u32()? as usize) };
+        let u = |k: &str| -> Result<usize> {
+            int(
+                k,
+                get(k).ok_or_else(|| ModelError::MissingMetadata(key(k)))?,
+            )
+        };
         let n_head = u("attention.head_count")?;
         let hidden = u("embedding_length")?;
         let n_kv_head = match get("attention.head_count_kv") {
-            Ok(v) => v.to_u32()? as usize,
-            Err(_) => n_head,
+            Some(v) => int("attention.head_count_kv", v)?,
+            None => n_head,
         };
         let head_dim = match get("rope.dimension_count") {
-            Ok(v) => v.to_u32()? as usize,
-            Err(_) => hidden / n_head,
+            Some(v) => int("rope.dimension_count", v)?,
+            // checked_div: a head count of 0 is reported by validate(), not divided by.
+            None => hidden.checked_div(n_head).unwrap_or(0),
         };
         let vocab = match ct.metadata.get("tokenizer.ggml.tokens") {
             Some(v) => v.to_vec()?.len(),
             None => u("vocab_size")?,
+        };
+        let float = |k: &str, default: f64| match get(k) {
+            Some(v) => v
+                .to_f32()
+                .map(|x| x as f64)
+                .or_else(|_| v.to_f64())
+                .map_err(|_| invalid(&key(k), format!("{v:?}"), "not a number")),
+            None => Ok(default),
         };
         let cfg = Self {
             n_layer: u("block_count")?,
@@ -70,12 +94,8 @@ impl LlamaConfig {
             n_head,
             n_kv_head,
             head_dim,
-            rope_base: get("rope.freq_base")
-                .and_then(|v| Ok(v.to_f32()?))
-                .unwrap_or(10_000.0),
-            rms_eps: get("attention.layer_norm_rms_epsilon")
-                .and_then(|v| Ok(v.to_f32()? as f64))
-                .unwrap_or(1e-5),
+            rope_base: float("rope.freq_base", 10_000.0)? as f32,
+            rms_eps: float("attention.layer_norm_rms_epsilon", 1e-5)?,
             context: u("context_length")?,
             vocab,
             rope_interleaved: true,
@@ -85,7 +105,7 @@ impl LlamaConfig {
         Ok(cfg)
     }
 
-    /// Reads an HF `config.json` (LlamaForCausalLM and friends).
+    /// Reads an HF `config.json` (LlamaForCausalLM and friends), validated as GGUF is.
     pub fn from_hf_json(text: &str) -> std::result::Result<Self, String> {
         #[derive(Deserialize)]
         struct Hf {
@@ -97,6 +117,8 @@ impl LlamaConfig {
             num_attention_heads: usize,
             #[serde(default)]
             num_key_value_heads: Option<usize>,
+            #[serde(default)]
+            head_dim: Option<usize>,
             #[serde(default)]
             rope_theta: Option<f32>,
             #[serde(default)]
@@ -110,30 +132,110 @@ impl LlamaConfig {
         if arch != "llama" {
             return Err(format!("unsupported architecture `{arch}`"));
         }
-        Ok(Self {
+        let cfg = Self {
             architecture: arch,
             n_layer: hf.num_hidden_layers,
             hidden: hf.hidden_size,
             ffn: hf.intermediate_size,
             n_head: hf.num_attention_heads,
             n_kv_head: hf.num_key_value_heads.unwrap_or(hf.num_attention_heads),
-            head_dim: hf.hidden_size / hf.num_attention_heads,
+            head_dim: hf.head_dim.unwrap_or_else(|| {
+                hf.hidden_size
+                    .checked_div(hf.num_attention_heads)
+                    .unwrap_or(0)
+            }),
             rope_base: hf.rope_theta.unwrap_or(10_000.0),
             rms_eps: hf.rms_norm_eps.unwrap_or(1e-5),
             context: hf.max_position_embeddings.unwrap_or(2048),
             vocab: hf.vocab_size,
             rope_interleaved: false,
-        })
+        };
+        cfg.validate().map_err(|e| e.to_string())?;
+        Ok(cfg)
     }
 
-    fn validate(&self) -> Result<()> {
-        let bad = |what: &str| Err(ModelError::MissingMetadata(what.to_string()));
-        if self.n_head == 0 || self.n_kv_head == 0 || !self.n_head.is_multiple_of(self.n_kv_head) {
-            return bad("a head count divisible by the KV head count");
+    /// The config against itself and against inferlab's bounds. Every size the loader,
+    /// the RoPE tables and the KV cache derive from it is then small enough to compute
+    /// without overflow and to allocate without surprise.
+    pub fn validate(&self) -> Result<()> {
+        let in_range = |field: &str, v: usize, lo: usize, hi: usize| {
+            if v < lo || v > hi {
+                Err(invalid(field, v, &format!("expected {lo} to {hi}")))
+            } else {
+                Ok(())
+            }
+        };
+        in_range("block_count (layers)", self.n_layer, 1, limits::LAYERS)?;
+        in_range(
+            "embedding_length (hidden size)",
+            self.hidden,
+            1,
+            limits::HIDDEN,
+        )?;
+        in_range("feed_forward_length", self.ffn, 1, limits::FFN)?;
+        in_range("attention.head_count", self.n_head, 1, limits::HEADS)?;
+        in_range("attention.head_count_kv", self.n_kv_head, 1, self.n_head)?;
+        in_range("context_length", self.context, 1, limits::CONTEXT)?;
+        in_range("vocabulary size", self.vocab, 1, limits::VOCAB)?;
+        if !self.n_head.is_multiple_of(self.n_kv_head) {
+            return Err(invalid(
+                "attention.head_count_kv",
+                self.n_kv_head,
+                &format!("must divide the {} query heads", self.n_head),
+            ));
         }
-        if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) || self.n_layer == 0 {
-            return bad("an even, non-zero head dimension and at least one layer");
+        if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) {
+            return Err(invalid(
+                "head dimension",
+                self.head_dim,
+                "must be even and non-zero (RoPE rotates pairs)",
+            ));
+        }
+        if self.head_dim * self.n_head != self.hidden {
+            return Err(invalid(
+                "head dimension",
+                self.head_dim,
+                &format!(
+                    "times {} heads must equal the hidden size {}",
+                    self.n_head, self.hidden
+                ),
+            ));
+        }
+        if !(self.rope_base.is_finite() && self.rope_base > 1.0) {
+            return Err(invalid(
+                "rope.freq_base",
+                self.rope_base,
+                "must be a finite number above 1",
+            ));
+        }
+        if !(self.rms_eps.is_finite() && self.rms_eps > 0.0 && self.rms_eps < 1.0) {
+            return Err(invalid(
+                "layer_norm_rms_epsilon",
+                self.rms_eps,
+                "must be between 0 and 1",
+            ));
         }
         Ok(())
+    }
+}
+
+/// Bounds on a model's shape: far above any model this tool can run on a laptop, far below
+/// what would overflow a size or ask the allocator for terabytes.
+pub mod limits {
+    pub const LAYERS: usize = 512;
+    pub const HIDDEN: usize = 1 << 15;
+    pub const FFN: usize = 1 << 17;
+    pub const HEADS: usize = 1024;
+    /// RoPE tables are `context × head_dim / 2` floats, four of them: 128k positions of
+    /// a 128-wide head are 128 MB, which is where this stops.
+    pub const CONTEXT: usize = 1 << 17;
+    pub const VOCAB: usize = 1 << 20;
+}
+
+fn invalid(field: &str, value: impl std::fmt::Display, why: &str) -> ModelError {
+    ModelError::InvalidConfig {
+        field: field.to_string(),
+        value: value.to_string(),
+        why: why.to_string(),
     }
 }

@@ -15,6 +15,20 @@ pub enum ModelError {
     UnsupportedQuant { tensor: String, dtype: String },
     #[error("GGUF metadata is missing `{0}`")]
     MissingMetadata(String),
+    /// A config value that is present but impossible or beyond inferlab's bounds.
+    #[error("{field} = {value}: {why}")]
+    InvalidConfig {
+        field: String,
+        value: String,
+        why: String,
+    },
+    /// Any load error, with the file it came from (config and tokenizer errors lack it).
+    #[error("{path}: {source}")]
+    InFile {
+        path: PathBuf,
+        #[source]
+        source: Box<ModelError>,
+    },
     #[error("the prompt is empty: give at least one token of text")]
     EmptyPrompt,
     #[error("the prompt is {tokens} tokens plus {max_new} to generate, over the model's context of {context} tokens")]

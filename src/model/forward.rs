@@ -93,10 +93,17 @@ impl Model {
             let w = Weights::from_safetensors(path, &cfg, opts)?;
             (cfg, w, tok)
         } else {
-            let (ct, _) = super::gguf::open(path)?;
-            let cfg = LlamaConfig::from_gguf(&ct)?;
-            let tok = TextTokenizer::from_gguf(&ct)?;
-            let (w, _) = Weights::from_gguf(path, &cfg, opts)?;
+            let (ct, mut file) = super::gguf::open(path)?;
+            let in_file = |e: ModelError| match e {
+                ModelError::CorruptFile { .. } | ModelError::NotFound(_) => e,
+                e => ModelError::InFile {
+                    path: path.to_path_buf(),
+                    source: Box::new(e),
+                },
+            };
+            let cfg = LlamaConfig::from_gguf(&ct).map_err(in_file)?;
+            let tok = TextTokenizer::from_gguf(&ct, cfg.vocab).map_err(in_file)?;
+            let w = Weights::from_gguf(path, &ct, &mut file, &cfg, opts)?;
             (cfg, w, tok)
         };
         let mut m = Self::from_parts(cfg, weights, tokenizer, &opts.device)?;

@@ -78,7 +78,7 @@ impl Linear {
                     n,
                     k,
                     use_avx512_vnni(),
-                )))
+                )?))
             }
             _ => None,
         };
@@ -90,12 +90,14 @@ impl Linear {
         match &self.fast {
             Some(w) if x.dim(0)? >= BATCH_MIN_ROWS && x.device().is_cpu() => {
                 let (m, k) = x.dims2()?;
+                if k != w.k {
+                    candle_core::bail!("linear: input has {k} columns, the weight expects {}", w.k);
+                }
                 let xs = x
                     .to_dtype(candle_core::DType::F32)?
                     .flatten_all()?
                     .to_vec1::<f32>()?;
-                let out = w.matmul(&xs, m);
-                debug_assert_eq!(k, w.k);
+                let out = w.matmul(&xs, m)?;
                 Tensor::from_vec(out, (m, w.n), x.device())
             }
             _ => self.q.forward(x),
@@ -197,9 +199,21 @@ fn quantize_rows(x: &[f32], m: usize, k: usize, wide: bool) -> QActs {
 impl BatchedQ8 {
     /// From GGUF Q8_0 bytes (per block an f16 scale and 32 int8) of an `(n, k)` matrix.
     /// `interleaved` lays the bytes out for the AVX-512 VNNI kernel, and needs that CPU.
-    pub fn from_q8_0(data: &[u8], n: usize, k: usize, interleaved: bool) -> Self {
+    /// Sizes are checked, not trusted: they come from a model file.
+    pub fn from_q8_0(data: &[u8], n: usize, k: usize, interleaved: bool) -> Result<Self> {
         assert!(!interleaved || use_avx512_vnni());
-        let blocks = n * k / QK;
+        if n == 0 || k == 0 || !k.is_multiple_of(QK) {
+            candle_core::bail!("Q8_0 matrix ({n}, {k}): rows must be whole blocks of {QK}");
+        }
+        let blocks = n
+            .checked_mul(k / QK)
+            .filter(|b| b.checked_mul(34) == Some(data.len()))
+            .ok_or_else(|| {
+                candle_core::Error::Msg(format!(
+                    "Q8_0 matrix ({n}, {k}) does not match its {} bytes",
+                    data.len()
+                ))
+            })?;
         let mut scales = Vec::with_capacity(blocks);
         let mut bytes = Vec::with_capacity(blocks * QK);
         for b in data.chunks_exact(34) {
@@ -213,19 +227,29 @@ impl BatchedQ8 {
             }
             bytes = out;
         }
-        Self {
+        Ok(Self {
             n,
             k,
             scales,
             qs: bytes.into_iter().map(|x| x as i8).collect(),
             interleaved,
-        }
+        })
     }
 
-    /// `(m, k) × (n, k)ᵀ → (m, n)`.
-    pub fn matmul(&self, x: &[f32], m: usize) -> Vec<f32> {
-        assert_eq!(x.len(), m * self.k);
-        assert!(self.k.is_multiple_of(QK));
+    /// `(m, k) × (n, k)ᵀ → (m, n)`. The unsafe writes below rely on these sizes, so they
+    /// are checked here, where a wrong shape becomes an error instead of a stray write.
+    pub fn matmul(&self, x: &[f32], m: usize) -> Result<Vec<f32>> {
+        let out_len = m.checked_mul(self.n);
+        if m.checked_mul(self.k) != Some(x.len()) || out_len.is_none() {
+            candle_core::bail!(
+                "batched matmul: {} inputs are not {m} rows of {} (weight {}×{})",
+                x.len(),
+                self.k,
+                self.n,
+                self.k
+            );
+        }
+        debug_assert!(self.k.is_multiple_of(QK) && self.scales.len() * QK == self.qs.len());
         let a = quantize_rows(x, m, self.k, self.interleaved);
         let kb = self.k / QK;
         // Output rows of W in chunks per task. Each task computes a (rows × m) slab and
@@ -265,7 +289,7 @@ impl BatchedQ8 {
                 r0 += g;
             }
         });
-        out
+        Ok(out)
     }
 }
 
@@ -368,6 +392,9 @@ mod avx2 {
         kb: usize,
         dst: &mut [f32],
     ) {
+        // The loads below are unchecked; these bounds make them sound.
+        assert!(w_s.len() >= kb && w_q.len() >= kb * QK && dst.len() >= m);
+        assert!(a_s.len() >= m * kb && a_q.len() >= m * kb * QK);
         let ones = _mm256_set1_epi16(1);
         let mut r0 = 0;
         while r0 < m {
@@ -440,6 +467,12 @@ mod avx512 {
     /// One weight row against `m` activation rows, up to eight rows per weight load.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
     pub unsafe fn dot_rows(w_s: &[f32], w_q: &[i8], a: &Acts, m: usize, dst: &mut [f32]) {
+        // The loads in `group` are unchecked; these bounds make them sound.
+        let kb = w_s.len();
+        assert!(w_q.len() >= kb * QK && dst.len() >= m && a.q_stride >= kb * QK);
+        assert!(
+            m == 0 || (a.q.len() >= (m - 1) * a.q_stride + kb * QK && a.s.len() >= m * a.s_stride)
+        );
         let mut r0 = 0;
         while r0 < m {
             let g = match m - r0 {
@@ -544,11 +577,11 @@ mod tests {
             let qt = QTensor::quantize(&w, GgmlDType::Q8_0).unwrap();
             let data = qt.data().unwrap().to_vec();
             let q = QMatMul::from_qtensor(qt).unwrap();
-            let plain = BatchedQ8::from_q8_0(&data, n, k, false);
+            let plain = BatchedQ8::from_q8_0(&data, n, k, false).unwrap();
             let mut layouts = vec![&plain];
             let wide;
             if use_avx512_vnni() {
-                wide = BatchedQ8::from_q8_0(&data, n, k, true);
+                wide = BatchedQ8::from_q8_0(&data, n, k, true).unwrap();
                 layouts.push(&wide);
             }
             for m in [1usize, 2, 3, 5, 9, 16, 19] {
@@ -563,7 +596,7 @@ mod tests {
                     .unwrap();
                 let xs: Vec<f32> = x.flatten_all().unwrap().to_vec1().unwrap();
                 for f in &layouts {
-                    let ours = f.matmul(&xs, m);
+                    let ours = f.matmul(&xs, m).unwrap();
                     let d = ours
                         .iter()
                         .zip(&theirs)
@@ -574,7 +607,7 @@ mod tests {
                 // Scalar fallback on the same quantized data.
                 let a = quantize_rows(&xs, m, k, false);
                 let kb = k / QK;
-                let reference = plain.matmul(&xs, m);
+                let reference = plain.matmul(&xs, m).unwrap();
                 for row in [0usize, 17, n - 1] {
                     let mut s = vec![0.0; m];
                     scalar_dot_rows(

@@ -43,7 +43,9 @@ impl TextTokenizer {
     /// For `pre = smollm` (and other GPT-2-style vocabularies) the pre-tokenizer first
     /// splits every digit on its own, then applies GPT-2's byte-level split *without*
     /// a prefix space: "What" stays "What", not " What".
-    pub fn from_gguf(ct: &gguf_file::Content) -> Result<Self> {
+    ///
+    /// `n_vocab` is the config's vocabulary size: special-token ids must lie inside it.
+    pub fn from_gguf(ct: &gguf_file::Content, n_vocab: usize) -> Result<Self> {
         let model = ct
             .metadata
             .get("tokenizer.ggml.model")
@@ -89,14 +91,27 @@ impl TextTokenizer {
                 .collect::<std::result::Result<_, _>>()?,
             None => Vec::new(),
         };
+        if types.len() > tokens.len() {
+            return Err(tok_err(format!(
+                "tokenizer.ggml.token_type has {} entries for {} tokens",
+                types.len(),
+                tokens.len()
+            )));
+        }
         let specials: Vec<AddedToken> = types
             .iter()
-            .enumerate()
-            .filter(|(_, &ty)| ty == 3)
-            .map(|(i, _)| AddedToken::from(tokens[i].clone(), true))
+            .zip(&tokens)
+            .filter(|(&ty, _)| ty == 3)
+            .map(|(_, t)| AddedToken::from(t.clone(), true))
             .collect();
         let _added = tk.add_special_tokens(specials).map_err(tok_err)?;
-        let id = |k: &str| ct.metadata.get(k).and_then(|v| v.to_u32().ok());
+        // An id outside the vocabulary would index past the embedding; treat it as absent.
+        let id = |k: &str| {
+            ct.metadata
+                .get(k)
+                .and_then(|v| v.to_u32().ok())
+                .filter(|&i| (i as usize) < n_vocab)
+        };
         Ok(Self {
             inner: tk,
             bos: id("tokenizer.ggml.bos_token_id"),

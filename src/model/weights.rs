@@ -3,7 +3,6 @@
 
 use super::config::LlamaConfig;
 use super::error::{ModelError, Result};
-use super::gguf;
 use super::linear::Linear;
 use candle_core::quantized::{gguf_file, GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Tensor};
@@ -37,6 +36,68 @@ impl Default for LoadOptions {
             device: Device::Cpu,
         }
     }
+}
+
+/// The shape (outermost first) every tensor the forward pass reads must have.
+fn expected_shapes(cfg: &LlamaConfig) -> Vec<(String, Vec<usize>)> {
+    let (h, q, kv, f) = (
+        cfg.hidden,
+        cfg.n_head * cfg.head_dim,
+        cfg.n_kv_head * cfg.head_dim,
+        cfg.ffn,
+    );
+    let mut v = vec![
+        ("token_embd.weight".to_string(), vec![cfg.vocab, h]),
+        ("output_norm.weight".to_string(), vec![h]),
+    ];
+    for i in 0..cfg.n_layer {
+        let b = |n: &str| format!("blk.{i}.{n}.weight");
+        v.push((b("attn_norm"), vec![h]));
+        v.push((b("ffn_norm"), vec![h]));
+        v.push((b("attn_q"), vec![q, h]));
+        v.push((b("attn_k"), vec![kv, h]));
+        v.push((b("attn_v"), vec![kv, h]));
+        v.push((b("attn_output"), vec![h, q]));
+        v.push((b("ffn_gate"), vec![f, h]));
+        v.push((b("ffn_up"), vec![f, h]));
+        v.push((b("ffn_down"), vec![h, f]));
+    }
+    v
+}
+
+/// Every tensor present with the shape the config implies (norms may be stored as
+/// `(1, h)`); an `output.weight`, when there is one, shaped like the embedding.
+fn check_shapes(ct: &gguf_file::Content, cfg: &LlamaConfig) -> std::result::Result<(), String> {
+    let mut want = expected_shapes(cfg);
+    if ct.tensor_infos.contains_key("output.weight") {
+        want.push(("output.weight".into(), vec![cfg.vocab, cfg.hidden]));
+    }
+    for (name, dims) in want {
+        let info = ct
+            .tensor_infos
+            .get(&name)
+            .ok_or_else(|| format!("missing tensor `{name}`"))?;
+        let got: Vec<usize> = info
+            .shape
+            .dims()
+            .iter()
+            .copied()
+            .skip_while(|&d| d == 1)
+            .collect();
+        if got != dims {
+            return Err(format!(
+                "tensor `{name}` has shape {:?}, but the metadata implies {dims:?}",
+                info.shape.dims()
+            ));
+        }
+        if dims.len() == 2 && dims[1] % info.ggml_dtype.block_size() != 0 {
+            return Err(format!(
+                "tensor `{name}`: rows of {} are not whole {:?} blocks",
+                dims[1], info.ggml_dtype
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// One transformer block's weights.
@@ -79,27 +140,27 @@ fn to_matmul(t: QTensor, requant: Requant, device: &Device) -> Result<Linear> {
 }
 
 impl Weights {
-    /// Loads from an opened GGUF file.
+    /// Loads from a GGUF file whose header `gguf::open` has read and bounded. Every
+    /// tensor's shape is checked against `cfg` before any of them is read, so a file whose
+    /// shapes disagree with its own metadata is refused without allocating.
     pub fn from_gguf(
         path: &Path,
+        ct: &gguf_file::Content,
+        file: &mut std::fs::File,
         cfg: &LlamaConfig,
         opts: &LoadOptions,
-    ) -> Result<(Self, gguf_file::Content)> {
-        let (ct, mut file) = gguf::open(path)?;
+    ) -> Result<Self> {
+        check_shapes(ct, cfg).map_err(|reason| ModelError::CorruptFile {
+            path: path.to_path_buf(),
+            reason,
+        })?;
         let dev = &opts.device;
         let corrupt = |e: candle_core::Error| ModelError::CorruptFile {
             path: path.to_path_buf(),
             reason: e.to_string(),
         };
-        let mut get = |name: &str| -> Result<QTensor> {
-            if !ct.tensor_infos.contains_key(name) {
-                return Err(ModelError::CorruptFile {
-                    path: path.to_path_buf(),
-                    reason: format!("missing tensor `{name}`"),
-                });
-            }
-            ct.tensor(&mut file, name, dev).map_err(corrupt)
-        };
+        let mut get =
+            |name: &str| -> Result<QTensor> { ct.tensor(file, name, dev).map_err(corrupt) };
         let embed_q = get("token_embd.weight")?;
         let embed = embed_q.dequantize(dev)?;
         let final_norm = get("output_norm.weight")?.dequantize(dev)?;
@@ -136,14 +197,13 @@ impl Weights {
         for info in ct.tensor_infos.values() {
             *counts.entry(format!("{:?}", info.ggml_dtype)).or_default() += 1;
         }
-        let w = Self {
+        Ok(Self {
             embed,
             layers,
             final_norm,
             lm_head,
             quant_types: counts.into_iter().collect(),
-        };
-        Ok((w, ct))
+        })
     }
 
     /// Loads an HF safetensors directory (`model*.safetensors`, names as in transformers).

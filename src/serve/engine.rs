@@ -34,10 +34,18 @@ pub enum Command {
 #[derive(Debug, Clone)]
 pub enum Event {
     Status(String),
-    Progress { done: u64, total: u64 },
-    Ready { model: String },
+    Progress {
+        done: u64,
+        total: u64,
+    },
+    Ready {
+        model: String,
+    },
     Report(Box<StepReport>),
+    /// A command failed; the engine is still there and takes the next one.
     Error(String),
+    /// The engine thread stopped (a panic); nothing more will come.
+    Died(String),
 }
 
 /// How to start the engine.
@@ -119,45 +127,87 @@ fn run(cfg: EngineConfig, rx: Receiver<Command>, tx: &Sender<Event>) -> Result<(
     send(Event::Status(format!("loading {}", path.display())));
     let base =
         Model::load(&path, &cfg.load).map_err(|e| format!("loading {}: {e}", path.display()))?;
-    let mut model = base.with_run(cfg.run).map_err(|e| e.to_string())?;
+    let model = base.with_run(cfg.run).map_err(|e| e.to_string())?;
+    let live = start(&model, &cfg.prompt, cfg.max_new, None)?;
+    let serve = serving(&model, Policy::Continuous, CacheKind::Paged)?;
     send(Event::Ready {
         model: path
             .file_name()
             .map(|s| s.to_string_lossy().to_string())
             .unwrap_or_default(),
     });
-    let mut live = start(&model, &cfg.prompt, cfg.max_new, None)?;
-    let mut iteration = 0usize;
-    let mut serve = serving(&model, Policy::Continuous, CacheKind::Paged)?;
-    let mut compare: Option<ServeEngine> = None;
-    let mut sink: Option<SinkRun> = None;
-    // The newest report without its attention captures, for steps after the request ends.
-    let mut last: Option<StepReport> = None;
+    let mut w = Worker {
+        base,
+        model,
+        max_new: cfg.max_new,
+        live,
+        iteration: 0,
+        serve,
+        compare: None,
+        sink: None,
+        last: None,
+    };
     while let Ok(cmd) = rx.recv() {
+        if matches!(cmd, Command::Quit) {
+            break;
+        }
+        // A failed command is reported and the worker carries on: its state is only
+        // replaced when a command succeeds. A panic leaves no such guarantee, so the
+        // thread says it died and stops; the UI then exits non-zero.
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.handle(cmd, &send))) {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => send(Event::Error(e)),
+            Err(p) => {
+                let why = p
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_else(|| "a panic".into());
+                send(Event::Died(why));
+                return Ok(());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Everything the engine thread holds between commands.
+struct Worker {
+    /// The model as loaded; `model` is it under the current run options.
+    base: Model,
+    model: Model,
+    max_new: usize,
+    live: Live,
+    iteration: usize,
+    serve: ServeEngine,
+    compare: Option<ServeEngine>,
+    sink: Option<SinkRun>,
+    /// The newest report without its attention captures, for steps after the request ends.
+    last: Option<StepReport>,
+}
+
+impl Worker {
+    fn handle(&mut self, cmd: Command, send: &dyn Fn(Event)) -> Result<(), String> {
         match cmd {
-            Command::Quit => break,
+            Command::Quit => {}
             Command::SetSink(on) => {
-                sink = None;
+                self.sink = None;
                 if on {
-                    match sink_run(&model) {
-                        Ok(s) => {
-                            sink = Some(s);
-                            send(Event::Status(format!(
-                                "attention sink: each step reads one token of the eval text through a full cache and a {SINK_WINDOW}-token window, with and without the first page"
-                            )));
-                        }
-                        Err(e) => send(Event::Error(e)),
-                    }
+                    self.sink = Some(sink_run(&self.model)?);
+                    send(Event::Status(format!(
+                        "attention sink: each step reads one token of the eval text through a full cache and a {SINK_WINDOW}-token window, with and without the first page"
+                    )));
                 } else {
                     send(Event::Status("attention-sink experiment off".into()));
                 }
             }
             Command::SetServe(policy, cache, other) => {
-                serve = serving(&model, policy, cache)?;
-                compare = match other {
-                    Some((p, c)) => Some(serving(&model, p, c)?),
+                let serve = serving(&self.model, policy, cache)?;
+                let compare = match other {
+                    Some((p, c)) => Some(serving(&self.model, p, c)?),
                     None => None,
                 };
+                (self.serve, self.compare) = (serve, compare);
                 send(Event::Status(match other {
                     Some((p, c)) => format!(
                         "serving restarted: {policy:?}/{cache:?} beside {p:?}/{c:?} on the same requests"
@@ -165,88 +215,85 @@ fn run(cfg: EngineConfig, rx: Receiver<Command>, tx: &Sender<Event>) -> Result<(
                     None => format!("serving workload restarted: {policy:?} batching, {cache:?} cache"),
                 }));
             }
-            Command::Prompt(p) => match start(&model, &p, cfg.max_new, None) {
-                Ok(l) => {
-                    live = l;
-                    send(Event::Status(
-                        "new request queued: press space to prefill it".into(),
-                    ));
-                }
-                Err(e) => send(Event::Error(e)),
-            },
-            Command::SetRun(run) => match base.with_run(run) {
-                Ok(m) => {
-                    model = m;
-                    // The experiment's caches are shaped for the old layout: start it again.
-                    if sink.is_some() {
-                        sink = Some(sink_run(&model)?);
-                    }
-                    // Recompute the same tokens under the new setting so the panes compare like with like.
-                    let toks = live.session.tokens.clone();
-                    let done = toks.len() - live.session.prompt_len;
-                    let remaining = cfg.max_new.saturating_sub(done).max(1);
-                    match start(&model, &live.prompt, remaining, Some(toks)) {
-                        Ok(l) => {
-                            let prompt_len = live.session.prompt_len;
-                            live = l;
-                            live.session.prompt_len = prompt_len;
-                            // Recompute right away so every pane shows the new setting.
-                            iteration += 1;
-                            send(Event::Report(Box::new(step(
-                                &mut live,
-                                &model,
-                                iteration,
-                                cfg.max_new,
-                            )?)));
-                        }
-                        Err(e) => send(Event::Error(e)),
-                    }
-                }
-                Err(e) => send(Event::Error(e.to_string())),
-            },
-            Command::Step => {
-                if live.finished {
-                    // The request is done, but the experiments beside it go on: the last
-                    // report again (no new attention rows) with their next iteration.
-                    match (last.as_ref(), sink.as_mut().filter(|s| !s.done())) {
-                        (Some(prev), Some(s)) => {
-                            iteration += 1;
-                            let mut r = prev.clone();
-                            r.iteration = iteration;
-                            r.sink = Some(s.step(&model)?);
-                            r.serve = serve_step(&mut serve)?;
-                            r.serve_b = match compare.as_mut() {
-                                Some(c) => serve_step(c)?,
-                                None => None,
-                            };
-                            send(Event::Report(Box::new(r)));
-                        }
-                        _ => send(Event::Status(
-                            "request finished: press a for a new prompt".into(),
-                        )),
-                    }
-                    continue;
-                }
-                iteration += 1;
-                let mut report = step(&mut live, &model, iteration, cfg.max_new)?;
-                // The serving workload (and its comparison) advance one iteration with every step.
-                report.serve = serve_step(&mut serve)?;
-                if let Some(c) = compare.as_mut() {
-                    report.serve_b = serve_step(c)?;
-                }
-                if let Some(s) = sink.as_mut().filter(|s| !s.done()) {
-                    report.sink = Some(s.step(&model)?);
-                }
-                // Kept without its captures, which are most of a report's bytes; taking them
-                // out for the clone saves copying them every step.
-                let captures = std::mem::take(&mut report.info.captures);
-                last = Some(report.clone());
-                report.info.captures = captures;
-                send(Event::Report(Box::new(report)));
+            Command::Prompt(p) => {
+                self.live = start(&self.model, &p, self.max_new, None)?;
+                send(Event::Status(
+                    "new request queued: press space to prefill it".into(),
+                ));
             }
+            Command::SetRun(run) => self.set_run(run, send)?,
+            Command::Step => self.step(send)?,
         }
+        Ok(())
     }
-    Ok(())
+
+    /// Switches head layout or kernel and recomputes the same tokens under it, so the
+    /// panes compare like with like.
+    fn set_run(&mut self, run: RunOptions, send: &dyn Fn(Event)) -> Result<(), String> {
+        let model = self.base.with_run(run).map_err(|e| e.to_string())?;
+        // The experiment's caches are shaped for the old layout: start it again.
+        let sink = match self.sink {
+            Some(_) => Some(sink_run(&model)?),
+            None => None,
+        };
+        let toks = self.live.session.tokens.clone();
+        let done = toks.len() - self.live.session.prompt_len;
+        let remaining = self.max_new.saturating_sub(done).max(1);
+        let mut live = start(&model, &self.live.prompt, remaining, Some(toks))?;
+        live.session.prompt_len = self.live.session.prompt_len;
+        let report = step(&mut live, &model, self.iteration + 1, self.max_new)?;
+        (self.model, self.sink, self.live) = (model, sink, live);
+        self.iteration += 1;
+        send(Event::Report(Box::new(report)));
+        Ok(())
+    }
+
+    fn step(&mut self, send: &dyn Fn(Event)) -> Result<(), String> {
+        if self.live.finished {
+            // The request is done, but the experiments beside it go on: the last
+            // report again (no new attention rows) with their next iteration.
+            match (self.last.as_ref(), self.sink.as_mut().filter(|s| !s.done())) {
+                (Some(prev), Some(s)) => {
+                    let mut r = prev.clone();
+                    r.iteration = self.iteration + 1;
+                    r.sink = Some(s.step(&self.model)?);
+                    r.serve = serve_step(&mut self.serve)?;
+                    r.serve_b = match self.compare.as_mut() {
+                        Some(c) => serve_step(c)?,
+                        None => None,
+                    };
+                    self.iteration += 1;
+                    send(Event::Report(Box::new(r)));
+                }
+                _ => send(Event::Status(
+                    "request finished: press a for a new prompt".into(),
+                )),
+            }
+            return Ok(());
+        }
+        let mut report = step(
+            &mut self.live,
+            &self.model,
+            self.iteration + 1,
+            self.max_new,
+        )?;
+        self.iteration += 1;
+        // The serving workload (and its comparison) advance one iteration with every step.
+        report.serve = serve_step(&mut self.serve)?;
+        if let Some(c) = self.compare.as_mut() {
+            report.serve_b = serve_step(c)?;
+        }
+        if let Some(s) = self.sink.as_mut().filter(|s| !s.done()) {
+            report.sink = Some(s.step(&self.model)?);
+        }
+        // Kept without its captures, which are most of a report's bytes; taking them
+        // out for the clone saves copying them every step.
+        let captures = std::mem::take(&mut report.info.captures);
+        self.last = Some(report.clone());
+        report.info.captures = captures;
+        send(Event::Report(Box::new(report)));
+        Ok(())
+    }
 }
 
 /// The sink experiment's window (tokens) and page size: eight pages of sixteen.

@@ -591,6 +591,13 @@ impl App {
                 self.model_name = model;
                 self.status = "ready: press space to prefill the prompt".into();
             }
+            Event::Died(e) => {
+                self.in_flight = false;
+                self.running = false;
+                self.fatal = Some(format!(
+                    "the engine thread stopped ({e}). Nothing more can run; your lesson progress and any recording are saved."
+                ));
+            }
             Event::Error(e) => {
                 self.in_flight = false;
                 self.running = false;

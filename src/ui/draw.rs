@@ -82,9 +82,11 @@ pub fn draw(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         return;
     }
     if let Some(e) = &app.fatal {
-        let b = Block::default()
-            .borders(Borders::ALL)
-            .title(" inferlab could not start ");
+        let b = Block::default().borders(Borders::ALL).title(if app.ready {
+            " inferlab · the engine stopped "
+        } else {
+            " inferlab could not start "
+        });
         Paragraph::new(format!("{e}\n\nPress q to quit."))
             .wrap(Wrap { trim: false })
             .block(b)

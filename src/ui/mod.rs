@@ -85,7 +85,19 @@ fn event_loop(
     while !app.quit {
         // Engine events: every report is absorbed (the heatmap history needs them all),
         // but the screen is drawn once per frame.
-        while let Ok(e) = rx.try_recv() {
+        loop {
+            let e = match rx.try_recv() {
+                Ok(e) => e,
+                Err(std::sync::mpsc::TryRecvError::Empty) => break,
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                    // The engine is gone without a word (it sends `Died` when it can).
+                    if app.fatal.is_none() && !replaying {
+                        app.on_event(serve::Event::Died("it exited without a message".into()));
+                        dirty = true;
+                    }
+                    break;
+                }
+            };
             if let (Some(path), serve::Event::Ready { model }) = (&record, &e) {
                 recorder = Some(
                     serve::recording::Recorder::create(path, model)

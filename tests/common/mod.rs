@@ -54,6 +54,15 @@ fn tokens() -> Vec<String> {
 
 /// Writes the tiny model to `path`.
 pub fn write_tiny(path: &Path, spec: &Tiny) {
+    let (md, tensors) = tiny_parts(spec);
+    let md_ref: Vec<(&str, &Value)> = md.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let t_ref: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let mut f = std::fs::File::create(path).unwrap();
+    gguf_file::write(&mut f, &md_ref, &t_ref).unwrap();
+}
+
+/// The tiny model's metadata and tensors, before they are written.
+pub fn tiny_parts(spec: &Tiny) -> (Vec<(String, Value)>, Vec<(String, QTensor)>) {
     let dev = Device::Cpu;
     let toks = tokens();
     let vocab = toks.len();
@@ -168,10 +177,123 @@ pub fn write_tiny(path: &Path, spec: &Tiny) {
         ("tokenizer.ggml.bos_token_id".into(), Value::U32(1)),
         ("tokenizer.ggml.eos_token_id".into(), Value::U32(2)),
     ];
-    let md_ref: Vec<(&str, &Value)> = md.iter().map(|(k, v)| (k.as_str(), v)).collect();
-    let t_ref: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
-    let mut f = std::fs::File::create(path).unwrap();
-    gguf_file::write(&mut f, &md_ref, &t_ref).unwrap();
+    (md, tensors)
+}
+
+/// A tensor as a GGUF header declares it: any dims, any type id, whatever bytes follow.
+#[derive(Clone)]
+pub struct RawTensor {
+    pub name: String,
+    /// Innermost dimension first, as the file stores them.
+    pub dims: Vec<u64>,
+    pub type_id: u32,
+    pub data: Vec<u8>,
+}
+
+/// The tiny model as raw tensors, for tests that declare shapes a real writer would refuse.
+pub fn tiny_raw(spec: &Tiny) -> (Vec<(String, Value)>, Vec<RawTensor>) {
+    let (md, tensors) = tiny_parts(spec);
+    let raw = tensors
+        .into_iter()
+        .map(|(name, t)| RawTensor {
+            name,
+            dims: t.shape().dims().iter().rev().map(|&d| d as u64).collect(),
+            type_id: match t.dtype() {
+                GgmlDType::F32 => 0,
+                GgmlDType::F16 => 1,
+                GgmlDType::Q4_1 => 3,
+                GgmlDType::Q8_0 => 8,
+                GgmlDType::Q8_1 => 9,
+                d => panic!("tiny_raw: add the type id of {d:?}"),
+            },
+            data: t.data().unwrap().to_vec(),
+        })
+        .collect();
+    (md, raw)
+}
+
+fn put_value(out: &mut Vec<u8>, v: &Value) {
+    match v {
+        Value::U8(x) => out.push(*x),
+        Value::I8(x) => out.push(*x as u8),
+        Value::U16(x) => out.extend(x.to_le_bytes()),
+        Value::I16(x) => out.extend(x.to_le_bytes()),
+        Value::U32(x) => out.extend(x.to_le_bytes()),
+        Value::I32(x) => out.extend(x.to_le_bytes()),
+        Value::U64(x) => out.extend(x.to_le_bytes()),
+        Value::I64(x) => out.extend(x.to_le_bytes()),
+        Value::F32(x) => out.extend(x.to_le_bytes()),
+        Value::F64(x) => out.extend(x.to_le_bytes()),
+        Value::Bool(x) => out.push(*x as u8),
+        Value::String(x) => {
+            out.extend((x.len() as u64).to_le_bytes());
+            out.extend(x.as_bytes());
+        }
+        Value::Array(xs) => {
+            let ty = xs.first().map(type_id).unwrap_or(4);
+            out.extend(ty.to_le_bytes());
+            out.extend((xs.len() as u64).to_le_bytes());
+            for x in xs {
+                put_value(out, x);
+            }
+        }
+    }
+}
+
+fn type_id(v: &Value) -> u32 {
+    match v {
+        Value::U8(_) => 0,
+        Value::I8(_) => 1,
+        Value::U16(_) => 2,
+        Value::I16(_) => 3,
+        Value::U32(_) => 4,
+        Value::I32(_) => 5,
+        Value::F32(_) => 6,
+        Value::Bool(_) => 7,
+        Value::String(_) => 8,
+        Value::Array(_) => 9,
+        Value::U64(_) => 10,
+        Value::I64(_) => 11,
+        Value::F64(_) => 12,
+    }
+}
+
+/// GGUF v3 bytes, written by hand so that tests can declare anything: the header exactly
+/// as given, then each tensor's data at 32-byte aligned offsets.
+pub fn raw_gguf(md: &[(String, Value)], tensors: &[RawTensor]) -> Vec<u8> {
+    let align = |n: usize| n.div_ceil(32) * 32;
+    let mut out = b"GGUF".to_vec();
+    out.extend(3u32.to_le_bytes());
+    out.extend((tensors.len() as u64).to_le_bytes());
+    out.extend((md.len() as u64).to_le_bytes());
+    for (k, v) in md {
+        put_value(&mut out, &Value::String(k.clone()));
+        out.extend(type_id(v).to_le_bytes());
+        put_value(&mut out, v);
+    }
+    let mut offset = 0usize;
+    for t in tensors {
+        put_value(&mut out, &Value::String(t.name.clone()));
+        out.extend((t.dims.len() as u32).to_le_bytes());
+        for d in &t.dims {
+            out.extend(d.to_le_bytes());
+        }
+        out.extend(t.type_id.to_le_bytes());
+        out.extend((offset as u64).to_le_bytes());
+        offset = align(offset + t.data.len());
+    }
+    out.resize(align(out.len()), 0);
+    for t in tensors {
+        out.extend(&t.data);
+        out.resize(align(out.len()), 0);
+    }
+    out
+}
+
+/// Replaces (or adds) one metadata entry.
+pub fn set_meta(md: &mut Vec<(String, Value)>, key: &str, v: Value) {
+    md.retain(|(k, _)| k != key);
+    md.push((key.to_string(), v));
 }
 
 /// A tiny model file in a fresh temp dir (kept alive by the returned guard).
