@@ -105,6 +105,29 @@ proptest! {
 }
 
 #[test]
+fn a_hash_collision_does_not_share_another_prompts_page() {
+    // Every page hashes alike: only the stored tokens can tell pages apart.
+    let mut pool = PagePool::new(10, 4).unwrap().with_hasher(|_, _| 42);
+    let a: Vec<u32> = (0..9).collect();
+    let b: Vec<u32> = (100..109).collect();
+    pool.admit(1, &a).unwrap();
+    pool.append(1, &a).unwrap();
+    assert_eq!(
+        pool.admit(2, &b).unwrap(),
+        0,
+        "different tokens, same hash: no hit"
+    );
+    // The same tokens still share, through the same check: the first page only, since
+    // the index keeps one page per hash and the second page's hash already names the first.
+    assert_eq!(pool.admit(3, &a).unwrap(), 4);
+    // Same second page after a different first page: the chain must match too.
+    let mut c = b[..4].to_vec();
+    c.extend_from_slice(&a[4..]);
+    assert_eq!(pool.admit(4, &c).unwrap(), 0);
+    pool.check().unwrap();
+}
+
+#[test]
 fn shared_prefix_and_copy_on_write() {
     let mut pool = PagePool::new(10, 4).unwrap();
     let prompt: Vec<u32> = (0..10).collect();

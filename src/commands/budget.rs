@@ -37,7 +37,7 @@ fn shape_from_path(p: &PathBuf) -> Result<(Shape, Option<u64>)> {
     let name = p.display().to_string();
     let cfg = if p.extension().is_some_and(|e| e == "gguf") {
         let (ct, _) = gguf::open(p)?;
-        LlamaConfig::from_gguf(&ct)?
+        LlamaConfig::from_gguf(&ct).with_context(|| name.clone())?
     } else {
         let text = std::fs::read_to_string(p).with_context(|| format!("reading {name}"))?;
         LlamaConfig::from_hf_json(&text).map_err(|e| anyhow::anyhow!("{name}: {e}"))?

@@ -61,7 +61,8 @@ pub fn run(margs: &ModelArgs, cmd: &Cmd) -> Result<()> {
                 (cfg, vec![("F32".to_string(), 0)])
             } else {
                 let (ct, _) = gguf::open(&path)?;
-                let cfg = LlamaConfig::from_gguf(&ct)?;
+                let cfg =
+                    LlamaConfig::from_gguf(&ct).with_context(|| path.display().to_string())?;
                 let mut counts = std::collections::BTreeMap::<String, usize>::new();
                 for i in ct.tensor_infos.values() {
                     *counts.entry(format!("{:?}", i.ggml_dtype)).or_default() += 1;

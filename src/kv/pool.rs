@@ -86,6 +86,12 @@ pub struct PagePool {
     /// Prefix hash of each full page, when it has one.
     hash: Vec<Option<u64>>,
     by_hash: HashMap<u64, u32>,
+    /// What each hashed page holds: the page before it in its table and its tokens. A hash
+    /// hit is only taken when these match too: 64 bits can collide, and a wrong hit would
+    /// hand a request another prompt's K/V.
+    content: Vec<Option<(Option<u32>, Vec<u32>)>>,
+    /// The prefix hash; a field so a test can substitute one that always collides.
+    hasher: fn(u64, &[u32]) -> u64,
     free: VecDeque<u32>,
     tables: HashMap<ReqId, BlockTable>,
     /// Sharing of full prompt pages between live requests.
@@ -111,6 +117,8 @@ impl PagePool {
             fill: vec![0; n_pages],
             hash: vec![None; n_pages],
             by_hash: HashMap::new(),
+            content: vec![None; n_pages],
+            hasher: page_hash,
             free: (0..n_pages as u32).collect(),
             tables: HashMap::new(),
             prefix_sharing: true,
@@ -175,7 +183,15 @@ impl PagePool {
         p
     }
 
+    /// Replaces the prefix hash, for tests that need collisions.
+    #[doc(hidden)]
+    pub fn with_hasher(mut self, hasher: fn(u64, &[u32]) -> u64) -> Self {
+        self.hasher = hasher;
+        self
+    }
+
     fn forget_hash(&mut self, p: u32) {
+        self.content[p as usize] = None;
         if let Some(h) = self.hash[p as usize].take() {
             if self.by_hash.get(&h) == Some(&p) {
                 self.by_hash.remove(&h);
@@ -188,11 +204,7 @@ impl PagePool {
         assert!(*rc > 0, "ref count of page {p} would go negative");
         *rc -= 1;
         if *rc == 0 {
-            if let Some(h) = self.hash[p as usize].take() {
-                if self.by_hash.get(&h) == Some(&p) {
-                    self.by_hash.remove(&h);
-                }
-            }
+            self.forget_hash(p);
             self.fill[p as usize] = 0;
             self.free.push_back(p);
         }
@@ -212,10 +224,14 @@ impl PagePool {
             let mut parent = 0u64;
             for i in 0..shareable {
                 let chunk = &prompt[i * self.page_size..(i + 1) * self.page_size];
-                let h = page_hash(parent, chunk);
+                let h = (self.hasher)(parent, chunk);
                 let Some(&p) = self.by_hash.get(&h) else {
                     break;
                 };
+                let expected = (table.pages.last().copied(), chunk.to_vec());
+                if self.content[p as usize].as_ref() != Some(&expected) {
+                    break;
+                }
                 self.ref_count[p as usize] += 1;
                 table.pages.push(p);
                 table.tokens.extend_from_slice(chunk);
@@ -290,8 +306,10 @@ impl PagePool {
                 } else {
                     self.hash[table.pages[start / ps - 1] as usize].unwrap_or(0)
                 };
-                let h = page_hash(parent, &table.tokens[start..=pos]);
+                let h = (self.hasher)(parent, &table.tokens[start..=pos]);
                 self.hash[page as usize] = Some(h);
+                let before = (start > 0).then(|| table.pages[start / ps - 1]);
+                self.content[page as usize] = Some((before, table.tokens[start..=pos].to_vec()));
                 self.by_hash.entry(h).or_insert(page);
             }
         }

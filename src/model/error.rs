@@ -22,12 +22,14 @@ pub enum ModelError {
         value: String,
         why: String,
     },
+    /// An HF `config.json` that does not describe a model inferlab can run.
+    #[error("{0}")]
+    Config(String),
     /// Any load error, with the file it came from (config and tokenizer errors lack it).
-    #[error("{path}: {source}")]
+    #[error("{path}: {inner}")]
     InFile {
         path: PathBuf,
-        #[source]
-        source: Box<ModelError>,
+        inner: Box<ModelError>,
     },
     #[error("the prompt is empty: give at least one token of text")]
     EmptyPrompt,

@@ -84,11 +84,10 @@ impl Model {
             let cfg_path = path.join("config.json");
             let text = std::fs::read_to_string(&cfg_path)
                 .map_err(|_| ModelError::NotFound(cfg_path.clone()))?;
-            let cfg =
-                LlamaConfig::from_hf_json(&text).map_err(|reason| ModelError::CorruptFile {
-                    path: cfg_path.clone(),
-                    reason,
-                })?;
+            let cfg = LlamaConfig::from_hf_json(&text).map_err(|reason| ModelError::InFile {
+                path: cfg_path.clone(),
+                inner: Box::new(ModelError::Config(reason)),
+            })?;
             let tok = TextTokenizer::from_file(&path.join("tokenizer.json"))?;
             let w = Weights::from_safetensors(path, &cfg, opts)?;
             (cfg, w, tok)
@@ -98,7 +97,7 @@ impl Model {
                 ModelError::CorruptFile { .. } | ModelError::NotFound(_) => e,
                 e => ModelError::InFile {
                     path: path.to_path_buf(),
-                    source: Box::new(e),
+                    inner: Box::new(e),
                 },
             };
             let cfg = LlamaConfig::from_gguf(&ct).map_err(in_file)?;
