@@ -19,6 +19,9 @@ struct Cli {
     /// Write every iteration of the app session to FILE (JSON lines; `inferlab replay FILE`).
     #[arg(long, value_name = "FILE")]
     record: Option<std::path::PathBuf>,
+    /// Let --record replace an existing file (without it, an existing file is kept).
+    #[arg(long, requires = "record")]
+    force: bool,
     #[command(subcommand)]
     command: Option<Cmd>,
 }
@@ -61,7 +64,10 @@ fn main() -> std::process::ExitCode {
             &cli.model,
             &cli.prompt,
             cli.max_tokens,
-            cli.record.as_deref(),
+            cli.record.map(|path| inferlab::ui::Record {
+                path,
+                force: cli.force,
+            }),
         ),
         Some(Cmd::Replay { file }) => commands::app::replay(&file),
         Some(Cmd::Export(a)) => commands::export::run(&a),

@@ -231,6 +231,19 @@ fn a_corrupt_or_newer_recording_is_refused_with_its_name() {
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && e.contains("junk.bin"), "{e}");
     assert!(!e.contains("panicked"));
+    // An existing file is not overwritten (nor truncated) without --force.
+    let kept = dir.path().join("kept.jsonl");
+    std::fs::write(&kept, "my work\n").unwrap();
+    let out = std::process::Command::new(common::bin())
+        .args(["--record", kept.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && e.contains("already exists") && e.contains("--force"),
+        "{e}"
+    );
+    assert_eq!(std::fs::read_to_string(&kept).unwrap(), "my work\n");
     // Recording to a path that cannot be written fails before the screen opens.
     let out = std::process::Command::new(common::bin())
         .args(["--record", "/nonexistent-dir/x.jsonl"])

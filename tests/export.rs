@@ -170,7 +170,7 @@ fn the_e_key_writes_the_focused_pane_and_says_where() {
 fn inferlab_export_draws_any_iteration_of_a_recording() {
     let dir = tempfile::tempdir().unwrap();
     let rec = dir.path().join("s.jsonl");
-    let mut w = inferlab::serve::recording::Recorder::create(&rec, "fixture.gguf").unwrap();
+    let mut w = inferlab::serve::recording::Recorder::create(&rec, "fixture.gguf", false).unwrap();
     for r in serving_reports(CacheKind::Paged, 4) {
         w.write(&r).unwrap();
     }
@@ -248,10 +248,10 @@ fn the_sink_picture_and_a_recording_that_holds_the_experiment() {
     r.sink = Some(v.clone());
     let dir = tempfile::tempdir().unwrap();
     let rec = dir.path().join("s.jsonl");
-    let mut w = inferlab::serve::recording::Recorder::create(&rec, "fixture.gguf").unwrap();
+    let mut w = inferlab::serve::recording::Recorder::create(&rec, "fixture.gguf", false).unwrap();
     w.write(&r).unwrap();
     drop(w);
-    let (_, back) = inferlab::serve::recording::read(&rec).unwrap();
+    let back = inferlab::serve::recording::read(&rec).unwrap().reports;
     assert_eq!(back[0].sink.as_ref(), Some(&v));
     let a = app_with(&back);
     let svg = export::render_svg(&a, ExportPane::Sink).unwrap();

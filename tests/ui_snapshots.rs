@@ -323,12 +323,13 @@ fn a_recording_round_trips_and_bad_ones_are_refused_by_name() {
     use inferlab::serve::recording::{self, RecordingError};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.jsonl");
-    let mut rec = recording::Recorder::create(&path, "fixture.gguf").unwrap();
+    let mut rec = recording::Recorder::create(&path, "fixture.gguf", false).unwrap();
     for i in 1..=3 {
         rec.write(&numbered(i)).unwrap();
     }
     drop(rec);
-    let (h, reports) = recording::read(&path).unwrap();
+    let rec_back = recording::read(&path).unwrap();
+    let (h, reports) = (rec_back.header, rec_back.reports);
     assert_eq!(h.version, recording::VERSION);
     assert_eq!(reports.len(), 3);
     assert_eq!(reports[2].generated, "text after 3");
@@ -342,13 +343,59 @@ fn a_recording_round_trips_and_bad_ones_are_refused_by_name() {
         recording::read(&newer),
         Err(RecordingError::TooNew { found: 7, .. })
     ));
+    // A broken line in the middle is an error naming file and line.
     let corrupt = dir.path().join("corrupt.jsonl");
-    let mut lines: Vec<&str> = text.lines().collect();
+    let lines: Vec<&str> = text.lines().collect();
     let cut = &lines[2][..lines[2].len() / 2];
-    lines[2] = cut;
-    std::fs::write(&corrupt, lines.join("\n")).unwrap();
+    let mut broken = lines.clone();
+    broken[2] = cut;
+    std::fs::write(&corrupt, broken.join("\n") + "\n").unwrap();
     let e = recording::read(&corrupt).unwrap_err().to_string();
     assert!(e.contains("corrupt.jsonl:3: not a step report"), "{e}");
+    // The same line cut short at the end of the file (a crash while writing): the
+    // iterations before it replay, with a warning that says so.
+    let crashed = dir.path().join("crashed.jsonl");
+    std::fs::write(&crashed, lines[..3].join("\n").replacen(lines[2], cut, 1)).unwrap();
+    let back = recording::read(&crashed).unwrap();
+    assert_eq!(back.reports.len(), 1);
+    let w = back.warning.unwrap();
+    assert!(
+        w.contains("crashed.jsonl:3") && w.contains("cut short"),
+        "{w}"
+    );
+    // Parsed but impossible values are refused by file and line, before anything draws them.
+    let mut bad = numbered(2);
+    bad.info.captures[0].layer = 1_000_000_000_000_000;
+    let mut short = numbered(2);
+    short.info.captures[0].weights.truncate(3);
+    let mut no_rows = numbered(2);
+    no_rows.info.captures[0].t = 0;
+    let mut no_layers = numbered(2);
+    no_layers.cfg.n_layer = 0;
+    for (name, r, want) in [
+        ("layer", bad, "layer"),
+        ("short", short, "weights hold 3 values"),
+        ("rows", no_rows, "do not fit"),
+        ("layers", no_layers, "block_count"),
+    ] {
+        let p = dir.path().join(format!("{name}.jsonl"));
+        let body = serde_json::to_string(&r).unwrap();
+        std::fs::write(&p, format!("{}\n{}\n{body}\n", lines[0], lines[1])).unwrap();
+        let e = recording::read(&p).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("{name}.jsonl:3:")) && e.contains(want),
+            "{e}"
+        );
+    }
+    // An existing recording is kept unless --force says otherwise.
+    let before = std::fs::read(&path).unwrap();
+    assert!(matches!(
+        recording::Recorder::create(&path, "m", false),
+        Err(RecordingError::Exists { .. })
+    ));
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+    drop(recording::Recorder::create(&path, "m", true).unwrap());
+    assert_ne!(std::fs::read(&path).unwrap(), before);
     let other = dir.path().join("other.jsonl");
     std::fs::write(&other, "{\"hello\": 1}\n").unwrap();
     assert!(matches!(

@@ -36,7 +36,8 @@ pub struct Args {
 
 /// Replays the recording up to the chosen iteration and writes the picture.
 pub fn run(a: &Args) -> Result<()> {
-    let (header, reports) = inferlab::serve::recording::read(&a.recording)?;
+    let rec = inferlab::serve::recording::read(&a.recording)?;
+    let (header, reports) = (rec.header, rec.reports);
     let first = reports[0].iteration;
     let last = reports[reports.len() - 1].iteration;
     let want = a.step.unwrap_or(last);

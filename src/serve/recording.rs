@@ -9,7 +9,7 @@
 use super::engine::{Command, Event};
 use super::report::StepReport;
 use serde::{Deserialize, Serialize};
-use std::io::{BufRead, BufWriter, Write};
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, Sender};
 
@@ -47,8 +47,79 @@ pub enum RecordingError {
         line: usize,
         reason: String,
     },
+    #[error("{path}:{line}: {reason}")]
+    BadValue {
+        path: PathBuf,
+        line: usize,
+        reason: String,
+    },
     #[error("{path} holds no iterations")]
     Empty { path: PathBuf },
+    #[error("{path} already exists: pass --force to overwrite it, or choose another name")]
+    Exists { path: PathBuf },
+}
+
+/// A recording as read back.
+#[derive(Debug)]
+pub struct Recording {
+    pub header: Header,
+    pub reports: Vec<StepReport>,
+    /// What was skipped, for the user to see (a last line cut short by a crash).
+    pub warning: Option<String>,
+}
+
+/// A [`Recorder`] on its own thread: serializing a report (megabytes for a long prefill)
+/// never holds up the screen. Write errors come back through [`Self::error`].
+pub struct BackgroundRecorder {
+    tx: Option<Sender<Box<StepReport>>>,
+    errors: Receiver<String>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl BackgroundRecorder {
+    /// Moves `rec` onto a writer thread.
+    pub fn spawn(mut rec: Recorder) -> Self {
+        let (tx, rx) = mpsc::channel::<Box<StepReport>>();
+        let (etx, errors) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("recorder".into())
+            .spawn(move || {
+                for r in rx {
+                    if let Err(e) = rec.write(&r) {
+                        let _ = etx.send(e.to_string());
+                        return;
+                    }
+                }
+            })
+            .ok();
+        Self {
+            tx: Some(tx),
+            errors,
+            thread,
+        }
+    }
+
+    /// Queues one iteration; false once the writer has stopped.
+    pub fn write(&self, r: &StepReport) -> bool {
+        self.tx
+            .as_ref()
+            .is_some_and(|tx| tx.send(Box::new(for_screens(r))).is_ok())
+    }
+
+    /// The write error that stopped the recording, if one did.
+    pub fn error(&self) -> Option<String> {
+        self.errors.try_recv().ok()
+    }
+}
+
+impl Drop for BackgroundRecorder {
+    /// Everything queued is written before the app exits.
+    fn drop(&mut self) {
+        self.tx = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 /// Writes step reports as they arrive.
@@ -58,13 +129,25 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// Creates (or truncates) `path` and writes the header.
-    pub fn create(path: &Path, model: &str) -> Result<Self, RecordingError> {
+    /// Creates `path` and writes the header. An existing file is only replaced when
+    /// `force` is set: a recording is the user's work.
+    pub fn create(path: &Path, model: &str, force: bool) -> Result<Self, RecordingError> {
         let io = |source| RecordingError::Io {
             path: path.to_path_buf(),
             source,
         };
-        let file = std::fs::File::create(path).map_err(io)?;
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .create_new(!force)
+            .truncate(force)
+            .open(path)
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::AlreadyExists => RecordingError::Exists {
+                    path: path.to_path_buf(),
+                },
+                _ => io(e),
+            })?;
         let mut r = Self {
             path: path.to_path_buf(),
             out: BufWriter::new(file),
@@ -107,27 +190,77 @@ pub fn for_screens(r: &StepReport) -> StepReport {
     r
 }
 
-/// Reads a whole recording.
-pub fn read(path: &Path) -> Result<(Header, Vec<StepReport>), RecordingError> {
+/// Reads a whole recording. Every line is checked before anything draws it: a line
+/// that does not parse, or holds an index or length the screens would trust, is an error
+/// naming `file:line`. The one exception is a last line cut short (what a crash while
+/// writing leaves): everything before it replays, with a warning.
+pub fn read(path: &Path) -> Result<Recording, RecordingError> {
     let io = |source| RecordingError::Io {
         path: path.to_path_buf(),
         source,
     };
-    let f = std::fs::File::open(path).map_err(io)?;
-    let mut lines = std::io::BufReader::new(f).lines();
-    let first = match lines.next() {
-        Some(l) => l.map_err(io)?,
-        None => {
-            return Err(RecordingError::NotARecording {
-                path: path.to_path_buf(),
-            })
-        }
+    let text = std::fs::read(path).map_err(io)?;
+    let text = String::from_utf8_lossy(&text);
+    let complete = text.ends_with('\n');
+    let mut lines = text.lines();
+    let Some(first) = lines.next() else {
+        return Err(RecordingError::NotARecording {
+            path: path.to_path_buf(),
+        });
     };
-    let header: Header = match serde_json::from_str::<Header>(&first) {
+    let header = read_header(path, first)?;
+    let body: Vec<(usize, &str)> = lines
+        .enumerate()
+        .map(|(i, l)| (i + 2, l))
+        .filter(|(_, l)| !l.trim().is_empty())
+        .collect();
+    let mut reports = Vec::new();
+    let mut warning = None;
+    for (k, &(line, l)) in body.iter().enumerate() {
+        let parsed = serde_json::from_str::<StepReport>(l);
+        let r = match parsed {
+            Ok(r) => r,
+            Err(e) if k + 1 == body.len() && !complete && !reports.is_empty() => {
+                warning = Some(format!(
+                    "{}:{line}: the last line is cut short ({e}); replaying the {} iterations before it",
+                    path.display(),
+                    reports.len()
+                ));
+                break;
+            }
+            Err(e) => {
+                return Err(RecordingError::BadLine {
+                    path: path.to_path_buf(),
+                    line,
+                    reason: e.to_string(),
+                })
+            }
+        };
+        r.check().map_err(|reason| RecordingError::BadValue {
+            path: path.to_path_buf(),
+            line,
+            reason,
+        })?;
+        reports.push(r);
+    }
+    if reports.is_empty() {
+        return Err(RecordingError::Empty {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(Recording {
+        header,
+        reports,
+        warning,
+    })
+}
+
+fn read_header(path: &Path, first: &str) -> Result<Header, RecordingError> {
+    let header: Header = match serde_json::from_str::<Header>(first) {
         Ok(h) if h.format == FORMAT => h,
         _ => {
             // A newer header may have changed shape; its version still tells us.
-            let v: Option<u32> = serde_json::from_str::<serde_json::Value>(&first)
+            let v: Option<u32> = serde_json::from_str::<serde_json::Value>(first)
                 .ok()
                 .filter(|v| v["format"] == FORMAT)
                 .and_then(|v| v["version"].as_u64())
@@ -149,33 +282,17 @@ pub fn read(path: &Path) -> Result<(Header, Vec<StepReport>), RecordingError> {
             found: header.version,
         });
     }
-    let mut reports = Vec::new();
-    for (i, l) in lines.enumerate() {
-        let l = l.map_err(io)?;
-        if l.trim().is_empty() {
-            continue;
-        }
-        let r: StepReport = serde_json::from_str(&l).map_err(|e| RecordingError::BadLine {
-            path: path.to_path_buf(),
-            line: i + 2,
-            reason: e.to_string(),
-        })?;
-        reports.push(r);
-    }
-    if reports.is_empty() {
-        return Err(RecordingError::Empty {
-            path: path.to_path_buf(),
-        });
-    }
-    Ok((header, reports))
+    Ok(header)
 }
 
 /// A stand-in for the engine that plays a recording back: each `Step` sends the next
 /// recorded iteration; settings are fixed by the recording.
-pub fn spawn_player(
-    header: Header,
-    reports: Vec<StepReport>,
-) -> (Sender<Command>, Receiver<Event>) {
+pub fn spawn_player(rec: Recording) -> (Sender<Command>, Receiver<Event>) {
+    let Recording {
+        header,
+        reports,
+        warning,
+    } = rec;
     let (ctx, crx) = mpsc::channel::<Command>();
     let (etx, erx) = mpsc::channel();
     std::thread::Builder::new()
@@ -185,6 +302,9 @@ pub fn spawn_player(
             let _ = etx.send(Event::Ready {
                 model: format!("{} (replay, {n} iterations)", header.model),
             });
+            if let Some(w) = warning {
+                let _ = etx.send(Event::Status(w));
+            }
             let mut next = reports.into_iter();
             while let Ok(c) = crx.recv() {
                 let e = match c {

@@ -57,6 +57,73 @@ pub struct StepReport {
     pub sink: Option<super::sink::SinkView>,
 }
 
+impl StepReport {
+    /// Checks every index and length the screens will trust, for a report read from a
+    /// file: a recording is untrusted input.
+    pub fn check(&self) -> Result<(), String> {
+        self.cfg
+            .validate()
+            .map_err(|e| format!("model shape: {e}"))?;
+        let (n_head, n_kv) = (self.cfg.n_head, self.cfg.n_kv_head);
+        if self.prompt_len > self.pieces.len() + 1 {
+            return Err(format!(
+                "prompt_len {} but only {} tokens",
+                self.prompt_len,
+                self.pieces.len()
+            ));
+        }
+        if self.info.query_to_kv.iter().any(|&k| k >= n_kv) || self.info.query_to_kv.len() > n_head
+        {
+            return Err("query_to_kv names a KV head the model does not have".into());
+        }
+        if self.info.timing.layers_ms.len() > self.cfg.n_layer {
+            return Err("timing lists more layers than the model has".into());
+        }
+        for c in &self.info.captures {
+            check_capture(c, &self.cfg).map_err(|e| format!("layer {} capture: {e}", c.layer))?;
+        }
+        Ok(())
+    }
+}
+
+/// A capture's sizes against its model and against each other.
+fn check_capture(c: &crate::model::LayerCapture, cfg: &LlamaConfig) -> Result<(), String> {
+    if c.layer >= cfg.n_layer {
+        return Err(format!("the model has {} layers", cfg.n_layer));
+    }
+    if c.n_head != cfg.n_head || c.n_kv_head != cfg.n_kv_head || c.head_dim != cfg.head_dim {
+        return Err("head counts differ from the model's".into());
+    }
+    if c.t == 0
+        || c.kv_len > cfg.context
+        || c.pos0.checked_add(c.t).is_none_or(|end| end > c.kv_len)
+    {
+        return Err(format!(
+            "rows {}..{} do not fit {} keys",
+            c.pos0,
+            c.pos0.saturating_add(c.t),
+            c.kv_len
+        ));
+    }
+    // kv_len ≤ context and t ≤ kv_len keep this product far from overflow.
+    let grid = c.n_head * c.t * c.kv_len;
+    for (name, v) in [("weights", &c.weights), ("scores", &c.scores)] {
+        if v.len() != grid {
+            return Err(format!("{name} hold {} values, not {grid}", v.len()));
+        }
+    }
+    for (name, v) in [
+        ("resid_norm_in", &c.resid_norm_in),
+        ("resid_norm_attn", &c.resid_norm_attn),
+        ("resid_norm_out", &c.resid_norm_out),
+    ] {
+        if !v.is_empty() && v.len() != c.t {
+            return Err(format!("{name} holds {} values for {} rows", v.len(), c.t));
+        }
+    }
+    Ok(())
+}
+
 /// One iteration of the serving engine, as the app shows it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ServeView {

@@ -22,20 +22,24 @@ use std::time::{Duration, Instant};
 pub fn run(
     cfg: EngineConfig,
     tutor: Option<tutor::Tutor>,
-    record: Option<std::path::PathBuf>,
+    record: Option<Record>,
 ) -> std::io::Result<()> {
     let run = cfg.run;
     let (tx, rx) = serve::spawn(cfg);
     with_terminal(|t| event_loop(t, run, tx, rx, tutor, record, false))
 }
 
+/// Where to record the session, and whether an existing file may be replaced.
+#[derive(Debug, Clone)]
+pub struct Record {
+    pub path: std::path::PathBuf,
+    pub force: bool,
+}
+
 /// Opens a recording: the same screens, driven by the recorded iterations.
-pub fn replay(
-    header: serve::recording::Header,
-    reports: Vec<serve::StepReport>,
-) -> std::io::Result<()> {
-    let run = reports[0].run;
-    let (tx, rx) = serve::recording::spawn_player(header, reports);
+pub fn replay(rec: serve::recording::Recording) -> std::io::Result<()> {
+    let run = rec.reports[0].run;
+    let (tx, rx) = serve::recording::spawn_player(rec);
     with_terminal(|t| event_loop(t, run, tx, rx, None, None, true))
 }
 
@@ -62,13 +66,13 @@ fn event_loop(
     tx: std::sync::mpsc::Sender<Command>,
     rx: std::sync::mpsc::Receiver<serve::Event>,
     tutor: Option<tutor::Tutor>,
-    record: Option<std::path::PathBuf>,
+    record: Option<Record>,
     replaying: bool,
 ) -> std::io::Result<()> {
     let theme = theme::Theme::detect();
     let mut app = App::new(run);
     app.replaying = replaying;
-    let mut recorder: Option<serve::recording::Recorder> = None;
+    let mut recorder: Option<serve::recording::BackgroundRecorder> = None;
     let send = |c: Option<Command>| {
         if let Some(c) = c {
             let _ = tx.send(c);
@@ -98,17 +102,17 @@ fn event_loop(
                     break;
                 }
             };
-            if let (Some(path), serve::Event::Ready { model }) = (&record, &e) {
-                recorder = Some(
-                    serve::recording::Recorder::create(path, model)
-                        .map_err(std::io::Error::other)?,
-                );
+            if let (Some(rec), serve::Event::Ready { model }) = (&record, &e) {
+                let r = serve::recording::Recorder::create(&rec.path, model, rec.force)
+                    .map_err(std::io::Error::other)?;
+                recorder = Some(serve::recording::BackgroundRecorder::spawn(r));
             }
-            if let (Some(rec), serve::Event::Report(r)) = (recorder.as_mut(), &e) {
-                if let Err(err) = rec.write(r) {
-                    app.status = format!("recording stopped: {err}");
-                    recorder = None;
-                }
+            if let (Some(rec), serve::Event::Report(r)) = (recorder.as_ref(), &e) {
+                rec.write(r);
+            }
+            if let Some(err) = recorder.as_ref().and_then(|r| r.error()) {
+                app.status = format!("recording stopped: {err}");
+                recorder = None;
             }
             app.on_event(e);
             dirty = true;

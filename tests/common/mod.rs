@@ -61,8 +61,11 @@ pub fn write_tiny(path: &Path, spec: &Tiny) {
     gguf_file::write(&mut f, &md_ref, &t_ref).unwrap();
 }
 
+/// Metadata entries in the order they are written.
+pub type Metadata = Vec<(String, Value)>;
+
 /// The tiny model's metadata and tensors, before they are written.
-pub fn tiny_parts(spec: &Tiny) -> (Vec<(String, Value)>, Vec<(String, QTensor)>) {
+pub fn tiny_parts(spec: &Tiny) -> (Metadata, Vec<(String, QTensor)>) {
     let dev = Device::Cpu;
     let toks = tokens();
     let vocab = toks.len();
