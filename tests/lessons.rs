@@ -171,3 +171,55 @@ proptest! {
         let _ = parse("fuzz.md", &text);
     }
 }
+
+#[test]
+fn a_non_utf8_lesson_is_named_while_the_others_still_list() {
+    let dir = tempfile::tempdir().unwrap();
+    let shipped = concat!(env!("CARGO_MANIFEST_DIR"), "/lessons");
+    let first = std::fs::read_dir(shipped)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "md") && !p.ends_with("README.md"))
+        .min()
+        .unwrap();
+    std::fs::copy(&first, dir.path().join(first.file_name().unwrap())).unwrap();
+    std::fs::write(dir.path().join("99-latin1.md"), b"# Caf\xe9\n").unwrap();
+    let out = Command::new(common::bin())
+        .args(["lessons", "--dir", dir.path().to_str().unwrap()])
+        .env("INFERLAB_DATA_DIR", dir.path())
+        .output()
+        .unwrap();
+    let (so, se) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(so.contains(" 1. "), "the good lesson lists: {so}{se}");
+    assert!(se.contains("99-latin1.md") && se.contains("UTF-8"), "{se}");
+}
+
+#[test]
+fn a_corrupt_progress_file_is_moved_aside_and_saves_are_atomic() {
+    use inferlab::lesson::progress::Progress;
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("progress.json");
+    std::fs::write(&p, "{ not json").unwrap();
+    let loaded = Progress::load_from(&p);
+    let notice = loaded.notice.unwrap();
+    assert!(notice.contains("kept as") && loaded.may_save, "{notice}");
+    assert!(!p.exists(), "moved aside, not left to be overwritten");
+    let aside: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(aside.len(), 1);
+    assert_eq!(std::fs::read_to_string(&aside[0]).unwrap(), "{ not json");
+    // A save writes the whole file and leaves no temporary behind.
+    let mut fresh = loaded.progress;
+    fresh.of("01-x").mark_done(2);
+    fresh.save_to(&p).unwrap();
+    assert_eq!(Progress::load_from(&p).progress, fresh);
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+    // A save that cannot happen is an error the caller can show.
+    let blocked = dir.path().join("progress.json").join("inner.json");
+    assert!(fresh.save_to(&blocked).is_err());
+}

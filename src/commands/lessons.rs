@@ -52,7 +52,11 @@ pub fn list(a: &ListArgs) -> Result<()> {
         );
         return Ok(());
     }
-    let progress = Progress::load();
+    let loaded = Progress::load();
+    if let Some(n) = &loaded.notice {
+        eprintln!("inferlab: {n}");
+    }
+    let progress = loaded.progress;
     for (i, l) in lessons.iter().enumerate() {
         let done = progress
             .lessons
@@ -67,9 +71,21 @@ pub fn list(a: &ListArgs) -> Result<()> {
         );
     }
     if !errors.is_empty() {
+        // Each problem by file and line; the listing above still shows every good lesson.
+        for e in &errors {
+            eprintln!("{e}");
+        }
+        let files: std::collections::BTreeSet<&str> =
+            errors.iter().map(|e| e.file.as_str()).collect();
+        let dir = a
+            .dir
+            .as_ref()
+            .map(|d| format!(" --dir {}", d.display()))
+            .unwrap_or_default();
         eprintln!(
-            "{} lesson file(s) have problems; run `inferlab lessons --check`",
-            errors.len()
+            "{} problem(s) in {} lesson file(s) not listed; `inferlab lessons --check{dir}` checks them all",
+            errors.len(),
+            files.len()
         );
     }
     println!("\nOpen one with `inferlab lesson N`.");
@@ -93,7 +109,8 @@ pub fn open(margs: &ModelArgs, a: &OpenArgs, prompt: &str, max_new: usize) -> Re
             lessons.len()
         );
     }
-    let mut progress = Progress::load();
+    let loaded = Progress::load();
+    let mut progress = loaded.progress;
     let l = &lessons[a.number - 1];
     if let Some(s) = a.step {
         if s == 0 || s > l.steps.len() {
@@ -101,6 +118,8 @@ pub fn open(margs: &ModelArgs, a: &OpenArgs, prompt: &str, max_new: usize) -> Re
         }
         progress.of(l.id()).step = s - 1;
     }
-    let tutor = inferlab::ui::tutor::Tutor::new(lessons, a.number - 1, progress, true);
+    let mut tutor =
+        inferlab::ui::tutor::Tutor::new(lessons, a.number - 1, progress, loaded.may_save);
+    tutor.notice = loaded.notice;
     super::app::run_with(margs, prompt, max_new, Some(tutor), None).context("running the lesson")
 }

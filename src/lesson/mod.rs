@@ -21,13 +21,14 @@ pub enum LessonSource {
     Dir(PathBuf),
 }
 
-/// The raw files of a source, sorted by name: (name, text).
-pub fn files(src: &LessonSource) -> anyhow::Result<Vec<(String, String)>> {
+/// The raw files of a source, sorted by name: (name, text, or why it could not be read).
+/// One unreadable file does not hide the others.
+pub fn files(src: &LessonSource) -> anyhow::Result<Vec<(String, Result<String, String>)>> {
     use anyhow::Context;
     match src {
         LessonSource::Shipped => Ok(SHIPPED
             .iter()
-            .map(|(n, t)| (n.to_string(), t.to_string()))
+            .map(|(n, t)| (n.to_string(), Ok(t.to_string())))
             .collect()),
         LessonSource::Dir(dir) => {
             let mut out = Vec::new();
@@ -44,8 +45,16 @@ pub fn files(src: &LessonSource) -> anyhow::Result<Vec<(String, String)>> {
                 if !name.ends_with(".md") || name == "README.md" {
                     continue;
                 }
-                let text = std::fs::read_to_string(&p)
-                    .with_context(|| format!("reading {}", p.display()))?;
+                let text = std::fs::read(&p)
+                    .map_err(|e| format!("cannot be read ({e})"))
+                    .and_then(|b| {
+                        String::from_utf8(b).map_err(|e| {
+                            format!(
+                                "is not UTF-8 text (bad byte at offset {}); save it as UTF-8",
+                                e.utf8_error().valid_up_to()
+                            )
+                        })
+                    });
                 out.push((name, text));
             }
             out.sort();
@@ -63,6 +72,17 @@ pub fn load(src: &LessonSource) -> anyhow::Result<(Vec<Lesson>, Vec<LessonError>
         let shown = match src {
             LessonSource::Dir(d) => d.join(&name).display().to_string(),
             LessonSource::Shipped => format!("lessons/{name}"),
+        };
+        let text = match text {
+            Ok(t) => t,
+            Err(message) => {
+                errors.push(LessonError {
+                    file: shown,
+                    line: 1,
+                    message,
+                });
+                continue;
+            }
         };
         match parse(&shown, &text) {
             Ok(mut l) => {

@@ -3,7 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 
 /// Progress of every lesson, by lesson id.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -36,26 +37,114 @@ pub fn path() -> Option<PathBuf> {
     dirs::data_dir().map(|d| d.join("inferlab").join("progress.json"))
 }
 
+/// Progress as loaded, with what the user should be told about the file.
+#[derive(Debug)]
+pub struct Loaded {
+    pub progress: Progress,
+    /// Set when the file could not be read and was moved aside.
+    pub notice: Option<String>,
+    /// False when saving would overwrite a file that could not be read nor moved.
+    pub may_save: bool,
+}
+
+impl Default for Loaded {
+    fn default() -> Self {
+        Self {
+            progress: Progress::default(),
+            notice: None,
+            may_save: true,
+        }
+    }
+}
+
 impl Progress {
-    /// Reads saved progress; a missing or unreadable file starts fresh (progress is a
-    /// convenience, never a reason to refuse to open a lesson).
-    pub fn load() -> Self {
-        path()
-            .and_then(|p| std::fs::read_to_string(p).ok())
-            .and_then(|t| serde_json::from_str(&t).ok())
-            .unwrap_or_default()
+    /// Reads saved progress. A missing file starts fresh. A file that cannot be parsed is
+    /// the user's record all the same: it is moved aside (never overwritten by the next
+    /// save) and the notice says where it went.
+    pub fn load() -> Loaded {
+        match path() {
+            Some(p) => Self::load_from(&p),
+            None => Loaded::default(),
+        }
     }
 
-    /// Writes progress, creating the directory; written to a temporary file first so a
-    /// crash never leaves half a file.
-    pub fn save(&self) -> std::io::Result<()> {
-        let Some(p) = path() else { return Ok(()) };
-        if let Some(dir) = p.parent() {
-            std::fs::create_dir_all(dir)?;
+    /// [`Self::load`] from a given file.
+    pub fn load_from(p: &Path) -> Loaded {
+        let text = match std::fs::read(p) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Loaded::default(),
+            Err(e) => {
+                return Loaded {
+                    progress: Progress::default(),
+                    notice: Some(format!(
+                        "lesson progress {} could not be read ({e}); it will not be saved over",
+                        p.display()
+                    )),
+                    may_save: false,
+                }
+            }
+        };
+        match serde_json::from_slice(&text) {
+            Ok(progress) => Loaded {
+                progress,
+                ..Loaded::default()
+            },
+            Err(e) => {
+                let stamp = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs())
+                    .unwrap_or(0);
+                let aside = p.with_extension(format!("json.corrupt-{stamp}"));
+                let moved = std::fs::rename(p, &aside);
+                let may_save = moved.is_ok();
+                let notice = match moved {
+                    Ok(()) => format!(
+                        "lesson progress {} was unreadable ({e}); kept as {} and starting fresh",
+                        p.display(),
+                        aside.display()
+                    ),
+                    Err(m) => format!(
+                        "lesson progress {} is unreadable ({e}) and could not be moved aside ({m})",
+                        p.display()
+                    ),
+                };
+                Loaded {
+                    progress: Progress::default(),
+                    notice: Some(notice),
+                    may_save,
+                }
+            }
         }
-        let tmp = p.with_extension("json.part");
-        std::fs::write(&tmp, serde_json::to_string_pretty(self)?)?;
-        std::fs::rename(tmp, p)
+    }
+
+    /// Writes progress, creating the directory.
+    pub fn save(&self) -> std::io::Result<()> {
+        match path() {
+            Some(p) => self.save_to(&p),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes to a uniquely named temporary file beside `p`, syncs it, then renames it
+    /// over `p`: a crash or a second inferlab leaves either the old file or the new one.
+    pub fn save_to(&self, p: &Path) -> std::io::Result<()> {
+        let dir = match p.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        std::fs::create_dir_all(dir)?;
+        let mut tmp = tempfile::Builder::new()
+            .prefix(".progress-")
+            .suffix(".part")
+            .tempfile_in(dir)?;
+        tmp.write_all(serde_json::to_string_pretty(self)?.as_bytes())?;
+        tmp.as_file().sync_all()?;
+        tmp.persist(p).map_err(|e| e.error)?;
+        // The rename itself is durable once the directory is synced (where that works).
+        if let Ok(d) = std::fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
     }
 
     /// The entry of one lesson, created when missing.

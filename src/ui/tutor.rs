@@ -61,7 +61,13 @@ pub struct Tutor {
     pub persist: bool,
     /// Lines the lesson panel is scrolled down (mouse wheel), reset on every step.
     pub scroll: u16,
+    /// What the user must know about their progress file: it was unreadable and moved
+    /// aside, or the last save failed. Shown at the top of the lesson.
+    pub notice: Option<String>,
 }
+
+/// How a save error starts, so a later good save can clear it.
+const SAVE_FAILED: &str = "progress not saved";
 
 /// "Something else" / "none of these" in a prediction.
 pub const OTHER: u64 = u64::MAX;
@@ -96,6 +102,7 @@ impl Tutor {
             progress,
             persist,
             scroll: 0,
+            notice: None,
         }
     }
 
@@ -114,8 +121,19 @@ impl Tutor {
             self.progress.of(&id).step = self.step;
         }
         if self.persist {
-            // Progress is a convenience; failing to save must not interrupt the lesson.
-            let _ = self.progress.save();
+            // A failed save must not interrupt the lesson, but the user is told.
+            match self.progress.save() {
+                Ok(())
+                    if self
+                        .notice
+                        .as_deref()
+                        .is_some_and(|n| n.starts_with(SAVE_FAILED)) =>
+                {
+                    self.notice = None
+                }
+                Ok(()) => {}
+                Err(e) => self.notice = Some(format!("{SAVE_FAILED}: {e}")),
+            }
         }
     }
 

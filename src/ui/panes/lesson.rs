@@ -53,11 +53,15 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
 fn lines<'a>(app: &App, t: &Tutor, theme: &Theme) -> Vec<Line<'a>> {
     let l = t.current().expect("caller checked");
     let s = t.step().expect("caller checked");
-    let mut out = vec![
+    let mut out = Vec::new();
+    if let Some(n) = &t.notice {
+        out.push(Line::styled(format!("! {n}"), theme.accent()));
+    }
+    out.extend([
         Line::styled(l.title.clone(), theme.accent()),
         Line::styled(s.title.clone(), theme.focused()),
         Line::raw(""),
-    ];
+    ]);
     if t.step == 0 && !l.intro.is_empty() {
         out.extend(paragraphs(&l.intro));
         out.push(Line::raw(""));
