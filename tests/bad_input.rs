@@ -255,3 +255,42 @@ fn a_corrupt_or_newer_recording_is_refused_with_its_name() {
         "{e}"
     );
 }
+
+#[test]
+fn huge_max_tokens_and_sram_bytes_get_plain_messages() {
+    let (_d, p) = tiny_file(&Tiny::default());
+    let m = p.to_str().unwrap();
+    let (ok, err) = run(
+        &[
+            "--model",
+            m,
+            "generate",
+            "--prompt",
+            "the",
+            "--max-tokens",
+            "18446744073709551615",
+        ],
+        &[],
+    );
+    assert!(!ok);
+    assert!(
+        err.contains("context of 64 tokens") && !err.contains("KV cache full"),
+        "{err}"
+    );
+    let (ok, err) = run(
+        &[
+            "--model",
+            m,
+            "--attention",
+            "tiled",
+            "--sram-bytes",
+            "18446744073709551615",
+            "generate",
+            "--prompt",
+            "the",
+        ],
+        &[],
+    );
+    assert!(!ok);
+    assert!(err.contains("H100"), "{err}");
+}

@@ -177,7 +177,12 @@ pub fn prompt_ids(model: &Model, prompt: &str, chat: bool, max_new: usize) -> Re
         prompt.to_string()
     };
     let ids = model.tokenizer.encode(&text)?;
-    if ids.len() + max_new > model.cfg.context {
+    // Checked: --max-tokens is the user's number and may be anything up to u64::MAX.
+    if ids
+        .len()
+        .checked_add(max_new)
+        .is_none_or(|n| n > model.cfg.context)
+    {
         return Err(inferlab::model::ModelError::PromptTooLong {
             tokens: ids.len(),
             max_new,

@@ -53,6 +53,10 @@ pub struct Tiles {
     pub block_k: usize,
 }
 
+/// Largest on-chip memory the tiled kernel models: tiles are allocated at this size, so
+/// an unbounded setting would be an unbounded allocation.
+pub const MAX_SRAM_BYTES: usize = 64 << 20;
+
 /// Bad tile settings.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum TileError {
@@ -60,6 +64,8 @@ pub enum TileError {
     Zero(usize, usize),
     #[error("tile of {tile} is larger than the sequence of {seq} tokens")]
     TooLarge { tile: usize, seq: usize },
+    #[error("on-chip memory of {0} bytes is more than the {MAX_SRAM_BYTES} this model of a GPU's SRAM allows (an H100 has 228 KB per SM)")]
+    SramTooLarge(usize),
     #[error("on-chip memory of {sram_bytes} bytes cannot hold one tile for head dim {head_dim} (needs at least {need})")]
     SramTooSmall {
         sram_bytes: usize,
@@ -72,6 +78,9 @@ impl Tiles {
     /// The paper's choice for SRAM of `sram_bytes`: Bc = ⌈M / 4d⌉, Br = min(Bc, d), with M
     /// counted in f32 elements.
     pub fn from_sram(sram_bytes: usize, head_dim: usize) -> Result<Self, TileError> {
+        if sram_bytes > MAX_SRAM_BYTES {
+            return Err(TileError::SramTooLarge(sram_bytes));
+        }
         let m = sram_bytes / 4;
         if m < 4 * head_dim {
             return Err(TileError::SramTooSmall {

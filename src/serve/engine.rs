@@ -94,9 +94,13 @@ fn start(
             .encode(&TextTokenizer::chat_prompt(prompt))
             .map_err(|e| e.to_string())?,
     };
-    if ids.len() + max_new > model.cfg.context {
+    if ids
+        .len()
+        .checked_add(max_new)
+        .is_none_or(|n| n > model.cfg.context)
+    {
         return Err(format!(
-            "the prompt is {} tokens; with {max_new} to generate that is over the context of {}",
+            "the prompt is {} tokens; with {max_new} to generate that is over the context of {} (lower --max-tokens)",
             ids.len(),
             model.cfg.context
         ));
