@@ -8,9 +8,10 @@ use candle_core::{Result, Tensor, D};
 pub struct AttnOut {
     /// `(n_head, t, head_dim)`: each head's weighted sum of values.
     pub out: Tensor,
-    /// `(n_head, t, kv_len)`: Q·Kᵀ/√d before the mask, when asked for.
+    /// `(n_head, r, kv_len)`: Q·Kᵀ/√d before the mask, for the last `r` query rows
+    /// (`r = min(t, capture_rows)`), when asked for.
     pub scores: Option<Tensor>,
-    /// `(n_head, t, kv_len)`: causal softmax weights, when asked for.
+    /// `(n_head, r, kv_len)`: causal softmax weights of the same rows, when asked for.
     pub weights: Option<Tensor>,
     /// Bytes this call moved to and from main memory, all heads (FlashAttention IO model).
     pub io: IoCount,
@@ -32,15 +33,28 @@ pub fn causal_mask(
     Tensor::from_vec(mask, (t, kv_len), device)
 }
 
-/// Naive attention: materializes the whole `t × kv_len` score matrix per head.
+/// Most score elements one naive call holds at once (f32: 64 MB per tensor). Longer
+/// prompts run in chunks of query rows: a row's softmax needs only its own scores, so the
+/// result is the same and memory stays bounded whatever the prompt's length.
+pub const MAX_SCORE_ELEMS: usize = 16 << 20;
+
+/// Naive attention: materializes the whole `t × kv_len` score matrix per head (in chunks
+/// of query rows beyond [`MAX_SCORE_ELEMS`]).
 ///
 /// `q` is `(n_head, t, d)`, `k`/`v` are `(n_kv_head, kv_len, d)`; query head `h` reads
 /// KV head `h / (n_head / n_kv_head)` — grouped-query attention without copying K/V.
-pub fn naive(q: &Tensor, k: &Tensor, v: &Tensor, pos0: usize, capture: bool) -> Result<AttnOut> {
-    if q.dim(1)? == 1 && !capture && q.device().is_cpu() {
+/// `capture_rows` asks for the scores and weights of that many of the newest rows (0: none).
+pub fn naive(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    pos0: usize,
+    capture_rows: usize,
+) -> Result<AttnOut> {
+    if q.dim(1)? == 1 && capture_rows == 0 && q.device().is_cpu() {
         return decode_row(q, k, v);
     }
-    naive_tensors(q, k, v, pos0, capture)
+    naive_tensors(q, k, v, pos0, capture_rows)
 }
 
 /// [`naive`] always on candle tensor ops (the reference path: same order of operations
@@ -50,7 +64,50 @@ pub fn naive_tensors(
     k: &Tensor,
     v: &Tensor,
     pos0: usize,
-    capture: bool,
+    capture_rows: usize,
+) -> Result<AttnOut> {
+    let (n_head, t, _) = q.dims3()?;
+    let kv_len = k.dim(1)?;
+    let chunk = (MAX_SCORE_ELEMS / (n_head * kv_len).max(1)).max(1);
+    if t <= chunk {
+        return naive_block(q, k, v, pos0, capture_rows);
+    }
+    let first_kept = t - capture_rows.min(t);
+    let (mut outs, mut scores, mut weights) = (Vec::new(), Vec::new(), Vec::new());
+    let mut io = IoCount::default();
+    for r0 in (0..t).step_by(chunk) {
+        let n = chunk.min(t - r0);
+        // Rows of this chunk that are among the newest `capture_rows`.
+        let keep = (r0 + n).saturating_sub(first_kept.max(r0));
+        let part = naive_block(&q.narrow(1, r0, n)?, k, v, pos0 + r0, keep)?;
+        outs.push(part.out);
+        io.add(part.io);
+        scores.extend(part.scores);
+        weights.extend(part.weights);
+    }
+    let cat = |v: Vec<Tensor>| -> Result<Option<Tensor>> {
+        if v.is_empty() {
+            Ok(None)
+        } else {
+            Tensor::cat(&v, 1).map(Some)
+        }
+    };
+    Ok(AttnOut {
+        out: Tensor::cat(&outs, 1)?,
+        scores: cat(scores)?,
+        weights: cat(weights)?,
+        io,
+        schedule: Vec::new(),
+    })
+}
+
+/// One block of query rows, the whole score matrix at once.
+fn naive_block(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    pos0: usize,
+    capture_rows: usize,
 ) -> Result<AttnOut> {
     let (n_head, t, d) = q.dims3()?;
     let (n_kv, kv_len, _) = k.dims3()?;
@@ -70,10 +127,20 @@ pub fn naive_tensors(
         .reshape((n_kv, group * t, kv_len))?
         .matmul(&v)?
         .reshape((n_head, t, d))?;
+    let keep = capture_rows.min(t);
+    let newest = |x: &Tensor| x.narrow(1, t - keep, keep);
     Ok(AttnOut {
         out,
-        scores: capture.then_some(scores),
-        weights: capture.then(|| weights.clone()),
+        scores: if keep > 0 {
+            Some(newest(&scores)?)
+        } else {
+            None
+        },
+        weights: if keep > 0 {
+            Some(newest(&weights)?)
+        } else {
+            None
+        },
         io: flash::naive_io(t, kv_len, d).times(n_head),
         schedule: Vec::new(),
     })
@@ -92,7 +159,7 @@ pub fn tiled(
     v: &Tensor,
     pos0: usize,
     tiles: Tiles,
-    capture: bool,
+    capture_rows: usize,
 ) -> Result<AttnOut> {
     let (n_head, t, d) = q.dims3()?;
     let (n_kv, kv_len, _) = k.dims3()?;
@@ -123,8 +190,8 @@ pub fn tiled(
     let out = Tensor::from_vec(out, (n_head, t, d), q.device())?;
     // The tiled kernel never forms the score matrix; for the probe we recompute it
     // on the side only when a layer is being captured.
-    let (scores, weights) = if capture {
-        let n = naive(q, k, v, pos0, true)?;
+    let (scores, weights) = if capture_rows > 0 {
+        let n = naive(q, k, v, pos0, capture_rows)?;
         (n.scores, n.weights)
     } else {
         (None, None)

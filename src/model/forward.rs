@@ -305,6 +305,13 @@ impl Model {
         for (li, lw) in self.weights.layers.iter().enumerate() {
             let capture = probe.as_ref().is_some_and(|p| p.select.wants(li));
             let (_, t0, pos00) = offsets[0];
+            // The newest rows the probe keeps: a long prompt's capture stays bounded.
+            let kept = probe
+                .as_ref()
+                .and_then(|p| p.row_limit)
+                .unwrap_or(usize::MAX)
+                .clamp(1, t0);
+            let capture_rows = if capture { kept } else { 0 };
             let norm_in = if capture {
                 row_norms(&x.narrow(0, 0, t0)?)?
             } else {
@@ -397,15 +404,16 @@ impl Model {
                 let k = self.rope(&split(&k_all, nkv)?, pos0)?;
                 let v = split(&v_all, nkv)?;
                 let (k_cache, v_cache) = kv.append(s, li, &k, &v)?;
+                let rows = if want { capture_rows } else { 0 };
                 let att = match self.run.kernel {
                     AttnKernel::Naive if self.reference => {
-                        attention::naive_tensors(&q, &k_cache, &v_cache, pos0, want)?
+                        attention::naive_tensors(&q, &k_cache, &v_cache, pos0, rows)?
                     }
-                    AttnKernel::Naive => attention::naive(&q, &k_cache, &v_cache, pos0, want)?,
+                    AttnKernel::Naive => attention::naive(&q, &k_cache, &v_cache, pos0, rows)?,
                     AttnKernel::Tiled { sram_bytes } => {
                         let tiles = Tiles::from_sram(sram_bytes, hd)
                             .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
-                        attention::tiled(&q, &k_cache, &v_cache, pos0, tiles, want)?
+                        attention::tiled(&q, &k_cache, &v_cache, pos0, tiles, rows)?
                     }
                 };
                 if let Some(p) = probe.as_deref_mut() {
@@ -477,24 +485,32 @@ impl Model {
             let up = lw.w_up.forward(&h)?;
             x = (x + lw.w_down.forward(&(gate * up)?)?)?;
             if let Some((q, k, v, att)) = cap {
-                let flat = |t: &Tensor| -> Result<Vec<f32>> { Ok(t.flatten_all()?.to_vec1()?) };
+                // Only the newest `kept` rows: scores and weights already are.
+                let skip = t0 - kept;
+                let flat = |t: &Tensor| -> Result<Vec<f32>> {
+                    Ok(t.narrow(1, skip, kept)?.flatten_all()?.to_vec1()?)
+                };
+                let tail = |v: Vec<f32>| v[skip..].to_vec();
+                let grid = |t: Option<&Tensor>| -> Result<Vec<f32>> {
+                    Ok(t.expect("captured").flatten_all()?.to_vec1()?)
+                };
                 let c = LayerCapture {
                     layer: li,
                     n_head: nh,
                     n_kv_head: nkv,
                     head_dim: hd,
-                    t: t0,
+                    t: kept,
                     kv_len: pos00 + t0,
-                    pos0: pos00,
+                    pos0: pos00 + skip,
                     q: flat(&q)?,
                     k: flat(&k)?,
                     v: flat(&v)?,
-                    scores: flat(att.scores.as_ref().expect("captured"))?,
-                    weights: flat(att.weights.as_ref().expect("captured"))?,
+                    scores: grid(att.scores.as_ref())?,
+                    weights: grid(att.weights.as_ref())?,
                     head_out: flat(&att.out)?,
-                    resid_norm_in: norm_in,
-                    resid_norm_attn: norm_attn,
-                    resid_norm_out: row_norms(&x.narrow(0, 0, t0)?)?,
+                    resid_norm_in: tail(norm_in),
+                    resid_norm_attn: tail(norm_attn),
+                    resid_norm_out: tail(row_norms(&x.narrow(0, 0, t0)?)?),
                     tile_schedule: att.schedule.clone(),
                     block: block.clone(),
                 };

@@ -93,6 +93,9 @@ impl LayerCapture {
 #[derive(Debug, Clone, Default)]
 pub struct Probe {
     pub select: LayerSelect,
+    /// Keep only this many of the newest query rows of each captured layer (`None`: all).
+    /// A prompt of thousands of tokens would otherwise capture gigabytes of scores.
+    pub row_limit: Option<usize>,
     pub captures: Vec<LayerCapture>,
     /// Attention bytes moved to/from main memory in the last call, all layers and heads
     /// (counted whether or not a layer is captured).

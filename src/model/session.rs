@@ -79,6 +79,12 @@ impl Session {
         }
     }
 
+    /// The next iteration's shape: query rows it will run, and keys they will see.
+    pub fn next_rows(&self) -> (usize, usize) {
+        let t = self.pending.len();
+        (t, self.kv.len() + t)
+    }
+
     /// Runs one iteration: prefill on the first call, one decode step afterwards.
     pub fn step(&mut self) -> Result<StepInfo> {
         let t0 = std::time::Instant::now();

@@ -8,7 +8,9 @@ use super::workload::{LengthDist, Workload};
 use crate::kv::KvStore;
 use crate::model::session::Session;
 use crate::model::source::{self, Progress};
-use crate::model::{LayerSelect, LoadOptions, Model, RunOptions, SamplerConfig, TextTokenizer};
+use crate::model::{
+    LayerSelect, LoadOptions, Model, Probe, RunOptions, SamplerConfig, TextTokenizer,
+};
 use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, Sender};
 
@@ -24,6 +26,8 @@ pub enum Command {
     /// Restart the serving workload under this policy and cache kind, and, when given, a
     /// second copy beside it under other settings: both see identical work.
     SetServe(Policy, CacheKind, Option<(Policy, CacheKind)>),
+    /// The layer the screen shows: captures of long contexts keep only that layer.
+    Focus(usize),
     /// Start (or stop) the attention-sink experiment beside the request: every step then
     /// reads one more token of the shipped text through a full and two windowed caches.
     SetSink(bool),
@@ -150,6 +154,7 @@ fn run(cfg: EngineConfig, rx: Receiver<Command>, tx: &Sender<Event>) -> Result<(
         compare: None,
         sink: None,
         last: None,
+        focus: 0,
     };
     while let Ok(cmd) = rx.recv() {
         if matches!(cmd, Command::Quit) {
@@ -188,12 +193,15 @@ struct Worker {
     sink: Option<SinkRun>,
     /// The newest report without its attention captures, for steps after the request ends.
     last: Option<StepReport>,
+    /// The layer on screen.
+    focus: usize,
 }
 
 impl Worker {
     fn handle(&mut self, cmd: Command, send: &dyn Fn(Event)) -> Result<(), String> {
         match cmd {
             Command::Quit => {}
+            Command::Focus(layer) => self.focus = layer,
             Command::SetSink(on) => {
                 self.sink = None;
                 if on {
@@ -245,7 +253,13 @@ impl Worker {
         let remaining = self.max_new.saturating_sub(done).max(1);
         let mut live = start(&model, &self.live.prompt, remaining, Some(toks))?;
         live.session.prompt_len = self.live.session.prompt_len;
-        let report = step(&mut live, &model, self.iteration + 1, self.max_new)?;
+        let report = step(
+            &mut live,
+            &model,
+            self.iteration + 1,
+            self.max_new,
+            self.focus,
+        )?;
         (self.model, self.sink, self.live) = (model, sink, live);
         self.iteration += 1;
         send(Event::Report(Box::new(report)));
@@ -280,6 +294,7 @@ impl Worker {
             &self.model,
             self.iteration + 1,
             self.max_new,
+            self.focus,
         )?;
         self.iteration += 1;
         // The serving workload (and its comparison) advance one iteration with every step.
@@ -367,13 +382,45 @@ fn serving(model: &Model, policy: Policy, cache: CacheKind) -> Result<ServeEngin
     ServeEngine::new(model, cfg, reqs)
 }
 
+/// Scores and weights (f32 each) all layers may capture in one step: short contexts show
+/// every layer, so j / k move through layers with their history intact.
+pub const CAPTURE_ALL_BYTES: usize = 32 << 20;
+/// Most query rows a layer's capture keeps (more than any screen shows at once).
+pub const MAX_CAPTURE_ROWS: usize = 512;
+/// What one focused layer may capture in one step, when all layers would be too much.
+pub const CAPTURE_ONE_BYTES: usize = 48 << 20;
+
+/// Decides what the probe captures in the next step, so that a report's size is bounded
+/// by what the screen shows, whatever the prompt's length: every layer while that is
+/// small, else the focused layer's newest rows.
+pub fn plan_capture(
+    probe: &mut Probe,
+    cfg: &crate::model::LlamaConfig,
+    rows: (usize, usize),
+    focus: usize,
+) {
+    let (t, keys) = rows;
+    let per_row = (cfg.n_head * keys * 8).max(1);
+    let all_rows = CAPTURE_ALL_BYTES / (cfg.n_layer * per_row).max(1);
+    if all_rows >= t.min(MAX_CAPTURE_ROWS) {
+        probe.select = LayerSelect::All;
+        probe.row_limit = Some(all_rows.max(1));
+    } else {
+        probe.select = LayerSelect::One(focus.min(cfg.n_layer - 1));
+        probe.row_limit = Some((CAPTURE_ONE_BYTES / per_row).clamp(1, MAX_CAPTURE_ROWS));
+    }
+}
+
 /// Runs one iteration of the live request and builds its report.
 fn step(
     live: &mut Live,
     model: &Model,
     iteration: usize,
     max_new: usize,
+    focus: usize,
 ) -> Result<StepReport, String> {
+    let rows = live.session.next_rows();
+    plan_capture(&mut live.session.probe, &model.cfg, rows, focus);
     let info = live.session.step().map_err(|e| e.to_string())?;
     if info.step > 0 {
         live.decode_ms += info.wall_ms;
@@ -428,7 +475,7 @@ pub fn run_request(
         if live.finished {
             break;
         }
-        out.push(step(&mut live, model, i + 1, max_new)?);
+        out.push(step(&mut live, model, i + 1, max_new, 0)?);
     }
     Ok(out)
 }

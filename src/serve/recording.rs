@@ -68,6 +68,10 @@ pub struct Recording {
     pub warning: Option<String>,
 }
 
+/// Above this many bytes of scores and weights, a recorded iteration keeps only the layer
+/// on screen (JSON text is about three times the binary size).
+pub const RECORD_ALL_LAYERS_BYTES: usize = 4 << 20;
+
 /// A [`Recorder`] on its own thread: serializing a report (megabytes for a long prefill)
 /// never holds up the screen. Write errors come back through [`Self::error`].
 pub struct BackgroundRecorder {
@@ -99,11 +103,23 @@ impl BackgroundRecorder {
         }
     }
 
-    /// Queues one iteration; false once the writer has stopped.
-    pub fn write(&self, r: &StepReport) -> bool {
+    /// Queues one iteration; false once the writer has stopped. A report whose captures
+    /// are large (a long context) is recorded with the layer on screen only, so a
+    /// recording grows by what was shown.
+    pub fn write(&self, r: &StepReport, focus: usize) -> bool {
+        let mut r = for_screens(r);
+        let floats: usize = r
+            .info
+            .captures
+            .iter()
+            .map(|c| c.weights.len() + c.scores.len())
+            .sum();
+        if floats * 4 > RECORD_ALL_LAYERS_BYTES {
+            r.info.captures.retain(|c| c.layer == focus);
+        }
         self.tx
             .as_ref()
-            .is_some_and(|tx| tx.send(Box::new(for_screens(r))).is_ok())
+            .is_some_and(|tx| tx.send(Box::new(r)).is_ok())
     }
 
     /// The write error that stopped the recording, if one did.
@@ -309,6 +325,8 @@ pub fn spawn_player(rec: Recording) -> (Sender<Command>, Receiver<Event>) {
             while let Ok(c) = crx.recv() {
                 let e = match c {
                     Command::Quit => break,
+                    // The layer on screen changes nothing in a replay.
+                    Command::Focus(_) => continue,
                     Command::Step => match next.next() {
                         Some(r) => Event::Report(Box::new(r)),
                         None => Event::Status("end of the recording: [ scrubs back".into()),

@@ -89,16 +89,36 @@ pub const SPEEDS: [f64; 6] = [1.0, 2.0, 5.0, 10.0, 30.0, 0.0];
 /// weights (or scores) of query position `p` over keys `0..=p`.
 #[derive(Debug, Clone, Default)]
 pub struct LayerHistory {
-    /// `rows[p][h]` = weights of head `h` at query position `p`.
+    /// `rows[p][h]` = weights of head `h` at query position `p`; empty for positions not
+    /// captured (a long prompt keeps its newest rows) or dropped to bound memory.
     pub weights: Vec<Vec<Vec<f32>>>,
     pub scores: Vec<Vec<Vec<f32>>>,
+    /// Bytes the kept rows hold, and the first position still kept.
+    bytes: usize,
+    kept_from: usize,
 }
 
-/// The most positions kept for the full prompt+generation matrix.
-pub const MAX_HISTORY: usize = 512;
+impl LayerHistory {
+    /// Empties the oldest kept rows until at most `cap` bytes remain (the newest row stays).
+    fn trim(&mut self, cap: usize) {
+        while self.bytes > cap && self.kept_from + 1 < self.weights.len() {
+            let p = self.kept_from;
+            let row_bytes: usize = self.weights[p].iter().map(|r| 8 * r.len()).sum();
+            self.bytes -= row_bytes;
+            self.weights[p] = Vec::new();
+            self.scores[p] = Vec::new();
+            self.kept_from += 1;
+        }
+    }
+}
 
-/// Retained history, estimated from the captured floats.
-pub const MAX_PAST_BYTES: usize = 512 << 20;
+/// Bytes of attention rows the heatmap history keeps, all layers together. A row of a
+/// long context is large (9 heads × 8,000 keys × 2 floats is 576 KB), so the oldest rows
+/// give way first.
+pub const HISTORY_BYTES: usize = 128 << 20;
+
+/// Retained past reports (for scrubbing), estimated from the captured floats.
+pub const MAX_PAST_BYTES: usize = 192 << 20;
 
 /// What the screen showed live, kept while the user scrubs through the past.
 struct Stash {
@@ -645,19 +665,23 @@ impl App {
         if r.info.step == 0 {
             self.history.clear();
         }
+        let cap = HISTORY_BYTES / r.cfg.n_layer.max(1);
         for c in &r.info.captures {
             if self.history.len() <= c.layer {
                 self.history.resize_with(c.layer + 1, LayerHistory::default);
             }
             let h = &mut self.history[c.layer];
-            if c.pos0 == 0 {
-                h.weights.clear();
-                h.scores.clear();
+            // Rows from pos0 on are (re)computed by this capture; rows before it that were
+            // never captured stay empty.
+            if h.weights.len() > c.pos0 {
+                *h = LayerHistory::default();
+            }
+            h.weights.resize_with(c.pos0, Vec::new);
+            h.scores.resize_with(c.pos0, Vec::new);
+            if h.bytes == 0 {
+                h.kept_from = c.pos0;
             }
             for i in 0..c.t {
-                if h.weights.len() >= MAX_HISTORY {
-                    break;
-                }
                 let row = |v: &[f32]| -> Vec<Vec<f32>> {
                     (0..c.n_head)
                         .map(|hh| v[(hh * c.t + i) * c.kv_len..][..c.pos0 + i + 1].to_vec())
@@ -665,7 +689,9 @@ impl App {
                 };
                 h.weights.push(row(&c.weights));
                 h.scores.push(row(&c.scores));
+                h.bytes += 8 * c.n_head * (c.pos0 + i + 1);
             }
+            h.trim(cap);
         }
     }
 }

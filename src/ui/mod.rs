@@ -83,6 +83,8 @@ fn event_loop(
             send(Some(c));
         }
     }
+    // The engine keeps long contexts' captures to the layer on screen: tell it which.
+    let mut focus_sent = usize::MAX;
     let frame = Duration::from_millis(33);
     let mut last_step = Instant::now() - Duration::from_secs(10);
     let mut dirty = true;
@@ -108,7 +110,7 @@ fn event_loop(
                 recorder = Some(serve::recording::BackgroundRecorder::spawn(r));
             }
             if let (Some(rec), serve::Event::Report(r)) = (recorder.as_ref(), &e) {
-                rec.write(r);
+                rec.write(r, app.layer);
             }
             if let Some(err) = recorder.as_ref().and_then(|r| r.error()) {
                 app.status = format!("recording stopped: {err}");
@@ -116,6 +118,10 @@ fn event_loop(
             }
             app.on_event(e);
             dirty = true;
+        }
+        if app.layer != focus_sent && !replaying {
+            focus_sent = app.layer;
+            send(Some(Command::Focus(app.layer)));
         }
         if app.running && !app.in_flight {
             let speed = SPEEDS[app.speed];
