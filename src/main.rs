@@ -59,10 +59,12 @@ enum Cmd {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    // Ctrl-C outside the app's raw mode (a fetch, a bench, generate): stop a model fetch
-    // cleanly (pip killed, temp files removed) before exiting as interrupted.
+    // Ctrl-C outside the app's raw mode (a fetch, a bench, generate), or SIGTERM / SIGHUP
+    // anywhere: stop a model fetch cleanly (pip killed, temp files removed) and give the
+    // terminal back before exiting as interrupted.
     let _ = ctrlc::set_handler(|| {
         inferlab::model::source::abort_fetch();
+        inferlab::ui::restore_terminal();
         std::process::exit(130);
     });
     let result = match cli.command {

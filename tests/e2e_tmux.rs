@@ -200,6 +200,55 @@ fn a_model_that_fails_to_load_is_shown_and_exits_non_zero() {
 }
 
 #[test]
+fn a_failed_command_is_shown_and_the_next_one_works() {
+    let model = common::real_model();
+    let t = Tmux::start(160, 48);
+    // The first request fits the 8,192-token context with 8,150 to generate; a new prompt
+    // of a few words plus the chat template does not.
+    let cmd = format!(
+        "{} --model {} --max-tokens 8150",
+        common::bin().display(),
+        model.display()
+    );
+    t.keys(&[&cmd, "Enter"]);
+    t.wait_for("ready: press space", 60);
+    t.keys(&["a"]);
+    t.keys(&[
+        "-l",
+        "one two three four five six seven eight nine ten eleven twelve thirteen fourteen",
+    ]);
+    t.keys(&["Enter"]);
+    t.wait_for("error: the prompt is", 30);
+    t.keys(&["Space"]);
+    t.wait_for("iteration 1 · prefill", 60);
+    t.quit();
+}
+
+#[test]
+fn an_engine_that_dies_is_shown_and_exits_non_zero_with_the_terminal_back() {
+    let model = common::real_model();
+    let t = Tmux::start(160, 40);
+    let cmd = format!(
+        "INFERLAB_FAULT=engine-panic {} --model {}; echo RC=$?",
+        common::bin().display(),
+        model.display()
+    );
+    t.keys(&[&cmd, "Enter"]);
+    t.wait_for("ready: press space", 60);
+    t.keys(&["Space"]);
+    t.wait_for_all(&["the engine stopped", "injected fault"], 30);
+    t.keys(&["q"]);
+    let s = t.wait_for("RC=1", 10);
+    assert!(
+        !s.contains(" inferlab · "),
+        "the alternate screen is gone:\n{s}"
+    );
+    // The shell reads lines again: the terminal left raw mode.
+    t.keys(&["echo cooked-$((1+1))", "Enter"]);
+    t.wait_for("cooked-2", 10);
+}
+
+#[test]
 fn a_lesson_opens_beside_the_panes_moves_with_n_and_saves_progress() {
     let model = common::real_model();
     let data = tempfile::tempdir().unwrap();

@@ -117,7 +117,8 @@ fn naive_block(
     let k = k.contiguous()?;
     let v = v.contiguous()?;
     let scores = (qg.matmul(&k.t()?)? / (d as f64).sqrt())?.reshape((n_head, t, kv_len))?;
-    let masked = if t > 1 {
+    // Only rows with keys after them need the mask: a decode row sees every key.
+    let masked = if pos0 + 1 < kv_len {
         scores.broadcast_add(&causal_mask(t, pos0, kv_len, q.device())?)?
     } else {
         scores.clone()

@@ -234,7 +234,14 @@ impl Worker {
                 ));
             }
             Command::SetRun(run) => self.set_run(run, send)?,
-            Command::Step => self.step(send)?,
+            Command::Step => {
+                // Fault injection, so the tests can check what the user sees when the
+                // engine dies (a bug, or a panic deep in a library).
+                if std::env::var_os("INFERLAB_FAULT").is_some_and(|v| v == "engine-panic") {
+                    panic!("injected fault (INFERLAB_FAULT=engine-panic)");
+                }
+                self.step(send)?
+            }
         }
         Ok(())
     }
@@ -384,7 +391,7 @@ fn serving(model: &Model, policy: Policy, cache: CacheKind) -> Result<ServeEngin
 
 /// Scores and weights (f32 each) all layers may capture in one step: short contexts show
 /// every layer, so j / k move through layers with their history intact.
-pub const CAPTURE_ALL_BYTES: usize = 32 << 20;
+pub const CAPTURE_ALL_BYTES: usize = 16 << 20;
 /// Most query rows a layer's capture keeps (more than any screen shows at once).
 pub const MAX_CAPTURE_ROWS: usize = 512;
 /// What one focused layer may capture in one step, when all layers would be too much.

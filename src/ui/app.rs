@@ -118,7 +118,7 @@ impl LayerHistory {
 pub const HISTORY_BYTES: usize = 128 << 20;
 
 /// Retained past reports (for scrubbing), estimated from the captured floats.
-pub const MAX_PAST_BYTES: usize = 192 << 20;
+pub const MAX_PAST_BYTES: usize = 128 << 20;
 
 /// What the screen showed live, kept while the user scrubs through the past.
 struct Stash {
@@ -665,7 +665,6 @@ impl App {
         if r.info.step == 0 {
             self.history.clear();
         }
-        let cap = HISTORY_BYTES / r.cfg.n_layer.max(1);
         for c in &r.info.captures {
             if self.history.len() <= c.layer {
                 self.history.resize_with(c.layer + 1, LayerHistory::default);
@@ -691,7 +690,12 @@ impl App {
                 h.scores.push(row(&c.scores));
                 h.bytes += 8 * c.n_head * (c.pos0 + i + 1);
             }
-            h.trim(cap);
+        }
+        // The cap is shared by the layers holding rows: one focused layer of a long
+        // context gets all of it, thirty layers of a short one a thirtieth each.
+        let holding = self.history.iter().filter(|h| h.bytes > 0).count().max(1);
+        for h in &mut self.history {
+            h.trim(HISTORY_BYTES / holding);
         }
     }
 }

@@ -43,20 +43,38 @@ pub fn replay(rec: serve::recording::Recording) -> std::io::Result<()> {
     with_terminal(|t| event_loop(t, run, tx, rx, None, None, true))
 }
 
+/// Whether the app has the terminal in raw mode, alternate screen and mouse capture.
+static TERMINAL_TAKEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Gives the terminal back (mouse, raw mode, alternate screen) if the app holds it. For
+/// exits that bypass the app's own path: SIGTERM or SIGHUP handled in `main`.
+pub fn restore_terminal() {
+    if TERMINAL_TAKEN.swap(false, std::sync::atomic::Ordering::SeqCst) {
+        let _ = execute!(std::io::stdout(), DisableMouseCapture);
+        ratatui::restore();
+    }
+}
+
 fn with_terminal(
     f: impl FnOnce(&mut ratatui::DefaultTerminal) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
     let mut terminal = ratatui::try_init()?;
+    TERMINAL_TAKEN.store(true, std::sync::atomic::Ordering::SeqCst);
     execute!(std::io::stdout(), EnableMouseCapture)?;
     // ratatui's hook restores the screen; ours also gives the mouse back first.
     let prev = std::panic::take_hook();
+    // Only a panic of this (the UI) thread ends the app. Panics hooks run before any
+    // unwinding, also for a panic the engine thread then catches and reports on screen
+    // (`Event::Died`): restoring the terminal for those would pull the screen away.
+    let ui_thread = std::thread::current().id();
     std::panic::set_hook(Box::new(move |info| {
-        let _ = execute!(std::io::stdout(), DisableMouseCapture);
-        prev(info);
+        if std::thread::current().id() == ui_thread {
+            restore_terminal();
+            prev(info);
+        }
     }));
     let result = f(&mut terminal);
-    let _ = execute!(std::io::stdout(), DisableMouseCapture);
-    ratatui::restore();
+    restore_terminal();
     result
 }
 

@@ -1,0 +1,154 @@
+//! Memory bounded by what is on screen: long prompts run attention in chunks with the same
+//! result, the probe keeps the newest rows, and the engine's capture plan stays within its
+//! byte budgets for any prompt length.
+
+mod common;
+
+use candle_core::{Device, Tensor};
+use common::*;
+use inferlab::model::attention::{naive_tensors, MAX_SCORE_ELEMS};
+use inferlab::model::flash::pseudo_random;
+use inferlab::model::{LayerSelect, LlamaConfig, Logits, Probe};
+use inferlab::serve::engine::{
+    plan_capture, CAPTURE_ALL_BYTES, CAPTURE_ONE_BYTES, MAX_CAPTURE_ROWS,
+};
+
+fn tensor(shape: (usize, usize, usize), seed: u64) -> Tensor {
+    let n = shape.0 * shape.1 * shape.2;
+    Tensor::from_vec(pseudo_random(n, seed), shape, &Device::Cpu).unwrap()
+}
+
+#[test]
+fn chunked_attention_equals_one_block_and_keeps_the_newest_rows() {
+    // 4 heads × 2,100 rows × 2,100 keys is over MAX_SCORE_ELEMS, so the rows run in chunks.
+    let (h, kvh, t, d) = (4, 2, 2100, 16);
+    assert!(h * t * t > MAX_SCORE_ELEMS);
+    let q = tensor((h, t, d), 1);
+    let k = tensor((kvh, t, d), 2);
+    let v = tensor((kvh, t, d), 3);
+    let chunked = naive_tensors(&q, &k, &v, 0, 5).unwrap();
+    // The same rows one at a time (each row's softmax is its own), for the newest rows.
+    for row in [0, 1500, t - 1] {
+        let one = naive_tensors(&q.narrow(1, row, 1).unwrap(), &k, &v, row, 1).unwrap();
+        let a: Vec<f32> = chunked
+            .out
+            .narrow(1, row, 1)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        let b: Vec<f32> = one.out.flatten_all().unwrap().to_vec1().unwrap();
+        assert!(max_abs_diff(&a, &b) < 1e-5, "row {row}");
+        if row == t - 1 {
+            let w = chunked.weights.as_ref().unwrap();
+            assert_eq!(w.dims(), &[h, 5, t], "only the 5 newest rows are kept");
+            // The oldest kept row (position t - 5) gives no weight to the keys after it.
+            let first: Vec<f32> = w.get(0).unwrap().get(0).unwrap().to_vec1().unwrap();
+            assert!(first[t - 4..].iter().all(|&x| x == 0.0) && first[t - 5] > 0.0);
+            let last: Vec<f32> = w
+                .narrow(1, 4, 1)
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1()
+                .unwrap();
+            let want: Vec<f32> = one
+                .weights
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1()
+                .unwrap();
+            assert!(max_abs_diff(&last, &want) < 1e-6);
+        }
+    }
+}
+
+#[test]
+fn the_probe_keeps_only_the_newest_rows_of_a_prefill() {
+    let (_d, m) = tiny_f32();
+    let prompt: Vec<u32> = (1..=40).collect();
+    let mut all = Probe::new(LayerSelect::All);
+    let mut kv = m.new_cache(48);
+    m.forward(&prompt, &mut kv, Some(&mut all), Logits::Last)
+        .unwrap();
+    let mut few = Probe::new(LayerSelect::All);
+    few.row_limit = Some(6);
+    let mut kv = m.new_cache(48);
+    m.forward(&prompt, &mut kv, Some(&mut few), Logits::Last)
+        .unwrap();
+    for (a, f) in all.captures.iter().zip(&few.captures) {
+        assert_eq!((f.t, f.pos0, f.kv_len), (6, 34, 40));
+        let n = a.n_head;
+        for hh in 0..n {
+            for i in 0..6 {
+                let want = &a.weights[(hh * 40 + 34 + i) * 40..][..40];
+                let got = &f.weights[(hh * 6 + i) * 40..][..40];
+                assert_eq!(want, got, "layer {} head {hh} row {i}", a.layer);
+            }
+        }
+        assert_eq!(&a.resid_norm_out[34..], &f.resid_norm_out[..]);
+        assert_eq!(f.q.len(), n * 6 * a.head_dim);
+    }
+}
+
+fn smollm2() -> LlamaConfig {
+    LlamaConfig {
+        architecture: "llama".into(),
+        n_layer: 30,
+        hidden: 576,
+        ffn: 1536,
+        n_head: 9,
+        n_kv_head: 3,
+        head_dim: 64,
+        rope_base: 100_000.0,
+        rms_eps: 1e-5,
+        context: 8192,
+        vocab: 49152,
+        rope_interleaved: true,
+    }
+}
+
+/// Bytes of scores and weights a plan captures for `t` rows over `keys`.
+fn planned_bytes(p: &Probe, cfg: &LlamaConfig, t: usize, keys: usize) -> usize {
+    let layers = match p.select {
+        LayerSelect::All => cfg.n_layer,
+        LayerSelect::One(_) => 1,
+        LayerSelect::None => 0,
+    };
+    let rows = t.min(p.row_limit.unwrap_or(usize::MAX));
+    layers * rows * cfg.n_head * keys * 8
+}
+
+#[test]
+fn the_capture_plan_is_bounded_for_every_prompt_length() {
+    let cfg = smollm2();
+    for (t, keys) in [
+        (40, 40),
+        (300, 300),
+        (1400, 1400),
+        (8000, 8000),
+        (1, 100),
+        (1, 8100),
+    ] {
+        let mut p = Probe::default();
+        plan_capture(&mut p, &cfg, (t, keys), 7);
+        let bytes = planned_bytes(&p, &cfg, t, keys);
+        assert!(
+            bytes <= CAPTURE_ALL_BYTES.max(CAPTURE_ONE_BYTES),
+            "{t}×{keys}: {bytes}"
+        );
+        assert!(p.row_limit.unwrap() <= MAX_CAPTURE_ROWS.max(t));
+        match p.select {
+            LayerSelect::One(l) => assert_eq!(l, 7, "the focused layer"),
+            LayerSelect::All => assert!(bytes <= CAPTURE_ALL_BYTES),
+            LayerSelect::None => panic!("something is always captured"),
+        }
+    }
+    // A short chat prompt keeps every layer, so j / k browse them all.
+    let mut p = Probe::default();
+    plan_capture(&mut p, &cfg, (40, 40), 3);
+    assert_eq!(p.select, LayerSelect::All);
+    assert!(p.row_limit.unwrap() >= 40);
+}
