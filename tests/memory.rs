@@ -152,3 +152,60 @@ fn the_capture_plan_is_bounded_for_every_prompt_length() {
     assert_eq!(p.select, LayerSelect::All);
     assert!(p.row_limit.unwrap() >= 40);
 }
+
+#[test]
+fn a_recording_keeps_the_layer_on_screen_and_is_written_off_thread() {
+    use inferlab::serve::recording::{self, BackgroundRecorder, Recorder};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.jsonl");
+    let w = BackgroundRecorder::spawn(Recorder::create(&path, "fixture.gguf", false).unwrap());
+    let r = fixture::report();
+    assert_eq!(r.info.captures.len(), 2);
+    assert!(w.write(&r, 1));
+    drop(w); // joins the writer: everything queued is on disk
+    let back = recording::read(&path).unwrap();
+    let layers: Vec<usize> = back.reports[0]
+        .info
+        .captures
+        .iter()
+        .map(|c| c.layer)
+        .collect();
+    assert_eq!(layers, vec![1]);
+}
+
+#[test]
+fn the_heatmap_history_stays_within_its_byte_cap_and_keeps_the_newest_rows() {
+    use inferlab::serve::Event;
+    use inferlab::ui::app::HISTORY_BYTES;
+    let mut app = fixture::app();
+    let n_head = 9;
+    // Decode rows of a long context, one layer on screen: 9 heads × 8,000+ keys each.
+    for k in 8000..8300 {
+        let mut r = fixture::report();
+        r.info.step = k;
+        r.info.captures = vec![inferlab::model::LayerCapture {
+            layer: 0,
+            n_head,
+            n_kv_head: 3,
+            head_dim: 64,
+            t: 1,
+            kv_len: k,
+            pos0: k - 1,
+            weights: vec![0.5; n_head * k],
+            scores: vec![1.0; n_head * k],
+            ..Default::default()
+        }];
+        app.on_event(Event::Report(Box::new(r)));
+    }
+    let h = &app.history[0];
+    let floats: usize = h
+        .weights
+        .iter()
+        .chain(&h.scores)
+        .flat_map(|row| row.iter().map(|r| r.len()))
+        .sum();
+    assert!(4 * floats <= HISTORY_BYTES, "{} MB kept", 4 * floats >> 20);
+    assert_eq!(h.weights.len(), 8299, "row index stays the position");
+    assert!(!h.weights[8298].is_empty(), "the newest row is kept");
+    assert!(h.weights[7999].is_empty(), "the oldest rows gave way");
+}

@@ -57,6 +57,18 @@ pub fn run(a: &Args) -> Result<()> {
             cfg.n_head
         );
     }
+    let recorded: std::collections::BTreeSet<usize> = reports
+        .iter()
+        .flat_map(|r| r.info.captures.iter().map(|c| c.layer))
+        .collect();
+    if a.pane == inferlab::export::ExportPane::Attention && !recorded.contains(&a.layer) {
+        bail!(
+            "{}: layer {} was not recorded (a recording keeps the layer on screen; it holds layer(s) {:?}): pass --layer",
+            a.recording.display(),
+            a.layer,
+            recorded
+        );
+    }
     // The same state the app would have reached, built by the app's own event handling.
     let mut app = App::new(reports[0].run);
     app.on_event(Event::Ready {

@@ -68,10 +68,6 @@ pub struct Recording {
     pub warning: Option<String>,
 }
 
-/// Above this many bytes of scores and weights, a recorded iteration keeps only the layer
-/// on screen (JSON text is about three times the binary size).
-pub const RECORD_ALL_LAYERS_BYTES: usize = 4 << 20;
-
 /// A [`Recorder`] on its own thread: serializing a report (megabytes for a long prefill)
 /// never holds up the screen. Write errors come back through [`Self::error`].
 pub struct BackgroundRecorder {
@@ -103,20 +99,12 @@ impl BackgroundRecorder {
         }
     }
 
-    /// Queues one iteration; false once the writer has stopped. A report whose captures
-    /// are large (a long context) is recorded with the layer on screen only, so a
-    /// recording grows by what was shown.
+    /// Queues one iteration; false once the writer has stopped. Attention is recorded for
+    /// the layer on screen only, so a recording grows by what was shown (all 30 layers
+    /// of a 200-step session were 188 MB; one layer is about 6).
     pub fn write(&self, r: &StepReport, focus: usize) -> bool {
         let mut r = for_screens(r);
-        let floats: usize = r
-            .info
-            .captures
-            .iter()
-            .map(|c| c.weights.len() + c.scores.len())
-            .sum();
-        if floats * 4 > RECORD_ALL_LAYERS_BYTES {
-            r.info.captures.retain(|c| c.layer == focus);
-        }
+        r.info.captures.retain(|c| c.layer == focus);
         self.tx
             .as_ref()
             .is_some_and(|tx| tx.send(Box::new(r)).is_ok())

@@ -629,6 +629,12 @@ impl App {
             }
             Event::Report(r) => {
                 self.in_flight = false;
+                // A recording holds the layer that was on screen: follow it.
+                if self.replaying && !r.info.captures.iter().any(|c| c.layer == self.layer) {
+                    if let Some(c) = r.info.captures.first() {
+                        self.layer = c.layer;
+                    }
+                }
                 self.remember(&r);
                 if self.scrub.is_some() {
                     self.resume_live();

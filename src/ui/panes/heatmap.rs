@@ -46,15 +46,17 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let b = block(app, theme, Pane::Attention, title);
     let inner = b.inner(area);
     b.render(area, buf);
-    let (Some(r), Some(hist)) = (app.report.as_ref(), app.history.get(app.layer)) else {
-        put(
-            buf,
-            inner,
-            1,
-            inner.y,
-            "press space to run the prefill",
-            theme.dim(),
-        );
+    let hist = app.history.get(app.layer).filter(|h| !h.weights.is_empty());
+    let (Some(r), Some(hist)) = (app.report.as_ref(), hist) else {
+        let msg = match &app.report {
+            Some(_) if app.replaying => format!(
+                "layer {} was not recorded: a recording keeps the layer that was on screen",
+                app.layer
+            ),
+            Some(_) => format!("layer {}: press space to capture its next rows", app.layer),
+            None => "press space to run the prefill".into(),
+        };
+        put(buf, inner, 1, inner.y, &msg, theme.dim());
         return;
     };
     let rows = if app.show_scores {
