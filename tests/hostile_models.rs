@@ -337,3 +337,26 @@ fn mutated_model_files_load_or_fail_cleanly() {
         assert!(mib < 2048, "peak RSS {mib} MiB");
     }
 }
+
+#[test]
+fn an_hf_directory_with_a_broken_tokenizer_or_weights_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = format!(
+        r#"{{"num_hidden_layers":{N_LAYER},"hidden_size":{HIDDEN},"intermediate_size":{FFN},
+        "num_attention_heads":{N_HEAD},"num_key_value_heads":{N_KV},"vocab_size":261}}"#
+    );
+    std::fs::write(dir.path().join("config.json"), cfg).unwrap();
+    std::fs::write(dir.path().join("tokenizer.json"), "{\"version\": ").unwrap();
+    let e = load(dir.path()).err().unwrap();
+    assert!(e.contains("tokenizer.json"), "{e}");
+    // A real tokenizer, then weights that are not safetensors at all.
+    let (_d, tiny) = tiny_file(&q8());
+    let m = load(&tiny).unwrap();
+    m.tokenizer
+        .inner
+        .save(dir.path().join("tokenizer.json"), false)
+        .unwrap();
+    std::fs::write(dir.path().join("model.safetensors"), [0xFFu8; 64]).unwrap();
+    let e = load(dir.path()).err().unwrap();
+    assert!(!e.is_empty() && !e.contains("panicked"), "{e}");
+}

@@ -204,7 +204,11 @@ fn the_heatmap_history_stays_within_its_byte_cap_and_keeps_the_newest_rows() {
         .chain(&h.scores)
         .flat_map(|row| row.iter().map(|r| r.len()))
         .sum();
-    assert!(4 * floats <= HISTORY_BYTES, "{} MB kept", (4 * floats) >> 20);
+    assert!(
+        4 * floats <= HISTORY_BYTES,
+        "{} MB kept",
+        (4 * floats) >> 20
+    );
     assert_eq!(h.weights.len(), 8299, "row index stays the position");
     assert!(!h.weights[8298].is_empty(), "the newest row is kept");
     assert!(h.weights[7999].is_empty(), "the oldest rows gave way");

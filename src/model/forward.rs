@@ -78,8 +78,27 @@ fn rope_tables(cfg: &LlamaConfig, device: &Device) -> Result<(Tensor, Tensor)> {
 }
 
 impl Model {
-    /// Loads a GGUF file or an HF safetensors directory.
+    /// Loads a GGUF file or an HF safetensors directory. The files are untrusted: what we
+    /// parse ourselves is validated, and a panic inside a foreign parser (tokenizers,
+    /// safetensors) is contained and reported as a load error naming the file.
     pub fn load(path: &Path, opts: &LoadOptions) -> Result<Self> {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            Self::load_unguarded(path, opts)
+        }))
+        .unwrap_or_else(|p| {
+            let why = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            Err(ModelError::CorruptFile {
+                path: path.to_path_buf(),
+                reason: format!("a parser gave up on it ({why})"),
+            })
+        })
+    }
+
+    fn load_unguarded(path: &Path, opts: &LoadOptions) -> Result<Self> {
         let (cfg, weights, tokenizer) = if path.is_dir() {
             let cfg_path = path.join("config.json");
             let text = std::fs::read_to_string(&cfg_path)

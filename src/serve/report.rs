@@ -76,6 +76,14 @@ impl StepReport {
         {
             return Err("query_to_kv names a KV head the model does not have".into());
         }
+        if self
+            .info
+            .top_k
+            .iter()
+            .any(|t| !(0.0..=1.0).contains(&t.prob) || t.id as usize >= self.cfg.vocab)
+        {
+            return Err("a top-k entry is not a probability of a vocabulary token".into());
+        }
         if self.info.timing.layers_ms.len() > self.cfg.n_layer {
             return Err("timing lists more layers than the model has".into());
         }

@@ -47,7 +47,8 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let bar_w = inner.width.saturating_sub(22) as f32;
     for (i, t) in r.info.top_k.iter().enumerate() {
         let y = y0 + 1 + i as u16;
-        let n = (t.prob * bar_w).round() as usize;
+        // Clamped: a recording is untrusted, and a bar never outgrows its pane.
+        let n = ((t.prob.clamp(0.0, 1.0) * bar_w).round() as usize).min(bar_w as usize);
         let st = if t.id == r.info.token_id {
             theme.accent()
         } else {

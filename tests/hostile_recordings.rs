@@ -1,0 +1,130 @@
+//! Mutated recordings: every number of real reports (attention, serving, sink) replaced by
+//! values that break careless indexing. Reading must refuse them with `file:line`, or the
+//! screens must draw them (in every pane, at two sizes) without a panic.
+
+mod common;
+
+use common::fixture;
+use inferlab::serve::recording::{self, Recorder};
+use inferlab::serve::Event;
+use inferlab::ui::app::{Action, App};
+use inferlab::ui::draw;
+use inferlab::ui::theme::{ColorMode, Theme};
+use ratatui::backend::TestBackend;
+use ratatui::Terminal;
+use serde_json::Value;
+
+const INTERESTING: [u64; 8] = [
+    0,
+    1,
+    2,
+    7,
+    255,
+    65_536,
+    4_294_967_295,
+    1_000_000_000_000_000,
+];
+const FLOATS: [f64; 5] = [0.0, -1.0, 1e30, 4_294_967_295.0, 0.5];
+
+/// Pointers to every number in a JSON value.
+fn numbers(v: &Value, at: String, out: &mut Vec<String>) {
+    match v {
+        Value::Number(_) => out.push(at),
+        Value::Array(a) => {
+            // Long float arrays: a few positions are enough.
+            for (i, x) in a.iter().enumerate().take(4) {
+                numbers(x, format!("{at}/{i}"), out);
+            }
+        }
+        Value::Object(o) => {
+            for (k, x) in o {
+                numbers(x, format!("{at}/{k}"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[test]
+fn mutated_recordings_are_refused_or_drawn_without_panic() {
+    let mut reports = fixture::serving_reports(inferlab::serve::batch::CacheKind::Paged, 3);
+    reports[2].sink = Some(fixture::sink_view());
+    let base: Vec<Value> = reports
+        .iter()
+        .map(|r| serde_json::to_value(r).unwrap())
+        .collect();
+    let mut paths = Vec::new();
+    for (i, b) in base.iter().enumerate() {
+        let mut here = Vec::new();
+        numbers(b, String::new(), &mut here);
+        paths.extend(here.into_iter().map(|p| (i, p)));
+    }
+    assert!(paths.len() > 300, "{} numbers", paths.len());
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("m.jsonl");
+    let (mut drawn, mut refused) = (0, 0);
+    for (case, (which, p)) in paths.iter().enumerate() {
+        let mut vals = base.clone();
+        let slot = vals[*which].pointer_mut(p).unwrap();
+        // Integers stay integers (else serde refuses them before anything draws).
+        let x = if slot.is_u64() {
+            serde_json::json!(INTERESTING[case % INTERESTING.len()])
+        } else {
+            serde_json::json!(FLOATS[case % FLOATS.len()])
+        };
+        *slot = x.clone();
+        drop(Recorder::create(&file, "m", true).unwrap());
+        let mut text = std::fs::read_to_string(&file).unwrap();
+        for v in &vals {
+            text.push_str(&serde_json::to_string(v).unwrap());
+            text.push('\n');
+        }
+        std::fs::write(&file, text).unwrap();
+        let rec = match recording::read(&file) {
+            Ok(r) => r,
+            Err(e) => {
+                assert!(e.to_string().contains("m.jsonl"), "{e}");
+                refused += 1;
+                continue;
+            }
+        };
+        if std::env::var_os("TRACE_MUTATIONS").is_some() {
+            eprintln!("report {which}: {p} = {x}");
+        }
+        let r = std::panic::catch_unwind(|| draw_everything(rec.reports));
+        assert!(r.is_ok(), "setting {p} of report {which} to {x} panicked");
+        drawn += 1;
+    }
+    eprintln!(
+        "{} mutations: {drawn} drawn, {refused} refused",
+        paths.len()
+    );
+    assert!(drawn > 0);
+}
+
+/// Replays the reports into an app and draws every pane, with the look-at view and the
+/// side-by-side serving view on, at a normal and a small size.
+fn draw_everything(reports: Vec<inferlab::serve::StepReport>) {
+    let theme = Theme {
+        mode: ColorMode::None,
+    };
+    let mut app = App::new(reports[0].run);
+    app.replaying = true;
+    app.on_event(Event::Ready { model: "m".into() });
+    for r in reports {
+        app.on_event(Event::Report(Box::new(r)));
+    }
+    for a in [
+        Action::ToggleLooksAt,
+        Action::LayerDown,
+        Action::HeadRight,
+        Action::ScrollBack,
+    ] {
+        app.update(a);
+        for (w, h) in [(160, 48), (80, 24)] {
+            let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
+            term.draw(|f| draw::draw(&app, &theme, f.area(), f.buffer_mut()))
+                .unwrap();
+        }
+    }
+}
