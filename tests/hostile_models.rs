@@ -166,15 +166,28 @@ fn a_tensor_past_the_end_of_the_file_is_refused() {
 
 #[test]
 fn a_64_mib_metadata_array_is_refused_quickly() {
+    // Written as bytes: a Vec of 64 Mi parsed values would itself take 2 GB in this test.
     let (mut md, ts) = tiny_raw(&q8());
-    set_meta(
-        &mut md,
-        "general.junk",
-        Value::Array(vec![Value::U8(7); 64 << 20]),
-    );
+    set_meta(&mut md, "general.junk", Value::Array(vec![Value::U8(7)]));
+    let mut bytes = raw_gguf(&md, &ts);
+    let key = b"general.junk";
+    let at = bytes.windows(key.len()).position(|w| w == key).unwrap() + key.len();
+    // type (array), element type (u8), length, one element.
+    let len_at = at + 8;
+    let n: u64 = (64 << 20) + 1;
+    bytes[len_at..len_at + 8].copy_from_slice(&n.to_le_bytes());
+    // 64 Mi more elements: a multiple of 32, so the tensor data stays aligned.
+    bytes.splice(len_at + 9..len_at + 9, std::iter::repeat_n(7u8, 64 << 20));
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("crafted.gguf");
+    std::fs::write(&p, &bytes).unwrap();
+    drop(bytes);
     let t = Instant::now();
-    let e = refuse(&md, &ts);
-    assert!(e.contains("general.junk"), "{e}");
+    let e = load(&p).err().unwrap();
+    assert!(
+        e.contains("crafted.gguf") && e.contains("general.junk"),
+        "{e}"
+    );
     assert!(t.elapsed() < Duration::from_secs(5));
 }
 

@@ -517,3 +517,101 @@ fn the_sink_experiment_takes_the_serving_columns_and_outlives_the_request() {
         "without the experiment a finished request stops"
     );
 }
+
+#[test]
+fn a_replay_ignores_settings_keys_and_keeps_what_was_recorded() {
+    let mut a = app();
+    a.replaying = true;
+    let before_run = a.run;
+    let rows = a.history[0].weights.len();
+    let (cache, policy) = (a.cache, a.policy);
+    for act in [
+        Action::CycleLayout,
+        Action::ToggleKernel,
+        Action::ToggleCache,
+        Action::TogglePolicy,
+        Action::CycleCompare,
+        Action::StartInput,
+    ] {
+        assert!(a.update(act).is_none(), "{act:?} sends nothing");
+        assert!(a.status.contains("replay"), "{}", a.status);
+    }
+    assert_eq!(a.run, before_run);
+    assert_eq!((a.cache, a.policy), (cache, policy));
+    assert_eq!(
+        a.history[0].weights.len(),
+        rows,
+        "the heatmap keeps its rows"
+    );
+    assert!(a.input.is_none());
+    let screen = format!("{}", render_app(&a, 160, 48));
+    assert!(
+        screen.contains("GQA") && screen.contains("naive"),
+        "{screen}"
+    );
+}
+
+fn render_app(a: &App, w: u16, h: u16) -> TestBackend {
+    let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
+    term.draw(|f| draw::draw(a, &THEME, f.area(), f.buffer_mut()))
+        .unwrap();
+    term.backend().clone()
+}
+
+#[test]
+fn the_footer_always_shows_help_and_quit_then_what_fits() {
+    use inferlab::ui::keys::footer_entries;
+    for w in [60usize, 80, 120, 160, 240] {
+        let e = footer_entries(w, false);
+        let text: String = e.iter().map(|(k, h)| format!(" {k} {h} ")).collect();
+        assert!(text.chars().count() <= w, "{w}: {text}");
+        assert!(
+            text.contains(" ? help") && text.contains(" q quit"),
+            "{w}: {text}"
+        );
+        assert!(!text.contains("lesson step"), "no lesson open: {text}");
+    }
+    // Most useful first: a narrow footer keeps space before the history keys.
+    let narrow: Vec<_> = footer_entries(80, false).into_iter().map(|e| e.0).collect();
+    assert!(
+        narrow.contains(&"space") && !narrow.contains(&"[ ]"),
+        "{narrow:?}"
+    );
+    let lesson: Vec<_> = footer_entries(80, true).into_iter().map(|e| e.0).collect();
+    assert!(
+        lesson.contains(&"n p") && lesson.contains(&"1-9"),
+        "{lesson:?}"
+    );
+    // And on screen, at 80 columns.
+    let screen = format!("{}", render_app(&app(), 80, 24));
+    let last = screen
+        .lines()
+        .rfind(|l| l.contains("space"))
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        last.contains("? help") && last.contains("q quit"),
+        "{screen}"
+    );
+}
+
+#[test]
+fn the_header_gives_the_status_room_before_its_fixed_facts() {
+    let mut a = app();
+    a.status = "wrote /tmp/exports/attention-l0h0-it3.svg and .png".into();
+    let screen = format!("{}", render_app(&a, 80, 24));
+    let first = screen.lines().next().unwrap().to_string();
+    assert!(first.contains("attention-l0h0-it3.svg and .png"), "{first}");
+    assert!(first.contains("GQA"), "{first}");
+    // Wide: everything.
+    let screen = format!("{}", render_app(&a, 200, 40));
+    let first = screen.lines().next().unwrap().to_string();
+    assert!(
+        first.contains("fixture.gguf") && first.contains(".png"),
+        "{first}"
+    );
+    // A status longer than any line ends in an ellipsis, never mid-word at the border.
+    a.status = "x".repeat(300);
+    let screen = format!("{}", render_app(&a, 80, 24));
+    assert!(screen.lines().next().unwrap().contains('…'));
+}

@@ -311,6 +311,18 @@ impl App {
             }
             Action::ScrubBack => self.scrub_to(-1),
             Action::ScrubForward => self.scrub_to(1),
+            // A replay shows exactly what was recorded: settings that would need the model
+            // change nothing (not even the header), whatever is pressed.
+            Action::CycleLayout
+            | Action::ToggleKernel
+            | Action::ToggleCache
+            | Action::TogglePolicy
+            | Action::CycleCompare
+            | Action::StartInput
+                if self.replaying =>
+            {
+                self.status = "a replay shows what was recorded: settings cannot change (space steps, [ ] scrub)".into();
+            }
             // Anything that changes the live state first returns to it.
             Action::Step
             | Action::ToggleRun

@@ -2,7 +2,6 @@
 //! same picture (which the snapshot tests rely on).
 
 use super::app::{App, SPEEDS};
-use super::keys::BINDINGS;
 use super::panes::{self, put};
 use super::theme::Theme;
 use ratatui::buffer::Buffer;
@@ -182,16 +181,35 @@ fn header(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     } else {
         "PAUSED".into()
     };
-    let s = format!(
-        " inferlab · {} · {} · {} · iteration {iter} · {phase} · {tps:.1} tok/s · {run} · {}",
-        app.model_name,
-        app.run.layout,
-        match app.run.kernel {
-            crate::model::AttnKernel::Naive => "naive attention",
-            crate::model::AttnKernel::Tiled { .. } => "tiled attention",
-        },
-        app.status
+    let kernel = match app.run.kernel {
+        crate::model::AttnKernel::Naive => "naive",
+        crate::model::AttnKernel::Tiled { .. } => "tiled",
+    };
+    let full = format!(
+        " inferlab · {} · {} · {kernel} attention · iteration {iter} · {phase} · {tps:.1} tok/s · {run} · ",
+        app.model_name, app.run.layout,
     );
+    // The status (an export path, an error) matters more than the fixed facts: when the
+    // line is too narrow those shrink first, and only then is the status cut, with "…".
+    let short = format!(
+        " {} · {kernel} · it {iter} · {phase} · {run} · ",
+        app.run.layout
+    );
+    let width = area.width as usize;
+    let status_w = app.status.chars().count();
+    let fixed = if full.chars().count() + status_w <= width {
+        full
+    } else {
+        short
+    };
+    let room = width.saturating_sub(fixed.chars().count());
+    let status = if status_w <= room {
+        app.status.clone()
+    } else {
+        let cut: String = app.status.chars().take(room.saturating_sub(1)).collect();
+        format!("{cut}…")
+    };
+    let s = format!("{fixed}{status}");
     put(buf, area, 0, area.y, s, theme.accent());
 }
 
@@ -208,22 +226,12 @@ fn footer(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         return;
     }
     let mut x = 0u16;
-    for b in BINDINGS.iter().filter(|b| b.footer) {
-        let key = format!(" {} ", b.keys);
-        let word = b
-            .help
-            .split([':', '(', ',', ';'])
-            .next()
-            .unwrap_or("")
-            .trim();
-        let word: String = word
-            .split_whitespace()
-            .take(3)
-            .collect::<Vec<_>>()
-            .join(" ");
+    let lesson = app.tutor.is_some();
+    for (keys, hint) in super::keys::footer_entries(area.width as usize, lesson) {
+        let key = format!(" {keys} ");
         put(buf, area, x, area.y, &key, theme.focused());
         x += key.chars().count() as u16;
-        let w = format!("{word} ");
+        let w = format!("{hint} ");
         put(buf, area, x, area.y, &w, Style::default());
         x += w.chars().count() as u16;
     }
