@@ -197,11 +197,11 @@ fn header(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     );
     let width = area.width as usize;
     let status_w = app.status.chars().count();
-    let fixed = if full.chars().count() + status_w <= width {
-        full
-    } else {
-        short
-    };
+    let minimal = format!(" {} · {kernel} · ", app.run.layout);
+    let fixed = [full, short]
+        .into_iter()
+        .find(|f| f.chars().count() + status_w <= width)
+        .unwrap_or(minimal);
     let room = width.saturating_sub(fixed.chars().count());
     let status = if status_w <= room {
         app.status.clone()
