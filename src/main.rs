@@ -59,6 +59,15 @@ enum Cmd {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    // Commands that print: a closed pipe (`inferlab trace | head`) ends the process
+    // quietly, as it does for Unix tools, instead of a panic inside `println!`.
+    #[cfg(unix)]
+    if cli.command.is_some() {
+        // SAFETY: restoring a signal's default disposition, before any thread starts.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     // Ctrl-C outside the app's raw mode (a fetch, a bench, generate), or SIGTERM / SIGHUP
     // anywhere: stop a model fetch cleanly (pip killed, temp files removed) and give the
     // terminal back before exiting as interrupted.
@@ -93,6 +102,16 @@ fn main() -> std::process::ExitCode {
     inferlab::model::source::abort_fetch();
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        // A reader that went away (`inferlab trace | head`) is not an error: stop quietly,
+        // as Unix tools do.
+        Err(e)
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) =>
+        {
+            std::process::ExitCode::SUCCESS
+        }
         Err(e) => {
             eprintln!("error: {e:#}");
             std::process::ExitCode::FAILURE

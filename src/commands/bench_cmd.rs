@@ -17,6 +17,7 @@ pub enum Cmd {
         /// Rounds; each configuration runs once per round, interleaved, and the median counts.
         #[arg(long, default_value_t = 3)]
         rounds: usize,
+        /// Print one JSON object (snake_case keys) instead of the table.
         #[arg(long)]
         json: bool,
     },
@@ -28,6 +29,7 @@ pub enum Cmd {
         /// Tokens to decode for the speed column.
         #[arg(long, default_value_t = 32)]
         tokens: usize,
+        /// Print one JSON object (snake_case keys) instead of the table.
         #[arg(long)]
         json: bool,
     },
@@ -39,6 +41,7 @@ pub enum Cmd {
         /// Tokens per page (the unit of eviction, and the sink that is kept).
         #[arg(long, default_value_t = 16)]
         page_size: usize,
+        /// Print one JSON object (snake_case keys) instead of the table.
         #[arg(long)]
         json: bool,
     },
@@ -76,6 +79,7 @@ pub enum Cmd {
         max_batch: usize,
         #[arg(long, default_value_t = 7)]
         seed: u64,
+        /// Print one JSON object (snake_case keys) instead of the table.
         #[arg(long)]
         json: bool,
     },
@@ -86,6 +90,7 @@ pub enum Cmd {
         steps: usize,
         #[arg(long, default_value_t = 300)]
         frames: usize,
+        /// Print one JSON object (snake_case keys) instead of the table.
         #[arg(long)]
         json: bool,
     },
@@ -108,6 +113,7 @@ pub enum Cmd {
         /// Attend to every key (no causal mask), as in the paper's formulas.
         #[arg(long)]
         no_causal: bool,
+        /// Print one JSON object (snake_case keys) instead of the table.
         #[arg(long)]
         json: bool,
     },

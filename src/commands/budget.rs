@@ -29,6 +29,7 @@ pub struct Args {
     /// List the presets.
     #[arg(long)]
     pub list: bool,
+    /// Print one JSON object (snake_case keys) instead of the table.
     #[arg(long)]
     pub json: bool,
 }

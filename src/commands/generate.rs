@@ -22,6 +22,22 @@ pub struct Args {
     /// Print prefill and decode speed to stderr at the end.
     #[arg(long)]
     pub stats: bool,
+    /// Print one JSON object at the end (text, token counts, speeds) instead of streaming.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What `generate --json` prints.
+#[derive(serde::Serialize)]
+struct Summary {
+    text: String,
+    prompt_tokens: usize,
+    generated_tokens: usize,
+    /// `eos` (the model ended it) or `max_tokens`.
+    finish_reason: &'static str,
+    prefill_ms: f64,
+    prefill_tok_per_s: f64,
+    decode_tok_per_s: f64,
 }
 
 /// Runs `generate`.
@@ -32,6 +48,7 @@ pub fn run(margs: &ModelArgs, a: &Args) -> Result<()> {
     let mut out = std::io::stdout().lock();
     let (mut prefill_ms, mut decode_ms, mut decoded) = (0.0, 0.0, 0usize);
     let mut printed = 0usize;
+    let mut finish = "max_tokens";
     for _ in 0..a.max_tokens {
         let info = s.step()?;
         if info.step == 0 {
@@ -41,7 +58,11 @@ pub fn run(margs: &ModelArgs, a: &Args) -> Result<()> {
             decoded += 1;
         }
         if info.is_eos {
+            finish = "eos";
             break;
+        }
+        if a.json {
+            continue;
         }
         // Decode the whole generation so multi-byte characters split across tokens print whole.
         let gen = s.generated();
@@ -52,15 +73,27 @@ pub fn run(margs: &ModelArgs, a: &Args) -> Result<()> {
             printed = text.len();
         }
     }
+    let prefill_tok_per_s = s.prompt_len as f64 / (prefill_ms / 1e3).max(1e-9);
+    let decode_tok_per_s = decoded as f64 / (decode_ms / 1e3).max(1e-9);
+    if a.json {
+        let summary = Summary {
+            text: model.tokenizer.decode(s.generated())?,
+            prompt_tokens: s.prompt_len,
+            generated_tokens: s.generated().len(),
+            finish_reason: finish,
+            prefill_ms,
+            prefill_tok_per_s,
+            decode_tok_per_s,
+        };
+        serde_json::to_writer(&mut out, &summary)?;
+        writeln!(out)?;
+        return Ok(());
+    }
     writeln!(out)?;
     if a.stats {
         eprintln!(
             "prefill: {} tokens in {:.1} ms ({:.1} tok/s); decode: {} tokens at {:.1} tok/s",
-            s.prompt_len,
-            prefill_ms,
-            s.prompt_len as f64 / (prefill_ms / 1e3),
-            decoded,
-            decoded as f64 / (decode_ms / 1e3).max(1e-9)
+            s.prompt_len, prefill_ms, prefill_tok_per_s, decoded, decode_tok_per_s
         );
     }
     Ok(())

@@ -14,6 +14,9 @@ pub struct ListArgs {
     /// Read lessons from this directory instead of the ones built in (also $INFERLAB_LESSONS).
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// Print one JSON object (the lessons with progress, or the check's findings).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Flags of `inferlab lesson`.
@@ -33,6 +36,9 @@ pub struct OpenArgs {
 pub fn list(a: &ListArgs) -> Result<()> {
     let src = lesson::source(a.dir.as_deref());
     let (lessons, errors) = lesson::load(&src)?;
+    if a.json {
+        return list_json(a, &lessons, &errors);
+    }
     if a.check {
         for e in &errors {
             eprintln!("{e}");
@@ -57,6 +63,11 @@ pub fn list(a: &ListArgs) -> Result<()> {
         eprintln!("inferlab: {n}");
     }
     let progress = loaded.progress;
+    let title_w = lessons
+        .iter()
+        .map(|l| l.title.chars().count())
+        .max()
+        .unwrap_or(0);
     for (i, l) in lessons.iter().enumerate() {
         let done = progress
             .lessons
@@ -64,7 +75,7 @@ pub fn list(a: &ListArgs) -> Result<()> {
             .map(|p| p.done_steps.len())
             .unwrap_or(0);
         println!(
-            "{:>2}. {:<48} {done}/{} steps done",
+            "{:>2}. {:<title_w$}  {done}/{} steps done",
             i + 1,
             l.title,
             l.steps.len()
@@ -122,4 +133,41 @@ pub fn open(margs: &ModelArgs, a: &OpenArgs, prompt: &str, max_new: usize) -> Re
         inferlab::ui::tutor::Tutor::new(lessons, a.number - 1, progress, loaded.may_save);
     tutor.notice = loaded.notice;
     super::app::run_with(margs, prompt, max_new, Some(tutor), None).context("running the lesson")
+}
+
+/// `lessons --json` and `lessons --check --json`: one object, problems included (a check
+/// that finds some still exits non-zero).
+fn list_json(
+    a: &ListArgs,
+    lessons: &[lesson::Lesson],
+    errors: &[lesson::LessonError],
+) -> Result<()> {
+    let progress = Progress::load().progress;
+    let problems: Vec<_> = errors
+        .iter()
+        .map(|e| serde_json::json!({"file": e.file, "line": e.line, "message": e.message}))
+        .collect();
+    let list: Vec<_> = lessons
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let p = progress.lessons.get(l.id());
+            serde_json::json!({
+                "number": i + 1,
+                "id": l.id(),
+                "title": l.title,
+                "steps": l.steps.len(),
+                "questions": l.steps.iter().map(|s| s.questions.len()).sum::<usize>(),
+                "done_steps": p.map(|p| p.done_steps.len()).unwrap_or(0),
+            })
+        })
+        .collect();
+    println!(
+        "{}",
+        serde_json::json!({"valid": errors.is_empty(), "lessons": list, "problems": problems})
+    );
+    if a.check && !errors.is_empty() {
+        bail!("{} problem(s) in the lessons", errors.len());
+    }
+    Ok(())
 }

@@ -10,11 +10,13 @@ use serde::Serialize;
 pub enum Cmd {
     /// Make sure the model is in the cache (downloading it if needed) and print its path.
     Fetch {
+        /// Print one JSON object (snake_case keys) instead of the table.
         #[arg(long)]
         json: bool,
     },
     /// Describe the model: shape, RoPE, context, vocabulary, quant types, KV bytes per token.
     Info {
+        /// Print one JSON object (snake_case keys) instead of the table.
         #[arg(long)]
         json: bool,
     },
@@ -24,6 +26,7 @@ pub enum Cmd {
         /// Wrap TEXT in the chat template first.
         #[arg(long)]
         chat: bool,
+        /// Print one JSON object (snake_case keys) instead of the table.
         #[arg(long)]
         json: bool,
     },

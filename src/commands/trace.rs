@@ -30,7 +30,7 @@ pub struct Args {
     pub top_k: usize,
     #[command(flatten)]
     pub sampling: super::SamplingArgs,
-    /// Write JSON lines (the only format; the flag is accepted for symmetry with other commands).
+    /// Write one JSON object per step (with the attention rows) instead of the table.
     #[arg(long)]
     pub json: bool,
 }
@@ -65,13 +65,27 @@ pub fn run(margs: &ModelArgs, a: &Args) -> Result<()> {
     s.probe.select = LayerSelect::One(a.layer);
     s.top_k = a.top_k;
     let mut out = std::io::stdout().lock();
+    if !a.json {
+        writeln!(
+            out,
+            "step  phase    rows  keys  token            ms  top-{} (probability)   · layer {} head {}: top key of the newest row",
+            a.top_k, a.layer, a.head
+        )?;
+    }
     for _ in 0..a.max_tokens {
         let mut info = s.step()?;
         let cap = info.captures.pop().context("the probe captured nothing")?;
-        let attention = (0..cap.t)
+        let attention: Vec<Vec<f32>> = (0..cap.t)
             .map(|i| cap.weight_row(a.head, i).to_vec())
             .collect();
         let eos = info.is_eos;
+        if !a.json {
+            table_row(&mut out, &info, &attention)?;
+            if eos {
+                break;
+            }
+            continue;
+        }
         let line = Line {
             info: &info,
             layer: a.layer,
@@ -84,5 +98,40 @@ pub fn run(margs: &ModelArgs, a: &Args) -> Result<()> {
             break;
         }
     }
+    Ok(())
+}
+
+/// One step as a line for people: what was sampled, how long it took, the top-k, and
+/// where the newest row of the chosen head looked most.
+fn table_row(
+    out: &mut impl Write,
+    info: &inferlab::model::session::StepInfo,
+    attention: &[Vec<f32>],
+) -> Result<()> {
+    let top: Vec<String> = info
+        .top_k
+        .iter()
+        .map(|t| format!("{:?} {:.2}", t.token, t.prob))
+        .collect();
+    let looked = attention
+        .last()
+        .and_then(|row| {
+            row.iter()
+                .enumerate()
+                .max_by(|a, b| a.1.total_cmp(b.1))
+                .map(|(j, w)| format!("key {j} ({w:.2})"))
+        })
+        .unwrap_or_default();
+    writeln!(
+        out,
+        "{:>4}  {:<7} {:>5} {:>5}  {:<14} {:>6.1}  {}   · {looked}",
+        info.step,
+        format!("{:?}", info.phase).to_lowercase(),
+        info.input_len,
+        info.kv_len,
+        format!("{:?}", info.token),
+        info.wall_ms,
+        top.join("  "),
+    )?;
     Ok(())
 }

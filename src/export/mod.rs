@@ -75,11 +75,8 @@ impl ImageFormat {
 pub enum ExportError {
     #[error("nothing to export: {0}")]
     NoData(String),
-    #[error("writing {path}: {source}")]
-    Write {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    #[error("writing {path}: {err}")]
+    Write { path: PathBuf, err: std::io::Error },
     #[error("rasterizing the picture: {0}")]
     Render(String),
 }
@@ -161,9 +158,9 @@ pub fn write(
         ImageFormat::Svg => svg.into_bytes(),
         ImageFormat::Png => to_png(&svg, 2.0)?,
     };
-    std::fs::write(path, bytes).map_err(|source| ExportError::Write {
+    std::fs::write(path, bytes).map_err(|err| ExportError::Write {
         path: path.to_path_buf(),
-        source,
+        err,
     })
 }
 

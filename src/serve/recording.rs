@@ -32,11 +32,10 @@ pub struct Header {
 /// Why a recording could not be read or written.
 #[derive(Debug, thiserror::Error)]
 pub enum RecordingError {
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    /// The io error is shown in the message, not chained as a source, so that `{:#}`
+    /// does not print it twice.
+    #[error("{path}: {err}")]
+    Io { path: PathBuf, err: std::io::Error },
     #[error("{path} is not an inferlab recording (its first line is not a recording header)")]
     NotARecording { path: PathBuf },
     #[error("{path} is recording format version {found}; this inferlab reads up to version {VERSION}: update inferlab to replay it")]
@@ -138,7 +137,7 @@ impl Recorder {
     pub fn create(path: &Path, model: &str, force: bool) -> Result<Self, RecordingError> {
         let io = |source| RecordingError::Io {
             path: path.to_path_buf(),
-            source,
+            err: source,
         };
         let file = std::fs::OpenOptions::new()
             .write(true)
@@ -174,7 +173,7 @@ impl Recorder {
 
     fn line(&mut self, s: &str) -> Result<(), RecordingError> {
         let path = self.path.clone();
-        let io = |source| RecordingError::Io { path, source };
+        let io = |source| RecordingError::Io { path, err: source };
         writeln!(self.out, "{s}")
             .and_then(|_| self.out.flush())
             .map_err(io)
@@ -199,9 +198,9 @@ pub fn for_screens(r: &StepReport) -> StepReport {
 /// naming `file:line`. The one exception is a last line cut short (what a crash while
 /// writing leaves): everything before it replays, with a warning.
 pub fn read(path: &Path) -> Result<Recording, RecordingError> {
-    let io = |source| RecordingError::Io {
+    let io = |err| RecordingError::Io {
         path: path.to_path_buf(),
-        source,
+        err,
     };
     let text = std::fs::read(path).map_err(io)?;
     let text = String::from_utf8_lossy(&text);

@@ -1,0 +1,173 @@
+//! The README's promises on the command line: `--json` on every command that reports,
+//! help text for every flag, quiet exits on a closed pipe, errors said once.
+
+mod common;
+
+use common::*;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+fn out(args: &[&str]) -> (bool, String, String) {
+    let o = Command::new(bin())
+        .args(args)
+        .env("INFERLAB_QUIET", "1")
+        .output()
+        .unwrap();
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stdout).to_string(),
+        String::from_utf8_lossy(&o.stderr).to_string(),
+    )
+}
+
+#[test]
+fn generate_and_trace_speak_json_when_asked_and_tables_otherwise() {
+    let (_d, p) = tiny_file(&Tiny::default());
+    let m = p.to_str().unwrap();
+    for extra in [&[][..], &["--stats"][..]] {
+        let mut args = vec![
+            "--model",
+            m,
+            "generate",
+            "--prompt",
+            "the",
+            "--max-tokens",
+            "4",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let (ok, so, se) = out(&args);
+        assert!(ok, "{se}");
+        let v: serde_json::Value = serde_json::from_str(so.trim()).expect("one JSON object");
+        for k in [
+            "text",
+            "prompt_tokens",
+            "generated_tokens",
+            "finish_reason",
+            "decode_tok_per_s",
+        ] {
+            assert!(!v[k].is_null(), "{k} in {v}");
+        }
+    }
+    let (ok, so, se) = out(&[
+        "--model",
+        m,
+        "trace",
+        "--prompt",
+        "the",
+        "--max-tokens",
+        "3",
+    ]);
+    assert!(ok, "{se}");
+    assert!(
+        so.starts_with("step  phase")
+            && serde_json::from_str::<serde_json::Value>(so.lines().nth(1).unwrap()).is_err(),
+        "{so}"
+    );
+    let (ok, so, _) = out(&[
+        "--model",
+        m,
+        "trace",
+        "--prompt",
+        "the",
+        "--max-tokens",
+        "3",
+        "--json",
+    ]);
+    assert!(ok);
+    for l in so.lines() {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        assert!(v["attention"].is_array());
+    }
+}
+
+#[test]
+fn lessons_speak_json_with_and_without_check() {
+    let (ok, so, se) = out(&["lessons", "--json"]);
+    assert!(ok, "{se}");
+    let v: serde_json::Value = serde_json::from_str(so.trim()).unwrap();
+    assert_eq!(v["lessons"].as_array().unwrap().len(), 11);
+    assert_eq!(v["valid"], true);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("01-bad.md"), "no title here\n").unwrap();
+    let (ok, so, _) = out(&[
+        "lessons",
+        "--check",
+        "--json",
+        "--dir",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert!(!ok, "a failed check exits non-zero");
+    let v: serde_json::Value = serde_json::from_str(so.trim()).unwrap();
+    assert_eq!(v["valid"], false);
+    assert!(
+        v["problems"][0]["file"]
+            .as_str()
+            .unwrap()
+            .contains("01-bad.md"),
+        "{v}"
+    );
+}
+
+#[test]
+fn every_json_flag_has_a_help_line() {
+    for cmd in [
+        &["model", "fetch"][..],
+        &["model", "info"],
+        &["budget"],
+        &["bench", "serve"],
+        &["bench", "decode"],
+        &["generate"],
+        &["trace"],
+        &["lessons"],
+    ] {
+        let mut args = cmd.to_vec();
+        args.push("--help");
+        let (ok, so, _) = out(&args);
+        assert!(ok);
+        // clap puts the help beside the flag, or on the next line in long help.
+        let lines: Vec<&str> = so.lines().collect();
+        let i = lines.iter().position(|l| l.contains("--json")).unwrap();
+        let text = format!(
+            "{} {}",
+            lines[i].trim(),
+            lines.get(i + 1).unwrap_or(&"").trim()
+        );
+        assert!(text.contains("JSON"), "{cmd:?}: {text:?}");
+    }
+}
+
+#[test]
+fn a_closed_pipe_ends_quietly_and_errors_are_said_once() {
+    let (_d, p) = tiny_file(&Tiny::default());
+    let mut c = Command::new(bin())
+        .args([
+            "--model",
+            p.to_str().unwrap(),
+            "trace",
+            "--prompt",
+            "the",
+            "--max-tokens",
+            "40",
+            "--json",
+        ])
+        .env("INFERLAB_QUIET", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(c.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    // The reader is gone now; the writer must not complain.
+    let o = c.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !err.contains("Broken pipe") && !err.contains("panicked"),
+        "{err}"
+    );
+    let (ok, _, err) = out(&["replay", "/nonexistent/missing.jsonl"]);
+    assert!(!ok);
+    assert_eq!(err.matches("No such file").count(), 1, "{err}");
+}
