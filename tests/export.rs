@@ -281,3 +281,106 @@ fn the_sink_picture_and_a_recording_that_holds_the_experiment() {
     let e = export::render_svg(&app(), ExportPane::Sink).unwrap_err();
     assert!(e.to_string().contains("x starts it"), "{e}");
 }
+
+#[test]
+fn the_kv_pane_exports_the_request_it_shows_and_export_paths_behave() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = app_with(&serving_reports(CacheKind::Paged, 2));
+    while a.focus != Pane::Kv {
+        a.update(Action::FocusNext);
+    }
+    assert_eq!(
+        ExportPane::for_focus(Pane::Kv, false),
+        Some(ExportPane::Request)
+    );
+    let svg = export::render_svg(&a, ExportPane::Request).unwrap();
+    let kv = &a.report.as_ref().unwrap().kv;
+    assert!(svg.contains("the live request"), "{svg}");
+    assert!(svg.contains(&format!("{} of {} reserved slots", kv.used, kv.capacity)));
+    assert!(!svg.contains("paged"), "not the serving pool");
+    // Through the CLI: INFERLAB_EXPORT_DIR is honoured, and format and name must agree.
+    let rec = dir.path().join("s.jsonl");
+    let mut w = inferlab::serve::recording::Recorder::create(&rec, "fixture.gguf", false).unwrap();
+    for r in serving_reports(CacheKind::Paged, 3) {
+        w.write(&r).unwrap();
+    }
+    drop(w);
+    let pics = dir.path().join("not/yet/made");
+    let o = Command::new(common::bin())
+        .args(["export", rec.to_str().unwrap(), "--pane", "heads"])
+        .env("INFERLAB_EXPORT_DIR", &pics)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let written = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    assert!(written.starts_with(pics.to_str().unwrap()), "{written}");
+    assert!(std::path::Path::new(&written).exists());
+    let o = Command::new(common::bin())
+        .args([
+            "export",
+            rec.to_str().unwrap(),
+            "--pane",
+            "heads",
+            "--format",
+            "png",
+        ])
+        .arg("--out")
+        .arg(dir.path().join("x.svg"))
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && e.contains("--format png") && e.contains(".svg"),
+        "{e}"
+    );
+    assert!(!dir.path().join("x.svg").exists());
+}
+
+#[test]
+fn the_timeline_picture_holds_one_run_and_its_legend_fits() {
+    use inferlab::serve::batch::Policy;
+    let mut reports = serving_reports(CacheKind::Paged, 4);
+    // The workload restarted under the other policy (as `b` does): a new run from iteration 0.
+    reports.extend(common::fixture::serving_reports_with(
+        Policy::Static,
+        CacheKind::Paged,
+        2,
+    ));
+    let a = app_with(&reports);
+    let svg = export::render_svg(&a, ExportPane::Batch).unwrap();
+    assert!(svg.contains("static batching"), "{svg}");
+    assert!(
+        svg.contains("2 iterations"),
+        "only the run after the switch: {svg}"
+    );
+    let width: f32 = svg
+        .split("width=\"")
+        .nth(1)
+        .and_then(|s| s.split('"').next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    // Each legend entry's text starts well inside the picture (6.8 units per character).
+    for part in svg.split("<text").skip(1) {
+        let x: f32 = part
+            .split("x=\"")
+            .nth(1)
+            .and_then(|s| s.split('"').next())
+            .unwrap()
+            .parse()
+            .unwrap();
+        let text = part
+            .split('>')
+            .nth(1)
+            .unwrap_or("")
+            .split('<')
+            .next()
+            .unwrap_or("");
+        if text == "rejected" || text.starts_with("padding") {
+            assert!(
+                x + 6.8 * text.chars().count() as f32 <= width,
+                "{text} at {x} of {width}"
+            );
+        }
+    }
+}

@@ -95,16 +95,30 @@ pub fn run(a: &Args) -> Result<()> {
             _ => ImageFormat::Png,
         }
     });
+    // The picture's bytes and its name agree: PNG bytes never go into a `.svg` file.
+    if let (Some(p), Some(f)) = (&a.out, a.format) {
+        let ext = p.extension().and_then(|e| e.to_str()).unwrap_or("");
+        let other = match f {
+            ImageFormat::Svg => "png",
+            ImageFormat::Png => "svg",
+        };
+        if ext.eq_ignore_ascii_case(other) {
+            bail!(
+                "--format {} but --out {} ends in .{ext}: give one of them, or make them agree",
+                f.ext(),
+                p.display()
+            );
+        }
+    }
+    let context = || format!("exporting {} at iteration {want}", a.pane.name());
     let out = match &a.out {
-        Some(p) => p.clone(),
-        None => PathBuf::from(
-            export::default_path(&app, a.pane, format)
-                .file_name()
-                .context("a file name")?,
-        ),
+        Some(p) => {
+            export::write(&app, a.pane, format, p).with_context(context)?;
+            p.clone()
+        }
+        // As the app's `e` does: `$INFERLAB_EXPORT_DIR` (made if missing), else here.
+        None => export::write_default(&app, a.pane, format).with_context(context)?,
     };
-    export::write(&app, a.pane, format, &out)
-        .with_context(|| format!("exporting {} at iteration {want}", a.pane.name()))?;
     println!("{}", out.display());
     Ok(())
 }

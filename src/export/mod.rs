@@ -5,6 +5,7 @@
 pub mod attention;
 pub mod heads;
 pub mod pages;
+pub mod request;
 pub mod sink;
 pub mod svg;
 pub mod timeline;
@@ -19,6 +20,8 @@ pub enum ExportPane {
     Attention,
     /// The serving engine's KV page grid (or contiguous reservations).
     Kv,
+    /// The live request's own KV reservation (the app's "KV cache · contiguous" pane).
+    Request,
     /// The head-sharing diagram.
     Heads,
     /// The batching timeline.
@@ -33,6 +36,7 @@ impl ExportPane {
         match self {
             Self::Attention => "attention",
             Self::Kv => "kv",
+            Self::Request => "request-kv",
             Self::Heads => "heads",
             Self::Batch => "batch",
             Self::Sink => "sink",
@@ -45,7 +49,8 @@ impl ExportPane {
         match p {
             Pane::Serving if sink => Some(Self::Sink),
             Pane::Attention => Some(Self::Attention),
-            Pane::Kv => Some(Self::Kv),
+            // The KV pane shows the live request's reservation, not the serving pool.
+            Pane::Kv => Some(Self::Request),
             Pane::Heads => Some(Self::Heads),
             Pane::Serving => Some(Self::Batch),
             Pane::Output | Pane::Forward => None,
@@ -90,6 +95,7 @@ pub fn render_svg(app: &App, pane: ExportPane) -> Result<String, ExportError> {
     match pane {
         ExportPane::Attention => attention::render(app),
         ExportPane::Heads => heads::render(report, app.head),
+        ExportPane::Request => request::render(&report.kv),
         ExportPane::Kv => {
             let sv = report.serve.as_ref().ok_or_else(|| {
                 ExportError::NoData(
@@ -162,6 +168,24 @@ pub fn write(
         path: path.to_path_buf(),
         err,
     })
+}
+
+/// Writes to the default place ([`default_path`]), making `$INFERLAB_EXPORT_DIR` first
+/// when it names a folder that does not exist yet. Returns the path written.
+pub fn write_default(
+    app: &App,
+    pane: ExportPane,
+    format: ImageFormat,
+) -> Result<PathBuf, ExportError> {
+    let path = default_path(app, pane, format);
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|err| ExportError::Write {
+            path: dir.to_path_buf(),
+            err,
+        })?;
+    }
+    write(app, pane, format, &path)?;
+    Ok(path)
 }
 
 /// Where the app's `e` key writes: `$INFERLAB_EXPORT_DIR` or the current directory.

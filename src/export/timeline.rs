@@ -27,7 +27,7 @@ pub fn render(
     let rh = 20.0;
     let (left, top) = (60.0, 70.0);
     let w = left + cols as f32 * cw + 40.0;
-    let h = top + n_req as f32 * rh + 90.0;
+    let h = top + n_req as f32 * rh + 114.0;
     let mut s = Svg::new(w.max(900.0), h);
     s.text(16.0, 28.0, 16.0, "start", title, 0.0);
     let active = |c: &Vec<(u64, ReqPhase)>| {
@@ -95,6 +95,8 @@ pub fn render(
         ),
         ("#7f7f7f", "", "rejected"),
     ];
-    s.legend(left, ly, &legend);
+    // Two rows, so the legend fits the picture's width whatever the timeline's length.
+    s.legend(left, ly, &legend[..3]);
+    s.legend(left, ly + 24.0, &legend[3..]);
     Ok(s.finish())
 }

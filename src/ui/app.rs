@@ -444,12 +444,10 @@ impl App {
                 "e exports the attention, heads, KV or serving pane: press tab to focus one".into();
             return;
         };
-        let svg = export::default_path(self, pane, ImageFormat::Svg);
-        let png = svg.with_extension("png");
-        let r = export::write(self, pane, ImageFormat::Svg, &svg)
-            .and_then(|_| export::write(self, pane, ImageFormat::Png, &png));
+        let r = export::write_default(self, pane, ImageFormat::Svg)
+            .and_then(|svg| export::write_default(self, pane, ImageFormat::Png).map(|_| svg));
         self.status = match r {
-            Ok(()) => format!("exported {} → {} and .png", pane.name(), svg.display()),
+            Ok(svg) => format!("exported {} → {} and .png", pane.name(), svg.display()),
             Err(e) => format!("export failed: {e}"),
         };
     }
@@ -724,6 +722,11 @@ fn push_timeline(
     v: Option<&crate::serve::report::ServeView>,
 ) {
     let Some(sv) = v else { return };
+    // A restarted workload (c, b or s pressed live, or seen in a recording) begins a new
+    // timeline: one picture never mixes two runs under one title.
+    if sv.step.iteration == 0 {
+        t.clear();
+    }
     // A request that ran more than one token this iteration was prefilling, even when the
     // prefill finished in it and the scheduler already reports it decoding.
     let mut col: Vec<(u64, ReqPhase)> = sv

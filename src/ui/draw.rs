@@ -197,7 +197,7 @@ fn header(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     );
     let width = area.width as usize;
     let status_w = app.status.chars().count();
-    let minimal = format!(" {} · {kernel} · ", app.run.layout);
+    let minimal = format!(" inferlab · {} · {kernel} · ", app.run.layout);
     let fixed = [full, short]
         .into_iter()
         .find(|f| f.chars().count() + status_w <= width)
