@@ -73,8 +73,16 @@ fn main() -> std::process::ExitCode {
     // terminal back before exiting as interrupted.
     let _ = ctrlc::set_handler(|| {
         inferlab::model::source::abort_fetch();
-        inferlab::ui::restore_terminal();
-        std::process::exit(130);
+        // Restoring writes to the terminal, which after a hang-up may be gone or stuck:
+        // give it a moment, then leave regardless (`_exit` takes no locks).
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            inferlab::ui::restore_terminal();
+            let _ = tx.send(());
+        });
+        let _ = rx.recv_timeout(std::time::Duration::from_millis(300));
+        // SAFETY: ends the process at once; nothing after this runs.
+        unsafe { libc::_exit(130) }
     });
     let result = match cli.command {
         None => commands::app::run(

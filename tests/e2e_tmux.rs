@@ -249,6 +249,37 @@ fn an_engine_that_dies_is_shown_and_exits_non_zero_with_the_terminal_back() {
 }
 
 #[test]
+fn closing_the_terminal_ends_the_app() {
+    let model = common::real_model();
+    let marker = format!("hangup-{}", std::process::id());
+    let t = Tmux::start(160, 40);
+    let cmd = format!(
+        "{} --model {} --prompt {marker}",
+        common::bin().display(),
+        model.display()
+    );
+    t.keys(&[&cmd, "Enter"]);
+    t.wait_for("ready: press space", 60);
+    t.keys(&["r"]);
+    drop(t); // kills the tmux session: the app gets SIGHUP
+    let alive = || {
+        Command::new("pgrep")
+            .args(["-f", &marker])
+            .output()
+            .map(|o| !o.stdout.is_empty())
+            .unwrap_or(false)
+    };
+    let start = Instant::now();
+    while alive() {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the app outlived its terminal"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
 fn a_lesson_opens_beside_the_panes_moves_with_n_and_saves_progress() {
     let model = common::real_model();
     let data = tempfile::tempdir().unwrap();

@@ -192,7 +192,7 @@ fn header(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     // The status (an export path, an error) matters more than the fixed facts: when the
     // line is too narrow those shrink first, and only then is the status cut, with "…".
     let short = format!(
-        " {} · {kernel} · it {iter} · {phase} · {run} · ",
+        " inferlab · {} · {kernel} · it {iter} · {phase} · {run} · ",
         app.run.layout
     );
     let width = area.width as usize;
