@@ -47,3 +47,13 @@ pub enum ModelError {
 
 /// Result alias for model code.
 pub type Result<T> = std::result::Result<T, ModelError>;
+
+/// The message a panic carried (`panic!` gives a `String` or a `&str`), for reporting a
+/// contained panic to the user; `fallback` when it carried neither.
+pub fn panic_message(payload: &(dyn std::any::Any + Send), fallback: &str) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| fallback.to_string())
+}

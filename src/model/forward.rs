@@ -86,11 +86,7 @@ impl Model {
             Self::load_unguarded(path, opts)
         }))
         .unwrap_or_else(|p| {
-            let why = p
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default();
+            let why = super::error::panic_message(p.as_ref(), "");
             Err(ModelError::CorruptFile {
                 path: path.to_path_buf(),
                 reason: format!("a parser gave up on it ({why})"),

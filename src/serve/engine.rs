@@ -167,11 +167,7 @@ fn run(cfg: EngineConfig, rx: Receiver<Command>, tx: &Sender<Event>) -> Result<(
             Ok(Ok(())) => {}
             Ok(Err(e)) => send(Event::Error(e)),
             Err(p) => {
-                let why = p
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_else(|| "a panic".into());
+                let why = crate::model::error::panic_message(p.as_ref(), "a panic");
                 send(Event::Died(why));
                 return Ok(());
             }
