@@ -158,12 +158,13 @@ fn the_e_key_writes_the_focused_pane_and_says_where() {
     assert!(svg.exists(), "{}", a.status);
     assert!(svg.with_extension("png").exists());
     assert!(a.status.contains("exported attention"), "{}", a.status);
-    // Panes without a picture say which ones have one.
+    // Every pane has a picture: the output pane's too.
     while a.focus != Pane::Output {
         a.update(Action::FocusNext);
     }
     a.update(Action::Export);
-    assert!(a.status.contains("press tab"), "{}", a.status);
+    assert!(a.status.contains("exported output"), "{}", a.status);
+    assert!(dir.path().join("inferlab-output-iter3.png").exists());
 }
 
 #[test]
@@ -269,13 +270,10 @@ fn the_sink_picture_and_a_recording_that_holds_the_experiment() {
         4 + 1
     );
     // In the app, e on the serving pane exports the experiment while it is shown.
-    assert_eq!(
-        ExportPane::for_focus(Pane::Serving, true),
-        Some(ExportPane::Sink)
-    );
+    assert_eq!(ExportPane::for_focus(Pane::Serving, true), ExportPane::Sink);
     assert_eq!(
         ExportPane::for_focus(Pane::Serving, false),
-        Some(ExportPane::Batch)
+        ExportPane::Batch
     );
     // A session without it says so.
     let e = export::render_svg(&app(), ExportPane::Sink).unwrap_err();
@@ -289,10 +287,7 @@ fn the_kv_pane_exports_the_request_it_shows_and_export_paths_behave() {
     while a.focus != Pane::Kv {
         a.update(Action::FocusNext);
     }
-    assert_eq!(
-        ExportPane::for_focus(Pane::Kv, false),
-        Some(ExportPane::Request)
-    );
+    assert_eq!(ExportPane::for_focus(Pane::Kv, false), ExportPane::Request);
     let svg = export::render_svg(&a, ExportPane::Request).unwrap();
     let kv = &a.report.as_ref().unwrap().kv;
     assert!(svg.contains("the live request"), "{svg}");
@@ -382,5 +377,34 @@ fn the_timeline_picture_holds_one_run_and_its_legend_fits() {
                 "{text} at {x} of {width}"
             );
         }
+    }
+}
+
+#[test]
+fn the_output_and_forward_panes_export_what_they_show() {
+    let a = app_with(&serving_reports(CacheKind::Paged, 3));
+    let r = a.report.as_ref().unwrap();
+    assert_eq!(
+        ExportPane::for_focus(Pane::Output, false),
+        ExportPane::Output
+    );
+    assert_eq!(
+        ExportPane::for_focus(Pane::Forward, false),
+        ExportPane::Forward
+    );
+    let out = export::render_svg(&a, ExportPane::Output).unwrap();
+    assert!(!r.info.top_k.is_empty());
+    // One bar per candidate, the sampled one in the accent colour.
+    assert_eq!(count(&out, "%</text>"), r.info.top_k.len());
+    assert_eq!(count(&out, r##"fill="#c77c2a""##), 1, "{out}");
+    let fwd = export::render_svg(&a, ExportPane::Forward).unwrap();
+    let layers = r.info.timing.layers_ms.len();
+    assert!(layers > 0);
+    // embed + every layer + LM head + sample, each with its time.
+    assert_eq!(count(&fwd, r#"font-size="10.0""#), layers + 3, "{fwd}");
+    assert!(fwd.contains(&format!("layer {}", layers - 1)));
+    for p in [ExportPane::Output, ExportPane::Forward] {
+        let png = export::to_png(&export::render_svg(&a, p).unwrap(), 1.0).unwrap();
+        assert_eq!(&png[1..4], b"PNG");
     }
 }

@@ -151,11 +151,32 @@ fn settings_and_checks_that_do_not_exist_are_refused() {
         ("?predict future: q", "unknown prediction `future`"),
         ("? Q\n* only one :: ok", "at least two choices"),
         ("? Q\n* a\n- b :: x", "after `::`"),
+        (
+            "? Q\n* a :: Right: yes\n- b :: no",
+            "the app says `Right:` itself",
+        ),
+        ("task: x\ncheck: tokens >= 3", "unknown check variable"),
     ] {
         let text = format!("# T\n\n## S\n{bad}\n");
         let e = parse("x.md", &text).unwrap_err();
         assert!(e.iter().any(|e| e.message.contains(want)), "{bad}: {e:?}");
     }
+    // A check line that is there but wrong is reported as wrong, not as missing.
+    let e = parse("x.md", "# T\n\n## S\ntask: x\ncheck: tokens >= 3\n").unwrap_err();
+    assert!(
+        !e.iter().any(|e| e.message.contains("needs a `check:`")),
+        "{e:?}"
+    );
+    let e = parse(
+        "x.md",
+        "# T\n\n## S\ntask: x\ncheck: steps > 1\ncheck: steps > 2\n",
+    )
+    .unwrap_err();
+    assert!(
+        e.iter()
+            .any(|e| e.message.contains("one `check:` per task")),
+        "{e:?}"
+    );
     assert!(parse("x.md", "no title\n## S\n").is_err());
     assert!(parse("x.md", "# T\nno steps\n").is_err());
 }

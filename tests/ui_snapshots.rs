@@ -279,6 +279,87 @@ fn a_prediction_runs_the_next_step_and_is_graded_by_what_the_model_did() {
     );
 }
 
+/// A decode report in which head 0 of every layer puts 70% of its weight on position 0.
+fn decode_report_attending_to_the_first_token() -> inferlab::serve::StepReport {
+    let mut r = report();
+    r.iteration = 4;
+    r.info.step = 1;
+    r.pieces.push(" keeps".into());
+    let kv = r.pieces.len();
+    r.info.captures = (0..2)
+        .map(|layer| {
+            let mut c = capture(layer, 1);
+            c.kv_len = kv;
+            c.pos0 = kv - 1;
+            c.weights = (0..3 * kv)
+                .map(|i| {
+                    if i % kv == 0 {
+                        0.7
+                    } else {
+                        0.3 / (kv - 1) as f32
+                    }
+                })
+                .collect();
+            c.scores = c.weights.clone();
+            c
+        })
+        .collect();
+    r
+}
+
+#[test]
+fn a_wrong_prediction_asks_about_the_next_iteration_instead_of_a_retry() {
+    let mut a = tutor_app(1);
+    for _ in 0..3 {
+        a.update(Action::NextStep);
+    }
+    // Choice 2 is position 1; the model will look at position 0.
+    a.update(Action::Answer(2));
+    a.on_event(Event::Report(Box::new(
+        decode_report_attending_to_the_first_token(),
+    )));
+    let ans = a.tutor.as_ref().unwrap().answers[0].clone().unwrap();
+    assert!(!ans.right, "{ans:?}");
+    let mut term = Terminal::new(TestBackend::new(70, 60)).unwrap();
+    term.draw(|f| panes::lesson::render(&a, &THEME, f.area(), f.buffer_mut()))
+        .unwrap();
+    let text = format!("{}", term.backend());
+    assert!(text.contains("Not quite: layer"), "{text}");
+    assert!(text.contains("That iteration has passed"), "{text}");
+    assert!(!text.contains("try again"), "{text}");
+    // The fresh choices are listed, and none is highlighted as the old pick.
+    assert!(text.contains("  1. "), "{text}");
+}
+
+#[test]
+fn explanations_do_not_repeat_the_verdict_and_the_last_step_counts_when_shown() {
+    let mut a = tutor_app(0);
+    a.update(Action::NextStep);
+    a.update(Action::NextStep);
+    a.update(Action::Answer(2));
+    let mut term = Terminal::new(TestBackend::new(70, 60)).unwrap();
+    term.draw(|f| panes::lesson::render(&a, &THEME, f.area(), f.buffer_mut()))
+        .unwrap();
+    let text = format!("{}", term.backend());
+    assert!(text.contains("Right: "), "{text}");
+    assert!(!text.contains("Right: Right"), "{text}");
+    // This is the lesson's last step: it has no task, so it counts as done once both
+    // questions are answered right, without pressing n past it.
+    let key = "01-forward-pass";
+    let done = |a: &App| {
+        let t = a.tutor.as_ref().unwrap();
+        t.progress
+            .lessons
+            .get(key)
+            .is_some_and(|p| p.done_steps.contains(&2))
+    };
+    assert_eq!(a.tutor.as_ref().unwrap().step, 2);
+    assert_eq!(a.tutor.as_ref().unwrap().current().unwrap().steps.len(), 3);
+    assert!(!done(&a));
+    a.update(Action::Answer(1));
+    assert!(done(&a), "{:?}", a.tutor.as_ref().unwrap().progress);
+}
+
 #[test]
 fn scrubbing_walks_back_through_the_session_and_resumes_live() {
     let mut a = App::new(RunOptions::default());

@@ -3,7 +3,9 @@
 //! picture looks the same on every machine, fonts installed or not).
 
 pub mod attention;
+pub mod forward;
 pub mod heads;
+pub mod output;
 pub mod pages;
 pub mod request;
 pub mod sink;
@@ -28,6 +30,10 @@ pub enum ExportPane {
     Batch,
     /// The attention-sink experiment (when the session ran it).
     Sink,
+    /// The forward pass: time per stage and layer.
+    Forward,
+    /// The generated text and the next-token distribution.
+    Output,
 }
 
 impl ExportPane {
@@ -40,20 +46,23 @@ impl ExportPane {
             Self::Heads => "heads",
             Self::Batch => "batch",
             Self::Sink => "sink",
+            Self::Forward => "forward",
+            Self::Output => "output",
         }
     }
 
-    /// The picture for a focused pane of the app, if it has one (`sink`: whether the sink
-    /// experiment holds the serving pane's place).
-    pub fn for_focus(p: Pane, sink: bool) -> Option<Self> {
+    /// The picture for a focused pane of the app (`sink`: whether the sink experiment holds
+    /// the serving pane's place).
+    pub fn for_focus(p: Pane, sink: bool) -> Self {
         match p {
-            Pane::Serving if sink => Some(Self::Sink),
-            Pane::Attention => Some(Self::Attention),
+            Pane::Serving if sink => Self::Sink,
+            Pane::Attention => Self::Attention,
             // The KV pane shows the live request's reservation, not the serving pool.
-            Pane::Kv => Some(Self::Request),
-            Pane::Heads => Some(Self::Heads),
-            Pane::Serving => Some(Self::Batch),
-            Pane::Output | Pane::Forward => None,
+            Pane::Kv => Self::Request,
+            Pane::Heads => Self::Heads,
+            Pane::Serving => Self::Batch,
+            Pane::Output => Self::Output,
+            Pane::Forward => Self::Forward,
         }
     }
 }
@@ -95,6 +104,8 @@ pub fn render_svg(app: &App, pane: ExportPane) -> Result<String, ExportError> {
     match pane {
         ExportPane::Attention => attention::render(app),
         ExportPane::Heads => heads::render(report, app.head),
+        ExportPane::Forward => forward::render(report, app.layer),
+        ExportPane::Output => output::render(report),
         ExportPane::Request => request::render(&report.kv),
         ExportPane::Kv => {
             let sv = report.serve.as_ref().ok_or_else(|| {

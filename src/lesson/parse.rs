@@ -62,6 +62,9 @@ impl Parser<'_> {
         let mut step: Option<Step> = None;
         let mut question: Option<OpenQuestion> = None;
         let mut task_line = 0;
+        // Whether the current task has a `check:` line at all, valid or not:
+        // an invalid one is reported as invalid, not as missing.
+        let mut check_seen = false;
         for (i, raw) in text.lines().enumerate() {
             let n = i + 1;
             let line = raw.trim_end();
@@ -72,6 +75,12 @@ impl Parser<'_> {
                     match &mut q.kind {
                         QuestionKind::Choice(choices) => match rest.split_once("::") {
                             Some((t, why)) if !t.trim().is_empty() && !why.trim().is_empty() => {
+                                if let Some(v) = verdict_prefix(why) {
+                                    self.err(
+                                        n,
+                                        format!("the app says `{v}` itself; start the explanation with the reason"),
+                                    );
+                                }
                                 choices.push(Choice {
                                     text: t.trim().to_string(),
                                     right,
@@ -94,7 +103,7 @@ impl Parser<'_> {
             }
             if let Some(title) = line.strip_prefix("## ") {
                 if let Some(s) = step.take() {
-                    self.close_step(s, task_line, &mut lesson);
+                    self.close_step(s, task_line, check_seen, &mut lesson);
                 }
                 if lesson.title.is_empty() {
                     self.err(n, "the file must start with a `# Title` line");
@@ -187,6 +196,7 @@ impl Parser<'_> {
                             self.err(n, "one `task:` per step");
                         }
                         task_line = n;
+                        check_seen = false;
                         s.task = Some(Task {
                             text: value.to_string(),
                             check: Vec::new(),
@@ -195,10 +205,11 @@ impl Parser<'_> {
                     "check" => {
                         let conds = self.check(n, value);
                         match s.task.as_mut() {
-                            Some(t) if t.check.is_empty() => t.check = conds,
-                            Some(_) => self.err(n, "one `check:` per task"),
+                            Some(_) if check_seen => self.err(n, "one `check:` per task"),
+                            Some(t) => t.check = conds,
                             None => self.err(n, "`check:` needs a `task:` line above it"),
                         }
+                        check_seen = true;
                     }
                     _ => self.err(
                         n,
@@ -219,7 +230,7 @@ impl Parser<'_> {
             self.close_question(q, step.as_mut());
         }
         if let Some(s) = step.take() {
-            self.close_step(s, task_line, &mut lesson);
+            self.close_step(s, task_line, check_seen, &mut lesson);
         }
         if lesson.title.is_empty() {
             self.err(1, "the file must start with a `# Title` line");
@@ -252,14 +263,12 @@ impl Parser<'_> {
         }
     }
 
-    fn close_step(&mut self, mut s: Step, task_line: usize, lesson: &mut Lesson) {
-        if let Some(t) = &s.task {
-            if t.check.is_empty() {
-                self.err(
-                    task_line.max(s.line),
-                    "a task needs a `check:` line so the app can tell when it is done",
-                );
-            }
+    fn close_step(&mut self, mut s: Step, task_line: usize, check_seen: bool, lesson: &mut Lesson) {
+        if s.task.is_some() && !check_seen {
+            self.err(
+                task_line.max(s.line),
+                "a task needs a `check:` line so the app can tell when it is done",
+            );
         }
         s.prose = s.prose.trim().to_string();
         lesson.steps.push(s);
@@ -431,4 +440,14 @@ fn pane(v: &str) -> Option<Pane> {
 
 fn names<T>(list: &[(&str, T)]) -> String {
     list.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+}
+
+/// A verdict the explanation repeats (`Right:`, `Wrong:` …), which the lesson pane
+/// already prints before it.
+fn verdict_prefix(why: &str) -> Option<String> {
+    let why = why.trim_start();
+    ["right:", "wrong:", "not quite:", "correct:", "incorrect:"]
+        .into_iter()
+        .find_map(|v| why.get(..v.len()).filter(|p| p.eq_ignore_ascii_case(v)))
+        .map(str::to_string)
 }

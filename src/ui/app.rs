@@ -439,11 +439,7 @@ impl App {
     /// Writes the focused pane's picture (SVG and PNG) and says where in the status line.
     fn export_focused(&mut self) {
         use crate::export::{self, ExportPane, ImageFormat};
-        let Some(pane) = ExportPane::for_focus(self.focus, self.shows_sink()) else {
-            self.status =
-                "e exports the attention, heads, KV or serving pane: press tab to focus one".into();
-            return;
-        };
+        let pane = ExportPane::for_focus(self.focus, self.shows_sink());
         let r = export::write_default(self, pane, ImageFormat::Svg)
             .and_then(|svg| export::write_default(self, pane, ImageFormat::Png).map(|_| svg));
         self.status = match r {

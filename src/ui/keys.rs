@@ -172,7 +172,7 @@ pub const BINDINGS: &[Binding] = &[
     },
     Binding {
         keys: "e",
-        help: "export focused pane: SVG + PNG (attention, heads, KV, serving)",
+        help: "export the focused pane as SVG + PNG",
         rank: 10,
         hint: "export",
         action: Action::Export,

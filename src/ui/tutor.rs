@@ -162,7 +162,9 @@ pub fn goto(app: &mut App, lesson: usize, step: usize) -> Vec<Command> {
     t.answers = vec![None; s.questions.len()];
     t.iter_at_open = app.report.as_ref().map(|r| r.iteration).unwrap_or(0);
     t.save();
-    apply(app, &s)
+    let cmds = apply(app, &s);
+    note_progress(app);
+    cmds
 }
 
 /// Next step, or the next lesson's first step after the last one.
@@ -347,11 +349,17 @@ pub fn task_done(app: &App) -> bool {
     }
 }
 
-/// Records a finished task in the progress file, once.
+/// Records a finished step in the progress file, once: its task holds (if it has one) and
+/// every question is answered right. A step with neither is done once shown, so the last
+/// step of a lesson counts without pressing `n` past it.
 pub fn note_progress(app: &mut App) {
     let done = task_done(app);
     let Some(t) = app.tutor.as_mut() else { return };
-    if done && t.step().is_some_and(|s| s.task.is_some()) {
+    let answered = t
+        .answers
+        .iter()
+        .all(|a| a.as_ref().is_some_and(|a| a.right));
+    if done && answered && t.step().is_some() {
         let (id, s) = (t.current().map(|l| l.id().to_string()), t.step);
         if let Some(id) = id {
             let p = t.progress.of(&id);
@@ -512,6 +520,7 @@ fn record(app: &mut App, qi: usize, a: Answer) {
         t.answers[qi] = Some(a);
     }
     t.save();
+    note_progress(app);
 }
 
 /// Grades a pending prediction against the iteration that just ran.

@@ -89,10 +89,14 @@ fn lines<'a>(app: &App, t: &Tutor, theme: &Theme) -> Vec<Line<'a>> {
             Span::raw(task.text.clone()),
         ]));
         if done {
-            out.push(Line::styled(
-                "    done: press n for the next step",
-                theme.dim(),
-            ));
+            let what = if t.step + 1 < l.steps.len() {
+                "    done: press n for the next step"
+            } else if t.lesson + 1 < t.lessons.len() {
+                "    done: press n for the next lesson"
+            } else {
+                "    done: that was the last step of the last lesson"
+            };
+            out.push(Line::styled(what, theme.dim()));
         }
     }
     let open = t.open_question();
@@ -111,16 +115,31 @@ fn lines<'a>(app: &App, t: &Tutor, theme: &Theme) -> Vec<Line<'a>> {
         if open != Some(qi) && t.answers[qi].is_none() {
             continue;
         }
+        let answer = t.answers[qi].as_ref();
+        let predict = matches!(q.kind, QuestionKind::Predict(_));
+        // A graded prediction is about an iteration that has passed: its verdict comes
+        // first, and a wrong one is followed by fresh choices for the next iteration.
+        if predict {
+            if let Some(a) = answer {
+                out.push(verdict(a, theme));
+                if a.right {
+                    continue;
+                }
+                out.push(Line::styled(
+                    "  That iteration has passed. Predict the next one:",
+                    theme.dim(),
+                ));
+            }
+        }
         let labels: Vec<String> = match &q.kind {
             QuestionKind::Choice(c) => c.iter().map(|c| c.text.clone()).collect(),
             QuestionKind::Predict(kind) => match tutor::live_choices(app, *kind) {
-                Some(live) if t.answers[qi].is_none() => live.labels,
-                Some(_) | None if t.answers[qi].is_some() => Vec::new(),
-                _ => vec!["(run an iteration first: press space)".into()],
+                Some(live) => live.labels,
+                None => vec!["(run an iteration first: press space)".into()],
             },
         };
         for (i, lab) in labels.iter().enumerate() {
-            let chosen = t.answers[qi].as_ref().is_some_and(|a| a.choice == i)
+            let chosen = (!predict && answer.is_some_and(|a| a.choice == i))
                 || t.pending
                     .as_ref()
                     .is_some_and(|p| p.question == qi && p.choice == i);
@@ -137,18 +156,8 @@ fn lines<'a>(app: &App, t: &Tutor, theme: &Theme) -> Vec<Line<'a>> {
                 theme.dim(),
             ));
         }
-        if let Some(a) = &t.answers[qi] {
-            out.push(Line::from(vec![
-                Span::styled(
-                    if a.right {
-                        "  Right: "
-                    } else {
-                        "  Not quite: "
-                    },
-                    theme.accent(),
-                ),
-                Span::raw(a.why.clone()),
-            ]));
+        if let (Some(a), false) = (answer, predict) {
+            out.push(verdict(a, theme));
             if !a.right {
                 out.push(Line::styled(
                     "  (press another number to try again)",
@@ -158,6 +167,21 @@ fn lines<'a>(app: &App, t: &Tutor, theme: &Theme) -> Vec<Line<'a>> {
         }
     }
     out
+}
+
+/// "Right: …" or "Not quite: …" with the answer's explanation.
+fn verdict<'a>(a: &tutor::Answer, theme: &Theme) -> Line<'a> {
+    Line::from(vec![
+        Span::styled(
+            if a.right {
+                "  Right: "
+            } else {
+                "  Not quite: "
+            },
+            theme.accent(),
+        ),
+        Span::raw(a.why.clone()),
+    ])
 }
 
 /// Prose as the panel wraps it: the file's line breaks inside a paragraph become spaces,
