@@ -6,6 +6,7 @@
 pub mod bench;
 pub mod budget;
 pub mod export;
+pub mod kernels;
 pub mod kv;
 pub mod lesson;
 pub mod model;
