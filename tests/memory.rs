@@ -6,7 +6,7 @@ mod common;
 
 use candle_core::{Device, Tensor};
 use common::*;
-use inferlab::model::attention::{naive_tensors, MAX_SCORE_ELEMS};
+use inferlab::model::attention::{naive, MAX_SCORE_ELEMS};
 use inferlab::model::flash::pseudo_random;
 use inferlab::model::{LayerSelect, LlamaConfig, Logits, Probe};
 use inferlab::serve::engine::{
@@ -26,10 +26,10 @@ fn chunked_attention_equals_one_block_and_keeps_the_newest_rows() {
     let q = tensor((h, t, d), 1);
     let k = tensor((kvh, t, d), 2);
     let v = tensor((kvh, t, d), 3);
-    let chunked = naive_tensors(&q, &k, &v, 0, 5).unwrap();
+    let chunked = naive(&q, &k, &v, 0, 5).unwrap();
     // The same rows one at a time (each row's softmax is its own), for the newest rows.
     for row in [0, 1500, t - 1] {
-        let one = naive_tensors(&q.narrow(1, row, 1).unwrap(), &k, &v, row, 1).unwrap();
+        let one = naive(&q.narrow(1, row, 1).unwrap(), &k, &v, row, 1).unwrap();
         let a: Vec<f32> = chunked
             .out
             .narrow(1, row, 1)

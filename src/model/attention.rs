@@ -1,8 +1,17 @@
 //! Scaled dot-product attention with grouped KV heads, written out so each piece
 //! (scores, mask, softmax, weighted sum) can be looked at.
+//!
+//! [`attend`] is the one entry point of a layer: it decides, sequence by sequence, which
+//! route runs — the tensor kernels ([`naive`] or [`tiled`]), a decode row on plain slices
+//! against a copied cache, or a decode row read in place through the page table
+//! (PagedAttention). The math is the same on every route; only where the bytes sit differs.
 
 use super::flash::{self, IoCount, Tiles};
-use candle_core::{Result, Tensor, D};
+use super::forward::AttnKernel;
+use super::rope::Rope;
+use crate::kv::{BatchKv, KvRows};
+use candle_core::{Result, Tensor};
+use rayon::prelude::*;
 
 /// What one attention call produced.
 pub struct AttnOut {
@@ -17,6 +26,260 @@ pub struct AttnOut {
     pub io: IoCount,
     /// Tiled kernel only: head 0's (query tile, key tile) pairs in processing order.
     pub schedule: Vec<(u32, u32)>,
+}
+
+/// Where one sequence's rows sit in a batched layer: rows `off..off + len` of the batch,
+/// at positions `pos0..pos0 + len` of the sequence.
+#[derive(Debug, Clone, Copy)]
+pub struct Span {
+    pub off: usize,
+    pub len: usize,
+    pub pos0: usize,
+}
+
+/// How one layer's attention runs.
+pub struct Setup<'a> {
+    pub layer: usize,
+    pub n_head: usize,
+    pub n_kv_head: usize,
+    pub head_dim: usize,
+    pub kernel: AttnKernel,
+    /// Candle tensor ops only (the reference path the tests compare against).
+    pub reference: bool,
+    pub rope: &'a Rope,
+}
+
+/// Sequence 0's attention kept for the probe: queries before and after RoPE, the new keys
+/// and values, and what the kernel produced (with its scores when asked).
+pub struct Seen {
+    pub q_pre: Tensor,
+    pub q: Tensor,
+    pub k: Tensor,
+    pub v: Tensor,
+    pub att: AttnOut,
+}
+
+/// A layer's attention over a whole batch.
+pub struct Attended {
+    /// `(rows, n_head × head_dim)`, in the batch's row order.
+    pub out: Tensor,
+    /// Bytes moved to and from main memory, all sequences and heads.
+    pub io: IoCount,
+    pub seen: Option<Seen>,
+}
+
+/// Attention of every sequence of a batch for one layer. `q`, `k`, `v` are the
+/// projections of all rows, `(rows, heads × head_dim)`; each sequence appends its new keys
+/// and values to its cache in `kv` and attends over everything cached. Sequence 0 is kept
+/// for the probe with the scores of its newest `capture_rows` rows when that is not 0.
+pub fn attend(
+    s: &Setup,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    spans: &[Span],
+    kv: &mut dyn BatchKv,
+    capture_rows: usize,
+) -> Result<Attended> {
+    let rows = spans.last().map_or(0, |p| p.off + p.len);
+    let width = s.n_head * s.head_dim;
+    // Decode rows on the CPU skip the tensor plumbing: at one row the fixed cost of a
+    // tensor op is larger than the arithmetic, and a batch pays it per request per layer.
+    let on_host = !s.reference && s.kernel == AttnKernel::Naive && q.device().is_cpu();
+    let slices = if on_host && spans.iter().any(|p| p.len == 1) {
+        Some(HostQkv::new(q, k, v)?)
+    } else {
+        None
+    };
+    let mut out = Output::new(on_host, rows * width);
+    let (mut io, mut seen) = (IoCount::default(), None);
+    let (mut copied, mut in_place) = (Vec::new(), Vec::new());
+    for (i, &p) in spans.iter().enumerate() {
+        let captured = i == 0 && capture_rows > 0;
+        if let (Some(h), 1, false) = (&slices, p.len, captured) {
+            let mut k_row = h.k_row(p.off).to_vec();
+            s.rope.rotate(&mut k_row, p.pos0);
+            io.add(flash::naive_io(1, p.pos0 + 1, s.head_dim).times(s.n_head));
+            // A paged store on the CPU takes the row in place and lends its pages back.
+            if kv.append_row(i, s.layer, &k_row, h.v_row(p.off))? {
+                in_place.push((i, p));
+            } else {
+                let shape = (s.n_kv_head, 1, s.head_dim);
+                let k_new = Tensor::from_vec(k_row, shape, q.device())?;
+                let v_new = Tensor::from_slice(h.v_row(p.off), shape, q.device())?;
+                let (k_all, v_all) = kv.append(i, s.layer, &k_new, &v_new)?;
+                copied.push((p, k_all, v_all));
+            }
+            continue;
+        }
+        let rows = if captured { capture_rows } else { 0 };
+        let one = on_tensors(s, q, k, v, p, i, kv, rows)?;
+        io.add(one.att.io);
+        out.put(p, &one.att.out.transpose(0, 1)?.reshape((p.len, width))?)?;
+        if captured {
+            seen = Some(one);
+        }
+    }
+    if let (Some(h), Output::Host(buf)) = (&slices, &mut out) {
+        decode_rows(s, h, kv, &copied, &in_place, buf)?;
+    }
+    Ok(Attended {
+        out: out.finish(rows, width, q.device())?,
+        io,
+        seen,
+    })
+}
+
+/// One sequence on the tensor kernels: RoPE, append to the cache, naive or tiled attention.
+#[allow(clippy::too_many_arguments)]
+fn on_tensors(
+    s: &Setup,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    p: Span,
+    seq: usize,
+    kv: &mut dyn BatchKv,
+    capture_rows: usize,
+) -> Result<Seen> {
+    // `(rows, heads × d)` → `(heads, rows, d)` for this sequence.
+    let split = |a: &Tensor, heads: usize| -> Result<Tensor> {
+        a.narrow(0, p.off, p.len)?
+            .reshape((p.len, heads, s.head_dim))?
+            .transpose(0, 1)?
+            .contiguous()
+    };
+    let q_pre = split(q, s.n_head)?;
+    let q = s.rope.apply(&q_pre, p.pos0)?;
+    let k = s.rope.apply(&split(k, s.n_kv_head)?, p.pos0)?;
+    let v = split(v, s.n_kv_head)?;
+    let (k_all, v_all) = kv.append(seq, s.layer, &k, &v)?;
+    let att = match s.kernel {
+        AttnKernel::Naive => naive(&q, &k_all, &v_all, p.pos0, capture_rows)?,
+        AttnKernel::Tiled { sram_bytes } => {
+            let tiles = Tiles::from_sram(sram_bytes, s.head_dim)
+                .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+            tiled(&q, &k_all, &v_all, p.pos0, tiles, capture_rows)?
+        }
+    };
+    Ok(Seen {
+        q_pre,
+        q,
+        k,
+        v,
+        att,
+    })
+}
+
+/// The batch's q, k and v as plain rows, for the decode rows.
+struct HostQkv {
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    q_width: usize,
+    kv_width: usize,
+}
+
+impl HostQkv {
+    fn new(q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Self> {
+        Ok(Self {
+            q_width: q.dim(1)?,
+            kv_width: k.dim(1)?,
+            q: q.flatten_all()?.to_vec1()?,
+            k: k.flatten_all()?.to_vec1()?,
+            v: v.flatten_all()?.to_vec1()?,
+        })
+    }
+    fn q_row(&self, r: usize) -> &[f32] {
+        &self.q[r * self.q_width..][..self.q_width]
+    }
+    fn k_row(&self, r: usize) -> &[f32] {
+        &self.k[r * self.kv_width..][..self.kv_width]
+    }
+    fn v_row(&self, r: usize) -> &[f32] {
+        &self.v[r * self.kv_width..][..self.kv_width]
+    }
+}
+
+/// The decode rows' attention, one request per task (ORCA runs attention per request;
+/// they are independent, so they spread over the cores), written into the batch output.
+fn decode_rows(
+    s: &Setup,
+    h: &HostQkv,
+    kv: &dyn BatchKv,
+    copied: &[(Span, Tensor, Tensor)],
+    in_place: &[(usize, Span)],
+    out: &mut [f32],
+) -> Result<()> {
+    let query = |p: Span| {
+        let mut q = h.q_row(p.off).to_vec();
+        s.rope.rotate(&mut q, p.pos0);
+        q
+    };
+    let from_copies: Vec<(usize, Vec<f32>)> = copied
+        .par_iter()
+        .map(|(p, k_all, v_all)| {
+            decode_slices(&query(*p), s.n_head, k_all, v_all).map(|o| (p.off, o))
+        })
+        .collect::<Result<_>>()?;
+    let views: Vec<(Span, KvRows)> = in_place
+        .iter()
+        .map(|&(i, p)| {
+            kv.rows(i, s.layer)
+                .map(|r| (p, r))
+                .ok_or_else(|| candle_core::Error::Msg("paged rows vanished".into()))
+        })
+        .collect::<Result<_>>()?;
+    let from_pages: Vec<(usize, Vec<f32>)> = views
+        .par_iter()
+        .map(|&(p, r)| {
+            (
+                p.off,
+                decode_paged(&query(p), s.n_head, s.n_kv_head, r.k, r.v, r.slots),
+            )
+        })
+        .collect();
+    let width = h.q_width;
+    for (off, o) in from_copies.into_iter().chain(from_pages) {
+        out[off * width..][..width].copy_from_slice(&o);
+    }
+    Ok(())
+}
+
+/// The batch's attention output as it is assembled: in host memory when decode rows are
+/// written into it, otherwise as tensors joined at the end.
+enum Output {
+    Host(Vec<f32>),
+    Tensors(Vec<Tensor>),
+}
+
+impl Output {
+    fn new(on_host: bool, len: usize) -> Self {
+        if on_host {
+            Self::Host(vec![0.0; len])
+        } else {
+            Self::Tensors(Vec::new())
+        }
+    }
+
+    /// One sequence's `(len, width)` rows.
+    fn put(&mut self, p: Span, rows: &Tensor) -> Result<()> {
+        match self {
+            Self::Host(buf) => {
+                let v = rows.flatten_all()?.to_vec1::<f32>()?;
+                buf[p.off * (v.len() / p.len.max(1))..][..v.len()].copy_from_slice(&v);
+            }
+            Self::Tensors(list) => list.push(rows.clone()),
+        }
+        Ok(())
+    }
+
+    fn finish(self, rows: usize, width: usize, device: &candle_core::Device) -> Result<Tensor> {
+        match self {
+            Self::Host(buf) => Tensor::from_vec(buf, (rows, width), device),
+            Self::Tensors(list) => Tensor::cat(&list, 0),
+        }
+    }
 }
 
 /// Additive causal mask `(t, kv_len)`: query i sits at position `pos0 + i` and may see
@@ -39,27 +302,13 @@ pub fn causal_mask(
 pub const MAX_SCORE_ELEMS: usize = 16 << 20;
 
 /// Naive attention: materializes the whole `t × kv_len` score matrix per head (in chunks
-/// of query rows beyond [`MAX_SCORE_ELEMS`]).
+/// of query rows beyond [`MAX_SCORE_ELEMS`]), on candle tensor ops in the order of candle's
+/// own quantized_llama, so the reference path matches it bit for bit.
 ///
 /// `q` is `(n_head, t, d)`, `k`/`v` are `(n_kv_head, kv_len, d)`; query head `h` reads
 /// KV head `h / (n_head / n_kv_head)` — grouped-query attention without copying K/V.
 /// `capture_rows` asks for the scores and weights of that many of the newest rows (0: none).
 pub fn naive(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    pos0: usize,
-    capture_rows: usize,
-) -> Result<AttnOut> {
-    if q.dim(1)? == 1 && capture_rows == 0 && q.device().is_cpu() {
-        return decode_row(q, k, v);
-    }
-    naive_tensors(q, k, v, pos0, capture_rows)
-}
-
-/// [`naive`] always on candle tensor ops (the reference path: same order of operations
-/// as candle's own quantized_llama, so results match it bit for bit).
-pub fn naive_tensors(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
@@ -147,11 +396,6 @@ fn naive_block(
     })
 }
 
-/// Row-wise L2 norms of a `(t, hidden)` tensor, for the residual-stream view.
-pub fn row_norms(x: &Tensor) -> Result<Vec<f32>> {
-    x.sqr()?.sum(D::Minus1)?.sqrt()?.to_vec1()
-}
-
 /// Tiled (FlashAttention) attention over all heads: same shapes as [`naive`]. Returns the
 /// output with the bytes moved by all heads and head 0's tile schedule.
 pub fn tiled(
@@ -203,23 +447,6 @@ pub fn tiled(
         weights,
         io,
         schedule,
-    })
-}
-
-/// The same computation for one decode row, on plain slices: at this size the fixed cost
-/// of a tensor op (allocation, thread hand-off) is larger than the arithmetic, and a batch
-/// runs this once per request per layer.
-fn decode_row(q: &Tensor, k: &Tensor, v: &Tensor) -> Result<AttnOut> {
-    let (n_head, _, d) = q.dims3()?;
-    let kv_len = k.dim(1)?;
-    let qv = q.flatten_all()?.to_vec1::<f32>()?;
-    let out = decode_slices(&qv, n_head, k, v)?;
-    Ok(AttnOut {
-        out: Tensor::from_vec(out, (n_head, 1, d), q.device())?,
-        scores: None,
-        weights: None,
-        io: flash::naive_io(1, kv_len, d).times(n_head),
-        schedule: Vec::new(),
     })
 }
 

@@ -10,6 +10,7 @@ pub mod gguf;
 pub mod heads;
 pub mod linear;
 pub mod probe;
+pub mod rope;
 pub mod sampler;
 pub mod session;
 pub mod source;

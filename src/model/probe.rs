@@ -1,6 +1,8 @@
 //! The probe: what the forward pass hands out about its insides when asked.
 //! When no layer is selected the forward pass copies nothing.
 
+use super::attention::{Seen, Span};
+use candle_core::{DType, Result, Tensor, D};
 use serde::{Deserialize, Serialize};
 
 /// Which layers to capture.
@@ -120,4 +122,157 @@ impl Probe {
             ..Default::default()
         }
     }
+
+    /// Forgets the last call's captures, bytes and times before a new one.
+    pub fn start(&mut self) {
+        self.captures.clear();
+        self.attn_io = crate::model::flash::IoCount::default();
+        self.timing = Timing::default();
+    }
+}
+
+/// What the probe gathers from one layer while the block runs, stage by stage. The block
+/// reports to it at each stage; when the layer is not captured every report is ignored
+/// and nothing is copied.
+pub struct LayerLook {
+    layer: usize,
+    /// Sequence 0's rows in this call and the position of the first.
+    first: Span,
+    /// How many of those rows, the newest, the capture keeps (0: the layer is not captured).
+    kept: usize,
+    norm_in: Vec<f32>,
+    norm_attn: Vec<f32>,
+    block: BlockProbe,
+    seen: Option<Seen>,
+}
+
+impl LayerLook {
+    /// The look at `layer` for `probe` (none: capture nothing); `first` is sequence 0.
+    pub fn new(probe: Option<&Probe>, layer: usize, first: Span) -> Self {
+        let kept = match probe {
+            Some(p) if p.select.wants(layer) => {
+                p.row_limit.unwrap_or(usize::MAX).clamp(1, first.len)
+            }
+            _ => 0,
+        };
+        Self {
+            layer,
+            first,
+            kept,
+            norm_in: Vec::new(),
+            norm_attn: Vec::new(),
+            block: BlockProbe::default(),
+            seen: None,
+        }
+    }
+
+    /// Newest rows of sequence 0 whose attention scores are wanted (0: none).
+    pub fn capture_rows(&self) -> usize {
+        self.kept
+    }
+
+    /// The residual `x` entering the layer and RMSNorm's output `h`.
+    pub fn entering(&mut self, x: &Tensor, h: &Tensor) -> Result<()> {
+        if self.kept == 0 {
+            return Ok(());
+        }
+        self.norm_in = self.norms(x)?;
+        self.block.rms_in = rms(&self.newest(x)?);
+        self.block.rms_normed = rms(&self.newest(h)?);
+        Ok(())
+    }
+
+    /// Sequence 0's attention; a query head's length before and after RoPE.
+    pub fn attention(&mut self, seen: Option<Seen>) -> Result<()> {
+        let Some(s) = seen.filter(|_| self.kept > 0) else {
+            return Ok(());
+        };
+        // Head 0, newest row: a rotation keeps its length.
+        let t = self.first.len;
+        let norm = |a: &Tensor| -> Result<f32> {
+            let row = a.get(0)?.get(t - 1)?.to_vec1::<f32>()?;
+            Ok(row.iter().map(|x| x * x).sum::<f32>().sqrt())
+        };
+        self.block.q_norm_pre_rope = norm(&s.q_pre)?;
+        self.block.q_norm_post_rope = norm(&s.q)?;
+        self.block.rope_angle0 = (self.first.pos0 + t - 1) as f32;
+        self.seen = Some(s);
+        Ok(())
+    }
+
+    /// The residual after attention has been added.
+    pub fn after_attention(&mut self, x: &Tensor) -> Result<()> {
+        if self.kept > 0 {
+            self.norm_attn = self.norms(x)?;
+        }
+        Ok(())
+    }
+
+    /// The MLP's `silu(gate)`: how many of its values are nearly closed.
+    pub fn gate(&mut self, gate: &Tensor) -> Result<()> {
+        if self.kept > 0 {
+            let row = self.newest(gate)?;
+            let closed = row.iter().filter(|g| g.abs() < 0.1).count();
+            self.block.gate_closed_pct = 100.0 * closed as f32 / row.len().max(1) as f32;
+        }
+        Ok(())
+    }
+
+    /// The residual leaving the layer; returns the capture, if the layer was captured.
+    pub fn leaving(self, x: &Tensor, heads: (usize, usize, usize)) -> Result<Option<LayerCapture>> {
+        let Some(s) = self.seen.as_ref().filter(|_| self.kept > 0) else {
+            return Ok(None);
+        };
+        let (t0, kept) = (self.first.len, self.kept);
+        // Only the newest `kept` rows: the scores and weights already are.
+        let skip = t0 - kept;
+        let flat =
+            |t: &Tensor| -> Result<Vec<f32>> { t.narrow(1, skip, kept)?.flatten_all()?.to_vec1() };
+        let tail = |v: &[f32]| v[skip..].to_vec();
+        let grid = |t: Option<&Tensor>| -> Result<Vec<f32>> {
+            t.map_or(Ok(Vec::new()), |t| t.flatten_all()?.to_vec1())
+        };
+        let (n_head, n_kv_head, head_dim) = heads;
+        Ok(Some(LayerCapture {
+            layer: self.layer,
+            n_head,
+            n_kv_head,
+            head_dim,
+            t: kept,
+            kv_len: self.first.pos0 + t0,
+            pos0: self.first.pos0 + skip,
+            q: flat(&s.q)?,
+            k: flat(&s.k)?,
+            v: flat(&s.v)?,
+            scores: grid(s.att.scores.as_ref())?,
+            weights: grid(s.att.weights.as_ref())?,
+            head_out: flat(&s.att.out)?,
+            resid_norm_in: tail(&self.norm_in),
+            resid_norm_attn: tail(&self.norm_attn),
+            resid_norm_out: tail(&self.norms(x)?),
+            tile_schedule: s.att.schedule.clone(),
+            block: self.block.clone(),
+        }))
+    }
+
+    /// Row norms of sequence 0's rows of a `(rows, hidden)` tensor.
+    fn norms(&self, x: &Tensor) -> Result<Vec<f32>> {
+        x.narrow(0, self.first.off, self.first.len)?
+            .sqr()?
+            .sum(D::Minus1)?
+            .sqrt()?
+            .to_vec1()
+    }
+
+    /// Sequence 0's newest row of a `(rows, width)` tensor.
+    fn newest(&self, x: &Tensor) -> Result<Vec<f32>> {
+        x.get(self.first.off + self.first.len - 1)?
+            .to_dtype(DType::F32)?
+            .to_vec1()
+    }
+}
+
+/// Root mean square of a row.
+fn rms(row: &[f32]) -> f32 {
+    (row.iter().map(|x| x * x).sum::<f32>() / row.len().max(1) as f32).sqrt()
 }

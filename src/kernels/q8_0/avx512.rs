@@ -44,9 +44,7 @@ pub unsafe fn dot_rows(w_s: &[f32], w_q: &[i8], a: &Acts, m: usize, dst: &mut [f
     // The loads in `group` are unchecked; these bounds make them sound.
     let kb = w_s.len();
     assert!(w_q.len() >= kb * QK && dst.len() >= m && a.q_stride >= kb * QK);
-    assert!(
-        m == 0 || (a.q.len() >= (m - 1) * a.q_stride + kb * QK && a.s.len() >= m * a.s_stride)
-    );
+    assert!(m == 0 || (a.q.len() >= (m - 1) * a.q_stride + kb * QK && a.s.len() >= m * a.s_stride));
     let mut r0 = 0;
     while r0 < m {
         let g = match m - r0 {
