@@ -11,4 +11,6 @@ pub mod kv;
 pub mod lesson;
 pub mod model;
 pub mod serve;
+pub mod sink;
 pub mod ui;
+pub mod worker;

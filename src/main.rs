@@ -6,16 +6,12 @@ use clap::{Parser, Subcommand};
 
 /// A terminal lab that runs a real small transformer one decode iteration at a time.
 #[derive(Parser)]
-#[command(name = "inferlab", version, about, long_about = None)]
+// The app's flags belong to the app: a subcommand takes its own (`inferlab generate
+// --layout mha`), and one put before it is refused rather than silently ignored.
+#[command(name = "inferlab", version, about, long_about = None, args_conflicts_with_subcommands = true)]
 struct Cli {
     #[command(flatten)]
-    model: commands::ModelArgs,
-    /// The app's first request (a chat message).
-    #[arg(long, default_value = "What is a KV cache?")]
-    prompt: String,
-    /// Most tokens the app generates per request.
-    #[arg(long, default_value_t = 200)]
-    max_tokens: usize,
+    app: commands::AppArgs,
     /// Write every iteration of the app session to FILE (JSON lines; `inferlab replay FILE`).
     #[arg(long, value_name = "FILE")]
     record: Option<std::path::PathBuf>,
@@ -86,9 +82,7 @@ fn main() -> std::process::ExitCode {
     });
     let result = match cli.command {
         None => commands::app::run(
-            &cli.model,
-            &cli.prompt,
-            cli.max_tokens,
+            &cli.app,
             cli.record.map(|path| inferlab::ui::Record {
                 path,
                 force: cli.force,
@@ -96,15 +90,13 @@ fn main() -> std::process::ExitCode {
         ),
         Some(Cmd::Replay { file }) => commands::app::replay(&file),
         Some(Cmd::Export(a)) => commands::export::run(&a),
-        Some(Cmd::Generate(a)) => commands::generate::run(&cli.model, &a),
-        Some(Cmd::Trace(a)) => commands::trace::run(&cli.model, &a),
-        Some(Cmd::Model { cmd }) => commands::model_cmd::run(&cli.model, &cmd),
+        Some(Cmd::Generate(a)) => commands::generate::run(&a),
+        Some(Cmd::Trace(a)) => commands::trace::run(&a),
+        Some(Cmd::Model { cmd }) => commands::model_cmd::run(&cmd),
         Some(Cmd::Budget(a)) => commands::budget::run(&a),
         Some(Cmd::Lessons(a)) => commands::lessons::list(&a),
-        Some(Cmd::Lesson(a)) => {
-            commands::lessons::open(&cli.model, &a, &cli.prompt, cli.max_tokens)
-        }
-        Some(Cmd::Bench { cmd }) => commands::bench_cmd::run(&cli.model, &cmd),
+        Some(Cmd::Lesson(a)) => commands::lessons::open(&a),
+        Some(Cmd::Bench { cmd }) => commands::bench_cmd::run(&cmd),
     };
     // Quitting the app while it still fetches the model leaves no pip or temp files.
     inferlab::model::source::abort_fetch();

@@ -22,9 +22,9 @@ fn run(args: &[&str], envs: &[(&str, &str)]) -> (bool, String) {
 fn missing_model_path() {
     let (ok, err) = run(
         &[
+            "generate",
             "--model",
             "/nonexistent/m.gguf",
-            "generate",
             "--prompt",
             "hi",
         ],
@@ -43,9 +43,9 @@ fn truncated_real_gguf() {
     std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
     let (ok, err) = run(
         &[
+            "generate",
             "--model",
             cut.to_str().unwrap(),
-            "generate",
             "--prompt",
             "hi",
         ],
@@ -58,7 +58,7 @@ fn truncated_real_gguf() {
     );
     // Garbage header.
     std::fs::write(&cut, b"not a gguf file at all").unwrap();
-    let (ok, err) = run(&["--model", cut.to_str().unwrap(), "model", "info"], &[]);
+    let (ok, err) = run(&["model", "info", "--model", cut.to_str().unwrap()], &[]);
     assert!(!ok);
     assert!(
         err.contains("cut.gguf") && err.contains("not a readable GGUF"),
@@ -73,7 +73,7 @@ fn unsupported_architecture_and_quant_type() {
         ..Default::default()
     });
     let (ok, err) = run(
-        &["--model", p.to_str().unwrap(), "generate", "--prompt", "hi"],
+        &["generate", "--model", p.to_str().unwrap(), "--prompt", "hi"],
         &[],
     );
     assert!(!ok);
@@ -83,7 +83,7 @@ fn unsupported_architecture_and_quant_type() {
         ..Default::default()
     });
     let (ok, err) = run(
-        &["--model", p.to_str().unwrap(), "generate", "--prompt", "hi"],
+        &["generate", "--model", p.to_str().unwrap(), "--prompt", "hi"],
         &[],
     );
     assert!(!ok);
@@ -97,15 +97,15 @@ fn unsupported_architecture_and_quant_type() {
 fn empty_and_over_long_prompts() {
     let (_d, p) = tiny_file(&Tiny::default());
     let m = p.to_str().unwrap();
-    let (ok, err) = run(&["--model", m, "generate", "--prompt", "   "], &[]);
+    let (ok, err) = run(&["generate", "--model", m, "--prompt", "   "], &[]);
     assert!(!ok);
     assert!(err.contains("prompt is empty"), "{err}");
     let long = "ab ".repeat(100);
     let (ok, err) = run(
         &[
+            "generate",
             "--model",
             m,
-            "generate",
             "--prompt",
             &long,
             "--max-tokens",
@@ -147,9 +147,9 @@ fn out_of_range_layer_for_trace() {
     let (_d, p) = tiny_file(&Tiny::default());
     let (ok, err) = run(
         &[
+            "trace",
             "--model",
             p.to_str().unwrap(),
-            "trace",
             "--prompt",
             "the",
             "--layer",
@@ -167,7 +167,7 @@ fn bad_layout_and_tile_settings() {
     let m = p.to_str().unwrap();
     let (ok, err) = run(
         &[
-            "--model", m, "--layout", "moa", "generate", "--prompt", "the",
+            "generate", "--model", m, "--layout", "moa", "--prompt", "the",
         ],
         &[],
     );
@@ -187,13 +187,13 @@ fn bad_layout_and_tile_settings() {
     assert!(err.contains("larger than the sequence of 128"), "{err}");
     let (ok, err) = run(
         &[
+            "generate",
             "--model",
             m,
             "--attention",
             "tiled",
             "--sram-bytes",
             "16",
-            "generate",
             "--prompt",
             "the",
         ],
@@ -262,9 +262,9 @@ fn huge_max_tokens_and_sram_bytes_get_plain_messages() {
     let m = p.to_str().unwrap();
     let (ok, err) = run(
         &[
+            "generate",
             "--model",
             m,
-            "generate",
             "--prompt",
             "the",
             "--max-tokens",
@@ -279,13 +279,13 @@ fn huge_max_tokens_and_sram_bytes_get_plain_messages() {
     );
     let (ok, err) = run(
         &[
+            "generate",
             "--model",
             m,
             "--attention",
             "tiled",
             "--sram-bytes",
             "18446744073709551615",
-            "generate",
             "--prompt",
             "the",
         ],

@@ -36,7 +36,7 @@ fn bench_decode_json() {
     let model = common::real_model();
     let m = model.to_str().unwrap();
     let v = json(&[
-        "--model", m, "bench", "decode", "--json", "--rounds", "1", "--tokens", "4",
+        "bench", "decode", "--model", m, "--json", "--rounds", "1", "--tokens", "4",
     ]);
     for k in [
         "ours",
@@ -107,7 +107,7 @@ fn budget_json_and_errors() {
 fn bench_sink_json_shows_the_sink_on_the_real_model() {
     let model = common::real_model();
     let m = model.to_str().unwrap();
-    let v = json(&["--model", m, "bench", "sink", "--json", "--window", "96"]);
+    let v = json(&["bench", "sink", "--model", m, "--json", "--window", "96"]);
     let p = |k: &str| v[k]["perplexity"].as_f64().unwrap();
     let (full, window, sink) = (p("full"), p("window"), p("window_sink"));
     assert!(full > 1.0 && window.is_finite() && sink.is_finite());
@@ -122,10 +122,10 @@ fn bench_serve_json_has_the_keys_and_the_paged_pool_holds_more() {
     let model = common::real_model();
     let m = model.to_str().unwrap();
     let v = json(&[
-        "--model",
-        m,
         "bench",
         "serve",
+        "--model",
+        m,
         "--json",
         "--requests",
         "8",

@@ -26,9 +26,9 @@ fn generate_and_trace_speak_json_when_asked_and_tables_otherwise() {
     let m = p.to_str().unwrap();
     for extra in [&[][..], &["--stats"][..]] {
         let mut args = vec![
+            "generate",
             "--model",
             m,
-            "generate",
             "--prompt",
             "the",
             "--max-tokens",
@@ -50,9 +50,9 @@ fn generate_and_trace_speak_json_when_asked_and_tables_otherwise() {
         }
     }
     let (ok, so, se) = out(&[
+        "trace",
         "--model",
         m,
-        "trace",
         "--prompt",
         "the",
         "--max-tokens",
@@ -65,9 +65,9 @@ fn generate_and_trace_speak_json_when_asked_and_tables_otherwise() {
         "{so}"
     );
     let (ok, so, _) = out(&[
+        "trace",
         "--model",
         m,
-        "trace",
         "--prompt",
         "the",
         "--max-tokens",
@@ -142,9 +142,9 @@ fn a_closed_pipe_ends_quietly_and_errors_are_said_once() {
     let (_d, p) = tiny_file(&Tiny::default());
     let mut c = Command::new(bin())
         .args([
+            "trace",
             "--model",
             p.to_str().unwrap(),
-            "trace",
             "--prompt",
             "the",
             "--max-tokens",
@@ -170,4 +170,61 @@ fn a_closed_pipe_ends_quietly_and_errors_are_said_once() {
     let (ok, _, err) = out(&["replay", "/nonexistent/missing.jsonl"]);
     assert!(!ok);
     assert_eq!(err.matches("No such file").count(), 1, "{err}");
+}
+
+#[test]
+fn each_command_lists_only_the_flags_that_mean_something_for_it() {
+    let help = |args: &[&str]| {
+        let mut a = args.to_vec();
+        a.push("--help");
+        let (ok, stdout, _) = out(&a);
+        assert!(ok, "{args:?}");
+        stdout
+    };
+    let model_flags = [
+        "--device",
+        "--layout",
+        "--attention",
+        "--sram-bytes",
+        "--weights",
+    ];
+    for cmd in [
+        vec!["budget"],
+        vec!["lessons"],
+        vec!["replay"],
+        vec!["export"],
+    ] {
+        let h = help(&cmd);
+        for f in model_flags.iter().chain(&["--model"]) {
+            assert!(!h.contains(f), "{cmd:?} lists {f}:\n{h}");
+        }
+    }
+    // Fetching needs only where the model comes from; decode benchmarks its own settings.
+    let fetch = help(&["model", "fetch"]);
+    assert!(
+        fetch.contains("--model") && !fetch.contains("--layout"),
+        "{fetch}"
+    );
+    let attention = help(&["bench", "attention"]);
+    assert!(attention.contains("--sram-bytes") && !attention.contains("--model"));
+    let decode = help(&["bench", "decode"]);
+    assert!(
+        decode.contains("--device") && !decode.contains("--layout"),
+        "{decode}"
+    );
+    for cmd in [
+        vec!["generate"],
+        vec!["trace"],
+        vec!["lesson"],
+        vec!["bench", "serve"],
+    ] {
+        let h = help(&cmd);
+        for f in model_flags {
+            assert!(h.contains(f), "{cmd:?} lacks {f}");
+        }
+    }
+    // A model flag put before a subcommand is refused, not silently dropped.
+    let (ok, _, err) = out(&["--layout", "mha", "generate", "--prompt", "hi"]);
+    assert!(!ok);
+    assert!(err.contains("cannot be used with"), "{err}");
 }

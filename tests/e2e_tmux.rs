@@ -285,7 +285,7 @@ fn a_lesson_opens_beside_the_panes_moves_with_n_and_saves_progress() {
     let data = tempfile::tempdir().unwrap();
     let t = Tmux::start(150, 44);
     let cmd = format!(
-        "INFERLAB_DATA_DIR={} {} --model {} lesson 4",
+        "INFERLAB_DATA_DIR={} {} lesson 4 --model {}",
         data.path().display(),
         common::bin().display(),
         model.display()

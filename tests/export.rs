@@ -6,9 +6,9 @@ mod common;
 
 use common::fixture::{app, serving_reports};
 use inferlab::export::{self, ExportError, ExportPane, ImageFormat};
-use inferlab::serve::batch::{CacheKind, ReqPhase};
-use inferlab::serve::{Event, StepReport};
+use inferlab::serve::{CacheKind, ReqPhase};
 use inferlab::ui::app::{Action, App, Pane};
+use inferlab::worker::{Event, StepReport};
 use resvg::tiny_skia::Pixmap;
 use std::process::Command;
 
@@ -171,7 +171,7 @@ fn the_e_key_writes_the_focused_pane_and_says_where() {
 fn inferlab_export_draws_any_iteration_of_a_recording() {
     let dir = tempfile::tempdir().unwrap();
     let rec = dir.path().join("s.jsonl");
-    let mut w = inferlab::serve::recording::Recorder::create(&rec, "fixture.gguf", false).unwrap();
+    let mut w = inferlab::worker::recording::Recorder::create(&rec, "fixture.gguf", false).unwrap();
     for r in serving_reports(CacheKind::Paged, 4) {
         w.write(&r).unwrap();
     }
@@ -249,10 +249,10 @@ fn the_sink_picture_and_a_recording_that_holds_the_experiment() {
     r.sink = Some(v.clone());
     let dir = tempfile::tempdir().unwrap();
     let rec = dir.path().join("s.jsonl");
-    let mut w = inferlab::serve::recording::Recorder::create(&rec, "fixture.gguf", false).unwrap();
+    let mut w = inferlab::worker::recording::Recorder::create(&rec, "fixture.gguf", false).unwrap();
     w.write(&r).unwrap();
     drop(w);
-    let back = inferlab::serve::recording::read(&rec).unwrap().reports;
+    let back = inferlab::worker::recording::read(&rec).unwrap().reports;
     assert_eq!(back[0].sink.as_ref(), Some(&v));
     let a = app_with(&back);
     let svg = export::render_svg(&a, ExportPane::Sink).unwrap();
@@ -295,7 +295,7 @@ fn the_kv_pane_exports_the_request_it_shows_and_export_paths_behave() {
     assert!(!svg.contains("paged"), "not the serving pool");
     // Through the CLI: INFERLAB_EXPORT_DIR is honoured, and format and name must agree.
     let rec = dir.path().join("s.jsonl");
-    let mut w = inferlab::serve::recording::Recorder::create(&rec, "fixture.gguf", false).unwrap();
+    let mut w = inferlab::worker::recording::Recorder::create(&rec, "fixture.gguf", false).unwrap();
     for r in serving_reports(CacheKind::Paged, 3) {
         w.write(&r).unwrap();
     }
@@ -333,7 +333,7 @@ fn the_kv_pane_exports_the_request_it_shows_and_export_paths_behave() {
 
 #[test]
 fn the_timeline_picture_holds_one_run_and_its_legend_fits() {
-    use inferlab::serve::batch::Policy;
+    use inferlab::serve::Policy;
     let mut reports = serving_reports(CacheKind::Paged, 4);
     // The workload restarted under the other policy (as `b` does): a new run from iteration 0.
     reports.extend(common::fixture::serving_reports_with(

@@ -5,11 +5,11 @@
 mod common;
 
 use common::fixture;
-use inferlab::serve::recording::{self, Recorder};
-use inferlab::serve::Event;
 use inferlab::ui::app::{Action, App};
 use inferlab::ui::draw;
 use inferlab::ui::theme::{ColorMode, Theme};
+use inferlab::worker::recording::{self, Recorder};
+use inferlab::worker::Event;
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 use serde_json::Value;
@@ -47,7 +47,7 @@ fn numbers(v: &Value, at: String, out: &mut Vec<String>) {
 
 #[test]
 fn mutated_recordings_are_refused_or_drawn_without_panic() {
-    let mut reports = fixture::serving_reports(inferlab::serve::batch::CacheKind::Paged, 3);
+    let mut reports = fixture::serving_reports(inferlab::serve::CacheKind::Paged, 3);
     reports[2].sink = Some(fixture::sink_view());
     let base: Vec<Value> = reports
         .iter()
@@ -104,7 +104,7 @@ fn mutated_recordings_are_refused_or_drawn_without_panic() {
 
 /// Replays the reports into an app and draws every pane, with the look-at view and the
 /// side-by-side serving view on, at a normal and a small size.
-fn draw_everything(reports: Vec<inferlab::serve::StepReport>) {
+fn draw_everything(reports: Vec<inferlab::worker::StepReport>) {
     let theme = Theme {
         mode: ColorMode::None,
     };

@@ -168,7 +168,8 @@ fn paged_equals_contiguous_logits() {
     let prompt: Vec<u32> = (3..40).collect();
     let mut contiguous = m.new_cache(64);
     let mut paged = PagedKv::new(N_LAYER, N_KV, HIDDEN / N_HEAD, 16, 4, &Device::Cpu).unwrap();
-    paged.pool.admit(7, &prompt).unwrap();
+    let mut pool = PagePool::new(16, 4).unwrap();
+    pool.admit(7, &prompt).unwrap();
     let mut next_c = prompt.clone();
     let mut next_p = prompt.clone();
     for _ in 0..12 {
@@ -176,7 +177,8 @@ fn paged_equals_contiguous_logits() {
             .forward(&next_c, &mut contiguous, None, Logits::Last)
             .unwrap();
         let b = {
-            let mut seq = inferlab::kv::paged::PagedSeq(paged.batch(&[(7, &next_p)]).unwrap());
+            let mut seq =
+                inferlab::kv::paged::PagedSeq(paged.batch(&mut pool, &[(7, &next_p)]).unwrap());
             m.forward(&next_p, &mut seq, None, Logits::Last).unwrap()
         };
         let (a, b) = (
@@ -188,8 +190,8 @@ fn paged_equals_contiguous_logits() {
         next_c = vec![t];
         next_p = vec![t];
     }
-    assert_eq!(contiguous.len(), paged.pool.table(7).unwrap().tokens.len());
-    paged.pool.check().unwrap();
+    assert_eq!(contiguous.len(), pool.table(7).unwrap().tokens.len());
+    pool.check().unwrap();
 }
 
 #[test]
@@ -198,15 +200,17 @@ fn prefix_sharing_on_equals_off() {
     let prompt: Vec<u32> = (3..30).collect();
     let run = |sharing: bool| -> Vec<f32> {
         let mut kv = PagedKv::new(N_LAYER, N_KV, HIDDEN / N_HEAD, 32, 4, &Device::Cpu).unwrap();
-        kv.pool.prefix_sharing = sharing;
+        let mut pool = PagePool::new(32, 4).unwrap();
+        pool.prefix_sharing = sharing;
         let mut out = Vec::new();
         for req in [1u64, 2] {
-            let cached = kv.pool.admit(req, &prompt).unwrap();
+            let cached = pool.admit(req, &prompt).unwrap();
             if sharing && req == 2 {
                 assert_eq!(cached, 24);
             }
             let rest = &prompt[cached..];
-            let mut seq = inferlab::kv::paged::PagedSeq(kv.batch(&[(req, rest)]).unwrap());
+            let mut seq =
+                inferlab::kv::paged::PagedSeq(kv.batch(&mut pool, &[(req, rest)]).unwrap());
             let l = m.forward(rest, &mut seq, None, Logits::Last).unwrap();
             out.extend(Model::last_logits(&l).unwrap());
         }

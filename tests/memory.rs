@@ -9,9 +9,7 @@ use common::*;
 use inferlab::model::attention::{naive, MAX_SCORE_ELEMS};
 use inferlab::model::flash::pseudo_random;
 use inferlab::model::{LayerSelect, LlamaConfig, Logits, Probe};
-use inferlab::serve::engine::{
-    plan_capture, CAPTURE_ALL_BYTES, CAPTURE_ONE_BYTES, MAX_CAPTURE_ROWS,
-};
+use inferlab::worker::{plan_capture, CAPTURE_ALL_BYTES, CAPTURE_ONE_BYTES, MAX_CAPTURE_ROWS};
 
 fn tensor(shape: (usize, usize, usize), seed: u64) -> Tensor {
     let n = shape.0 * shape.1 * shape.2;
@@ -155,7 +153,7 @@ fn the_capture_plan_is_bounded_for_every_prompt_length() {
 
 #[test]
 fn a_recording_keeps_the_layer_on_screen_and_is_written_off_thread() {
-    use inferlab::serve::recording::{self, BackgroundRecorder, Recorder};
+    use inferlab::worker::recording::{self, BackgroundRecorder, Recorder};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.jsonl");
     let w = BackgroundRecorder::spawn(Recorder::create(&path, "fixture.gguf", false).unwrap());
@@ -175,8 +173,8 @@ fn a_recording_keeps_the_layer_on_screen_and_is_written_off_thread() {
 
 #[test]
 fn the_heatmap_history_stays_within_its_byte_cap_and_keeps_the_newest_rows() {
-    use inferlab::serve::Event;
     use inferlab::ui::app::HISTORY_BYTES;
+    use inferlab::worker::Event;
     let mut app = fixture::app();
     let n_head = 9;
     // Decode rows of a long context, one layer on screen: 9 heads × 8,000+ keys each.

@@ -5,8 +5,8 @@ mod common;
 use common::*;
 use inferlab::model::session::Session;
 use inferlab::model::{Model, SamplerConfig};
-use inferlab::serve::batch::{CacheKind, Policy, ReqPhase, Request, ServeConfig, ServeEngine};
 use inferlab::serve::workload::Workload;
+use inferlab::serve::{CacheKind, Policy, ReqPhase, Request, ServeConfig, ServeEngine};
 
 fn cfg(policy: Policy, cache: CacheKind, budget: usize) -> ServeConfig {
     ServeConfig {
@@ -39,7 +39,7 @@ fn workload(n: usize, gap: f64, seed: u64) -> Vec<Request> {
     .generate(&source())
 }
 
-fn run_all(e: &mut ServeEngine) -> Vec<inferlab::serve::batch::ServeStep> {
+fn run_all(e: &mut ServeEngine) -> Vec<inferlab::serve::ServeStep> {
     let mut steps = Vec::new();
     while !e.done() {
         steps.push(e.step().unwrap());
@@ -82,7 +82,7 @@ fn invariants_hold_for_every_policy_and_cache() {
             }
             // No starvation: everyone finished.
             assert!(
-                e.requests.iter().all(|r| r.phase == ReqPhase::Finished),
+                e.requests().iter().all(|r| r.phase == ReqPhase::Finished),
                 "{policy:?} {cache:?}"
             );
             assert_eq!(
@@ -145,10 +145,10 @@ fn static_batch_is_rigid_until_its_longest_request_finishes() {
             assert!(s.tokens_generated <= rows);
         }
         assert!(padding_seen > 0, "lengths differ, so some rows pad");
-        assert_eq!(padding_seen, e.padding_rows);
+        assert_eq!(padding_seen, e.padding_rows());
         // Each batch leaves together: members admitted in one iteration finish in one.
         let mut by_batch = std::collections::BTreeMap::new();
-        for r in &e.requests {
+        for r in e.requests() {
             by_batch
                 .entry(r.admitted_at.unwrap())
                 .or_insert_with(Vec::new)
@@ -159,7 +159,7 @@ fn static_batch_is_rigid_until_its_longest_request_finishes() {
             assert!(ends.iter().all(|&f| f == ends[0]), "{cache:?}: {ends:?}");
         }
         // Padding re-runs a position in place: nobody's tokens change.
-        for r in &e.requests {
+        for r in e.requests() {
             assert_eq!(r.generated, alone(&m, &reqs[r.id as usize]), "{cache:?}");
         }
     }
@@ -170,7 +170,7 @@ fn contiguous_can_reserve_the_whole_context() {
     let (_d, m) = tiny_f32();
     // The tiny model's context is 64 tokens: a 200-slot budget holds three reservations.
     let mut c = cfg(Policy::Continuous, CacheKind::Contiguous, 200);
-    c.reserve = inferlab::serve::batch::Reserve::Context;
+    c.reserve = inferlab::serve::Reserve::Context;
     let reqs = workload(8, 0.0, 2);
     let mut e = ServeEngine::new(&m, c.clone(), reqs.clone()).unwrap();
     let mut peak = 0;
@@ -195,11 +195,11 @@ fn contiguous_can_reserve_the_whole_context() {
     assert!(tight > peak, "{tight} vs {peak}");
     // A budget below one context window can hold no request at all: each is rejected
     // with the reason.
-    c.reserve = inferlab::serve::batch::Reserve::Context;
+    c.reserve = inferlab::serve::Reserve::Context;
     c.kv_budget_tokens = 48;
     let mut e = ServeEngine::new(&m, c, workload(2, 0.0, 2)).unwrap();
     e.step().unwrap();
-    for r in &e.requests {
+    for r in e.requests() {
         assert_eq!(r.phase, ReqPhase::Rejected);
         assert!(r.reject_reason.as_ref().unwrap().contains("whole context"));
     }
@@ -226,7 +226,7 @@ fn a_batch_equals_each_request_alone() {
         let mut e =
             ServeEngine::new(&m, cfg(Policy::Continuous, cache, 400), reqs.clone()).unwrap();
         run_all(&mut e);
-        for r in &e.requests {
+        for r in e.requests() {
             assert_eq!(
                 r.generated,
                 alone(&m, &reqs[r.id as usize]),
@@ -251,7 +251,7 @@ fn preemption_by_recompute_gives_the_same_tokens() {
     let mut small =
         ServeEngine::new(&m, cfg(Policy::Continuous, CacheKind::Paged, 48), reqs).unwrap();
     let steps = run_all(&mut small);
-    assert!(small.preemptions > 0, "the small pool must run dry");
+    assert!(small.preemptions() > 0, "the small pool must run dry");
     for s in steps.iter().filter(|s| !s.preempted.is_empty()) {
         for v in &s.preempted {
             assert!(
@@ -260,7 +260,7 @@ fn preemption_by_recompute_gives_the_same_tokens() {
             );
         }
     }
-    for (a, b) in big.requests.iter().zip(&small.requests) {
+    for (a, b) in big.requests().iter().zip(small.requests()) {
         assert_eq!(a.generated, b.generated, "request {}", a.id);
     }
     small.check_pool().unwrap();
@@ -274,15 +274,15 @@ fn never_fitting_request_is_rejected_while_others_go_on() {
     reqs[1].max_new = 500;
     let mut e = ServeEngine::new(&m, cfg(Policy::Continuous, CacheKind::Paged, 64), reqs).unwrap();
     run_all(&mut e);
-    assert_eq!(e.requests[1].phase, ReqPhase::Rejected);
-    assert!(e.requests[1]
+    assert_eq!(e.requests()[1].phase, ReqPhase::Rejected);
+    assert!(e.requests()[1]
         .reject_reason
         .as_ref()
         .unwrap()
         .contains("whole budget is 64"));
     assert!([0, 2, 3]
         .iter()
-        .all(|&i| e.requests[i].phase == ReqPhase::Finished));
+        .all(|&i| e.requests()[i].phase == ReqPhase::Finished));
 }
 
 #[test]
@@ -324,5 +324,5 @@ fn soak_ten_thousand_iterations_ends_with_every_page_free() {
     }
     e.check_pool().unwrap();
     assert_eq!(e.free_capacity(), 20, "every page returned");
-    assert!(e.requests.iter().all(|r| r.phase == ReqPhase::Finished));
+    assert!(e.requests().iter().all(|r| r.phase == ReqPhase::Finished));
 }

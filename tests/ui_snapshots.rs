@@ -5,10 +5,10 @@ mod common;
 
 use common::fixture::{app, capture, numbered, report};
 use inferlab::model::{HeadLayout, RunOptions};
-use inferlab::serve::Event;
 use inferlab::ui::app::{Action, App};
 use inferlab::ui::theme::{ColorMode, Theme};
 use inferlab::ui::{draw, panes};
+use inferlab::worker::Event;
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 
@@ -119,7 +119,7 @@ fn full_screen_render_at_200x60() {
 
 #[test]
 fn serving_pane_from_a_real_engine_on_the_tiny_model() {
-    use inferlab::serve::batch::CacheKind;
+    use inferlab::serve::CacheKind;
     for cache in [CacheKind::Paged, CacheKind::Contiguous] {
         let mut a = app();
         a.cache = cache;
@@ -135,7 +135,7 @@ fn serving_pane_from_a_real_engine_on_the_tiny_model() {
 
 #[test]
 fn static_batching_draws_finished_rows_as_padding() {
-    use inferlab::serve::batch::{CacheKind, Policy};
+    use inferlab::serve::{CacheKind, Policy};
     let mut a = app();
     a.policy = Policy::Static;
     for r in common::fixture::serving_reports_with(Policy::Static, CacheKind::Paged, 14) {
@@ -181,7 +181,7 @@ fn lesson_panel() {
 
 #[test]
 fn a_lesson_step_sets_the_app_and_notices_the_task() {
-    use inferlab::serve::Command;
+    use inferlab::worker::Command;
     let mut a = tutor_app(3);
     // Step 1 of the heads lesson asks for GQA and sends its prompt.
     assert_eq!(a.run.layout, HeadLayout::Gqa);
@@ -233,7 +233,7 @@ fn answers_are_graded_with_their_explanation() {
 
 #[test]
 fn a_prediction_runs_the_next_step_and_is_graded_by_what_the_model_did() {
-    use inferlab::serve::Command;
+    use inferlab::worker::Command;
     let mut a = tutor_app(1);
     for _ in 0..3 {
         a.update(Action::NextStep);
@@ -280,7 +280,7 @@ fn a_prediction_runs_the_next_step_and_is_graded_by_what_the_model_did() {
 }
 
 /// A decode report in which head 0 of every layer puts 70% of its weight on position 0.
-fn decode_report_attending_to_the_first_token() -> inferlab::serve::StepReport {
+fn decode_report_attending_to_the_first_token() -> inferlab::worker::StepReport {
     let mut r = report();
     r.iteration = 4;
     r.info.step = 1;
@@ -394,14 +394,14 @@ fn scrubbing_walks_back_through_the_session_and_resumes_live() {
     a.update(Action::ScrubBack);
     assert!(matches!(
         a.update(Action::Step),
-        Some(inferlab::serve::Command::Step)
+        Some(inferlab::worker::Command::Step)
     ));
     assert!(a.scrub.is_none());
 }
 
 #[test]
 fn a_recording_round_trips_and_bad_ones_are_refused_by_name() {
-    use inferlab::serve::recording::{self, RecordingError};
+    use inferlab::worker::recording::{self, RecordingError};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.jsonl");
     let mut rec = recording::Recorder::create(&path, "fixture.gguf", false).unwrap();
@@ -532,7 +532,7 @@ fn looks_at_view_ranks_what_the_newest_token_attends_to() {
 
 #[test]
 fn the_sink_experiment_takes_the_serving_columns_and_outlives_the_request() {
-    use inferlab::serve::Command;
+    use inferlab::worker::Command;
     let mut a = app();
     assert!(matches!(
         a.update(Action::ToggleSink),

@@ -51,7 +51,7 @@ fn eviction_keeps_the_window_and_optionally_the_first_page() {
 
 #[test]
 fn the_live_sink_experiment_agrees_until_the_window_fills_then_keeps_page_zero() {
-    use inferlab::serve::sink::SinkRun;
+    use inferlab::sink::SinkRun;
     let (_d, m) = tiny_f32();
     let toks: Vec<u32> = (0..40).map(|i| 5 + (i * 7) % 50).collect();
     let (window, page) = (12, 4);
@@ -105,7 +105,7 @@ fn the_live_sink_experiment_agrees_until_the_window_fills_then_keeps_page_zero()
 #[test]
 fn the_sink_experiment_refuses_a_text_shorter_than_the_window() {
     let (_d, m) = tiny_f32();
-    let e = inferlab::serve::sink::SinkRun::new(&m, (1..10).collect(), 12, 4)
+    let e = inferlab::sink::SinkRun::new(&m, (1..10).collect(), 12, 4)
         .err()
         .unwrap();
     assert!(e.contains("must be longer than the window"), "{e}");

@@ -1,11 +1,11 @@
 //! `bench render`: time to draw the full screen at 200×60 from real step reports.
 
 use crate::model::Model;
-use crate::serve::engine::run_request;
-use crate::serve::Event;
 use crate::ui::app::App;
 use crate::ui::draw;
 use crate::ui::theme::{ColorMode, Theme};
+use crate::worker::run_request;
+use crate::worker::Event;
 use anyhow::Result;
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;

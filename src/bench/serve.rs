@@ -4,8 +4,8 @@
 
 use crate::kv::ContiguousBatch;
 use crate::model::{Logits, Model};
-use crate::serve::batch::{CacheKind, Policy, Reserve, ServeConfig, ServeEngine};
 use crate::serve::workload::{source_tokens, Workload};
+use crate::serve::{CacheKind, Policy, Reserve, ServeConfig, ServeEngine};
 use anyhow::Result;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -132,18 +132,18 @@ fn run_one(model: &Model, cfg: ServeConfig, w: &Workload, source: &[u32]) -> Res
     }
     let wall = t.elapsed().as_secs_f64();
     let mut lat: Vec<f64> = e
-        .requests
+        .requests()
         .iter()
         .filter_map(|r| r.finished_s.map(|f| f - r.arrival_s))
         .collect();
     lat.sort_by(f64::total_cmp);
-    let generated: usize = e.requests.iter().map(|r| r.generated.len()).sum();
+    let generated: usize = e.requests().iter().map(|r| r.generated.len()).sum();
     Ok(RunFigures {
         policy: cfg.policy,
         cache: cfg.cache,
         tok_per_s: generated as f64 / wall,
         generated_tokens: generated,
-        iterations: e.iteration,
+        iterations: e.iteration(),
         wall_s: wall,
         mean_latency_s: lat.iter().sum::<f64>() / lat.len().max(1) as f64,
         p99_latency_s: lat
@@ -156,13 +156,13 @@ fn run_one(model: &Model, cfg: ServeConfig, w: &Workload, source: &[u32]) -> Res
             0.0
         },
         peak_concurrent: peak,
-        preemptions: e.preemptions,
+        preemptions: e.preemptions(),
         rejected: e
-            .requests
+            .requests()
             .iter()
             .filter(|r| r.reject_reason.is_some())
             .count(),
-        padding_rows: e.padding_rows,
+        padding_rows: e.padding_rows(),
     })
 }
 

@@ -3,7 +3,7 @@
 //! window that always keeps the first page.
 
 use crate::model::Model;
-use crate::serve::sink::SinkRun;
+use crate::sink::SinkRun;
 use anyhow::Result;
 use serde::Serialize;
 

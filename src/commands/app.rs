@@ -1,24 +1,17 @@
 //! `inferlab` with no subcommand: the terminal app.
 
-use super::ModelArgs;
+use super::AppArgs;
 use anyhow::{Context, Result};
-use inferlab::serve::EngineConfig;
+use inferlab::worker::EngineConfig;
 
-/// Opens the app on `prompt`.
-pub fn run(
-    margs: &ModelArgs,
-    prompt: &str,
-    max_new: usize,
-    record: Option<inferlab::ui::Record>,
-) -> Result<()> {
-    run_with(margs, prompt, max_new, None, record)
+/// Opens the app on its first prompt.
+pub fn run(app: &AppArgs, record: Option<inferlab::ui::Record>) -> Result<()> {
+    run_with(app, None, record)
 }
 
 /// Opens the app, with a lesson beside the panes when `tutor` is given.
 pub fn run_with(
-    margs: &ModelArgs,
-    prompt: &str,
-    max_new: usize,
+    app: &AppArgs,
     tutor: Option<inferlab::ui::tutor::Tutor>,
     record: Option<inferlab::ui::Record>,
 ) -> Result<()> {
@@ -26,11 +19,11 @@ pub fn run_with(
         check_writable(r)?;
     }
     let cfg = EngineConfig {
-        model: margs.model.clone(),
-        load: margs.load_options()?,
-        run: margs.run_options()?,
-        prompt: prompt.to_string(),
-        max_new,
+        model: app.model.source.model.clone(),
+        load: app.model.load_options()?,
+        run: app.model.run_options()?,
+        prompt: app.prompt.clone(),
+        max_new: app.max_tokens,
     };
     inferlab::ui::run(cfg, tutor, record).context("running the terminal app")
 }
@@ -39,7 +32,7 @@ pub fn run_with(
 /// an existing recording: the file itself is only created once the model is ready.
 fn check_writable(r: &inferlab::ui::Record) -> Result<()> {
     if r.path.exists() && !r.force {
-        return Err(inferlab::serve::recording::RecordingError::Exists {
+        return Err(inferlab::worker::recording::RecordingError::Exists {
             path: r.path.clone(),
         }
         .into());
@@ -55,7 +48,7 @@ fn check_writable(r: &inferlab::ui::Record) -> Result<()> {
 
 /// `inferlab replay FILE`: the recorded session's screens, without the model.
 pub fn replay(path: &std::path::Path) -> Result<()> {
-    let rec = inferlab::serve::recording::read(path)?;
+    let rec = inferlab::worker::recording::read(path)?;
     if let Some(w) = &rec.warning {
         eprintln!("inferlab: warning: {w}");
     }

@@ -1,16 +1,20 @@
 //! `inferlab bench ...`: side-by-side measurements.
 
-use super::{load_model, model_path, ModelArgs};
+use super::{load_model, model_path, DeviceArgs, ModelArgs, SourceArgs};
 use anyhow::Result;
 use inferlab::bench::{attention, decode, heads, render, serve, sink};
-use inferlab::serve::batch::Reserve;
 use inferlab::serve::workload::LengthDist;
+use inferlab::serve::Reserve;
 
 /// Benchmarks.
 #[derive(clap::Subcommand)]
 pub enum Cmd {
     /// Prefill and decode tok/s: ours (capture off / one layer / all) vs candle's quantized_llama.
     Decode {
+        #[command(flatten)]
+        source: SourceArgs,
+        #[command(flatten)]
+        device: DeviceArgs,
         /// Tokens to decode per measurement.
         #[arg(long, default_value_t = 32)]
         tokens: usize,
@@ -23,6 +27,8 @@ pub enum Cmd {
     },
     /// MHA vs GQA vs MQA on the same weights: KV bytes, requests that fit, decode speed, quality.
     Heads {
+        #[command(flatten)]
+        model: ModelArgs,
         /// KV memory budget for the "fit" column.
         #[arg(long, default_value = "512MiB")]
         budget: String,
@@ -35,6 +41,8 @@ pub enum Cmd {
     },
     /// Attention sinks: perplexity with the full cache, a sliding window, and the window plus the first page.
     Sink {
+        #[command(flatten)]
+        model: ModelArgs,
         /// Tokens the windowed caches hold.
         #[arg(long, default_value_t = 128)]
         window: usize,
@@ -47,6 +55,8 @@ pub enum Cmd {
     },
     /// Static vs continuous batching and contiguous vs paged KV on one seeded workload.
     Serve {
+        #[command(flatten)]
+        model: ModelArgs,
         #[arg(long, default_value_t = 32)]
         requests: usize,
         #[arg(long, default_value_t = 16)]
@@ -85,6 +95,8 @@ pub enum Cmd {
     },
     /// Full-screen frame time of the app at 200×60 with real step reports.
     Render {
+        #[command(flatten)]
+        model: ModelArgs,
         /// Iterations of a real request before drawing (context grows with them).
         #[arg(long, default_value_t = 64)]
         steps: usize,
@@ -97,7 +109,7 @@ pub enum Cmd {
     /// Naive vs tiled (FlashAttention) attention: bytes moved and output difference, N = 128…4096.
     Attention {
         /// On-chip memory of the IO model, bytes (default: an A100 SM's 192 KiB, as in the paper).
-        #[arg(long, default_value_t = 196608)]
+        #[arg(long, default_value_t = inferlab::model::flash::A100_SRAM_BYTES)]
         sram_bytes: usize,
         #[arg(long, default_value_t = 64)]
         head_dim: usize,
@@ -120,18 +132,21 @@ pub enum Cmd {
 }
 
 /// Runs a benchmark.
-pub fn run(margs: &ModelArgs, cmd: &Cmd) -> Result<()> {
+pub fn run(cmd: &Cmd) -> Result<()> {
     match cmd {
         Cmd::Decode {
+            source,
+            device,
             tokens,
             rounds,
             json,
         } => {
-            let (path, _) = model_path(margs)?;
-            let report = decode::run(&path, &margs.device()?, *tokens, (*rounds).max(1), !json)?;
+            let (path, _) = model_path(source)?;
+            let report = decode::run(&path, &device.device()?, *tokens, (*rounds).max(1), !json)?;
             emit(*json, &report, format!("{}\n", report.table()))?;
         }
         Cmd::Heads {
+            model: margs,
             budget,
             tokens,
             json,
@@ -143,6 +158,7 @@ pub fn run(margs: &ModelArgs, cmd: &Cmd) -> Result<()> {
             emit(*json, &r, r.table())?;
         }
         Cmd::Serve {
+            model: margs,
             requests,
             prompt_min,
             prompt_max,
@@ -179,6 +195,7 @@ pub fn run(margs: &ModelArgs, cmd: &Cmd) -> Result<()> {
             emit(*json, &r, r.table())?;
         }
         Cmd::Sink {
+            model: margs,
             window,
             page_size,
             json,
@@ -192,6 +209,7 @@ pub fn run(margs: &ModelArgs, cmd: &Cmd) -> Result<()> {
             emit(*json, &r, r.table())?;
         }
         Cmd::Render {
+            model: margs,
             steps,
             frames,
             json,

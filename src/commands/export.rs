@@ -2,8 +2,8 @@
 
 use anyhow::{bail, Context, Result};
 use inferlab::export::{self, ExportPane, ImageFormat};
-use inferlab::serve::Event;
 use inferlab::ui::app::App;
+use inferlab::worker::Event;
 use std::path::PathBuf;
 
 /// Flags of `inferlab export`.
@@ -36,7 +36,7 @@ pub struct Args {
 
 /// Replays the recording up to the chosen iteration and writes the picture.
 pub fn run(a: &Args) -> Result<()> {
-    let rec = inferlab::serve::recording::read(&a.recording)?;
+    let rec = inferlab::worker::recording::read(&a.recording)?;
     let (header, reports) = (rec.header, rec.reports);
     let first = reports[0].iteration;
     let last = reports[reports.len() - 1].iteration;

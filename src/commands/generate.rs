@@ -1,6 +1,6 @@
 //! `inferlab generate`: stream a completion to stdout.
 
-use super::{load_model, prompt_ids, ModelArgs};
+use super::{load_model, prompt_ids};
 use anyhow::Result;
 use inferlab::model::session::Session;
 use std::io::Write;
@@ -8,6 +8,8 @@ use std::io::Write;
 /// Arguments of `generate`.
 #[derive(clap::Args)]
 pub struct Args {
+    #[command(flatten)]
+    pub model: super::ModelArgs,
     /// The prompt text.
     #[arg(long)]
     pub prompt: String,
@@ -41,8 +43,8 @@ struct Summary {
 }
 
 /// Runs `generate`.
-pub fn run(margs: &ModelArgs, a: &Args) -> Result<()> {
-    let model = load_model(margs)?;
+pub fn run(a: &Args) -> Result<()> {
+    let model = load_model(&a.model)?;
     let ids = prompt_ids(&model, &a.prompt, a.chat, a.max_tokens)?;
     let mut s = Session::new(&model, ids, a.max_tokens, a.sampling.config());
     let mut out = std::io::stdout().lock();

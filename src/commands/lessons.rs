@@ -1,6 +1,5 @@
 //! `inferlab lessons` (list or check) and `inferlab lesson N` (open the app at a lesson).
 
-use super::ModelArgs;
 use anyhow::{bail, Context, Result};
 use inferlab::lesson::{self, progress::Progress};
 use std::path::PathBuf;
@@ -22,6 +21,8 @@ pub struct ListArgs {
 /// Flags of `inferlab lesson`.
 #[derive(clap::Args)]
 pub struct OpenArgs {
+    #[command(flatten)]
+    pub app: super::AppArgs,
     /// Lesson number as `inferlab lessons` lists it (1-based).
     pub number: usize,
     /// Start at this step (1-based) instead of where you left off.
@@ -104,7 +105,7 @@ pub fn list(a: &ListArgs) -> Result<()> {
 }
 
 /// Opens the app at lesson `number`.
-pub fn open(margs: &ModelArgs, a: &OpenArgs, prompt: &str, max_new: usize) -> Result<()> {
+pub fn open(a: &OpenArgs) -> Result<()> {
     let src = lesson::source(a.dir.as_deref());
     let (lessons, errors) = lesson::load(&src)?;
     if !errors.is_empty() {
@@ -132,7 +133,7 @@ pub fn open(margs: &ModelArgs, a: &OpenArgs, prompt: &str, max_new: usize) -> Re
     let mut tutor =
         inferlab::ui::tutor::Tutor::new(lessons, a.number - 1, progress, loaded.may_save);
     tutor.notice = loaded.notice;
-    super::app::run_with(margs, prompt, max_new, Some(tutor), None).context("running the lesson")
+    super::app::run_with(&a.app, Some(tutor), None).context("running the lesson")
 }
 
 /// `lessons --json` and `lessons --check --json`: one object, problems included (a check

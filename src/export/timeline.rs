@@ -3,7 +3,7 @@
 
 use super::svg::{hex, Svg};
 use super::ExportError;
-use crate::serve::batch::ReqPhase;
+use crate::serve::ReqPhase;
 use crate::ui::theme::request_rgb;
 use std::collections::VecDeque;
 

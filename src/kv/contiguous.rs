@@ -42,7 +42,7 @@ impl Contiguous {
 
     /// Bytes reserved for all layers (K and V), used or not.
     pub fn reserved_bytes(&self) -> usize {
-        self.layers.len() * 2 * self.n_kv_head * self.capacity * self.head_dim * 4
+        self.bytes_per_token() * self.capacity
     }
 
     /// Bytes one token takes in this store (all layers, K and V, f32).

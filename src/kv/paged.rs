@@ -1,8 +1,9 @@
 //! The paged KV cache on real tensors: per layer one pool of `n_pages × page_size` slots;
 //! each request's keys and values are scattered over its pages and read back through its
-//! block table, as PagedAttention does.
+//! block table, as PagedAttention does. Which page belongs to whom is the allocator's
+//! business ([`PagePool`], owned by the scheduler); this store holds the bytes.
 
-use super::pool::{KvError, PagePool, PoolStats, ReqId};
+use super::pool::{KvError, PagePool, ReqId};
 use super::{BatchKv, KvRows, KvStore};
 use candle_core::{DType, Device, Result, Tensor};
 
@@ -15,11 +16,10 @@ enum Store {
     Device { k: Vec<Tensor>, v: Vec<Tensor> },
 }
 
-/// Pages of K and V for every layer, and the allocator that hands them out.
+/// Pages of K and V for every layer.
 pub struct PagedKv {
-    pub pool: PagePool,
     store: Store,
-    n_layer: usize,
+    page_size: usize,
     n_kv_head: usize,
     head_dim: usize,
     device: Device,
@@ -35,7 +35,8 @@ impl PagedKv {
         page_size: usize,
         device: &Device,
     ) -> std::result::Result<Self, KvError> {
-        let pool = PagePool::new(n_pages, page_size)?;
+        // The same checks the allocator makes, so a store never exists without its pool.
+        PagePool::new(n_pages, page_size)?;
         let shape = (n_pages * page_size, n_kv_head * head_dim);
         let store = if device.is_cpu() {
             let buf = || vec![0.0f32; shape.0 * shape.1];
@@ -57,51 +58,42 @@ impl PagedKv {
             Store::Device { k, v }
         };
         Ok(Self {
-            pool,
             store,
-            n_layer,
+            page_size,
             n_kv_head,
             head_dim,
             device: device.clone(),
         })
     }
 
-    /// Bytes one token takes (all layers, K and V, f32).
-    pub fn bytes_per_token(&self) -> usize {
-        self.n_layer * 2 * self.n_kv_head * self.head_dim * 4
-    }
-
-    /// Allocator statistics.
-    pub fn stats(&self) -> PoolStats {
-        self.pool.stats()
-    }
-
-    /// Plans appending `tokens` to each request (all or nothing) and returns the batch
-    /// view the forward pass writes through.
+    /// Plans appending `tokens` to each request in `pool` (all or nothing), copies pages
+    /// the allocator asks to copy before a write, and returns the batch view the forward
+    /// pass writes through.
     pub fn batch(
         &mut self,
+        pool: &mut PagePool,
         work: &[(ReqId, &[u32])],
     ) -> std::result::Result<PagedBatch<'_>, KvError> {
         let mut need = 0;
         for (req, toks) in work {
-            need += self.pool.pages_needed(*req, toks.len())?;
+            need += pool.pages_needed(*req, toks.len())?;
         }
-        if need > self.pool.free_pages() {
+        if need > pool.free_pages() {
             return Err(KvError::OutOfPages {
                 need,
-                free: self.pool.free_pages(),
+                free: pool.free_pages(),
             });
         }
-        let ps = self.pool.page_size();
+        let ps = pool.page_size();
         let mut seqs = Vec::with_capacity(work.len());
         for (req, toks) in work {
-            let before = self.pool.table(*req).map(|t| t.tokens.len()).unwrap_or(0);
-            let plan = self.pool.append(*req, toks)?;
+            let before = pool.table(*req).map(|t| t.tokens.len()).unwrap_or(0);
+            let plan = pool.append(*req, toks)?;
             for &(from, to) in &plan.copies {
                 self.copy_page(from, to)
                     .map_err(|e| KvError::BadSettings(e.to_string()))?;
             }
-            let table = self.pool.table(*req).expect("appended");
+            let table = pool.table(*req).expect("appended");
             let all: Vec<u32> = (0..table.tokens.len())
                 .map(|pos| table.pages[pos / ps] * ps as u32 + (pos % ps) as u32)
                 .collect();
@@ -115,7 +107,7 @@ impl PagedKv {
     }
 
     fn copy_page(&mut self, from: u32, to: u32) -> Result<()> {
-        let ps = self.pool.page_size();
+        let ps = self.page_size;
         match &mut self.store {
             Store::Host { k, v } => {
                 let n = ps * self.n_kv_head * self.head_dim;
@@ -175,11 +167,11 @@ impl PagedKv {
         }
     }
 
-    /// The K/V of `req` for `layer`, each `(n_kv_head, len, head_dim)`, read through its block table.
-    pub fn read(&self, req: ReqId, layer: usize) -> Result<(Tensor, Tensor)> {
-        let ps = self.pool.page_size();
-        let t = self
-            .pool
+    /// The K/V of `req` for `layer`, each `(n_kv_head, len, head_dim)`, read through its
+    /// block table in `pool`.
+    pub fn read(&self, pool: &PagePool, req: ReqId, layer: usize) -> Result<(Tensor, Tensor)> {
+        let ps = self.page_size;
+        let t = pool
             .table(req)
             .ok_or_else(|| candle_core::Error::Msg(format!("request {req} has no pages")))?;
         let slots: Vec<u32> = (0..t.tokens.len())

@@ -1,7 +1,7 @@
 //! What a lesson is, as plain data: the parser builds it, the app walks it.
 
 use crate::model::HeadLayout;
-use crate::serve::batch::{CacheKind, Policy};
+use crate::serve::{CacheKind, Policy};
 pub use crate::ui::app::Pane;
 
 /// One lesson file.

@@ -3,7 +3,7 @@
 
 use super::format::*;
 use crate::model::HeadLayout;
-use crate::serve::batch::{CacheKind, Policy};
+use crate::serve::{CacheKind, Policy};
 
 /// One problem in a lesson file.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

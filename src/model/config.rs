@@ -31,7 +31,13 @@ impl LlamaConfig {
 
     /// Bytes the KV cache holds per token: layers × (K and V) × KV heads × head dim × element size.
     pub fn kv_bytes_per_token(&self, elem_bytes: usize) -> usize {
-        self.n_layer * 2 * self.n_kv_head * self.head_dim * elem_bytes
+        self.kv_bytes_per_token_with(self.n_kv_head, elem_bytes)
+    }
+
+    /// The same with `kv_heads` stored per layer (another head layout than the trained one).
+    /// This is the one place the formula is written.
+    pub fn kv_bytes_per_token_with(&self, kv_heads: usize, elem_bytes: usize) -> usize {
+        self.n_layer * 2 * kv_heads * self.head_dim * elem_bytes
     }
 
     /// Reads the config from GGUF metadata, refusing non-Llama architectures and

@@ -53,6 +53,10 @@ pub struct Tiles {
     pub block_k: usize,
 }
 
+/// On-chip memory of one A100 streaming multiprocessor (192 KiB), the FlashAttention
+/// paper's setting and the default of the tiled kernel's IO model.
+pub const A100_SRAM_BYTES: usize = 196_608;
+
 /// Largest on-chip memory the tiled kernel models: tiles are allocated at this size, so
 /// an unbounded setting would be an unbounded allocation.
 pub const MAX_SRAM_BYTES: usize = 64 << 20;

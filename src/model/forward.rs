@@ -172,6 +172,12 @@ impl Model {
         }
     }
 
+    /// KV bytes one token takes in the cache (all layers, K and V, f32) under the
+    /// current layout: the one formula every view and count uses.
+    pub fn kv_bytes_per_token(&self) -> usize {
+        self.cfg.kv_bytes_per_token_with(self.kv_heads(), 4)
+    }
+
     /// KV heads stored under the current layout.
     pub fn kv_heads(&self) -> usize {
         self.run.layout.kv_heads(&self.cfg)

@@ -83,7 +83,7 @@ impl HeadLayout {
 
     /// KV-cache bytes per token under this layout.
     pub fn kv_bytes_per_token(self, cfg: &LlamaConfig, elem_bytes: usize) -> usize {
-        cfg.n_layer * 2 * self.kv_heads(cfg) * cfg.head_dim * elem_bytes
+        cfg.kv_bytes_per_token_with(self.kv_heads(cfg), elem_bytes)
     }
 
     /// Checks the trained head counts allow this layout.

@@ -1,484 +1,118 @@
-//! The engine thread: it owns the model, takes [`Command`]s and answers with [`Event`]s.
-//! The UI never touches model code; it only reads the reports.
+//! The serving engine: one iteration is the scheduler's plan, the runner's forward pass,
+//! the scheduler's bookkeeping of the tokens that came out, and a report of it all.
 
-use super::batch::{CacheKind, Policy, ServeConfig, ServeEngine};
-use super::report::{KvView, ServeView, StepReport};
-use super::sink::SinkRun;
-use super::workload::{LengthDist, Workload};
-use crate::kv::KvStore;
-use crate::model::session::Session;
-use crate::model::source::{self, Progress};
-use crate::model::{
-    LayerSelect, LoadOptions, Model, Probe, RunOptions, SamplerConfig, TextTokenizer,
-};
-use std::path::PathBuf;
-use std::sync::mpsc::{self, Receiver, Sender};
+use super::runner::Runner;
+use super::scheduler::{Request, Scheduler, ServeConfig};
+use super::view::{self, MemoryStats, PageView, ServeStep};
+use crate::kv::pool::ReqId;
+use crate::model::Model;
+use std::time::Instant;
 
-/// What the UI asks of the engine.
-#[derive(Debug, Clone)]
-pub enum Command {
-    /// Run one iteration (prefill first, then one decode step each).
-    Step,
-    /// Switch head layout / kernel; the current request is recomputed under it.
-    SetRun(RunOptions),
-    /// Start a new request with this user message (chat template applied).
-    Prompt(String),
-    /// Restart the serving workload under this policy and cache kind, and, when given, a
-    /// second copy beside it under other settings: both see identical work.
-    SetServe(Policy, CacheKind, Option<(Policy, CacheKind)>),
-    /// The layer the screen shows: captures of long contexts keep only that layer.
-    Focus(usize),
-    /// Start (or stop) the attention-sink experiment beside the request: every step then
-    /// reads one more token of the shipped text through a full and two windowed caches.
-    SetSink(bool),
-    Quit,
+/// A scheduler and a runner over one model.
+pub struct ServeEngine {
+    pub scheduler: Scheduler,
+    runner: Runner,
+    start: Instant,
 }
 
-/// What the engine tells the UI.
-#[derive(Debug, Clone)]
-pub enum Event {
-    Status(String),
-    Progress {
-        done: u64,
-        total: u64,
-    },
-    Ready {
-        model: String,
-    },
-    Report(Box<StepReport>),
-    /// A command failed; the engine is still there and takes the next one.
-    Error(String),
-    /// The engine thread stopped (a panic); nothing more will come.
-    Died(String),
-}
-
-/// How to start the engine.
-#[derive(Debug, Clone)]
-pub struct EngineConfig {
-    pub model: Option<PathBuf>,
-    pub load: LoadOptions,
-    pub run: RunOptions,
-    pub prompt: String,
-    pub max_new: usize,
-}
-
-/// Starts the engine thread.
-pub fn spawn(cfg: EngineConfig) -> (Sender<Command>, Receiver<Event>) {
-    let (ctx, crx) = mpsc::channel();
-    let (etx, erx) = mpsc::channel();
-    std::thread::Builder::new()
-        .name("engine".into())
-        .spawn(move || {
-            if let Err(e) = run(cfg, crx, &etx) {
-                let _ = etx.send(Event::Error(e));
-            }
+impl ServeEngine {
+    /// An engine over `model` with `requests` (ids must be 0..n in order).
+    pub fn new(model: &Model, cfg: ServeConfig, requests: Vec<Request>) -> Result<Self, String> {
+        // The scheduler validates the settings the runner sizes its stores from.
+        let scheduler = Scheduler::new(cfg, requests, model.cfg.context)?;
+        Ok(Self {
+            runner: Runner::new(model, &scheduler.cfg)?,
+            scheduler,
+            start: Instant::now(),
         })
-        .expect("spawning the engine thread");
-    (ctx, erx)
-}
-
-struct Live {
-    session: Session,
-    prompt: String,
-    decode_ms: f64,
-    decode_steps: usize,
-    finished: bool,
-}
-
-fn start(
-    model: &Model,
-    prompt: &str,
-    max_new: usize,
-    tokens: Option<Vec<u32>>,
-) -> Result<Live, String> {
-    let ids = match tokens {
-        Some(t) => t,
-        None => model
-            .tokenizer
-            .encode(&TextTokenizer::chat_prompt(prompt))
-            .map_err(|e| e.to_string())?,
-    };
-    if ids
-        .len()
-        .checked_add(max_new)
-        .is_none_or(|n| n > model.cfg.context)
-    {
-        return Err(format!(
-            "the prompt is {} tokens; with {max_new} to generate that is over the context of {} (lower --max-tokens)",
-            ids.len(),
-            model.cfg.context
-        ));
-    }
-    let mut session = Session::new(model, ids, max_new, SamplerConfig::default());
-    session.probe.select = LayerSelect::All;
-    session.top_k = 8;
-    Ok(Live {
-        session,
-        prompt: prompt.to_string(),
-        decode_ms: 0.0,
-        decode_steps: 0,
-        finished: false,
-    })
-}
-
-fn run(cfg: EngineConfig, rx: Receiver<Command>, tx: &Sender<Event>) -> Result<(), String> {
-    let send = |e: Event| {
-        let _ = tx.send(e);
-    };
-    send(Event::Status("finding the model".into()));
-    let mut progress = |p: Progress| match p {
-        Progress::Stage(s) => send(Event::Status(s)),
-        Progress::Bytes { done, total } => send(Event::Progress { done, total }),
-    };
-    let (path, _) =
-        source::resolve(cfg.model.as_deref(), &mut progress).map_err(|e| e.to_string())?;
-    send(Event::Status(format!("loading {}", path.display())));
-    let base =
-        Model::load(&path, &cfg.load).map_err(|e| format!("loading {}: {e}", path.display()))?;
-    let model = base.with_run(cfg.run).map_err(|e| e.to_string())?;
-    let live = start(&model, &cfg.prompt, cfg.max_new, None)?;
-    let serve = serving(&model, Policy::Continuous, CacheKind::Paged)?;
-    send(Event::Ready {
-        model: path
-            .file_name()
-            .map(|s| s.to_string_lossy().to_string())
-            .unwrap_or_default(),
-    });
-    let mut w = Worker {
-        base,
-        model,
-        max_new: cfg.max_new,
-        live,
-        iteration: 0,
-        serve,
-        compare: None,
-        sink: None,
-        last: None,
-        focus: 0,
-    };
-    while let Ok(cmd) = rx.recv() {
-        if matches!(cmd, Command::Quit) {
-            break;
-        }
-        // A failed command is reported and the worker carries on: its state is only
-        // replaced when a command succeeds. A panic leaves no such guarantee, so the
-        // thread says it died and stops; the UI then exits non-zero.
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.handle(cmd, &send))) {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => send(Event::Error(e)),
-            Err(p) => {
-                let why = crate::model::error::panic_message(p.as_ref(), "a panic");
-                send(Event::Died(why));
-                return Ok(());
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Everything the engine thread holds between commands.
-struct Worker {
-    /// The model as loaded; `model` is it under the current run options.
-    base: Model,
-    model: Model,
-    max_new: usize,
-    live: Live,
-    iteration: usize,
-    serve: ServeEngine,
-    compare: Option<ServeEngine>,
-    sink: Option<SinkRun>,
-    /// The newest report without its attention captures, for steps after the request ends.
-    last: Option<StepReport>,
-    /// The layer on screen.
-    focus: usize,
-}
-
-impl Worker {
-    fn handle(&mut self, cmd: Command, send: &dyn Fn(Event)) -> Result<(), String> {
-        match cmd {
-            Command::Quit => {}
-            Command::Focus(layer) => self.focus = layer,
-            Command::SetSink(on) => {
-                self.sink = None;
-                if on {
-                    self.sink = Some(sink_run(&self.model)?);
-                    send(Event::Status(format!(
-                        "attention sink: each step reads one token of the eval text through a full cache and a {SINK_WINDOW}-token window, with and without the first page"
-                    )));
-                } else {
-                    send(Event::Status("attention-sink experiment off".into()));
-                }
-            }
-            Command::SetServe(policy, cache, other) => {
-                let serve = serving(&self.model, policy, cache)?;
-                let compare = match other {
-                    Some((p, c)) => Some(serving(&self.model, p, c)?),
-                    None => None,
-                };
-                (self.serve, self.compare) = (serve, compare);
-                send(Event::Status(match other {
-                    Some((p, c)) => format!(
-                        "serving restarted: {policy:?}/{cache:?} beside {p:?}/{c:?} on the same requests"
-                    ),
-                    None => format!("serving workload restarted: {policy:?} batching, {cache:?} cache"),
-                }));
-            }
-            Command::Prompt(p) => {
-                self.live = start(&self.model, &p, self.max_new, None)?;
-                send(Event::Status(
-                    "new request queued: press space to prefill it".into(),
-                ));
-            }
-            Command::SetRun(run) => self.set_run(run, send)?,
-            Command::Step => {
-                // Fault injection, so the tests can check what the user sees when the
-                // engine dies (a bug, or a panic deep in a library).
-                if std::env::var_os("INFERLAB_FAULT").is_some_and(|v| v == "engine-panic") {
-                    panic!("injected fault (INFERLAB_FAULT=engine-panic)");
-                }
-                self.step(send)?
-            }
-        }
-        Ok(())
     }
 
-    /// Switches head layout or kernel and recomputes the same tokens under it, so the
-    /// panes compare like with like.
-    fn set_run(&mut self, run: RunOptions, send: &dyn Fn(Event)) -> Result<(), String> {
-        let model = self.base.with_run(run).map_err(|e| e.to_string())?;
-        // The experiment's caches are shaped for the old layout: start it again.
-        let sink = match self.sink {
-            Some(_) => Some(sink_run(&model)?),
-            None => None,
-        };
-        let toks = self.live.session.tokens.clone();
-        let done = toks.len() - self.live.session.prompt_len;
-        let remaining = self.max_new.saturating_sub(done).max(1);
-        let mut live = start(&model, &self.live.prompt, remaining, Some(toks))?;
-        live.session.prompt_len = self.live.session.prompt_len;
-        let report = step(
-            &mut live,
-            &model,
-            self.iteration + 1,
-            self.max_new,
-            self.focus,
-        )?;
-        (self.model, self.sink, self.live) = (model, sink, live);
-        self.iteration += 1;
-        send(Event::Report(Box::new(report)));
-        Ok(())
+    /// Runs one iteration.
+    pub fn step(&mut self) -> Result<ServeStep, String> {
+        let t0 = Instant::now();
+        let plan = self.scheduler.schedule(self.now())?;
+        let tokens = self.runner.run(&mut self.scheduler, &plan)?;
+        let eos = self.runner.model().tokenizer.eos;
+        let finished = self.scheduler.postprocess(&plan, &tokens, eos, self.now());
+        // Finished requests' contiguous stores go now, not at the next iteration.
+        self.runner.sync(&self.scheduler);
+        let wall_ms = t0.elapsed().as_secs_f64() * 1e3;
+        Ok(view::step(
+            &self.scheduler,
+            &plan,
+            &finished,
+            self.bytes_per_token(),
+            wall_ms,
+        ))
     }
 
-    fn step(&mut self, send: &dyn Fn(Event)) -> Result<(), String> {
-        if self.live.finished {
-            // The request is done, but the experiments beside it go on: the last
-            // report again (no new attention rows) with their next iteration.
-            match (self.last.as_ref(), self.sink.as_mut().filter(|s| !s.done())) {
-                (Some(prev), Some(s)) => {
-                    let mut r = prev.clone();
-                    r.iteration = self.iteration + 1;
-                    r.sink = Some(s.step(&self.model)?);
-                    r.serve = serve_step(&mut self.serve)?;
-                    r.serve_b = match self.compare.as_mut() {
-                        Some(c) => serve_step(c)?,
-                        None => None,
-                    };
-                    self.iteration += 1;
-                    send(Event::Report(Box::new(r)));
-                }
-                _ => send(Event::Status(
-                    "request finished: press a for a new prompt".into(),
-                )),
-            }
-            return Ok(());
-        }
-        let mut report = step(
-            &mut self.live,
-            &self.model,
-            self.iteration + 1,
-            self.max_new,
-            self.focus,
-        )?;
-        self.iteration += 1;
-        // The serving workload (and its comparison) advance one iteration with every step.
-        report.serve = serve_step(&mut self.serve)?;
-        if let Some(c) = self.compare.as_mut() {
-            report.serve_b = serve_step(c)?;
-        }
-        if let Some(s) = self.sink.as_mut().filter(|s| !s.done()) {
-            report.sink = Some(s.step(&self.model)?);
-        }
-        // Kept without its captures, which are most of a report's bytes; taking them
-        // out for the clone saves copying them every step.
-        let captures = std::mem::take(&mut report.info.captures);
-        self.last = Some(report.clone());
-        report.info.captures = captures;
-        send(Event::Report(Box::new(report)));
-        Ok(())
+    /// Seconds since the engine started.
+    fn now(&self) -> f64 {
+        self.start.elapsed().as_secs_f64()
     }
-}
 
-/// The sink experiment's window (tokens) and page size: eight pages of sixteen.
-pub const SINK_WINDOW: usize = 128;
-const SINK_PAGE: usize = 16;
-
-/// A fresh sink experiment over the shipped eval text.
-fn sink_run(model: &Model) -> Result<SinkRun, String> {
-    let tokens = model
-        .tokenizer
-        .encode(crate::bench::heads::EVAL_TEXT.trim())
-        .map_err(|e| e.to_string())?;
-    SinkRun::new(model, tokens, SINK_WINDOW, SINK_PAGE)
-}
-
-/// One iteration of a serving engine as the app shows it (`None` once it is done).
-fn serve_step(e: &mut ServeEngine) -> Result<Option<ServeView>, String> {
-    if e.done() {
-        return Ok(None);
+    /// KV bytes of one token under the model's layout.
+    fn bytes_per_token(&self) -> usize {
+        self.runner.model().kv_bytes_per_token()
     }
-    let step = e.step()?;
-    Ok(Some(ServeView {
-        policy: e.cfg.policy,
-        cache: e.cfg.cache,
-        page_size: e.cfg.page_size,
-        requests: e.requests.len(),
-        step,
-        preemptions: e.preemptions,
-        done: e.done(),
-    }))
-}
 
-/// The app's serving workload: ten chat requests from the shipped prompts, arriving a few
-/// iterations apart, in a KV budget of 1,024 tokens.
-fn serving(model: &Model, policy: Policy, cache: CacheKind) -> Result<ServeEngine, String> {
-    let w = Workload {
-        requests: 10,
-        prompt_min: 1,
-        prompt_max: 1,
-        output_min: 16,
-        output_max: 64,
-        output_dist: LengthDist::Uniform,
-        mean_gap: 3.0,
-        seed: 11,
-    };
-    let prompts: Vec<&str> = crate::bench::heads::PROMPTS
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .collect();
-    let mut reqs = w.generate(&[0]);
-    for (i, r) in reqs.iter_mut().enumerate() {
-        r.prompt = model
-            .tokenizer
-            .encode(&TextTokenizer::chat_prompt(prompts[i % prompts.len()]))
-            .map_err(|e| e.to_string())?;
+    /// The engine's settings.
+    pub fn cfg(&self) -> &ServeConfig {
+        &self.scheduler.cfg
     }
-    let cfg = ServeConfig {
-        policy,
-        cache,
-        kv_budget_tokens: 1024,
-        page_size: 16,
-        max_batch: 6,
-        token_budget: 256,
-        prefix_sharing: true,
-        reserve: Default::default(),
-    };
-    ServeEngine::new(model, cfg, reqs)
-}
 
-/// Scores and weights (f32 each) all layers may capture in one step: short contexts show
-/// every layer, so j / k move through layers with their history intact.
-pub const CAPTURE_ALL_BYTES: usize = 16 << 20;
-/// Most query rows a layer's capture keeps (more than any screen shows at once).
-pub const MAX_CAPTURE_ROWS: usize = 512;
-/// What one focused layer may capture in one step, when all layers would be too much.
-pub const CAPTURE_ONE_BYTES: usize = 48 << 20;
-
-/// Decides what the probe captures in the next step, so that a report's size is bounded
-/// by what the screen shows, whatever the prompt's length: every layer while that is
-/// small, else the focused layer's newest rows.
-pub fn plan_capture(
-    probe: &mut Probe,
-    cfg: &crate::model::LlamaConfig,
-    rows: (usize, usize),
-    focus: usize,
-) {
-    let (t, keys) = rows;
-    let per_row = (cfg.n_head * keys * 8).max(1);
-    let all_rows = CAPTURE_ALL_BYTES / (cfg.n_layer * per_row).max(1);
-    if all_rows >= t.min(MAX_CAPTURE_ROWS) {
-        probe.select = LayerSelect::All;
-        probe.row_limit = Some(all_rows.max(1));
-    } else {
-        probe.select = LayerSelect::One(focus.min(cfg.n_layer - 1));
-        probe.row_limit = Some((CAPTURE_ONE_BYTES / per_row).clamp(1, MAX_CAPTURE_ROWS));
+    /// Every request, in id order.
+    pub fn requests(&self) -> &[Request] {
+        &self.scheduler.requests
     }
-}
 
-/// Runs one iteration of the live request and builds its report.
-fn step(
-    live: &mut Live,
-    model: &Model,
-    iteration: usize,
-    max_new: usize,
-    focus: usize,
-) -> Result<StepReport, String> {
-    let rows = live.session.next_rows();
-    plan_capture(&mut live.session.probe, &model.cfg, rows, focus);
-    let info = live.session.step().map_err(|e| e.to_string())?;
-    if info.step > 0 {
-        live.decode_ms += info.wall_ms;
-        live.decode_steps += 1;
+    /// True when every request has finished or been rejected.
+    pub fn done(&self) -> bool {
+        self.scheduler.done()
     }
-    let s = &live.session;
-    live.finished = info.is_eos || s.generated().len() >= max_new;
-    let tok = &model.tokenizer;
-    let pieces = s.tokens[..s.tokens.len() - 1]
-        .iter()
-        .map(|&t| tok.piece(t))
-        .collect();
-    let generated = tok.decode(s.generated()).unwrap_or_default();
-    Ok(StepReport {
-        iteration,
-        cfg: model.cfg.clone(),
-        run: model.run_options(),
-        prompt: live.prompt.clone(),
-        pieces,
-        prompt_len: s.prompt_len,
-        generated,
-        kv: KvView {
-            capacity: s.kv.capacity(),
-            used: s.kv.len(),
-            bytes_per_token: s.kv.bytes_per_token(),
-            reserved_bytes: s.kv.reserved_bytes(),
-        },
-        decode_tok_per_s: if live.decode_ms > 0.0 {
-            live.decode_steps as f64 / (live.decode_ms / 1e3)
-        } else {
-            0.0
-        },
-        finished: live.finished,
-        info,
-        serve: None,
-        serve_b: None,
-        sink: None,
-    })
-}
 
-/// Runs `steps` iterations of one chat request headlessly and returns their reports
-/// (what the app would have received), for benchmarks and recordings.
-pub fn run_request(
-    model: &Model,
-    prompt: &str,
-    max_new: usize,
-    steps: usize,
-) -> Result<Vec<StepReport>, String> {
-    let mut live = start(model, prompt, max_new, None)?;
-    let mut out = Vec::new();
-    for i in 0..steps {
-        if live.finished {
-            break;
-        }
-        out.push(step(&mut live, model, i + 1, max_new, 0)?);
+    /// Running requests, in admission order.
+    pub fn running(&self) -> &[ReqId] {
+        self.scheduler.running()
     }
-    Ok(out)
+
+    /// Waiting requests, head first.
+    pub fn queue(&self) -> Vec<ReqId> {
+        self.scheduler.queue()
+    }
+
+    /// Preemptions so far.
+    pub fn preemptions(&self) -> usize {
+        self.scheduler.preemptions
+    }
+
+    /// Rows run for already finished requests (static batching's padding) so far.
+    pub fn padding_rows(&self) -> usize {
+        self.scheduler.padding_rows
+    }
+
+    /// Iterations run so far.
+    pub fn iteration(&self) -> usize {
+        self.scheduler.iteration
+    }
+
+    /// Token slots the KV memory really has (whole pages for the paged pool).
+    pub fn capacity_tokens(&self) -> usize {
+        self.scheduler.cfg.capacity_tokens()
+    }
+
+    /// Memory statistics and the per-page / per-reservation views.
+    pub fn memory_view(&self) -> (MemoryStats, Vec<PageView>, Vec<(ReqId, usize, usize)>) {
+        view::memory(&self.scheduler, self.bytes_per_token())
+    }
+
+    /// Checks the KV memory's invariants.
+    pub fn check_pool(&self) -> Result<(), String> {
+        self.scheduler.check_memory()
+    }
+
+    /// Free pages (paged) or unreserved slots (contiguous).
+    pub fn free_capacity(&self) -> usize {
+        self.scheduler.free_capacity()
+    }
 }

@@ -1,12 +1,13 @@
-//! Serving: the engine thread that owns the model and runs one iteration per command,
-//! and the plain-data step reports it sends to whoever draws them.
+//! Serving many requests at once: a model-free [`scheduler`] decides each iteration's
+//! batch, the [`runner`] runs it on the model, [`view`] reports what happened, and
+//! [`engine`] ties the three together. [`workload`] makes seeded request streams.
 
-pub mod batch;
 pub mod engine;
-pub mod recording;
-pub mod report;
-pub mod sink;
+pub mod runner;
+pub mod scheduler;
+pub mod view;
 pub mod workload;
 
-pub use engine::{spawn, Command, EngineConfig, Event};
-pub use report::{KvView, StepReport};
+pub use engine::ServeEngine;
+pub use scheduler::{CacheKind, Policy, ReqPhase, Request, Reserve, ServeConfig};
+pub use view::ServeStep;

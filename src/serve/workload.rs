@@ -2,7 +2,7 @@
 //! log-uniformly, arrival times, prompts cut from real shipped text so the model sees real
 //! tokens.
 
-use super::batch::Request;
+use super::scheduler::Request;
 use crate::model::TextTokenizer;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};

@@ -2,8 +2,8 @@
 //! runs model code — changes that need the model become [`Command`]s for the engine.
 
 use crate::model::{AttnKernel, HeadLayout, RunOptions};
-use crate::serve::batch::{CacheKind, Policy, ReqPhase};
-use crate::serve::{Command, Event, StepReport};
+use crate::serve::{CacheKind, Policy, ReqPhase};
+use crate::worker::{Command, Event, StepReport};
 use std::collections::VecDeque;
 
 /// Everything the user can ask for.
@@ -364,7 +364,7 @@ impl App {
             Action::ToggleKernel => {
                 self.run.kernel = match self.run.kernel {
                     AttnKernel::Naive => AttnKernel::Tiled {
-                        sram_bytes: 196_608,
+                        sram_bytes: crate::model::flash::A100_SRAM_BYTES,
                     },
                     AttnKernel::Tiled { .. } => AttnKernel::Naive,
                 };
@@ -528,7 +528,7 @@ impl App {
 
     /// Keeps a report in the history, dropping the oldest beyond the memory bound.
     fn remember(&mut self, r: &StepReport) {
-        let r = crate::serve::recording::for_screens(r);
+        let r = crate::worker::recording::for_screens(r);
         let b = report_bytes(&r);
         self.past.push_back(Box::new(r));
         self.past_bytes += b;
@@ -715,7 +715,7 @@ impl App {
 /// Appends one serving iteration's phases to a timeline, dropping the oldest beyond [`TIMELINE`].
 fn push_timeline(
     t: &mut VecDeque<Vec<(u64, ReqPhase)>>,
-    v: Option<&crate::serve::report::ServeView>,
+    v: Option<&crate::worker::report::ServeView>,
 ) {
     let Some(sv) = v else { return };
     // A restarted workload (c, b or s pressed live, or seen in a recording) begins a new

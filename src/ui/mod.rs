@@ -8,7 +8,7 @@ pub mod panes;
 pub mod theme;
 pub mod tutor;
 
-use crate::serve::{self, Command, EngineConfig};
+use crate::worker::{self, Command, EngineConfig};
 use app::{Action, App, SPEEDS};
 use ratatui::crossterm::event::{
     self, DisableMouseCapture, EnableMouseCapture, Event as TermEvent, KeyCode, KeyEventKind,
@@ -25,7 +25,7 @@ pub fn run(
     record: Option<Record>,
 ) -> std::io::Result<()> {
     let run = cfg.run;
-    let (tx, rx) = serve::spawn(cfg);
+    let (tx, rx) = worker::spawn(cfg);
     with_terminal(|t| event_loop(t, run, tx, rx, tutor, record, false))
 }
 
@@ -37,9 +37,9 @@ pub struct Record {
 }
 
 /// Opens a recording: the same screens, driven by the recorded iterations.
-pub fn replay(rec: serve::recording::Recording) -> std::io::Result<()> {
+pub fn replay(rec: worker::recording::Recording) -> std::io::Result<()> {
     let run = rec.reports[0].run;
-    let (tx, rx) = serve::recording::spawn_player(rec);
+    let (tx, rx) = worker::recording::spawn_player(rec);
     with_terminal(|t| event_loop(t, run, tx, rx, None, None, true))
 }
 
@@ -82,7 +82,7 @@ fn event_loop(
     terminal: &mut ratatui::DefaultTerminal,
     run: crate::model::RunOptions,
     tx: std::sync::mpsc::Sender<Command>,
-    rx: std::sync::mpsc::Receiver<serve::Event>,
+    rx: std::sync::mpsc::Receiver<worker::Event>,
     tutor: Option<tutor::Tutor>,
     record: Option<Record>,
     replaying: bool,
@@ -90,7 +90,7 @@ fn event_loop(
     let theme = theme::Theme::detect();
     let mut app = App::new(run);
     app.replaying = replaying;
-    let mut recorder: Option<serve::recording::BackgroundRecorder> = None;
+    let mut recorder: Option<worker::recording::BackgroundRecorder> = None;
     let send = |c: Option<Command>| {
         if let Some(c) = c {
             let _ = tx.send(c);
@@ -116,18 +116,18 @@ fn event_loop(
                 Err(std::sync::mpsc::TryRecvError::Disconnected) => {
                     // The engine is gone without a word (it sends `Died` when it can).
                     if app.fatal.is_none() && !replaying {
-                        app.on_event(serve::Event::Died("it exited without a message".into()));
+                        app.on_event(worker::Event::Died("it exited without a message".into()));
                         dirty = true;
                     }
                     break;
                 }
             };
-            if let (Some(rec), serve::Event::Ready { model }) = (&record, &e) {
-                let r = serve::recording::Recorder::create(&rec.path, model, rec.force)
+            if let (Some(rec), worker::Event::Ready { model }) = (&record, &e) {
+                let r = worker::recording::Recorder::create(&rec.path, model, rec.force)
                     .map_err(std::io::Error::other)?;
-                recorder = Some(serve::recording::BackgroundRecorder::spawn(r));
+                recorder = Some(worker::recording::BackgroundRecorder::spawn(r));
             }
-            if let (Some(rec), serve::Event::Report(r)) = (recorder.as_ref(), &e) {
+            if let (Some(rec), worker::Event::Report(r)) = (recorder.as_ref(), &e) {
                 rec.write(r, app.layer);
             }
             if let Some(err) = recorder.as_ref().and_then(|r| r.error()) {

@@ -6,9 +6,9 @@ use super::app::{App, Compare};
 use crate::lesson::progress::Progress;
 use crate::lesson::*;
 use crate::model::AttnKernel;
-use crate::serve::batch::{CacheKind, Policy};
-use crate::serve::report::StepReport;
-use crate::serve::Command;
+use crate::serve::{CacheKind, Policy};
+use crate::worker::report::StepReport;
+use crate::worker::Command;
 
 /// One answer the user gave, with the app's verdict.
 #[derive(Debug, Clone, PartialEq)]
@@ -235,7 +235,7 @@ fn apply(app: &mut App, s: &Step) -> Vec<Command> {
             (Kernel::Naive, _) => AttnKernel::Naive,
             (Kernel::Tiled, AttnKernel::Tiled { sram_bytes }) => AttnKernel::Tiled { sram_bytes },
             (Kernel::Tiled, _) => AttnKernel::Tiled {
-                sram_bytes: 196_608,
+                sram_bytes: crate::model::flash::A100_SRAM_BYTES,
             },
         };
     }
@@ -446,7 +446,7 @@ fn choices_for(r: &StepReport, kind: Predict) -> Option<LiveChoices> {
 }
 
 /// Pages request `id` holds in a serving view (shared pages count for each holder).
-pub fn pages_of(sv: &crate::serve::report::ServeView, id: u64) -> usize {
+pub fn pages_of(sv: &crate::worker::report::ServeView, id: u64) -> usize {
     sv.step
         .pages
         .iter()

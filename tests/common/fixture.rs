@@ -7,8 +7,8 @@ use inferlab::model::probe::{LayerCapture, Timing};
 use inferlab::model::sampler::TopToken;
 use inferlab::model::session::{Phase, StepInfo};
 use inferlab::model::{AttnKernel, HeadLayout, RunOptions};
-use inferlab::serve::{Event, KvView, StepReport};
 use inferlab::ui::app::App;
+use inferlab::worker::{Event, KvView, StepReport};
 
 pub fn cfg() -> LlamaConfig {
     LlamaConfig {
@@ -176,18 +176,18 @@ pub fn numbered(i: usize) -> StepReport {
 
 /// Fixture reports, iterations `1..=n`, each with one iteration of a real tiny-model
 /// serving engine (5 requests, pages of 4, a 96-token budget, at most 3 at once) beside it.
-pub fn serving_reports(cache: inferlab::serve::batch::CacheKind, n: usize) -> Vec<StepReport> {
-    serving_reports_with(inferlab::serve::batch::Policy::Continuous, cache, n)
+pub fn serving_reports(cache: inferlab::serve::CacheKind, n: usize) -> Vec<StepReport> {
+    serving_reports_with(inferlab::serve::Policy::Continuous, cache, n)
 }
 
 /// [`serving_reports`] under a chosen batching policy.
 pub fn serving_reports_with(
-    policy: inferlab::serve::batch::Policy,
-    cache: inferlab::serve::batch::CacheKind,
+    policy: inferlab::serve::Policy,
+    cache: inferlab::serve::CacheKind,
     n: usize,
 ) -> Vec<StepReport> {
-    use inferlab::serve::batch::{ServeConfig, ServeEngine};
-    use inferlab::serve::report::ServeView;
+    use inferlab::serve::{ServeConfig, ServeEngine};
+    use inferlab::worker::report::ServeView;
     let (_d, m) = super::tiny_f32();
     let w = inferlab::serve::workload::Workload {
         requests: 5,
@@ -222,7 +222,7 @@ pub fn serving_reports_with(
                 page_size: 4,
                 requests: 5,
                 step: s,
-                preemptions: e.preemptions,
+                preemptions: e.preemptions(),
                 done: e.done(),
             });
             r
@@ -232,8 +232,8 @@ pub fn serving_reports_with(
 
 /// One step of the sink experiment: token 20 of 40, a 12-token window of 4-token pages;
 /// the plain window has lost pages 0 and 1, the sink window pages 1 and 2.
-pub fn sink_view() -> inferlab::serve::sink::SinkView {
-    use inferlab::serve::sink::{SinkLane, SinkView};
+pub fn sink_view() -> inferlab::sink::SinkView {
+    use inferlab::sink::{SinkLane, SinkView};
     let lane = |name: &str, ppl: f64, kept: Vec<usize>, evicted: usize| SinkLane {
         name: name.into(),
         perplexity: ppl,

@@ -2,7 +2,7 @@
 //! request, and the active set per iteration as a timeline.
 
 use super::{block, put};
-use crate::serve::batch::{CacheKind, ReqPhase};
+use crate::serve::{CacheKind, ReqPhase};
 use crate::ui::app::{App, Pane};
 use crate::ui::theme::{ColorMode, Theme};
 use ratatui::buffer::Buffer;
@@ -48,8 +48,8 @@ fn render_view(
     theme: &Theme,
     area: Rect,
     buf: &mut Buffer,
-    (policy, cache): (crate::serve::batch::Policy, CacheKind),
-    view: Option<&crate::serve::report::ServeView>,
+    (policy, cache): (crate::serve::Policy, CacheKind),
+    view: Option<&crate::worker::report::ServeView>,
     timeline: &std::collections::VecDeque<Vec<(u64, ReqPhase)>>,
 ) {
     let title = format!(" serving · {policy:?} batching · {cache:?} KV ").to_lowercase();

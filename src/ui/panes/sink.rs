@@ -3,7 +3,7 @@
 //! predicts next, and which pages it still holds.
 
 use super::{block, label, put};
-use crate::serve::sink::SinkView;
+use crate::sink::SinkView;
 use crate::ui::app::{App, Pane};
 use crate::ui::theme::{ColorMode, Theme};
 use ratatui::buffer::Buffer;

@@ -1,9 +1,9 @@
 //! What one iteration produced, as plain serializable data: the UI, `trace --json` and
 //! recordings read the same structs.
 
-use super::batch::{CacheKind, Policy, ServeStep};
 use crate::model::session::StepInfo;
 use crate::model::{LlamaConfig, RunOptions};
+use crate::serve::{CacheKind, Policy, ServeStep};
 use serde::{Deserialize, Serialize};
 
 /// The KV cache of the request as the store reports it.
@@ -54,7 +54,7 @@ pub struct StepReport {
     pub serve_b: Option<ServeView>,
     /// The attention-sink experiment, when it is on: one more token of the shipped text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sink: Option<super::sink::SinkView>,
+    pub sink: Option<crate::sink::SinkView>,
 }
 
 impl StepReport {

@@ -6,8 +6,8 @@
 //! per-layer q/k/v/head-output vectors left empty since no screen draws them. Readers
 //! refuse files whose header names a newer version.
 
-use super::engine::{Command, Event};
 use super::report::StepReport;
+use super::{Command, Event};
 use serde::{Deserialize, Serialize};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};

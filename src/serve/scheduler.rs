@@ -1,0 +1,604 @@
+//! The scheduler: which requests run in each iteration, and how many tokens each. It
+//! works on plain data — requests, a queue, and the KV memory's bookkeeping (the page
+//! allocator, or contiguous reservations) — and never touches the model, so it is tested
+//! without weights. Each iteration is `schedule` (arrivals, admission by KV capacity, the
+//! token budget, preemption), the runner's forward pass, then `postprocess` (tokens in,
+//! finished requests out), as in nano-vllm.
+
+use crate::kv::pool::{KvError, PagePool, ReqId};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, VecDeque};
+
+/// Request-level (static) or iteration-level (continuous) batching.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Policy {
+    /// Take up to B requests, run until all have finished, then take the next B. The batch
+    /// is rigid, as in engines before ORCA: a finished request keeps its row (padding)
+    /// until the longest one finishes, and only then do they all leave.
+    Static,
+    /// Every iteration finished requests leave and waiting ones join (ORCA).
+    Continuous,
+}
+
+/// How KV memory is handed out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CacheKind {
+    /// Each request reserves prompt + max new tokens up front.
+    Contiguous,
+    /// Pages on demand from a shared pool.
+    Paged,
+}
+
+/// How much a contiguous cache reserves per request when it is admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Reserve {
+    /// Prompt plus the request's max new tokens (the tightest bound known up front).
+    #[default]
+    PromptPlusMaxNew,
+    /// The model's whole context window, whatever the request asks for.
+    Context,
+}
+
+/// Engine settings.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ServeConfig {
+    pub policy: Policy,
+    pub cache: CacheKind,
+    /// KV memory in tokens (the same for both cache kinds).
+    pub kv_budget_tokens: usize,
+    pub page_size: usize,
+    /// Most requests in one iteration.
+    pub max_batch: usize,
+    /// Most tokens (prefill + decode) in one iteration; prefill is chunked to fit.
+    pub token_budget: usize,
+    pub prefix_sharing: bool,
+    /// Contiguous only: what each admitted request reserves.
+    #[serde(default)]
+    pub reserve: Reserve,
+}
+
+impl ServeConfig {
+    /// Refuses zero and absurd settings.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.page_size == 0 {
+            return Err("page size must be at least 1 token".into());
+        }
+        if self.kv_budget_tokens < self.page_size {
+            return Err(format!(
+                "the KV budget of {} tokens is smaller than one page of {}",
+                self.kv_budget_tokens, self.page_size
+            ));
+        }
+        if self.max_batch == 0 {
+            return Err("the batch size must be at least 1".into());
+        }
+        if self.token_budget == 0 {
+            return Err("the token budget per iteration must be at least 1".into());
+        }
+        Ok(())
+    }
+
+    /// Token slots the KV memory really has (whole pages for the paged pool).
+    pub fn capacity_tokens(&self) -> usize {
+        (self.kv_budget_tokens / self.page_size) * self.page_size
+    }
+}
+
+/// Where a request is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReqPhase {
+    Waiting,
+    Prefill,
+    Decode,
+    Preempted,
+    /// Static batching only: its answer is complete, but its row keeps running (padding,
+    /// output thrown away) until every request of the batch has finished.
+    Padding,
+    Finished,
+    Rejected,
+}
+
+/// One request.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Request {
+    pub id: ReqId,
+    pub prompt: Vec<u32>,
+    pub max_new: usize,
+    /// Iteration at which it arrives.
+    pub arrival: usize,
+    pub generated: Vec<u32>,
+    /// Tokens whose K/V are in the cache.
+    pub computed: usize,
+    pub phase: ReqPhase,
+    pub admitted_at: Option<usize>,
+    pub finished_at: Option<usize>,
+    /// Wall-clock seconds from the engine's start to arrival and to finish.
+    pub arrival_s: f64,
+    pub finished_s: Option<f64>,
+    pub preemptions: usize,
+    pub reject_reason: Option<String>,
+}
+
+impl Request {
+    /// A new request.
+    pub fn new(id: ReqId, prompt: Vec<u32>, max_new: usize, arrival: usize) -> Self {
+        Self {
+            id,
+            prompt,
+            max_new,
+            arrival,
+            generated: Vec::new(),
+            computed: 0,
+            phase: ReqPhase::Waiting,
+            admitted_at: None,
+            finished_at: None,
+            arrival_s: 0.0,
+            finished_s: None,
+            preemptions: 0,
+            reject_reason: None,
+        }
+    }
+
+    /// Prompt and generated tokens so far.
+    pub fn len(&self) -> usize {
+        self.prompt.len() + self.generated.len()
+    }
+
+    /// True before it has any token (an empty prompt, which is rejected).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Token `i` of prompt-then-generated.
+    pub fn token(&self, i: usize) -> u32 {
+        if i < self.prompt.len() {
+            self.prompt[i]
+        } else {
+            self.generated[i - self.prompt.len()]
+        }
+    }
+
+    /// Tokens `from..from + n`.
+    pub fn tokens(&self, from: usize, n: usize) -> Vec<u32> {
+        (from..from + n).map(|i| self.token(i)).collect()
+    }
+
+    /// Finished or rejected.
+    pub fn is_done(&self) -> bool {
+        matches!(self.phase, ReqPhase::Finished | ReqPhase::Rejected)
+    }
+
+    /// KV slots it needs over its whole life.
+    fn lifetime_tokens(&self) -> usize {
+        self.prompt.len() + self.max_new
+    }
+}
+
+/// The KV memory as the scheduler plans with it: bookkeeping only, no tensors.
+pub enum Memory {
+    /// The page allocator: block tables, free list, ref counts, prefix hashes.
+    Paged(Box<PagePool>),
+    /// Contiguous reservations: slots reserved per running request.
+    Reserved(BTreeMap<ReqId, usize>),
+}
+
+/// One request's share of an iteration: tokens `from..from + n` run through the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Work {
+    pub id: ReqId,
+    pub from: usize,
+    pub n: usize,
+    /// This pass reaches the request's end, so its last logits give the next token (false
+    /// for a prefill chunk and for static batching's padding rows).
+    pub sample: bool,
+}
+
+/// What `schedule` decided for one iteration.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Plan {
+    pub iteration: usize,
+    /// In request id order.
+    pub work: Vec<Work>,
+    pub preempted: Vec<ReqId>,
+    /// Padding rows ended early to make room (static batching on pages).
+    pub finished: Vec<ReqId>,
+}
+
+/// The scheduler's state: every request, the queue, the running set and the KV memory.
+pub struct Scheduler {
+    pub cfg: ServeConfig,
+    pub requests: Vec<Request>,
+    queue: VecDeque<ReqId>,
+    /// Running requests in admission order (the last is preempted first).
+    running: Vec<ReqId>,
+    pub memory: Memory,
+    /// The model's context, what `Reserve::Context` reserves.
+    context: usize,
+    pub iteration: usize,
+    pub preemptions: usize,
+    /// Rows run for requests already finished (static batching's padding), all iterations.
+    pub padding_rows: usize,
+}
+
+impl Scheduler {
+    /// A scheduler for `requests` (ids must be 0..n in order) over a model whose context
+    /// is `context` tokens.
+    pub fn new(cfg: ServeConfig, requests: Vec<Request>, context: usize) -> Result<Self, String> {
+        cfg.validate()?;
+        if let Some((i, r)) = requests
+            .iter()
+            .enumerate()
+            .find(|(i, r)| r.id != *i as ReqId)
+        {
+            return Err(format!(
+                "request ids must be 0..n in order (found {} at {i})",
+                r.id
+            ));
+        }
+        let memory = match cfg.cache {
+            CacheKind::Paged => {
+                let mut pool = PagePool::new(cfg.kv_budget_tokens / cfg.page_size, cfg.page_size)
+                    .map_err(|e| e.to_string())?;
+                pool.prefix_sharing = cfg.prefix_sharing;
+                Memory::Paged(Box::new(pool))
+            }
+            CacheKind::Contiguous => Memory::Reserved(BTreeMap::new()),
+        };
+        Ok(Self {
+            cfg,
+            requests,
+            queue: VecDeque::new(),
+            running: Vec::new(),
+            memory,
+            context,
+            iteration: 0,
+            preemptions: 0,
+            padding_rows: 0,
+        })
+    }
+
+    /// True when every request has finished or been rejected.
+    pub fn done(&self) -> bool {
+        self.requests.iter().all(Request::is_done)
+    }
+
+    /// Running requests, in admission order.
+    pub fn running(&self) -> &[ReqId] {
+        &self.running
+    }
+
+    /// Waiting requests, head first.
+    pub fn queue(&self) -> Vec<ReqId> {
+        self.queue.iter().copied().collect()
+    }
+
+    /// Slots reserved by contiguous requests (0 for pages).
+    pub fn reserved(&self) -> usize {
+        match &self.memory {
+            Memory::Reserved(m) => m.values().sum(),
+            Memory::Paged(_) => 0,
+        }
+    }
+
+    /// Free pages (paged) or unreserved slots (contiguous).
+    pub fn free_capacity(&self) -> usize {
+        match &self.memory {
+            Memory::Paged(p) => p.free_pages(),
+            Memory::Reserved(_) => self.cfg.kv_budget_tokens - self.reserved(),
+        }
+    }
+
+    /// Checks the memory's invariants: the allocator's own, or reservations within budget.
+    pub fn check_memory(&self) -> Result<(), String> {
+        match &self.memory {
+            Memory::Paged(p) => p.check(),
+            Memory::Reserved(_) if self.reserved() > self.cfg.kv_budget_tokens => Err(format!(
+                "reserved {} > budget {}",
+                self.reserved(),
+                self.cfg.kv_budget_tokens
+            )),
+            Memory::Reserved(_) => Ok(()),
+        }
+    }
+
+    /// Decides this iteration: arrivals, admission, padding rewinds, and the work that
+    /// fits the token budget and the free pages (preempting when it does not).
+    pub fn schedule(&mut self, now: f64) -> Result<Plan, String> {
+        self.arrive(now);
+        self.admit_waiting()?;
+        self.rewind_padding()?;
+        let mut plan = Plan {
+            iteration: self.iteration,
+            ..Plan::default()
+        };
+        plan.work = loop {
+            let work = self.fill_budget();
+            let Memory::Paged(p) = &self.memory else {
+                break work;
+            };
+            let need: usize = work
+                .iter()
+                .map(|w| p.pages_needed(w.id, w.n).unwrap_or(0))
+                .sum();
+            if need <= p.free_pages() {
+                break work;
+            }
+            // A padding row's answer is complete: end it before preempting anyone.
+            if let Some(id) = self.last_running(ReqPhase::Padding) {
+                self.finish(id, now);
+                plan.finished.push(id);
+            } else {
+                plan.preempted
+                    .push(self.preempt_last().ok_or("no request to preempt")?);
+            }
+        };
+        Ok(plan)
+    }
+
+    /// Takes the pass's sampled tokens (one per work item; `None` where nothing was
+    /// sampled) and returns the requests that finished.
+    pub fn postprocess(
+        &mut self,
+        plan: &Plan,
+        tokens: &[Option<u32>],
+        eos: Option<u32>,
+        now: f64,
+    ) -> Vec<ReqId> {
+        let mut done = Vec::new();
+        for (w, tok) in plan.work.iter().zip(tokens) {
+            let r = &mut self.requests[w.id as usize];
+            r.computed = w.from + w.n;
+            if r.phase == ReqPhase::Padding {
+                self.padding_rows += 1;
+                continue; // its output is thrown away
+            }
+            let Some(&tok) = tok.as_ref().filter(|_| w.sample) else {
+                continue; // a prefill chunk: no token yet
+            };
+            r.generated.push(tok);
+            r.phase = ReqPhase::Decode;
+            if Some(tok) == eos || r.generated.len() >= r.max_new {
+                match self.cfg.policy {
+                    Policy::Continuous => done.push(w.id),
+                    Policy::Static => r.phase = ReqPhase::Padding,
+                }
+            }
+        }
+        // A static batch leaves all at once, when its last request finishes.
+        let all_padding = self
+            .running
+            .iter()
+            .all(|&id| self.requests[id as usize].phase == ReqPhase::Padding);
+        if self.cfg.policy == Policy::Static && all_padding {
+            done.extend(self.running.iter().copied());
+        }
+        for &id in &done {
+            self.finish(id, now);
+        }
+        self.iteration += 1;
+        done
+    }
+
+    /// Arrivals of this iteration join the queue; one that could never fit is rejected.
+    fn arrive(&mut self, now: f64) {
+        let (it, capacity) = (self.iteration, self.cfg.capacity_tokens());
+        for i in 0..self.requests.len() {
+            let r = &self.requests[i];
+            if r.arrival != it || r.phase != ReqPhase::Waiting {
+                continue;
+            }
+            let need = self.footprint(r);
+            let why = self.rejection(r, need, capacity);
+            let r = &mut self.requests[i];
+            r.arrival_s = now;
+            match why {
+                Some(why) => {
+                    r.phase = ReqPhase::Rejected;
+                    r.reject_reason = Some(why);
+                    r.finished_at = Some(it);
+                    r.finished_s = Some(now);
+                }
+                None => self.queue.push_back(r.id),
+            }
+        }
+    }
+
+    /// Why `r` can never run under this budget, if it cannot.
+    fn rejection(&self, r: &Request, need: usize, capacity: usize) -> Option<String> {
+        if r.prompt.is_empty() {
+            return Some("empty prompt".into());
+        }
+        if need <= capacity {
+            return None;
+        }
+        Some(
+            if self.cfg.reserve == Reserve::Context && self.cfg.cache == CacheKind::Contiguous {
+                format!("reserves {need} KV slots (the model's whole context) but the whole budget is {capacity}")
+            } else {
+                format!(
+                "needs {need} KV slots (prompt {} + up to {} new) but the whole budget is {capacity}",
+                r.prompt.len(),
+                r.max_new
+            )
+            },
+        )
+    }
+
+    /// Admission from the head of the queue while the batch and the memory allow:
+    /// continuous batching every iteration, static only when the last batch has left.
+    fn admit_waiting(&mut self) -> Result<(), String> {
+        if self.cfg.policy == Policy::Static && !self.running.is_empty() {
+            return Ok(());
+        }
+        while self.running.len() < self.cfg.max_batch {
+            let Some(&head) = self.queue.front() else {
+                break;
+            };
+            if !self.can_admit(&self.requests[head as usize]) {
+                break;
+            }
+            self.queue.pop_front();
+            self.admit(head).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Slots a contiguous cache reserves for `r` when it is admitted.
+    fn reservation(&self, r: &Request) -> usize {
+        match self.cfg.reserve {
+            Reserve::PromptPlusMaxNew => r.lifetime_tokens(),
+            Reserve::Context => self.context.max(r.lifetime_tokens()),
+        }
+    }
+
+    /// Slots `r` needs to run at all under this cache: its reservation (contiguous) or
+    /// its lifetime tokens (paged).
+    fn footprint(&self, r: &Request) -> usize {
+        match self.cfg.cache {
+            CacheKind::Contiguous => self.reservation(r),
+            CacheKind::Paged => r.lifetime_tokens(),
+        }
+    }
+
+    fn can_admit(&self, r: &Request) -> bool {
+        let p = match &self.memory {
+            Memory::Reserved(_) => {
+                return self.reserved() + self.reservation(r) <= self.cfg.capacity_tokens()
+            }
+            Memory::Paged(p) => p,
+        };
+        // Room for the tokens to recompute, one page to grow into, and one page of
+        // headroom per running request: admitting into the last free pages only to
+        // preempt on the next page boundary would thrash (each preemption recomputes the
+        // victim's whole prompt).
+        let need = p.pages_for(r.len()) + 1 + self.running.len();
+        // Pages already promised: admitted requests whose prompt (or recompute) has not
+        // run yet hold none so far, but will on their next iteration.
+        let promised: usize = self
+            .running
+            .iter()
+            .map(|&id| {
+                let q = &self.requests[id as usize];
+                p.pages_needed(id, q.len() - q.computed).unwrap_or(0)
+            })
+            .sum();
+        // Alone in the pool a request may start even if its whole prompt plus headroom
+        // exceeds the pool: it has nobody to preempt.
+        if self.running.is_empty() {
+            p.free_pages() >= need.min(p.total_pages())
+        } else {
+            p.free_pages() >= need + promised
+        }
+    }
+
+    fn admit(&mut self, id: ReqId) -> Result<(), KvError> {
+        let r = &self.requests[id as usize];
+        let reserve = self.reservation(r);
+        let computed = match &mut self.memory {
+            // A prefix already in the pool counts as computed.
+            Memory::Paged(p) => p.admit(id, &r.tokens(0, r.len()))?,
+            Memory::Reserved(m) => {
+                m.insert(id, reserve);
+                0
+            }
+        };
+        let it = self.iteration;
+        let r = &mut self.requests[id as usize];
+        r.computed = computed;
+        r.phase = ReqPhase::Prefill;
+        r.admitted_at.get_or_insert(it);
+        self.running.push(id);
+        Ok(())
+    }
+
+    /// Frees a request's memory and takes it out of the running set.
+    fn release(&mut self, id: ReqId) {
+        match &mut self.memory {
+            Memory::Paged(p) => {
+                let _ = p.free(id);
+            }
+            Memory::Reserved(m) => {
+                m.remove(&id);
+            }
+        }
+        self.running.retain(|&r| r != id);
+    }
+
+    /// Ends a request now: it leaves the batch and its memory is freed.
+    fn finish(&mut self, id: ReqId, now: f64) {
+        let r = &mut self.requests[id as usize];
+        r.phase = ReqPhase::Finished;
+        r.finished_at = Some(self.iteration);
+        r.finished_s = Some(now);
+        self.release(id);
+    }
+
+    /// A padding row re-runs its last position in place: the cache drops that token and
+    /// the step writes it again (the same K/V), so the row costs a full decode step while
+    /// holding no more memory than its own tokens.
+    fn rewind_padding(&mut self) -> Result<(), String> {
+        for &id in &self.running {
+            let r = &mut self.requests[id as usize];
+            if r.phase != ReqPhase::Padding || r.computed < r.len() {
+                continue;
+            }
+            r.computed -= 1;
+            if let Memory::Paged(p) = &mut self.memory {
+                p.truncate(id, 1).map_err(|e| e.to_string())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Decodes first (one token each), then prefill chunks and padding rows, while the
+    /// token budget lasts; in request id order.
+    fn fill_budget(&self) -> Vec<Work> {
+        let mut budget = self.cfg.token_budget;
+        let mut order = self.running.clone();
+        order.sort_by_key(|&id| self.requests[id as usize].phase != ReqPhase::Decode);
+        let mut work = Vec::new();
+        for id in order {
+            let r = &self.requests[id as usize];
+            let n = (r.len() - r.computed).min(budget);
+            if n == 0 {
+                continue;
+            }
+            budget -= n;
+            work.push(Work {
+                id,
+                from: r.computed,
+                n,
+                sample: r.computed + n == r.len() && r.phase != ReqPhase::Padding,
+            });
+        }
+        work.sort_by_key(|w| w.id);
+        work
+    }
+
+    /// The most recently admitted running request in `phase`.
+    fn last_running(&self, phase: ReqPhase) -> Option<ReqId> {
+        self.running
+            .iter()
+            .rev()
+            .copied()
+            .find(|&id| self.requests[id as usize].phase == phase)
+    }
+
+    /// Preemption by recompute: free every page of the most recently admitted request,
+    /// forget what it computed, and put it back at the head of the queue.
+    fn preempt_last(&mut self) -> Option<ReqId> {
+        let victim = *self.running.last()?;
+        self.release(victim);
+        let r = &mut self.requests[victim as usize];
+        r.computed = 0;
+        r.phase = ReqPhase::Preempted;
+        r.preemptions += 1;
+        self.preemptions += 1;
+        self.queue.push_front(victim);
+        Some(victim)
+    }
+}

@@ -1,0 +1,168 @@
+//! What the serving engine reports after each iteration, for the UI, recordings and
+//! benchmarks: the active set, the queue, and the KV memory page by page — read from the
+//! scheduler's own state, never recomputed beside it.
+
+use super::scheduler::{Memory, Plan, ReqPhase, Scheduler};
+use crate::kv::pool::ReqId;
+use serde::{Deserialize, Serialize};
+
+/// A request's line in the step report.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ActiveEntry {
+    pub id: ReqId,
+    pub phase: ReqPhase,
+    pub len: usize,
+    /// Tokens it ran this iteration.
+    pub scheduled: usize,
+}
+
+/// One page of the pool, for drawing the grid.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PageView {
+    /// The requests holding it (more than one when shared).
+    pub owners: Vec<ReqId>,
+    pub fill: u32,
+}
+
+/// KV memory as the store reports it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct MemoryStats {
+    pub capacity_tokens: usize,
+    /// Slots holding real tokens.
+    pub token_slots: usize,
+    /// Slots allocated (pages in use × page size, or contiguous reservations).
+    pub allocated_slots: usize,
+    /// Contiguous: reserved but not (yet) holding a token.
+    pub reserved_unused: usize,
+    /// Paged: empty slots of partly filled pages.
+    pub internal_fragmentation: usize,
+    pub shared_pages: usize,
+    pub bytes_per_token: usize,
+}
+
+impl MemoryStats {
+    /// Share of allocated KV memory holding real tokens, percent.
+    pub fn utilization_pct(&self) -> f64 {
+        if self.allocated_slots == 0 {
+            100.0
+        } else {
+            100.0 * self.token_slots as f64 / self.allocated_slots as f64
+        }
+    }
+}
+
+/// What one serving iteration did.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ServeStep {
+    pub iteration: usize,
+    pub active: Vec<ActiveEntry>,
+    pub queue: Vec<ReqId>,
+    pub finished: Vec<ReqId>,
+    pub preempted: Vec<ReqId>,
+    pub tokens_generated: usize,
+    pub tokens_scheduled: usize,
+    /// Paged only: page → owners and fill.
+    pub pages: Vec<PageView>,
+    /// Contiguous only: (request, reserved slots, used slots).
+    pub reservations: Vec<(ReqId, usize, usize)>,
+    pub memory: MemoryStats,
+    pub wall_ms: f64,
+}
+
+/// The report of the iteration `plan` ran; `finished` are the requests `postprocess`
+/// ended, `bytes_per_token` the KV bytes of one token under the model's layout.
+pub fn step(
+    s: &Scheduler,
+    plan: &Plan,
+    finished: &[ReqId],
+    bytes_per_token: usize,
+    wall_ms: f64,
+) -> ServeStep {
+    let finished: Vec<ReqId> = plan.finished.iter().chain(finished).copied().collect();
+    let scheduled = |id: ReqId| plan.work.iter().find(|w| w.id == id).map_or(0, |w| w.n);
+    let mut active: Vec<ActiveEntry> = s
+        .running()
+        .iter()
+        .chain(finished.iter())
+        .map(|&id| {
+            let r = &s.requests[id as usize];
+            ActiveEntry {
+                id,
+                phase: r.phase,
+                len: r.len(),
+                scheduled: scheduled(id),
+            }
+        })
+        .collect();
+    active.sort_by_key(|a| a.id);
+    let (memory, pages, reservations) = memory(s, bytes_per_token);
+    ServeStep {
+        iteration: plan.iteration,
+        active,
+        queue: s.queue(),
+        finished,
+        preempted: plan.preempted.clone(),
+        tokens_generated: plan.work.iter().filter(|w| w.sample).count(),
+        tokens_scheduled: plan.work.iter().map(|w| w.n).sum(),
+        pages,
+        reservations,
+        memory,
+        wall_ms,
+    }
+}
+
+/// Memory statistics and the per-page / per-reservation views, from the allocator or the
+/// reservations.
+pub fn memory(
+    s: &Scheduler,
+    bytes_per_token: usize,
+) -> (MemoryStats, Vec<PageView>, Vec<(ReqId, usize, usize)>) {
+    match &s.memory {
+        Memory::Paged(p) => {
+            let st = p.stats();
+            let mut pages: Vec<PageView> = (0..st.total_pages as u32)
+                .map(|pg| PageView {
+                    owners: Vec::new(),
+                    fill: p.fill(pg),
+                })
+                .collect();
+            for (&id, t) in p.requests() {
+                for &pg in &t.pages {
+                    pages[pg as usize].owners.push(id);
+                }
+            }
+            for pg in pages.iter_mut() {
+                pg.owners.sort();
+            }
+            let m = MemoryStats {
+                capacity_tokens: st.total_pages * st.page_size,
+                token_slots: st.token_slots,
+                allocated_slots: st.used_pages * st.page_size,
+                reserved_unused: 0,
+                internal_fragmentation: st.internal_fragmentation,
+                shared_pages: st.shared_pages,
+                bytes_per_token,
+            };
+            (m, pages, Vec::new())
+        }
+        Memory::Reserved(slots) => {
+            // A reservation holds the request's computed tokens; the rest is reserved air.
+            let res: Vec<(ReqId, usize, usize)> = slots
+                .iter()
+                .map(|(&id, &n)| (id, n, s.requests[id as usize].computed.min(n)))
+                .collect();
+            let used: usize = res.iter().map(|r| r.2).sum();
+            let reserved = s.reserved();
+            let m = MemoryStats {
+                capacity_tokens: s.cfg.kv_budget_tokens,
+                token_slots: used,
+                allocated_slots: reserved,
+                reserved_unused: reserved - used,
+                internal_fragmentation: 0,
+                shared_pages: 0,
+                bytes_per_token,
+            };
+            (m, Vec::new(), res)
+        }
+    }
+}
