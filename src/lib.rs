@@ -3,6 +3,7 @@
 //! The library holds everything the binary wires together: model loading and the
 //! instrumented forward pass (`model`), the KV cache (`kv`) and the benchmarks (`bench`).
 
+pub mod assets;
 pub mod bench;
 pub mod budget;
 pub mod export;
@@ -10,7 +11,9 @@ pub mod kernels;
 pub mod kv;
 pub mod lesson;
 pub mod model;
+pub mod screen;
 pub mod serve;
 pub mod sink;
 pub mod ui;
+pub mod views;
 pub mod worker;

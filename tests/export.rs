@@ -27,7 +27,7 @@ fn count(hay: &str, needle: &str) -> usize {
 #[test]
 fn the_attention_picture_has_the_weights_labels_boundary_and_legend() {
     let a = app();
-    let svg = export::render_svg(&a, ExportPane::Attention).unwrap();
+    let svg = export::render_svg(&a.scene(), ExportPane::Attention).unwrap();
     // Head 0 of the fixture puts its largest weight (0.6) on the diagonal: exactly those
     // ten cells take the top of the ramp (+1 the legend's end); every row but the last has
     // a masked future, drawn as one run (+1 legend swatch).
@@ -46,7 +46,7 @@ fn the_attention_picture_has_the_weights_labels_boundary_and_legend() {
     let mut b = app();
     b.update(Action::HeadRight);
     b.update(Action::HeadRight);
-    let svg2 = export::render_svg(&b, ExportPane::Attention).unwrap();
+    let svg2 = export::render_svg(&b.scene(), ExportPane::Attention).unwrap();
     assert_ne!(svg, svg2);
     assert!(svg2.contains("query head 2"));
 }
@@ -56,7 +56,7 @@ fn the_png_is_the_svg_at_twice_the_size_with_the_same_colours() {
     let a = app();
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("a.png");
-    export::write(&a, ExportPane::Attention, ImageFormat::Png, &p).unwrap();
+    export::write(&a.scene(), ExportPane::Attention, ImageFormat::Png, &p).unwrap();
     let pix = Pixmap::load_png(&p).unwrap();
     // 10 cells of 22 units with 120 + 140 margins across.
     assert_eq!(pix.width(), 2 * (120 + 220 + 140));
@@ -84,7 +84,7 @@ fn heads_kv_and_batch_pictures_come_from_the_live_state() {
     for cache in [CacheKind::Paged, CacheKind::Contiguous] {
         let reports = serving_reports(cache, 6);
         let a = app_with(&reports);
-        let heads = export::render_svg(&a, ExportPane::Heads).unwrap();
+        let heads = export::render_svg(&a.scene(), ExportPane::Heads).unwrap();
         for s in [
             "q0",
             "q1",
@@ -95,7 +95,7 @@ fn heads_kv_and_batch_pictures_come_from_the_live_state() {
             assert!(heads.contains(s), "heads: missing {s}");
         }
         let sv = reports.last().unwrap().serve.as_ref().unwrap();
-        let kv = export::render_svg(&a, ExportPane::Kv).unwrap();
+        let kv = export::render_svg(&a.scene(), ExportPane::Kv).unwrap();
         let util = format!("({:.1}% utilization)", sv.step.memory.utilization_pct());
         assert!(kv.contains(&util), "kv: {util} not in picture");
         let kind = format!("{cache:?}").to_lowercase();
@@ -111,7 +111,7 @@ fn heads_kv_and_batch_pictures_come_from_the_live_state() {
             CacheKind::Contiguous => sv.step.reservations.iter().map(|r| r.1.div_ceil(4)).sum(),
         };
         assert_eq!(count(&kv, "font-size=\"10.0\""), cells);
-        let batch = export::render_svg(&a, ExportPane::Batch).unwrap();
+        let batch = export::render_svg(&a.scene(), ExportPane::Batch).unwrap();
         let peak = reports
             .iter()
             .map(|r| {
@@ -128,7 +128,7 @@ fn heads_kv_and_batch_pictures_come_from_the_live_state() {
             "{batch}"
         );
         for p in [ExportPane::Heads, ExportPane::Kv, ExportPane::Batch] {
-            let png = export::to_png(&export::render_svg(&a, p).unwrap(), 1.0).unwrap();
+            let png = export::to_png(&export::render_svg(&a.scene(), p).unwrap(), 1.0).unwrap();
             assert_eq!(&png[1..4], b"PNG");
         }
     }
@@ -137,13 +137,13 @@ fn heads_kv_and_batch_pictures_come_from_the_live_state() {
 #[test]
 fn missing_data_and_unwritable_paths_are_clear_errors() {
     let fresh = App::new(Default::default());
-    let e = export::render_svg(&fresh, ExportPane::Attention).unwrap_err();
+    let e = export::render_svg(&fresh.scene(), ExportPane::Attention).unwrap_err();
     assert!(matches!(e, ExportError::NoData(_)), "{e}");
     // The fixture has no serving workload beside it.
-    let e = export::render_svg(&app(), ExportPane::Kv).unwrap_err();
+    let e = export::render_svg(&app().scene(), ExportPane::Kv).unwrap_err();
     assert!(e.to_string().contains("serving workload"), "{e}");
     let bad = std::path::Path::new("/nonexistent-dir/x.svg");
-    let e = export::write(&app(), ExportPane::Heads, ImageFormat::Svg, bad).unwrap_err();
+    let e = export::write(&app().scene(), ExportPane::Heads, ImageFormat::Svg, bad).unwrap_err();
     assert!(matches!(e, ExportError::Write { .. }));
     assert!(e.to_string().contains("/nonexistent-dir/x.svg"), "{e}");
 }
@@ -255,7 +255,7 @@ fn the_sink_picture_and_a_recording_that_holds_the_experiment() {
     let back = inferlab::worker::recording::read(&rec).unwrap().reports;
     assert_eq!(back[0].sink.as_ref(), Some(&v));
     let a = app_with(&back);
-    let svg = export::render_svg(&a, ExportPane::Sink).unwrap();
+    let svg = export::render_svg(&a.scene(), ExportPane::Sink).unwrap();
     for s in [
         "token 20 of 40",
         "window + first page kept (the sink)",
@@ -276,7 +276,7 @@ fn the_sink_picture_and_a_recording_that_holds_the_experiment() {
         ExportPane::Batch
     );
     // A session without it says so.
-    let e = export::render_svg(&app(), ExportPane::Sink).unwrap_err();
+    let e = export::render_svg(&app().scene(), ExportPane::Sink).unwrap_err();
     assert!(e.to_string().contains("x starts it"), "{e}");
 }
 
@@ -288,7 +288,7 @@ fn the_kv_pane_exports_the_request_it_shows_and_export_paths_behave() {
         a.update(Action::FocusNext);
     }
     assert_eq!(ExportPane::for_focus(Pane::Kv, false), ExportPane::Request);
-    let svg = export::render_svg(&a, ExportPane::Request).unwrap();
+    let svg = export::render_svg(&a.scene(), ExportPane::Request).unwrap();
     let kv = &a.report.as_ref().unwrap().kv;
     assert!(svg.contains("the live request"), "{svg}");
     assert!(svg.contains(&format!("{} of {} reserved slots", kv.used, kv.capacity)));
@@ -342,7 +342,7 @@ fn the_timeline_picture_holds_one_run_and_its_legend_fits() {
         2,
     ));
     let a = app_with(&reports);
-    let svg = export::render_svg(&a, ExportPane::Batch).unwrap();
+    let svg = export::render_svg(&a.scene(), ExportPane::Batch).unwrap();
     assert!(svg.contains("static batching"), "{svg}");
     assert!(
         svg.contains("2 iterations"),
@@ -392,19 +392,19 @@ fn the_output_and_forward_panes_export_what_they_show() {
         ExportPane::for_focus(Pane::Forward, false),
         ExportPane::Forward
     );
-    let out = export::render_svg(&a, ExportPane::Output).unwrap();
+    let out = export::render_svg(&a.scene(), ExportPane::Output).unwrap();
     assert!(!r.info.top_k.is_empty());
     // One bar per candidate, the sampled one in the accent colour.
     assert_eq!(count(&out, "%</text>"), r.info.top_k.len());
     assert_eq!(count(&out, r##"fill="#c77c2a""##), 1, "{out}");
-    let fwd = export::render_svg(&a, ExportPane::Forward).unwrap();
+    let fwd = export::render_svg(&a.scene(), ExportPane::Forward).unwrap();
     let layers = r.info.timing.layers_ms.len();
     assert!(layers > 0);
     // embed + every layer + LM head + sample, each with its time.
     assert_eq!(count(&fwd, r#"font-size="10.0""#), layers + 3, "{fwd}");
     assert!(fwd.contains(&format!("layer {}", layers - 1)));
     for p in [ExportPane::Output, ExportPane::Forward] {
-        let png = export::to_png(&export::render_svg(&a, p).unwrap(), 1.0).unwrap();
+        let png = export::to_png(&export::render_svg(&a.scene(), p).unwrap(), 1.0).unwrap();
         assert_eq!(&png[1..4], b"PNG");
     }
 }

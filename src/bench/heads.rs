@@ -1,17 +1,13 @@
 //! `bench heads`: MHA vs GQA vs MQA on the same pretrained weights — cache size,
 //! concurrency at a fixed budget, decode speed, and quality against the model as trained.
 
+use crate::assets::{EVAL_TEXT, PROMPTS};
 use crate::model::sampler::{argmax, softmax};
 use crate::model::{AttnKernel, HeadLayout, Logits, Model, RunOptions};
 use anyhow::Result;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::time::Instant;
-
-/// Text shipped for the quality comparison.
-pub const EVAL_TEXT: &str = include_str!("../../assets/eval.txt");
-/// Prompts shipped with the app.
-pub const PROMPTS: &str = include_str!("../../assets/prompts.txt");
 
 /// The standard workload the byte figures are given for.
 pub const WORKLOAD_REQUESTS: usize = 32;

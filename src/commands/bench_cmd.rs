@@ -203,7 +203,7 @@ pub fn run(cmd: &Cmd) -> Result<()> {
             let model = load_model(margs)?;
             let tokens = model
                 .tokenizer
-                .encode(heads::EVAL_TEXT.trim())
+                .encode(inferlab::assets::EVAL_TEXT.trim())
                 .map_err(anyhow::Error::msg)?;
             let r = sink::run(&model, &tokens, *window, *page_size)?;
             emit(*json, &r, r.table())?;

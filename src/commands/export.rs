@@ -113,11 +113,11 @@ pub fn run(a: &Args) -> Result<()> {
     let context = || format!("exporting {} at iteration {want}", a.pane.name());
     let out = match &a.out {
         Some(p) => {
-            export::write(&app, a.pane, format, p).with_context(context)?;
+            export::write(&app.scene(), a.pane, format, p).with_context(context)?;
             p.clone()
         }
         // As the app's `e` does: `$INFERLAB_EXPORT_DIR` (made if missing), else here.
-        None => export::write_default(&app, a.pane, format).with_context(context)?,
+        None => export::write_default(&app.scene(), a.pane, format).with_context(context)?,
     };
     println!("{}", out.display());
     Ok(())

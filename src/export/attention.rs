@@ -3,35 +3,15 @@
 
 use super::svg::{hex, Svg};
 use super::ExportError;
-use crate::ui::app::App;
-use crate::ui::theme::ramp_rgb;
+use crate::views::heatmap::{Heatmap, Source, Window};
+use crate::views::palette::ramp_rgb;
 
-/// The heatmap of the app's current layer and head.
-pub fn render(app: &App) -> Result<String, ExportError> {
-    let r = app.report.as_ref().ok_or(ExportError::NoData(
+/// The heatmap of the whole history of `src`'s layer and head.
+pub fn render(src: &Source) -> Result<String, ExportError> {
+    let v = Heatmap::build(src, Window::ALL).ok_or(ExportError::NoData(
         "no attention rows yet: run the prefill first".into(),
     ))?;
-    let hist = app
-        .history
-        .get(app.layer)
-        .filter(|h| !h.weights.is_empty())
-        .ok_or(ExportError::NoData(
-            "no attention rows yet: run the prefill first".into(),
-        ))?;
-    let rows = if app.show_scores {
-        &hist.scores
-    } else {
-        &hist.weights
-    };
-    let n = rows.len();
-    let head = app.head;
-    let value = |i: usize, j: usize| rows[i].get(head).and_then(|row| row.get(j)).copied();
-    let (lo, hi) = crate::ui::panes::heatmap::value_range(
-        (0..n).flat_map(|i| (0..=i).filter_map(move |j| value(i, j))),
-        app.show_scores,
-    );
-    let norm = |v: f32| if hi > lo { (v - lo) / (hi - lo) } else { 1.0 };
-
+    let (r, head, n) = (src.report, v.head, v.len);
     // Cells shrink for long contexts; labels thin out to stay legible.
     let cs = (720.0 / n as f32).clamp(3.0, 22.0);
     let every = (10.0 / cs).ceil().max(1.0) as usize;
@@ -40,20 +20,16 @@ pub fn render(app: &App) -> Result<String, ExportError> {
     let grid = cs * n as f32;
     let (w, h) = (left + grid + 140.0, top + grid + 110.0);
     let mut s = Svg::new(w, h);
-    let kv = r.info.query_to_kv.get(head).copied().unwrap_or(0);
     s.text(
         16.0,
         26.0,
         16.0,
         "start",
         &format!(
-            "Attention · layer {} · query head {head} (reads KV head {kv}) · {}",
-            app.layer,
-            if app.show_scores {
-                "scores Q·Kᵀ/√d"
-            } else {
-                "softmax weights"
-            }
+            "Attention · layer {} · query head {head} (reads KV head {}) · {}",
+            v.layer,
+            v.kv_head,
+            v.what()
         ),
         0.0,
     );
@@ -74,7 +50,8 @@ pub fn render(app: &App) -> Result<String, ExportError> {
     );
     // One rect per run of equal colour in a row (most weights sit near zero, so runs are
     // long), and one for the masked future: a 512-token picture stays a few MB, not 20.
-    let level = |v: f32| (norm(v) * 255.0).round() as u8;
+    let level = |x: f32| (x * 255.0).round() as u8;
+    let value = |i: usize, j: usize| v.cell(i, j);
     for i in 0..n {
         let y = top + i as f32 * cs;
         let mut j = 0;
@@ -101,10 +78,10 @@ pub fn render(app: &App) -> Result<String, ExportError> {
             );
         }
     }
-    let piece = |i: usize| r.pieces.get(i).map(String::as_str).unwrap_or("");
+    let piece = |i: usize| v.piece(i);
     for i in (0..n).filter(|i| i % every == 0 || *i == n - 1) {
         let y = top + (i as f32 + 0.5) * cs + font * 0.35;
-        let gen = if i >= r.prompt_len { "+ " } else { "" };
+        let gen = if v.generated(i) { "+ " } else { "" };
         s.text(
             left - 6.0,
             y,
@@ -151,13 +128,13 @@ pub fn render(app: &App) -> Result<String, ExportError> {
     // Legend.
     let ly = top + grid + 34.0;
     s.ramp_bar(left, ly, 240.0, 14.0);
-    s.text(left, ly + 30.0, 11.0, "start", &format!("{lo:.3}"), 0.0);
+    s.text(left, ly + 30.0, 11.0, "start", &format!("{:.3}", v.lo), 0.0);
     s.text(
         left + 240.0,
         ly + 30.0,
         11.0,
         "end",
-        &format!("{hi:.3}"),
+        &format!("{:.3}", v.hi),
         0.0,
     );
     s.rect(left + 270.0, ly, 14.0, 14.0, "#e6e6ea", "");

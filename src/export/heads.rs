@@ -4,7 +4,7 @@
 use super::svg::{hex, Svg};
 use super::ExportError;
 use crate::model::HeadLayout;
-use crate::ui::theme::request_rgb;
+use crate::views::palette::request_rgb;
 use crate::worker::report::StepReport;
 
 /// The diagram for a report, the selected query head outlined.
@@ -104,7 +104,7 @@ pub fn render(r: &StepReport, selected: usize) -> Result<String, ExportError> {
             y,
             12.0,
             "end",
-            &crate::ui::panes::bytes(bpt * tokens),
+            &crate::views::units::bytes(bpt * tokens),
             0.0,
         );
     }

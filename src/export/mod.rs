@@ -12,8 +12,26 @@ pub mod sink;
 pub mod svg;
 pub mod timeline;
 
-use crate::ui::app::{App, Pane};
+use crate::screen::Pane;
+use crate::serve::{CacheKind, Policy, ReqPhase};
+use crate::worker::report::StepReport;
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
+
+/// What a picture is drawn from: the state the panes show, without the app around it.
+pub struct Scene<'a> {
+    pub report: Option<&'a StepReport>,
+    /// The focused layer's attention rows `rows[p][h]`, as shown (weights or scores).
+    pub attention: &'a [Vec<Vec<f32>>],
+    pub layer: usize,
+    pub head: usize,
+    pub show_scores: bool,
+    /// The batching timeline: per iteration, each request's phase.
+    pub timeline: &'a VecDeque<Vec<(u64, ReqPhase)>>,
+    /// The app's settings, for a timeline without a serving report.
+    pub policy: Policy,
+    pub cache: CacheKind,
+}
 
 /// What can be exported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -96,13 +114,18 @@ pub enum ExportError {
 }
 
 /// The SVG of `pane` as the app state shows it now.
-pub fn render_svg(app: &App, pane: ExportPane) -> Result<String, ExportError> {
+pub fn render_svg(app: &Scene, pane: ExportPane) -> Result<String, ExportError> {
     let report = app
         .report
-        .as_ref()
         .ok_or_else(|| ExportError::NoData("no iteration has run yet".into()))?;
     match pane {
-        ExportPane::Attention => attention::render(app),
+        ExportPane::Attention => attention::render(&crate::views::heatmap::Source {
+            report,
+            rows: app.attention,
+            layer: app.layer,
+            head: app.head,
+            scores: app.show_scores,
+        }),
         ExportPane::Heads => heads::render(report, app.head),
         ExportPane::Forward => forward::render(report, app.layer),
         ExportPane::Output => output::render(report),
@@ -123,7 +146,7 @@ pub fn render_svg(app: &App, pane: ExportPane) -> Result<String, ExportError> {
                 .unwrap_or((app.policy, app.cache));
             let title = format!("Batching timeline · {policy:?} batching · {cache:?} KV cache")
                 .to_lowercase();
-            timeline::render(&title, &app.timeline)
+            timeline::render(&title, app.timeline)
         }
         ExportPane::Sink => {
             let v = report.sink.as_ref().ok_or_else(|| {
@@ -165,7 +188,7 @@ pub fn to_png(svg: &str, scale: f32) -> Result<Vec<u8>, ExportError> {
 
 /// Writes `pane` to `path` as `format` (PNG at 2× for print).
 pub fn write(
-    app: &App,
+    app: &Scene,
     pane: ExportPane,
     format: ImageFormat,
     path: &Path,
@@ -184,7 +207,7 @@ pub fn write(
 /// Writes to the default place ([`default_path`]), making `$INFERLAB_EXPORT_DIR` first
 /// when it names a folder that does not exist yet. Returns the path written.
 pub fn write_default(
-    app: &App,
+    app: &Scene,
     pane: ExportPane,
     format: ImageFormat,
 ) -> Result<PathBuf, ExportError> {
@@ -200,11 +223,11 @@ pub fn write_default(
 }
 
 /// Where the app's `e` key writes: `$INFERLAB_EXPORT_DIR` or the current directory.
-pub fn default_path(app: &App, pane: ExportPane, format: ImageFormat) -> PathBuf {
+pub fn default_path(app: &Scene, pane: ExportPane, format: ImageFormat) -> PathBuf {
     let dir = std::env::var_os("INFERLAB_EXPORT_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("."));
-    let iter = app.report.as_ref().map(|r| r.iteration).unwrap_or(0);
+    let iter = app.report.map(|r| r.iteration).unwrap_or(0);
     let detail = match pane {
         ExportPane::Attention | ExportPane::Heads => format!("-l{}h{}", app.layer, app.head),
         _ => String::new(),

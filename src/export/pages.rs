@@ -4,7 +4,7 @@
 use super::svg::{hex, Svg};
 use super::ExportError;
 use crate::serve::CacheKind;
-use crate::ui::theme::request_rgb;
+use crate::views::palette::request_rgb;
 use crate::worker::report::ServeView;
 
 const COLS: usize = 16;

@@ -3,7 +3,7 @@
 
 use super::svg::{hex, Svg};
 use super::ExportError;
-use crate::ui::theme::request_rgb;
+use crate::views::palette::request_rgb;
 use crate::worker::report::KvView;
 
 const COLS: usize = 32;

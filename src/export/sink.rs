@@ -4,7 +4,7 @@
 use super::svg::{hex, Svg};
 use super::ExportError;
 use crate::sink::SinkView;
-use crate::ui::theme::request_rgb;
+use crate::views::palette::request_rgb;
 
 const CELL: f32 = 26.0;
 

@@ -82,7 +82,7 @@ impl Svg {
         let steps = 64;
         for i in 0..steps {
             let f = i as f32 / (steps - 1) as f32;
-            let fill = hex(crate::ui::theme::ramp_rgb(f));
+            let fill = hex(crate::views::palette::ramp_rgb(f));
             // Slight overlap so no hairline gaps show between the steps.
             self.rect(
                 x + w * i as f32 / steps as f32,

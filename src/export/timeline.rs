@@ -4,7 +4,7 @@
 use super::svg::{hex, Svg};
 use super::ExportError;
 use crate::serve::ReqPhase;
-use crate::ui::theme::request_rgb;
+use crate::views::palette::request_rgb;
 use std::collections::VecDeque;
 
 /// The timeline of `(request, phase)` columns, oldest first.

@@ -320,7 +320,19 @@ pub fn scalar_dot_rows(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::flash::pseudo_random;
+
+    /// Values in [-1, 1) from a xorshift generator: repeatable test data.
+    fn pseudo_random(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+            })
+            .collect()
+    }
     use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
     use candle_core::{Device, Module, Tensor};
 

@@ -1,8 +1,8 @@
 //! What a lesson is, as plain data: the parser builds it, the app walks it.
 
 use crate::model::HeadLayout;
+pub use crate::screen::Pane;
 use crate::serve::{CacheKind, Policy};
-pub use crate::ui::app::Pane;
 
 /// One lesson file.
 #[derive(Debug, Clone, PartialEq)]

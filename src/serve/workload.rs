@@ -96,11 +96,7 @@ impl Workload {
 
 /// Token ids of the shipped text and prompts, the source of workload prompts.
 pub fn source_tokens(tok: &TextTokenizer) -> Vec<u32> {
-    let text = format!(
-        "{}\n{}",
-        crate::bench::heads::EVAL_TEXT,
-        crate::bench::heads::PROMPTS
-    );
+    let text = format!("{}\n{}", crate::assets::EVAL_TEXT, crate::assets::PROMPTS);
     tok.encode(&text).unwrap_or_default()
 }
 

@@ -57,27 +57,7 @@ pub enum Compare {
     Policy,
 }
 
-/// Panes that can take focus.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Pane {
-    Attention,
-    Heads,
-    Output,
-    Kv,
-    Serving,
-    Forward,
-}
-
-impl Pane {
-    const ORDER: [Pane; 6] = [
-        Pane::Attention,
-        Pane::Heads,
-        Pane::Output,
-        Pane::Kv,
-        Pane::Serving,
-        Pane::Forward,
-    ];
-}
+pub use crate::screen::Pane;
 
 /// Iterations of the batching timeline kept for drawing.
 pub const TIMELINE: usize = 240;
@@ -426,22 +406,42 @@ impl App {
             }
             Action::ScrollForward => self.scroll = self.scroll.saturating_sub(8),
             Action::FocusNext => {
-                let i = Pane::ORDER
-                    .iter()
-                    .position(|p| *p == self.focus)
-                    .unwrap_or(0);
-                self.focus = Pane::ORDER[(i + 1) % Pane::ORDER.len()];
+                let i = Pane::ALL.iter().position(|p| *p == self.focus).unwrap_or(0);
+                self.focus = Pane::ALL[(i + 1) % Pane::ALL.len()];
             }
         }
         None
     }
 
     /// Writes the focused pane's picture (SVG and PNG) and says where in the status line.
+    /// The state the pictures are drawn from.
+    pub fn scene(&self) -> crate::export::Scene<'_> {
+        let hist = self.history.get(self.layer);
+        let rows = hist.map_or(&[][..], |h| {
+            if self.show_scores {
+                &h.scores[..]
+            } else {
+                &h.weights[..]
+            }
+        });
+        crate::export::Scene {
+            report: self.report.as_deref(),
+            attention: rows,
+            layer: self.layer,
+            head: self.head,
+            show_scores: self.show_scores,
+            timeline: &self.timeline,
+            policy: self.policy,
+            cache: self.cache,
+        }
+    }
+
     fn export_focused(&mut self) {
         use crate::export::{self, ExportPane, ImageFormat};
         let pane = ExportPane::for_focus(self.focus, self.shows_sink());
-        let r = export::write_default(self, pane, ImageFormat::Svg)
-            .and_then(|svg| export::write_default(self, pane, ImageFormat::Png).map(|_| svg));
+        let scene = self.scene();
+        let r = export::write_default(&scene, pane, ImageFormat::Svg)
+            .and_then(|svg| export::write_default(&scene, pane, ImageFormat::Png).map(|_| svg));
         self.status = match r {
             Ok(svg) => format!("exported {} → {} and .png", pane.name(), svg.display()),
             Err(e) => format!("export failed: {e}"),

@@ -332,7 +332,7 @@ const SINK_PAGE: usize = 16;
 fn sink_run(model: &Model) -> Result<SinkRun, String> {
     let tokens = model
         .tokenizer
-        .encode(crate::bench::heads::EVAL_TEXT.trim())
+        .encode(crate::assets::EVAL_TEXT.trim())
         .map_err(|e| e.to_string())?;
     SinkRun::new(model, tokens, SINK_WINDOW, SINK_PAGE)
 }
@@ -367,7 +367,7 @@ fn serving(model: &Model, policy: Policy, cache: CacheKind) -> Result<ServeEngin
         mean_gap: 3.0,
         seed: 11,
     };
-    let prompts: Vec<&str> = crate::bench::heads::PROMPTS
+    let prompts: Vec<&str> = crate::assets::PROMPTS
         .lines()
         .filter(|l| !l.trim().is_empty())
         .collect();

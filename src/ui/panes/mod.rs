@@ -57,19 +57,7 @@ pub fn thousands(n: usize) -> String {
     out
 }
 
-/// Bytes in the most readable unit.
-pub fn bytes(n: usize) -> String {
-    let f = n as f64;
-    if f >= 1073741824.0 {
-        format!("{:.2} GiB", f / 1073741824.0)
-    } else if f >= 1048576.0 {
-        format!("{:.1} MiB", f / 1048576.0)
-    } else if f >= 1024.0 {
-        format!("{:.1} KiB", f / 1024.0)
-    } else {
-        format!("{n} B")
-    }
-}
+pub use crate::views::units::bytes;
 
 /// Writes `s` at column `dx` of row `y` inside `inner`, clipped to `inner`'s width.
 pub fn put(

@@ -1,0 +1,25 @@
+//! What the screen is made of, by name: the panes that can take focus. The UI draws them,
+//! a lesson names the one a step is about, an export picks its picture by it.
+
+/// Panes that can take focus.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pane {
+    Attention,
+    Heads,
+    Output,
+    Kv,
+    Serving,
+    Forward,
+}
+
+impl Pane {
+    /// Every pane, in focus order (tab).
+    pub const ALL: [Pane; 6] = [
+        Pane::Attention,
+        Pane::Heads,
+        Pane::Output,
+        Pane::Kv,
+        Pane::Serving,
+        Pane::Forward,
+    ];
+}

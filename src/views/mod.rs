@@ -1,0 +1,7 @@
+//! What each picture shows, decided once: which rows and columns, which labels, which
+//! colour scale. A pane draws a view in terminal cells and its export draws the same view
+//! in SVG, so the two never disagree about what is on screen.
+
+pub mod heatmap;
+pub mod palette;
+pub mod units;
