@@ -69,10 +69,9 @@ fn help_overlay_lists_every_key() {
         panes::help::render(&THEME, f.area(), f.buffer_mut())
     });
     let text = format!("{b}");
-    for k in inferlab::ui::keys::BINDINGS
-        .iter()
-        .filter(|k| !k.keys.is_empty())
-    {
+    for k in inferlab::ui::keys::BINDINGS {
+        // No blank placeholder rows: every binding is a line of help.
+        assert!(!k.keys.is_empty() && !k.help.is_empty() && !k.on.is_empty());
         assert!(text.contains(k.help), "help lacks {}", k.keys);
     }
     insta::assert_snapshot!(b);
@@ -187,13 +186,13 @@ fn a_lesson_step_sets_the_app_and_notices_the_task() {
     assert_eq!(a.run.layout, HeadLayout::Gqa);
     assert_eq!(a.focus, inferlab::ui::app::Pane::Heads);
     // n: step 2, whose task is "switch to MHA".
-    assert!(a.update(Action::NextStep).is_none());
+    assert!(a.update(Action::NextStep).is_empty());
     assert_eq!(a.tutor.as_ref().unwrap().step, 1);
     assert!(!inferlab::ui::tutor::task_done(&a));
     // m cycles GQA → MQA → MHA; only then is the task done.
     assert!(matches!(
-        a.update(Action::CycleLayout),
-        Some(Command::SetRun(_))
+        a.update(Action::CycleLayout).as_slice(),
+        [Command::SetRun(_)]
     ));
     assert!(!inferlab::ui::tutor::task_done(&a));
     a.update(Action::CycleLayout);
@@ -202,7 +201,7 @@ fn a_lesson_step_sets_the_app_and_notices_the_task() {
     a.update(Action::NextStep);
     let c = a.update(Action::NextStep);
     assert!(
-        matches!(c, Some(Command::SetRun(r)) if r.layout == HeadLayout::Gqa),
+        matches!(c.as_slice(), [Command::SetRun(r)] if r.layout == HeadLayout::Gqa),
         "{c:?}"
     );
     // p goes back a step.
@@ -242,7 +241,10 @@ fn a_prediction_runs_the_next_step_and_is_graded_by_what_the_model_did() {
     let live =
         inferlab::ui::tutor::live_choices(&a, inferlab::lesson::Predict::TopAttended).unwrap();
     assert_eq!(live.values[0], 0);
-    assert!(matches!(a.update(Action::Answer(1)), Some(Command::Step)));
+    assert!(matches!(
+        a.update(Action::Answer(1)).as_slice(),
+        [Command::Step]
+    ));
     // The decode step that follows: head 0 of every layer looks hardest at position 0.
     let mut r = report();
     r.iteration = 4;
@@ -393,8 +395,8 @@ fn scrubbing_walks_back_through_the_session_and_resumes_live() {
     // A step while scrubbed goes back to live first.
     a.update(Action::ScrubBack);
     assert!(matches!(
-        a.update(Action::Step),
-        Some(inferlab::worker::Command::Step)
+        a.update(Action::Step).as_slice(),
+        [inferlab::worker::Command::Step]
     ));
     assert!(a.scrub.is_none());
 }
@@ -535,8 +537,8 @@ fn the_sink_experiment_takes_the_serving_columns_and_outlives_the_request() {
     use inferlab::worker::Command;
     let mut a = app();
     assert!(matches!(
-        a.update(Action::ToggleSink),
-        Some(Command::SetSink(true))
+        a.update(Action::ToggleSink).as_slice(),
+        [Command::SetSink(true)]
     ));
     let mut r = report();
     r.iteration = 4;
@@ -588,7 +590,7 @@ fn the_sink_experiment_takes_the_serving_columns_and_outlives_the_request() {
     replay.replaying = true;
     replay.on_event(Event::Report(Box::new(r.clone())));
     assert!(replay.shows_sink() && !replay.sink);
-    assert!(replay.update(Action::ToggleSink).is_none() && !replay.sink);
+    assert!(replay.update(Action::ToggleSink).is_empty() && !replay.sink);
     // The request has finished, but the experiment has text left: steps go on.
     assert!(matches!(a.request_step(), Some(Command::Step)));
     a.in_flight = false;
@@ -614,7 +616,7 @@ fn a_replay_ignores_settings_keys_and_keeps_what_was_recorded() {
         Action::CycleCompare,
         Action::StartInput,
     ] {
-        assert!(a.update(act).is_none(), "{act:?} sends nothing");
+        assert!(a.update(act).is_empty(), "{act:?} sends nothing");
         assert!(a.status.contains("replay"), "{}", a.status);
     }
     assert_eq!(a.run, before_run);
@@ -695,4 +697,76 @@ fn the_header_gives_the_status_room_before_its_fixed_facts() {
     a.status = "x".repeat(300);
     let screen = format!("{}", render_app(&a, 80, 24));
     assert!(screen.lines().next().unwrap().contains('…'));
+}
+
+#[test]
+fn typed_text_and_the_mouse_go_through_actions_like_keys() {
+    use inferlab::ui::keys::action_for;
+    use inferlab::worker::Command;
+    use ratatui::crossterm::event::{
+        KeyCode, KeyEvent, KeyModifiers, MouseButton, MouseEvent, MouseEventKind,
+    };
+    let key = |c: KeyCode| KeyEvent::new(c, KeyModifiers::NONE);
+    // While typing, q is text and Esc cancels; otherwise q quits.
+    assert_eq!(
+        action_for(key(KeyCode::Char('q')), true),
+        Some(Action::Type('q'))
+    );
+    assert_eq!(
+        action_for(key(KeyCode::Char('q')), false),
+        Some(Action::Quit)
+    );
+    assert_eq!(action_for(key(KeyCode::Esc), true), Some(Action::Cancel));
+    let mut a = app();
+    a.update(Action::StartInput);
+    for act in [
+        Action::Type('h'),
+        Action::Type('x'),
+        Action::Backspace,
+        Action::Type('i'),
+    ] {
+        assert!(a.update(act).is_empty());
+    }
+    assert_eq!(a.input.as_deref(), Some("hi"));
+    let sent = a.update(Action::Submit);
+    assert!(
+        matches!(sent.as_slice(), [Command::Prompt(p)] if p == "hi"),
+        "{sent:?}"
+    );
+    assert!(a.input.is_none());
+    // The mouse: the wheel over the heatmap moves through layers, a click picks a head.
+    let screen = ratatui::layout::Rect::new(0, 0, 160, 48);
+    let areas = inferlab::ui::draw::areas(screen, false);
+    let at = |r: ratatui::layout::Rect, kind| MouseEvent {
+        kind,
+        column: r.x + r.width / 2,
+        row: r.y + r.height / 2,
+        modifiers: KeyModifiers::NONE,
+    };
+    let wheel = at(areas.attention, MouseEventKind::ScrollDown);
+    assert_eq!(
+        inferlab::ui::draw::mouse_action(wheel, screen, &a),
+        Some(Action::LayerDown)
+    );
+    // Every head of the heads pane can be clicked.
+    let r = areas.heads;
+    let mut heads: Vec<usize> = (r.y..r.y + r.height)
+        .flat_map(|row| (r.x..r.x + r.width).map(move |column| (column, row)))
+        .filter_map(|(column, row)| {
+            let m = MouseEvent {
+                kind: MouseEventKind::Down(MouseButton::Left),
+                column,
+                row,
+                modifiers: KeyModifiers::NONE,
+            };
+            match inferlab::ui::draw::mouse_action(m, screen, &a) {
+                Some(Action::SelectHead(h)) => Some(h),
+                _ => None,
+            }
+        })
+        .collect();
+    heads.sort();
+    heads.dedup();
+    let n = a.report.as_ref().unwrap().cfg.n_head;
+    assert_eq!(heads, (0..n).collect::<Vec<_>>());
 }

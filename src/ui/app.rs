@@ -44,7 +44,69 @@ pub enum Action {
     ToggleLooksAt,
     /// The attention-sink experiment on / off.
     ToggleSink,
+    /// Scroll the lesson text (mouse wheel), lines.
+    ScrollLesson(i16),
+    /// The new-prompt line: a character, Backspace, Enter, Esc.
+    Type(char),
+    Backspace,
+    Submit,
+    Cancel,
+    /// A lesson step's setting, applied as if the user had chosen it.
+    Set(Setting),
     Quit,
+}
+
+/// A setting a lesson step (or anything else) can ask for by value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Setting {
+    Layout(HeadLayout),
+    Kernel(AttnKernel),
+    Serve(Policy, CacheKind, Compare),
+    Sink(bool),
+    Focus(Pane),
+    /// Raw scores (true) or softmax weights.
+    Values(bool),
+    Layer(usize),
+    Head(usize),
+}
+
+/// Lesson actions: with no lesson open they only say how to open one.
+fn is_lesson_action(a: Action) -> bool {
+    matches!(
+        a,
+        Action::NextStep | Action::PrevStep | Action::ToggleLessons | Action::Answer(_)
+    )
+}
+
+/// Actions whose effect needs the model (or the engine's workload): a replay refuses them.
+fn needs_model(a: Action) -> bool {
+    matches!(
+        a,
+        Action::CycleLayout
+            | Action::ToggleKernel
+            | Action::ToggleCache
+            | Action::TogglePolicy
+            | Action::CycleCompare
+            | Action::StartInput
+            | Action::ToggleSink
+            | Action::Set(
+                Setting::Layout(_) | Setting::Kernel(_) | Setting::Serve(..) | Setting::Sink(_)
+            )
+    )
+}
+
+fn flip_cache(c: CacheKind) -> CacheKind {
+    match c {
+        CacheKind::Paged => CacheKind::Contiguous,
+        CacheKind::Contiguous => CacheKind::Paged,
+    }
+}
+
+fn flip_policy(p: Policy) -> Policy {
+    match p {
+        Policy::Continuous => Policy::Static,
+        Policy::Static => Policy::Continuous,
+    }
 }
 
 /// What the side-by-side view varies.
@@ -164,8 +226,6 @@ pub struct App {
     stash: Option<Stash>,
     /// The open lesson, when the app runs one.
     pub tutor: Option<super::tutor::Tutor>,
-    /// Commands beyond the one `update` returns (a lesson step may set several things).
-    pub outbox: Vec<Command>,
     pub quit: bool,
 }
 
@@ -205,7 +265,6 @@ impl App {
             scrub: None,
             stash: None,
             tutor: None,
-            outbox: Vec::new(),
             quit: false,
         }
     }
@@ -218,174 +277,197 @@ impl App {
             .unwrap_or((1, 1))
     }
 
-    /// Applies an action; returns a command for the engine when the model must act.
-    pub fn update(&mut self, a: Action) -> Option<Command> {
-        let (n_layer, n_head) = self.dims();
+    /// Applies an action; returns the commands the engine must carry out (none when the
+    /// action only changes what is shown).
+    pub fn update(&mut self, a: Action) -> Vec<Command> {
+        if a == Action::ToggleHelp {
+            self.help = !self.help;
+            return Vec::new();
+        }
+        // With help open, any key (Esc and q included) only closes it.
+        if self.help {
+            self.help = false;
+            return Vec::new();
+        }
+        if self.input.is_some() {
+            return self.typing(a);
+        }
+        if self.tutor.is_some() || is_lesson_action(a) {
+            if let Some(cmds) = self.lesson_action(a) {
+                return cmds;
+            }
+        }
+        if self.replaying && needs_model(a) {
+            self.status = match a {
+                Action::ToggleSink => "a replay shows the experiment only where it was recorded",
+                _ => "a replay shows what was recorded: settings cannot change (space steps, [ ] scrub)",
+            }
+            .into();
+            return Vec::new();
+        }
+        // Anything that changes the live state first returns to it.
+        if self.scrub.is_some() && (needs_model(a) || matches!(a, Action::Step | Action::ToggleRun))
+        {
+            self.resume_live();
+        }
         match a {
-            Action::ToggleHelp => self.help = !self.help,
-            // With help open, any key (Esc and q included) only closes it.
-            _ if self.help => self.help = false,
-            Action::Quit if self.tutor.as_ref().is_some_and(|t| t.list_open) => {
-                if let Some(t) = self.tutor.as_mut() {
-                    t.list_open = false;
+            Action::Quit => {
+                self.quit = true;
+                vec![Command::Quit]
+            }
+            Action::Step => {
+                self.running = false;
+                self.request_step().into_iter().collect()
+            }
+            _ if needs_model(a) && a != Action::StartInput => self.setting(a).into_iter().collect(),
+            _ => {
+                self.view_action(a);
+                Vec::new()
+            }
+        }
+    }
+
+    /// Keys while a new prompt is typed: text, except Enter, Esc and Backspace.
+    fn typing(&mut self, a: Action) -> Vec<Command> {
+        let Some(input) = self.input.as_mut() else {
+            return Vec::new();
+        };
+        match a {
+            Action::Type(c) => input.push(c),
+            Action::Backspace => {
+                input.pop();
+            }
+            Action::Cancel => self.input = None,
+            Action::Submit => {
+                let p = std::mem::take(input);
+                self.input = None;
+                if p.trim().is_empty() {
+                    self.status = "empty prompt ignored".into();
+                } else {
+                    return vec![Command::Prompt(p)];
                 }
             }
             Action::Quit => {
                 self.quit = true;
-                return Some(Command::Quit);
+                return vec![Command::Quit];
             }
-            // The lesson list takes the arrow keys and Enter while it is open.
-            Action::LayerDown | Action::LayerUp | Action::Confirm | Action::ToggleLessons
-                if self.tutor.as_ref().is_some_and(|t| t.list_open) =>
-            {
-                let t = self.tutor.as_mut().expect("checked");
-                match a {
-                    Action::LayerDown => {
-                        t.list_sel = (t.list_sel + 1).min(t.lessons.len().saturating_sub(1))
-                    }
-                    Action::LayerUp => t.list_sel = t.list_sel.saturating_sub(1),
-                    Action::ToggleLessons => t.list_open = false,
-                    _ => {
-                        t.list_open = false;
-                        let l = t.list_sel;
-                        let step = t
-                            .lessons
-                            .get(l)
-                            .and_then(|x| t.progress.lessons.get(x.id()))
-                            .map(|p| p.step)
-                            .unwrap_or(0);
-                        let cmds = super::tutor::goto(self, l, step);
-                        return self.queue(cmds);
-                    }
+            _ => {}
+        }
+        Vec::new()
+    }
+
+    /// Lesson keys and the lesson list; `None` when the action is not the lesson's.
+    fn lesson_action(&mut self, a: Action) -> Option<Vec<Command>> {
+        let Some(t) = self.tutor.as_mut() else {
+            self.status =
+                "no lesson open: run `inferlab lesson N` (list: `inferlab lessons`)".into();
+            return Some(Vec::new());
+        };
+        // The lesson list takes the arrow keys, Enter and Esc while it is open.
+        if t.list_open {
+            match a {
+                Action::LayerDown => {
+                    t.list_sel = (t.list_sel + 1).min(t.lessons.len().saturating_sub(1))
                 }
+                Action::LayerUp => t.list_sel = t.list_sel.saturating_sub(1),
+                Action::ToggleLessons | Action::Quit => t.list_open = false,
+                Action::Confirm => {
+                    t.list_open = false;
+                    let l = t.list_sel;
+                    let step = t
+                        .lessons
+                        .get(l)
+                        .and_then(|x| t.progress.lessons.get(x.id()))
+                        .map_or(0, |p| p.step);
+                    return Some(super::tutor::goto(self, l, step));
+                }
+                _ => return None,
             }
-            Action::NextStep | Action::PrevStep | Action::ToggleLessons | Action::Answer(_)
-                if self.tutor.is_none() =>
-            {
-                self.status =
-                    "no lesson open: run `inferlab lesson N` (list: `inferlab lessons`)".into();
-            }
-            Action::NextStep => {
-                let cmds = super::tutor::next(self);
-                return self.queue(cmds);
-            }
-            Action::PrevStep => {
-                let cmds = super::tutor::prev(self);
-                return self.queue(cmds);
+            return Some(Vec::new());
+        }
+        match a {
+            Action::NextStep => Some(super::tutor::next(self)),
+            Action::PrevStep => Some(super::tutor::prev(self)),
+            Action::Answer(d) => Some(super::tutor::answer(self, d)),
+            Action::ScrollLesson(d) => {
+                t.scroll = t.scroll.saturating_add_signed(d);
+                Some(Vec::new())
             }
             Action::ToggleLessons => {
-                if let Some(t) = self.tutor.as_mut() {
-                    t.list_open = true;
-                    t.list_sel = t.lesson;
-                }
+                t.list_open = true;
+                t.list_sel = t.lesson;
+                Some(Vec::new())
             }
-            Action::Answer(d) => {
-                let cmds = super::tutor::answer(self, d);
-                return self.queue(cmds);
-            }
-            Action::Confirm => {}
-            Action::Export => self.export_focused(),
-            Action::ToggleLooksAt => {
-                self.looks_at = !self.looks_at;
-                self.focus = Pane::Attention;
-            }
-            Action::ScrubBack => self.scrub_to(-1),
-            Action::ScrubForward => self.scrub_to(1),
-            // A replay shows exactly what was recorded: settings that would need the model
-            // change nothing (not even the header), whatever is pressed.
-            Action::CycleLayout
-            | Action::ToggleKernel
-            | Action::ToggleCache
-            | Action::TogglePolicy
-            | Action::CycleCompare
-            | Action::StartInput
-                if self.replaying =>
-            {
-                self.status = "a replay shows what was recorded: settings cannot change (space steps, [ ] scrub)".into();
-            }
-            // Anything that changes the live state first returns to it.
-            Action::Step
-            | Action::ToggleRun
-            | Action::CycleLayout
-            | Action::ToggleKernel
-            | Action::ToggleCache
-            | Action::TogglePolicy
-            | Action::CycleCompare
-            | Action::StartInput
-            | Action::ToggleSink
-                if self.scrub.is_some() =>
-            {
-                self.resume_live();
-                return self.update(a);
-            }
-            Action::Step => {
-                self.running = false;
-                return self.request_step();
-            }
-            Action::ToggleRun => {
-                self.running = !self.running;
-                self.status = if self.running {
-                    "running".into()
-                } else {
-                    "paused".into()
-                };
-            }
-            Action::Faster => self.speed = (self.speed + 1).min(SPEEDS.len() - 1),
-            Action::Slower => self.speed = self.speed.saturating_sub(1),
+            _ => None,
+        }
+    }
+
+    /// Settings the engine must apply: head layout, kernel, serving cache and policy, the
+    /// side-by-side comparison, the sink experiment.
+    fn setting(&mut self, a: Action) -> Option<Command> {
+        let mut run = self.run;
+        let (mut policy, mut cache, mut compare) = (self.policy, self.cache, self.compare);
+        let mut sink = self.sink;
+        match a {
             Action::CycleLayout => {
                 let i = HeadLayout::ALL
                     .iter()
-                    .position(|l| *l == self.run.layout)
+                    .position(|l| *l == run.layout)
                     .unwrap_or(1);
-                self.run.layout = HeadLayout::ALL[(i + 1) % 3];
-                self.history.clear();
-                return Some(Command::SetRun(self.run));
+                run.layout = HeadLayout::ALL[(i + 1) % HeadLayout::ALL.len()];
             }
             Action::ToggleKernel => {
-                self.run.kernel = match self.run.kernel {
+                run.kernel = match run.kernel {
                     AttnKernel::Naive => AttnKernel::Tiled {
                         sram_bytes: crate::model::flash::A100_SRAM_BYTES,
                     },
                     AttnKernel::Tiled { .. } => AttnKernel::Naive,
-                };
-                self.history.clear();
-                return Some(Command::SetRun(self.run));
+                }
             }
-            Action::ToggleCache => {
-                self.cache = match self.cache {
-                    CacheKind::Paged => CacheKind::Contiguous,
-                    CacheKind::Contiguous => CacheKind::Paged,
-                };
-                self.timeline.clear();
-                self.timeline_b.clear();
-                return Some(Command::SetServe(self.policy, self.cache, self.other()));
-            }
+            Action::ToggleCache => cache = flip_cache(cache),
+            Action::TogglePolicy => policy = flip_policy(policy),
             Action::CycleCompare => {
-                self.compare = match self.compare {
+                compare = match compare {
                     Compare::Off => Compare::Cache,
                     Compare::Cache => Compare::Policy,
                     Compare::Policy => Compare::Off,
-                };
-                self.timeline.clear();
-                self.timeline_b.clear();
-                return Some(Command::SetServe(self.policy, self.cache, self.other()));
+                }
             }
-            Action::TogglePolicy => {
-                self.policy = match self.policy {
-                    Policy::Continuous => Policy::Static,
-                    Policy::Static => Policy::Continuous,
-                };
-                self.timeline.clear();
-                self.timeline_b.clear();
-                return Some(Command::SetServe(self.policy, self.cache, self.other()));
+            Action::ToggleSink => sink = !sink,
+            Action::Set(Setting::Layout(l)) => run.layout = l,
+            Action::Set(Setting::Kernel(k)) => run.kernel = k,
+            Action::Set(Setting::Serve(p, c, cmp)) => (policy, cache, compare) = (p, c, cmp),
+            Action::Set(Setting::Sink(on)) => sink = on,
+            _ => {}
+        }
+        if run != self.run {
+            self.run = run;
+            self.history.clear();
+            return Some(Command::SetRun(run));
+        }
+        if (policy, cache, compare) != (self.policy, self.cache, self.compare) {
+            (self.policy, self.cache, self.compare) = (policy, cache, compare);
+            self.timeline.clear();
+            self.timeline_b.clear();
+            return Some(Command::SetServe(policy, cache, self.other()));
+        }
+        if sink != self.sink {
+            self.sink = sink;
+            return Some(Command::SetSink(sink));
+        }
+        None
+    }
+
+    /// What is shown and how: layer, head, values, scrolling, focus, running, speed.
+    fn view_action(&mut self, a: Action) {
+        let (n_layer, n_head) = self.dims();
+        match a {
+            Action::ToggleRun => {
+                self.running = !self.running;
+                self.status = if self.running { "running" } else { "paused" }.into();
             }
-            Action::ToggleSink if self.replaying => {
-                self.status = "a replay shows the experiment only where it was recorded".into();
-            }
-            Action::ToggleSink => {
-                self.sink = !self.sink;
-                return Some(Command::SetSink(self.sink));
-            }
+            Action::Faster => self.speed = (self.speed + 1).min(SPEEDS.len() - 1),
+            Action::Slower => self.speed = self.speed.saturating_sub(1),
             Action::StartInput => {
                 self.running = false;
                 self.input = Some(String::new());
@@ -397,11 +479,7 @@ impl App {
             Action::SelectHead(h) => self.head = h.min(n_head - 1),
             Action::ToggleValues => self.show_scores = !self.show_scores,
             Action::ScrollBack => {
-                let n = self
-                    .history
-                    .get(self.layer)
-                    .map(|h| h.weights.len())
-                    .unwrap_or(0);
+                let n = self.history.get(self.layer).map_or(0, |h| h.weights.len());
                 self.scroll = (self.scroll + 8).min(n.saturating_sub(1));
             }
             Action::ScrollForward => self.scroll = self.scroll.saturating_sub(8),
@@ -409,11 +487,24 @@ impl App {
                 let i = Pane::ALL.iter().position(|p| *p == self.focus).unwrap_or(0);
                 self.focus = Pane::ALL[(i + 1) % Pane::ALL.len()];
             }
+            Action::Set(Setting::Focus(p)) => self.focus = p,
+            Action::Set(Setting::Values(scores)) => self.show_scores = scores,
+            // Before the first report the model's shape is unknown: the lesson checked it.
+            Action::Set(Setting::Layer(l)) if self.report.is_none() => self.layer = l,
+            Action::Set(Setting::Head(h)) if self.report.is_none() => self.head = h,
+            Action::Set(Setting::Layer(l)) => self.layer = l.min(n_layer - 1),
+            Action::Set(Setting::Head(h)) => self.head = h.min(n_head - 1),
+            Action::ToggleLooksAt => {
+                self.looks_at = !self.looks_at;
+                self.focus = Pane::Attention;
+            }
+            Action::ScrubBack => self.scrub_to(-1),
+            Action::ScrubForward => self.scrub_to(1),
+            Action::Export => self.export_focused(),
+            _ => {}
         }
-        None
     }
 
-    /// Writes the focused pane's picture (SVG and PNG) and says where in the status line.
     /// The state the pictures are drawn from.
     pub fn scene(&self) -> crate::export::Scene<'_> {
         let hist = self.history.get(self.layer);
@@ -436,6 +527,7 @@ impl App {
         }
     }
 
+    /// Writes the focused pane's picture (SVG and PNG) and says where in the status line.
     fn export_focused(&mut self) {
         use crate::export::{self, ExportPane, ImageFormat};
         let pane = ExportPane::for_focus(self.focus, self.shows_sink());
@@ -543,16 +635,6 @@ impl App {
         }
     }
 
-    /// Returns the first command and keeps the rest for the event loop to send.
-    fn queue(&mut self, mut cmds: Vec<Command>) -> Option<Command> {
-        if cmds.is_empty() {
-            return None;
-        }
-        let first = cmds.remove(0);
-        self.outbox.extend(cmds);
-        Some(first)
-    }
-
     /// Opens the app on a lesson and applies its current step; returns the commands.
     pub fn open_lesson(&mut self, tutor: super::tutor::Tutor) -> Vec<Command> {
         let (l, s) = (tutor.lesson, tutor.step);
@@ -568,18 +650,10 @@ impl App {
 
     /// The comparison engine's settings: one of ours flipped.
     pub fn other(&self) -> Option<(Policy, CacheKind)> {
-        let flip_cache = match self.cache {
-            CacheKind::Paged => CacheKind::Contiguous,
-            CacheKind::Contiguous => CacheKind::Paged,
-        };
-        let flip_policy = match self.policy {
-            Policy::Continuous => Policy::Static,
-            Policy::Static => Policy::Continuous,
-        };
         match self.compare {
             Compare::Off => None,
-            Compare::Cache => Some((self.policy, flip_cache)),
-            Compare::Policy => Some((flip_policy, self.cache)),
+            Compare::Cache => Some((self.policy, flip_cache(self.cache))),
+            Compare::Policy => Some((flip_policy(self.policy), self.cache)),
         }
     }
 

@@ -1,7 +1,7 @@
 //! Screen layout: header, panes, footer. Pure: the same state and size always give the
 //! same picture (which the snapshot tests rely on).
 
-use super::app::{App, SPEEDS};
+use super::app::{Action, App, SPEEDS};
 use super::panes::{self, put};
 use super::theme::Theme;
 use ratatui::buffer::Buffer;
@@ -234,5 +234,31 @@ fn footer(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         let w = format!("{hint} ");
         put(buf, area, x, area.y, &w, Style::default());
         x += w.chars().count() as u16;
+    }
+}
+
+/// The action for a mouse event on a `screen`-sized terminal: the wheel scrolls the lesson
+/// or moves through layers over the heatmap; a click in the heads pane picks that head.
+pub fn mouse_action(
+    m: ratatui::crossterm::event::MouseEvent,
+    screen: Rect,
+    app: &App,
+) -> Option<Action> {
+    use ratatui::crossterm::event::MouseEventKind;
+    let a = areas(screen, app.tutor.is_some());
+    let inside = |r: Rect| {
+        m.column >= r.x && m.column < r.x + r.width && m.row >= r.y && m.row < r.y + r.height
+    };
+    match m.kind {
+        MouseEventKind::ScrollDown if inside(a.lesson) => Some(Action::ScrollLesson(2)),
+        MouseEventKind::ScrollUp if inside(a.lesson) => Some(Action::ScrollLesson(-2)),
+        MouseEventKind::ScrollDown if inside(a.attention) => Some(Action::LayerDown),
+        MouseEventKind::ScrollUp if inside(a.attention) => Some(Action::LayerUp),
+        MouseEventKind::Down(_) if inside(a.heads) => {
+            let inner = ratatui::widgets::Block::bordered().inner(a.heads);
+            let n = app.report.as_ref().map_or(0, |r| r.cfg.n_head);
+            super::panes::heads::head_at(inner, m.column, m.row, n).map(Action::SelectHead)
+        }
+        _ => None,
     }
 }

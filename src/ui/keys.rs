@@ -12,8 +12,15 @@ pub struct Binding {
     pub rank: u8,
     /// The footer's word for it; empty: help screen only.
     pub hint: &'static str,
-    pub action: Action,
-    codes: &'static [KeyCode],
+    /// The keys and what each does (`j` down and `k` up share one row).
+    pub on: &'static [(KeyCode, Action)],
+}
+
+impl Binding {
+    /// The row's main action (its first key's).
+    pub fn action(&self) -> Action {
+        self.on[0].1
+    }
 }
 
 /// Every key the app answers to.
@@ -23,247 +30,204 @@ pub const BINDINGS: &[Binding] = &[
         help: "run one iteration (prefill, then one decode step)",
         rank: 1,
         hint: "step",
-        action: Action::Step,
-        codes: &[KeyCode::Char(' ')],
+        on: &[(KeyCode::Char(' '), Action::Step)],
     },
     Binding {
         keys: "r + −",
         help: "run / pause; + − run faster / slower",
         rank: 2,
         hint: "run/pause",
-        action: Action::ToggleRun,
-        codes: &[KeyCode::Char('r')],
-    },
-    Binding {
-        keys: "",
-        help: "",
-        rank: 255,
-        hint: "",
-        action: Action::Faster,
-        codes: &[KeyCode::Char('+'), KeyCode::Char('=')],
-    },
-    Binding {
-        keys: "",
-        help: "",
-        rank: 255,
-        hint: "",
-        action: Action::Slower,
-        codes: &[KeyCode::Char('-'), KeyCode::Char('_')],
+        on: &[
+            (KeyCode::Char('r'), Action::ToggleRun),
+            (KeyCode::Char('+'), Action::Faster),
+            (KeyCode::Char('='), Action::Faster),
+            (KeyCode::Char('-'), Action::Slower),
+            (KeyCode::Char('_'), Action::Slower),
+        ],
     },
     Binding {
         keys: "m",
         help: "head layout: MHA → GQA → MQA (recomputes the sequence)",
         rank: 3,
         hint: "MHA/GQA/MQA",
-        action: Action::CycleLayout,
-        codes: &[KeyCode::Char('m')],
+        on: &[(KeyCode::Char('m'), Action::CycleLayout)],
     },
     Binding {
         keys: "f",
         help: "attention kernel: naive ↔ tiled (FlashAttention)",
         rank: 5,
         hint: "naive/tiled",
-        action: Action::ToggleKernel,
-        codes: &[KeyCode::Char('f')],
+        on: &[(KeyCode::Char('f'), Action::ToggleKernel)],
     },
     Binding {
         keys: "c",
         help: "serving KV cache: paged ↔ contiguous (restarts the workload)",
         rank: 6,
         hint: "paged/contig",
-        action: Action::ToggleCache,
-        codes: &[KeyCode::Char('c')],
+        on: &[(KeyCode::Char('c'), Action::ToggleCache)],
     },
     Binding {
         keys: "b",
         help: "batching: continuous ↔ static (restarts the workload)",
         rank: 7,
         hint: "batching",
-        action: Action::TogglePolicy,
-        codes: &[KeyCode::Char('b')],
+        on: &[(KeyCode::Char('b'), Action::TogglePolicy)],
     },
     Binding {
         keys: "s",
         help: "side by side: same workload, other cache → other policy → off",
         rank: 8,
         hint: "side by side",
-        action: Action::CycleCompare,
-        codes: &[KeyCode::Char('s')],
+        on: &[(KeyCode::Char('s'), Action::CycleCompare)],
     },
     Binding {
         keys: "a",
         help: "new request: type a prompt, Enter to send, Esc to cancel",
         rank: 4,
         hint: "new prompt",
-        action: Action::StartInput,
-        codes: &[KeyCode::Char('a')],
+        on: &[(KeyCode::Char('a'), Action::StartInput)],
     },
     Binding {
         keys: "j k",
         help: "next / previous layer (or mouse wheel on the heatmap)",
         rank: 3,
         hint: "layer",
-        action: Action::LayerDown,
-        codes: &[KeyCode::Char('j'), KeyCode::Down],
-    },
-    Binding {
-        keys: "",
-        help: "",
-        rank: 255,
-        hint: "",
-        action: Action::LayerUp,
-        codes: &[KeyCode::Char('k'), KeyCode::Up],
+        on: &[
+            (KeyCode::Char('j'), Action::LayerDown),
+            (KeyCode::Down, Action::LayerDown),
+            (KeyCode::Char('k'), Action::LayerUp),
+            (KeyCode::Up, Action::LayerUp),
+        ],
     },
     Binding {
         keys: "h l",
         help: "previous / next head (or click a head in the heads pane)",
         rank: 4,
         hint: "head",
-        action: Action::HeadLeft,
-        codes: &[KeyCode::Char('h'), KeyCode::Left],
-    },
-    Binding {
-        keys: "",
-        help: "",
-        rank: 255,
-        hint: "",
-        action: Action::HeadRight,
-        codes: &[KeyCode::Char('l'), KeyCode::Right],
+        on: &[
+            (KeyCode::Char('h'), Action::HeadLeft),
+            (KeyCode::Left, Action::HeadLeft),
+            (KeyCode::Char('l'), Action::HeadRight),
+            (KeyCode::Right, Action::HeadRight),
+        ],
     },
     Binding {
         keys: "v",
         help: "heatmap values: softmax weights ↔ raw Q·Kᵀ/√d scores",
         rank: 12,
         hint: "scores",
-        action: Action::ToggleValues,
-        codes: &[KeyCode::Char('v')],
+        on: &[(KeyCode::Char('v'), Action::ToggleValues)],
     },
     Binding {
         keys: ", .",
         help: "scroll the heatmap back / forward through a long context",
         rank: 13,
         hint: "scroll",
-        action: Action::ScrollBack,
-        codes: &[KeyCode::Char(','), KeyCode::PageUp],
-    },
-    Binding {
-        keys: "",
-        help: "",
-        rank: 255,
-        hint: "",
-        action: Action::ScrollForward,
-        codes: &[KeyCode::Char('.'), KeyCode::PageDown],
+        on: &[
+            (KeyCode::Char(','), Action::ScrollBack),
+            (KeyCode::PageUp, Action::ScrollBack),
+            (KeyCode::Char('.'), Action::ScrollForward),
+            (KeyCode::PageDown, Action::ScrollForward),
+        ],
     },
     Binding {
         keys: "w",
         help: "what does this token look at: its top keys, prompt vs generated",
         rank: 9,
         hint: "looks at",
-        action: Action::ToggleLooksAt,
-        codes: &[KeyCode::Char('w')],
+        on: &[(KeyCode::Char('w'), Action::ToggleLooksAt)],
     },
     Binding {
         keys: "x",
         help: "attention sink: full cache vs window vs window + page 0",
         rank: 12,
         hint: "sink",
-        action: Action::ToggleSink,
-        codes: &[KeyCode::Char('x')],
+        on: &[(KeyCode::Char('x'), Action::ToggleSink)],
     },
     Binding {
         keys: "e",
         help: "export the focused pane as SVG + PNG",
         rank: 10,
         hint: "export",
-        action: Action::Export,
-        codes: &[KeyCode::Char('e')],
+        on: &[(KeyCode::Char('e'), Action::Export)],
     },
     Binding {
         keys: "tab",
         help: "move focus between panes",
         rank: 11,
         hint: "focus",
-        action: Action::FocusNext,
-        codes: &[KeyCode::Tab],
+        on: &[(KeyCode::Tab, Action::FocusNext)],
     },
     Binding {
         keys: "[ ]",
         help: "history: one iteration back / forward (space resumes live)",
         rank: 11,
         hint: "history",
-        action: Action::ScrubBack,
-        codes: &[KeyCode::Char('[')],
-    },
-    Binding {
-        keys: "",
-        help: "",
-        rank: 255,
-        hint: "",
-        action: Action::ScrubForward,
-        codes: &[KeyCode::Char(']')],
+        on: &[
+            (KeyCode::Char('['), Action::ScrubBack),
+            (KeyCode::Char(']'), Action::ScrubForward),
+        ],
     },
     Binding {
         keys: "n p",
         help: "lesson: next / previous step",
         rank: 0,
         hint: "lesson step",
-        action: Action::NextStep,
-        codes: &[KeyCode::Char('n')],
-    },
-    Binding {
-        keys: "",
-        help: "",
-        rank: 255,
-        hint: "",
-        action: Action::PrevStep,
-        codes: &[KeyCode::Char('p')],
+        on: &[
+            (KeyCode::Char('n'), Action::NextStep),
+            (KeyCode::Char('p'), Action::PrevStep),
+        ],
     },
     Binding {
         keys: "1-9",
         help: "lesson: answer the open question",
         rank: 0,
         hint: "answer",
-        action: Action::Answer(1),
-        codes: &[],
+        on: &[
+            (KeyCode::Char('1'), Action::Answer(1)),
+            (KeyCode::Char('2'), Action::Answer(2)),
+            (KeyCode::Char('3'), Action::Answer(3)),
+            (KeyCode::Char('4'), Action::Answer(4)),
+            (KeyCode::Char('5'), Action::Answer(5)),
+            (KeyCode::Char('6'), Action::Answer(6)),
+            (KeyCode::Char('7'), Action::Answer(7)),
+            (KeyCode::Char('8'), Action::Answer(8)),
+            (KeyCode::Char('9'), Action::Answer(9)),
+        ],
     },
     Binding {
         keys: "L",
         help: "lesson list (j k to choose, Enter to open, Esc to close)",
         rank: 13,
         hint: "lessons",
-        action: Action::ToggleLessons,
-        codes: &[KeyCode::Char('L')],
-    },
-    Binding {
-        keys: "",
-        help: "",
-        rank: 255,
-        hint: "",
-        action: Action::Confirm,
-        codes: &[KeyCode::Enter],
+        on: &[
+            (KeyCode::Char('L'), Action::ToggleLessons),
+            (KeyCode::Enter, Action::Confirm),
+        ],
     },
     Binding {
         keys: "?",
         help: "this help",
         rank: 0,
         hint: "help",
-        action: Action::ToggleHelp,
-        codes: &[KeyCode::Char('?')],
+        on: &[(KeyCode::Char('?'), Action::ToggleHelp)],
     },
     Binding {
         keys: "q",
         help: "quit",
         rank: 0,
         hint: "quit",
-        action: Action::Quit,
-        codes: &[KeyCode::Char('q'), KeyCode::Esc],
+        on: &[
+            (KeyCode::Char('q'), Action::Quit),
+            (KeyCode::Esc, Action::Quit),
+        ],
     },
 ];
 
 /// Whether a binding only means something while a lesson is open.
 pub fn is_lesson_key(b: &Binding) -> bool {
     matches!(
-        b.action,
+        b.action(),
         Action::NextStep | Action::Answer(_) | Action::ToggleLessons
     )
 }
@@ -274,7 +238,7 @@ pub fn footer_entries(width: usize, lesson_open: bool) -> Vec<(&'static str, &'s
     let cost = |b: &Binding| b.keys.chars().count() + b.hint.chars().count() + 3;
     let fixed: Vec<&Binding> = BINDINGS
         .iter()
-        .filter(|b| matches!(b.action, Action::ToggleHelp | Action::Quit))
+        .filter(|b| matches!(b.action(), Action::ToggleHelp | Action::Quit))
         .collect();
     let mut left = width.saturating_sub(fixed.iter().map(|b| cost(b)).sum());
     let mut rest: Vec<&Binding> = BINDINGS
@@ -294,16 +258,24 @@ pub fn footer_entries(width: usize, lesson_open: bool) -> Vec<(&'static str, &'s
     out
 }
 
-/// The action for a key press, if any.
-pub fn action_for(key: KeyEvent) -> Option<Action> {
+/// The action for a key press, if any; `typing`: a new prompt is being typed, where keys
+/// are text (Enter sends it, Esc cancels).
+pub fn action_for(key: KeyEvent, typing: bool) -> Option<Action> {
     if key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c') {
         return Some(Action::Quit);
     }
-    if let KeyCode::Char(c @ '1'..='9') = key.code {
-        return Some(Action::Answer(c as usize - '0' as usize));
+    if typing {
+        return match key.code {
+            KeyCode::Enter => Some(Action::Submit),
+            KeyCode::Esc => Some(Action::Cancel),
+            KeyCode::Backspace => Some(Action::Backspace),
+            KeyCode::Char(c) => Some(Action::Type(c)),
+            _ => None,
+        };
     }
     BINDINGS
         .iter()
-        .find(|b| b.codes.contains(&key.code))
-        .map(|b| b.action)
+        .flat_map(|b| b.on)
+        .find(|(code, _)| *code == key.code)
+        .map(|&(_, a)| a)
 }

@@ -9,10 +9,9 @@ pub mod theme;
 pub mod tutor;
 
 use crate::worker::{self, Command, EngineConfig};
-use app::{Action, App, SPEEDS};
+use app::{App, SPEEDS};
 use ratatui::crossterm::event::{
-    self, DisableMouseCapture, EnableMouseCapture, Event as TermEvent, KeyCode, KeyEventKind,
-    MouseEventKind,
+    self, DisableMouseCapture, EnableMouseCapture, Event as TermEvent, KeyEventKind,
 };
 use ratatui::crossterm::execute;
 use std::time::{Duration, Instant};
@@ -91,15 +90,13 @@ fn event_loop(
     let mut app = App::new(run);
     app.replaying = replaying;
     let mut recorder: Option<worker::recording::BackgroundRecorder> = None;
-    let send = |c: Option<Command>| {
-        if let Some(c) = c {
+    let send = |cmds: Vec<Command>| {
+        for c in cmds {
             let _ = tx.send(c);
         }
     };
     if let Some(t) = tutor {
-        for c in app.open_lesson(t) {
-            send(Some(c));
-        }
+        send(app.open_lesson(t));
     }
     // The engine keeps long contexts' captures to the layer on screen: tell it which.
     let mut focus_sent = usize::MAX;
@@ -109,37 +106,10 @@ fn event_loop(
     while !app.quit {
         // Engine events: every report is absorbed (the heatmap history needs them all),
         // but the screen is drawn once per frame.
-        loop {
-            let e = match rx.try_recv() {
-                Ok(e) => e,
-                Err(std::sync::mpsc::TryRecvError::Empty) => break,
-                Err(std::sync::mpsc::TryRecvError::Disconnected) => {
-                    // The engine is gone without a word (it sends `Died` when it can).
-                    if app.fatal.is_none() && !replaying {
-                        app.on_event(worker::Event::Died("it exited without a message".into()));
-                        dirty = true;
-                    }
-                    break;
-                }
-            };
-            if let (Some(rec), worker::Event::Ready { model }) = (&record, &e) {
-                let r = worker::recording::Recorder::create(&rec.path, model, rec.force)
-                    .map_err(std::io::Error::other)?;
-                recorder = Some(worker::recording::BackgroundRecorder::spawn(r));
-            }
-            if let (Some(rec), worker::Event::Report(r)) = (recorder.as_ref(), &e) {
-                rec.write(r, app.layer);
-            }
-            if let Some(err) = recorder.as_ref().and_then(|r| r.error()) {
-                app.status = format!("recording stopped: {err}");
-                recorder = None;
-            }
-            app.on_event(e);
-            dirty = true;
-        }
+        dirty |= absorb_events(&mut app, &rx, record.as_ref(), &mut recorder, replaying)?;
         if app.layer != focus_sent && !replaying {
             focus_sent = app.layer;
-            send(Some(Command::Focus(app.layer)));
+            send(vec![Command::Focus(app.layer)]);
         }
         if app.running && !app.in_flight {
             let speed = SPEEDS[app.speed];
@@ -148,7 +118,7 @@ fn event_loop(
                 if c.is_some() {
                     last_step = Instant::now();
                 }
-                send(c);
+                send(c.into_iter().collect());
             }
         }
         if dirty {
@@ -158,79 +128,24 @@ fn event_loop(
         if !event::poll(frame)? {
             continue;
         }
-        // Collapse a burst of events (resize storms, key repeat) into one redraw.
+        // Collapse a burst of events (resize storms, key repeat) into one redraw. Keys,
+        // typed text and the mouse all become actions, and only actions change the app.
         loop {
-            match event::read()? {
+            let size = terminal.size()?;
+            let screen = ratatui::layout::Rect::new(0, 0, size.width, size.height);
+            let action = match event::read()? {
                 TermEvent::Key(k) if k.kind == KeyEventKind::Press => {
-                    if let Some(input) = app.input.as_mut() {
-                        match k.code {
-                            KeyCode::Enter => {
-                                let p = std::mem::take(input);
-                                app.input = None;
-                                if p.trim().is_empty() {
-                                    app.status = "empty prompt ignored".into();
-                                } else {
-                                    send(Some(Command::Prompt(p)));
-                                }
-                            }
-                            KeyCode::Esc => app.input = None,
-                            KeyCode::Backspace => {
-                                input.pop();
-                            }
-                            KeyCode::Char(c) => input.push(c),
-                            _ => {}
-                        }
-                    } else if let Some(a) = keys::action_for(k) {
-                        let c = app.update(a);
-                        if matches!(c, Some(Command::Step)) {
-                            last_step = Instant::now();
-                        }
-                        send(c);
-                    }
+                    keys::action_for(k, app.input.is_some())
                 }
-                TermEvent::Mouse(m) => {
-                    let size = terminal.size()?;
-                    let a = draw::areas(
-                        ratatui::layout::Rect::new(0, 0, size.width, size.height),
-                        app.tutor.is_some(),
-                    );
-                    let inside = |r: ratatui::layout::Rect| {
-                        m.column >= r.x
-                            && m.column < r.x + r.width
-                            && m.row >= r.y
-                            && m.row < r.y + r.height
-                    };
-                    match m.kind {
-                        MouseEventKind::ScrollDown if inside(a.lesson) => {
-                            if let Some(t) = app.tutor.as_mut() {
-                                t.scroll = t.scroll.saturating_add(2);
-                            }
-                        }
-                        MouseEventKind::ScrollUp if inside(a.lesson) => {
-                            if let Some(t) = app.tutor.as_mut() {
-                                t.scroll = t.scroll.saturating_sub(2);
-                            }
-                        }
-                        MouseEventKind::ScrollDown if inside(a.attention) => {
-                            send(app.update(Action::LayerDown))
-                        }
-                        MouseEventKind::ScrollUp if inside(a.attention) => {
-                            send(app.update(Action::LayerUp))
-                        }
-                        MouseEventKind::Down(_) if inside(a.heads) => {
-                            let inner = ratatui::widgets::Block::bordered().inner(a.heads);
-                            let n = app.report.as_ref().map(|r| r.cfg.n_head).unwrap_or(0);
-                            if let Some(h) = panes::heads::head_at(inner, m.column, m.row, n) {
-                                send(app.update(Action::SelectHead(h)));
-                            }
-                        }
-                        _ => {}
-                    }
+                TermEvent::Mouse(m) => draw::mouse_action(m, screen, &app),
+                _ => None,
+            };
+            if let Some(a) = action {
+                let cmds = app.update(a);
+                if cmds.iter().any(|c| matches!(c, Command::Step)) {
+                    last_step = Instant::now();
                 }
-                _ => {}
-            }
-            for c in std::mem::take(&mut app.outbox) {
-                send(Some(c));
+                send(cmds);
             }
             dirty = true;
             if !event::poll(Duration::ZERO)? {
@@ -243,5 +158,45 @@ fn event_loop(
     match app.fatal {
         Some(e) => Err(std::io::Error::other(e)),
         None => Ok(()),
+    }
+}
+
+/// Takes every event the engine has sent; true when any arrived. Reports also go to the
+/// recording, when one is being made.
+fn absorb_events(
+    app: &mut App,
+    rx: &std::sync::mpsc::Receiver<worker::Event>,
+    record: Option<&Record>,
+    recorder: &mut Option<worker::recording::BackgroundRecorder>,
+    replaying: bool,
+) -> std::io::Result<bool> {
+    let mut any = false;
+    loop {
+        let e = match rx.try_recv() {
+            Ok(e) => e,
+            Err(std::sync::mpsc::TryRecvError::Empty) => return Ok(any),
+            Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                // The engine is gone without a word (it sends `Died` when it can).
+                if app.fatal.is_none() && !replaying {
+                    app.on_event(worker::Event::Died("it exited without a message".into()));
+                    any = true;
+                }
+                return Ok(any);
+            }
+        };
+        if let (Some(rec), worker::Event::Ready { model }) = (record, &e) {
+            let r = worker::recording::Recorder::create(&rec.path, model, rec.force)
+                .map_err(std::io::Error::other)?;
+            *recorder = Some(worker::recording::BackgroundRecorder::spawn(r));
+        }
+        if let (Some(rec), worker::Event::Report(r)) = (recorder.as_ref(), &e) {
+            rec.write(r, app.layer);
+        }
+        if let Some(err) = recorder.as_ref().and_then(|r| r.error()) {
+            app.status = format!("recording stopped: {err}");
+            *recorder = None;
+        }
+        app.on_event(e);
+        any = true;
     }
 }

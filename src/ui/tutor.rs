@@ -2,7 +2,7 @@
 //! done, and how the user answered. It reads the app's live state; it never computes
 //! figures of its own.
 
-use super::app::{App, Compare};
+use super::app::{Action, App, Compare, Setting};
 use crate::lesson::progress::Progress;
 use crate::lesson::*;
 use crate::model::AttnKernel;
@@ -205,68 +205,48 @@ pub fn prev(app: &mut App) -> Vec<Command> {
     }
 }
 
-/// Puts the app into the state a step asks for.
+/// Puts the app into the state a step asks for, through the same actions a user's keys
+/// give; returns the commands they need.
 fn apply(app: &mut App, s: &Step) -> Vec<Command> {
-    let mut out = Vec::new();
     let set = &s.set;
-    if let Some(p) = set.focus {
-        app.focus = p;
-    }
-    if let Some(v) = set.values {
-        app.show_scores = v == Values::Scores;
-    }
+    let mut acts: Vec<Setting> = Vec::new();
+    acts.extend(set.focus.map(Setting::Focus));
+    acts.extend(set.values.map(|v| Setting::Values(v == Values::Scores)));
     let (n_layer, n_head) = app
         .report
         .as_ref()
-        .map(|r| (r.cfg.n_layer, r.cfg.n_head))
-        .unwrap_or((DEFAULT_LAYERS, DEFAULT_HEADS));
-    if let Some(l) = set.layer {
-        app.layer = l.min(n_layer - 1);
-    }
-    if let Some(h) = set.head {
-        app.head = h.min(n_head - 1);
-    }
-    let mut run = app.run;
-    if let Some(l) = set.layout {
-        run.layout = l;
-    }
+        .map_or((DEFAULT_LAYERS, DEFAULT_HEADS), |r| {
+            (r.cfg.n_layer, r.cfg.n_head)
+        });
+    acts.extend(set.layer.map(|l| Setting::Layer(l.min(n_layer - 1))));
+    acts.extend(set.head.map(|h| Setting::Head(h.min(n_head - 1))));
+    acts.extend(set.layout.map(Setting::Layout));
     if let Some(k) = set.attention {
-        run.kernel = match (k, run.kernel) {
+        acts.push(Setting::Kernel(match (k, app.run.kernel) {
             (Kernel::Naive, _) => AttnKernel::Naive,
-            (Kernel::Tiled, AttnKernel::Tiled { sram_bytes }) => AttnKernel::Tiled { sram_bytes },
+            (Kernel::Tiled, tiled @ AttnKernel::Tiled { .. }) => tiled,
             (Kernel::Tiled, _) => AttnKernel::Tiled {
                 sram_bytes: crate::model::flash::A100_SRAM_BYTES,
             },
-        };
+        }));
     }
-    if run != app.run {
-        app.run = run;
-        app.history.clear();
-        out.push(Command::SetRun(run));
+    if set.policy.is_some() || set.cache.is_some() || set.compare.is_some() {
+        let compare = set.compare.map(|c| match c {
+            CompareName::Off => Compare::Off,
+            CompareName::Cache => Compare::Cache,
+            CompareName::Policy => Compare::Policy,
+        });
+        acts.push(Setting::Serve(
+            set.policy.unwrap_or(app.policy),
+            set.cache.unwrap_or(app.cache),
+            compare.unwrap_or(app.compare),
+        ));
     }
-    let (policy, cache, compare) = (
-        set.policy.unwrap_or(app.policy),
-        set.cache.unwrap_or(app.cache),
-        set.compare
-            .map(|c| match c {
-                CompareName::Off => Compare::Off,
-                CompareName::Cache => Compare::Cache,
-                CompareName::Policy => Compare::Policy,
-            })
-            .unwrap_or(app.compare),
-    );
-    if (policy, cache, compare) != (app.policy, app.cache, app.compare) {
-        app.policy = policy;
-        app.cache = cache;
-        app.compare = compare;
-        app.timeline.clear();
-        app.timeline_b.clear();
-        out.push(Command::SetServe(policy, cache, app.other()));
-    }
-    if let Some(on) = set.sink.filter(|on| *on != app.sink) {
-        app.sink = on;
-        out.push(Command::SetSink(on));
-    }
+    acts.extend(set.sink.map(Setting::Sink));
+    let mut out: Vec<Command> = acts
+        .into_iter()
+        .flat_map(|a| app.update(Action::Set(a)))
+        .collect();
     if let Some(p) = &s.prompt {
         app.running = false;
         out.push(Command::Prompt(p.clone()));

@@ -13,7 +13,6 @@ use ratatui::widgets::Widget;
 
 const LABEL_W: u16 = 10;
 
-
 /// Draws the pane.
 pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let kv_of = app
