@@ -258,7 +258,7 @@ fn the_sink_picture_and_a_recording_that_holds_the_experiment() {
     let svg = export::render_svg(&a.scene(), ExportPane::Sink).unwrap();
     for s in [
         "token 20 of 40",
-        "window + first page kept (the sink)",
+        "window + first page",
         "perplexity 30.25 · after the first eviction —",
         "perplexity 11.75 · after the first eviction 12.75",
     ] {

@@ -4,6 +4,7 @@
 use super::svg::{hex, Svg};
 use super::ExportError;
 use crate::serve::CacheKind;
+use crate::views::pages::{Cell, Grid};
 use crate::views::palette::request_rgb;
 use crate::worker::report::ServeView;
 
@@ -13,30 +14,8 @@ const CELL: f32 = 34.0;
 /// The page grid of a serving iteration.
 pub fn render(sv: &ServeView) -> Result<String, ExportError> {
     let s = &sv.step;
-    let ps = sv.page_size.max(1);
-    // (owner, filled slots, shared by) per cell: one page, or one page-sized run of a reservation.
-    let cells: Vec<(Option<u64>, usize, usize)> = match sv.cache {
-        CacheKind::Paged => s
-            .pages
-            .iter()
-            .map(|p| (p.owners.first().copied(), p.fill as usize, p.owners.len()))
-            .collect(),
-        CacheKind::Contiguous => {
-            let mut v = Vec::new();
-            for &(id, reserved, used) in &s.reservations {
-                for c in 0..reserved.div_ceil(ps) {
-                    v.push((Some(id), used.saturating_sub(c * ps).min(ps), 1));
-                }
-            }
-            let free = s
-                .memory
-                .capacity_tokens
-                .saturating_sub(s.memory.allocated_slots)
-                / ps;
-            v.extend(std::iter::repeat_n((None, 0, 0), free));
-            v
-        }
-    };
+    let g = Grid::of(sv);
+    let (ps, cells) = (g.page_size, &g.cells);
     if cells.is_empty() {
         return Err(ExportError::NoData(
             "the serving workload holds no KV memory at this iteration".into(),
@@ -90,44 +69,10 @@ pub fn render(sv: &ServeView) -> Result<String, ExportError> {
         ),
         0.0,
     );
-    for (i, &(owner, fill, shared)) in cells.iter().enumerate() {
+    for (i, c) in cells.iter().enumerate() {
         let x = left + (i % COLS) as f32 * CELL;
         let y = top + (i / COLS) as f32 * CELL;
-        let (cw, ch) = (CELL - 4.0, CELL - 4.0);
-        let outline = if shared > 1 {
-            r##"stroke="#111111" stroke-width="2.5""##
-        } else {
-            r##"stroke="#9a9aa0" stroke-width="0.8""##
-        };
-        match owner {
-            None => svg.rect(x, y, cw, ch, "#f4f4f6", outline),
-            Some(id) => {
-                let c = request_rgb(id as usize);
-                // Reserved or allocated but empty: a pale wash of the owner's colour.
-                let pale = (
-                    255 - (255 - c.0) / 4,
-                    255 - (255 - c.1) / 4,
-                    255 - (255 - c.2) / 4,
-                );
-                svg.rect(x, y, cw, ch, &hex(pale), "");
-                let fh = ch * fill as f32 / ps as f32;
-                svg.rect(x, y + ch - fh, cw, fh, &hex(c), "");
-                svg.rect(x, y, cw, ch, "none", outline);
-                let label = if shared > 1 {
-                    format!("r{id}×{shared}")
-                } else {
-                    format!("r{id}")
-                };
-                svg.text(
-                    x + cw / 2.0,
-                    y + ch / 2.0 + 4.0,
-                    10.0,
-                    "middle",
-                    &label,
-                    0.0,
-                );
-            }
-        }
+        cell(&mut svg, x, y, c, ps);
     }
     let ly = top + rows as f32 * CELL + 24.0;
     let legend: [(&str, &str, &str); 4] = [
@@ -146,14 +91,53 @@ pub fn render(sv: &ServeView) -> Result<String, ExportError> {
     ];
     svg.legend(left, ly, &legend);
     // Which request each colour is.
-    let mut ids: Vec<u64> = cells.iter().filter_map(|c| c.0).collect();
-    ids.sort_unstable();
-    ids.dedup();
-    for (k, id) in ids.iter().enumerate() {
+    for (k, id) in g.owners().iter().enumerate() {
         let x = left + (k % 12) as f32 * 56.0;
         let y = ly + 30.0 + (k / 12) as f32 * 20.0;
         svg.rect(x, y, 14.0, 14.0, &hex(request_rgb(*id as usize)), "");
         svg.text(x + 18.0, y + 11.0, 11.0, "start", &format!("r{id}"), 0.0);
     }
     Ok(svg.finish())
+}
+
+/// One cell at `(x, y)`: free, or the owner's colour filled from the bottom as far as
+/// slots hold tokens, outlined heavily when shared.
+fn cell(svg: &mut Svg, x: f32, y: f32, c: &Cell, ps: usize) {
+    let (cw, ch) = (CELL - 4.0, CELL - 4.0);
+    let outline = if c.shared > 1 {
+        r##"stroke="#111111" stroke-width="2.5""##
+    } else {
+        r##"stroke="#9a9aa0" stroke-width="0.8""##
+    };
+    let Some(id) = c.owner else {
+        svg.rect(x, y, cw, ch, "#f4f4f6", outline);
+        return;
+    };
+    let rgb = request_rgb(id as usize);
+    // Reserved or allocated but empty: a pale wash of the owner's colour.
+    let pale = |v: u8| 255 - (255 - v) / 4;
+    svg.rect(
+        x,
+        y,
+        cw,
+        ch,
+        &hex((pale(rgb.0), pale(rgb.1), pale(rgb.2))),
+        "",
+    );
+    let fh = ch * c.fill as f32 / ps as f32;
+    svg.rect(x, y + ch - fh, cw, fh, &hex(rgb), "");
+    svg.rect(x, y, cw, ch, "none", outline);
+    let label = if c.shared > 1 {
+        format!("r{id}×{}", c.shared)
+    } else {
+        format!("r{id}")
+    };
+    svg.text(
+        x + cw / 2.0,
+        y + ch / 2.0 + 4.0,
+        10.0,
+        "middle",
+        &label,
+        0.0,
+    );
 }

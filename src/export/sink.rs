@@ -5,14 +5,14 @@ use super::svg::{hex, Svg};
 use super::ExportError;
 use crate::sink::SinkView;
 use crate::views::palette::request_rgb;
+use crate::views::sink::{lane_pages, lane_title, pages, Page};
 
 const CELL: f32 = 26.0;
 
 /// The three lanes of one step of the experiment.
 pub fn render(v: &SinkView) -> Result<String, ExportError> {
     let ps = v.page_size.max(1);
-    let pages = v.text_tokens.div_ceil(ps);
-    let now = v.pos.saturating_sub(1) / ps;
+    let pages = pages(v);
     let left = 24.0;
     let w = (left * 2.0 + pages as f32 * CELL).max(900.0);
     let lane_h = 110.0;
@@ -45,12 +45,7 @@ pub fn render(v: &SinkView) -> Result<String, ExportError> {
     );
     for (k, l) in v.lanes.iter().enumerate() {
         let y = 90.0 + k as f32 * lane_h;
-        let name = match l.name.as_str() {
-            "full" => "full cache",
-            "window" => "window, oldest page evicted",
-            _ => "window + first page kept (the sink)",
-        };
-        s.text(left, y, 13.0, "start", name, 0.0);
+        s.text(left, y, 13.0, "start", lane_title(&l.name), 0.0);
         let after = l.after_eviction_label();
         let top: Vec<String> = l
             .top
@@ -73,58 +68,8 @@ pub fn render(v: &SinkView) -> Result<String, ExportError> {
             0.0,
         );
         let c = hex(request_rgb(k));
-        for p in 0..pages {
-            let x = left + p as f32 * CELL;
-            let held = l.kept_pages.binary_search(&p).is_ok();
-            let cy = y + 32.0;
-            let (cw, ch) = (CELL - 4.0, CELL - 4.0);
-            if held {
-                // The page being filled shows how full it is.
-                let fill = if p == now {
-                    (v.pos - p * ps) as f32 / ps as f32
-                } else {
-                    1.0
-                };
-                s.rect(
-                    x,
-                    cy,
-                    cw,
-                    ch,
-                    "#ffffff",
-                    r##"stroke="#9a9aa0" stroke-width="0.8""##,
-                );
-                s.rect(x, cy + ch * (1.0 - fill), cw, ch * fill, &c, "");
-            } else if p <= now {
-                s.rect(
-                    x,
-                    cy,
-                    cw,
-                    ch,
-                    "#f4f4f6",
-                    r##"stroke="#d62728" stroke-width="0.8""##,
-                );
-                s.line(
-                    (x + 4.0, cy + 4.0),
-                    (x + cw - 4.0, cy + ch - 4.0),
-                    "#d62728",
-                    "",
-                );
-                s.line(
-                    (x + cw - 4.0, cy + 4.0),
-                    (x + 4.0, cy + ch - 4.0),
-                    "#d62728",
-                    "",
-                );
-            } else {
-                s.rect(
-                    x,
-                    cy,
-                    cw,
-                    ch,
-                    "none",
-                    r##"stroke="#d0d0d6" stroke-width="0.8""##,
-                );
-            }
+        for (p, page) in lane_pages(v, l).into_iter().enumerate() {
+            page_cell(&mut s, left + p as f32 * CELL, y + 32.0, page, &c);
         }
     }
     let ly = 90.0 + v.lanes.len() as f32 * lane_h;
@@ -146,4 +91,56 @@ pub fn render(v: &SinkView) -> Result<String, ExportError> {
         ],
     );
     Ok(s.finish())
+}
+
+/// One page of a lane at `(x, y)`: held (filled from the bottom), evicted (crossed out),
+/// or not read yet (an outline).
+fn page_cell(s: &mut Svg, x: f32, y: f32, page: Page, color: &str) {
+    let (cw, ch) = (CELL - 4.0, CELL - 4.0);
+    match page {
+        Page::Held | Page::Filling(_) => {
+            let fill = if let Page::Filling(f) = page { f } else { 1.0 };
+            s.rect(
+                x,
+                y,
+                cw,
+                ch,
+                "#ffffff",
+                r##"stroke="#9a9aa0" stroke-width="0.8""##,
+            );
+            s.rect(x, y + ch * (1.0 - fill), cw, ch * fill, color, "");
+        }
+        Page::Evicted => {
+            s.rect(
+                x,
+                y,
+                cw,
+                ch,
+                "#f4f4f6",
+                r##"stroke="#d62728" stroke-width="0.8""##,
+            );
+            s.line(
+                (x + 4.0, y + 4.0),
+                (x + cw - 4.0, y + ch - 4.0),
+                "#d62728",
+                "",
+            );
+            s.line(
+                (x + cw - 4.0, y + 4.0),
+                (x + 4.0, y + ch - 4.0),
+                "#d62728",
+                "",
+            );
+        }
+        Page::Unread => {
+            s.rect(
+                x,
+                y,
+                cw,
+                ch,
+                "none",
+                r##"stroke="#d0d0d6" stroke-width="0.8""##,
+            );
+        }
+    }
 }

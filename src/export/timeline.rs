@@ -5,6 +5,7 @@ use super::svg::{hex, Svg};
 use super::ExportError;
 use crate::serve::ReqPhase;
 use crate::views::palette::request_rgb;
+use crate::views::timeline as views;
 use std::collections::VecDeque;
 
 /// The timeline of `(request, phase)` columns, oldest first.
@@ -17,11 +18,7 @@ pub fn render(
             "no serving iterations yet: run a few steps first".into(),
         ));
     }
-    let n_req = timeline
-        .iter()
-        .flat_map(|c| c.iter().map(|(id, _)| *id + 1))
-        .max()
-        .unwrap_or(0) as usize;
+    let n_req = views::requests(timeline);
     let cols = timeline.len();
     let cw = (900.0 / cols as f32).clamp(3.0, 16.0);
     let rh = 20.0;
@@ -30,12 +27,7 @@ pub fn render(
     let h = top + n_req as f32 * rh + 114.0;
     let mut s = Svg::new(w.max(900.0), h);
     s.text(16.0, 28.0, 16.0, "start", title, 0.0);
-    let active = |c: &Vec<(u64, ReqPhase)>| {
-        c.iter()
-            .filter(|(_, p)| matches!(p, ReqPhase::Prefill | ReqPhase::Decode))
-            .count()
-    };
-    let peak = timeline.iter().map(active).max().unwrap_or(0);
+    let peak = views::peak_active(timeline);
     s.text(
         16.0,
         48.0,

@@ -22,6 +22,8 @@ pub fn parse(file: &str, text: &str) -> Result<Lesson, Vec<LessonError>> {
     let mut p = Parser {
         file,
         errors: Vec::new(),
+        task_line: 0,
+        check_seen: false,
     };
     let lesson = p.lesson(text);
     if p.errors.is_empty() {
@@ -34,6 +36,11 @@ pub fn parse(file: &str, text: &str) -> Result<Lesson, Vec<LessonError>> {
 struct Parser<'a> {
     file: &'a str,
     errors: Vec<LessonError>,
+    /// The line of the current step's `task:`.
+    task_line: usize,
+    /// Whether the current task has a `check:` line at all, valid or not: an invalid one
+    /// is reported as invalid, not as missing.
+    check_seen: bool,
 }
 
 /// A `? question` being read, until its choices end.
@@ -61,41 +68,13 @@ impl Parser<'_> {
         };
         let mut step: Option<Step> = None;
         let mut question: Option<OpenQuestion> = None;
-        let mut task_line = 0;
-        // Whether the current task has a `check:` line at all, valid or not:
-        // an invalid one is reported as invalid, not as missing.
-        let mut check_seen = false;
         for (i, raw) in text.lines().enumerate() {
             let n = i + 1;
             let line = raw.trim_end();
             // Choices belong to the question just above them.
             if let Some(q) = question.as_mut() {
                 if let Some(rest) = line.strip_prefix("- ").or_else(|| line.strip_prefix("* ")) {
-                    let right = line.starts_with('*');
-                    match &mut q.kind {
-                        QuestionKind::Choice(choices) => match rest.split_once("::") {
-                            Some((t, why)) if !t.trim().is_empty() && !why.trim().is_empty() => {
-                                if let Some(v) = verdict_prefix(why) {
-                                    self.err(
-                                        n,
-                                        format!("the app says `{v}` itself; start the explanation with the reason"),
-                                    );
-                                }
-                                choices.push(Choice {
-                                    text: t.trim().to_string(),
-                                    right,
-                                    why: why.trim().to_string(),
-                                })
-                            }
-                            _ => self.err(
-                                n,
-                                "a choice needs its text and, after `::`, why it is right or wrong",
-                            ),
-                        },
-                        QuestionKind::Predict(_) => {
-                            self.err(n, "a `?predict` question takes its choices from the live app; remove this line")
-                        }
-                    }
+                    self.choice(n, q, rest, line.starts_with('*'));
                     continue;
                 }
                 let q = question.take().expect("checked above");
@@ -103,7 +82,7 @@ impl Parser<'_> {
             }
             if let Some(title) = line.strip_prefix("## ") {
                 if let Some(s) = step.take() {
-                    self.close_step(s, task_line, check_seen, &mut lesson);
+                    self.close_step(s, &mut lesson);
                 }
                 if lesson.title.is_empty() {
                     self.err(n, "the file must start with a `# Title` line");
@@ -141,25 +120,7 @@ impl Parser<'_> {
                     self.err(n, "questions belong to a step (`## ` heading first)");
                     continue;
                 }
-                let (kind, text) = rest.trim().split_once(':').unwrap_or((rest.trim(), ""));
-                match Predict::ALL.iter().find(|(name, _)| *name == kind.trim()) {
-                    Some(&(_, p)) if !text.trim().is_empty() => {
-                        question = Some(OpenQuestion {
-                            line: n,
-                            text: text.trim().to_string(),
-                            kind: QuestionKind::Predict(p),
-                        })
-                    }
-                    Some(_) => self.err(n, "a prediction needs its question after `kind:`"),
-                    None => self.err(
-                        n,
-                        format!(
-                            "unknown prediction `{}` (known: {})",
-                            kind.trim(),
-                            names(&Predict::ALL)
-                        ),
-                    ),
-                }
+                question = self.predict(n, rest);
                 continue;
             }
             if let Some(text) = line.strip_prefix("? ") {
@@ -185,37 +146,7 @@ impl Parser<'_> {
                     );
                     continue;
                 };
-                let value = value.trim();
-                match key {
-                    "set" => self.settings(n, value, &mut s.set),
-                    "prompt" if value.is_empty() => self.err(n, "the prompt is empty"),
-                    "prompt" => s.prompt = Some(value.to_string()),
-                    "notice" => s.notice = Some(value.to_string()),
-                    "task" => {
-                        if s.task.is_some() {
-                            self.err(n, "one `task:` per step");
-                        }
-                        task_line = n;
-                        check_seen = false;
-                        s.task = Some(Task {
-                            text: value.to_string(),
-                            check: Vec::new(),
-                        });
-                    }
-                    "check" => {
-                        let conds = self.check(n, value);
-                        match s.task.as_mut() {
-                            Some(_) if check_seen => self.err(n, "one `check:` per task"),
-                            Some(t) => t.check = conds,
-                            None => self.err(n, "`check:` needs a `task:` line above it"),
-                        }
-                        check_seen = true;
-                    }
-                    _ => self.err(
-                        n,
-                        format!("unknown key `{key}:` (known: {})", KEYS.join(", ")),
-                    ),
-                }
+                self.step_key(n, key, value.trim(), s);
                 continue;
             }
             // Prose.
@@ -230,7 +161,7 @@ impl Parser<'_> {
             self.close_question(q, step.as_mut());
         }
         if let Some(s) = step.take() {
-            self.close_step(s, task_line, check_seen, &mut lesson);
+            self.close_step(s, &mut lesson);
         }
         if lesson.title.is_empty() {
             self.err(1, "the file must start with a `# Title` line");
@@ -239,6 +170,94 @@ impl Parser<'_> {
         }
         lesson.intro = lesson.intro.trim().to_string();
         lesson
+    }
+
+    /// A `- ` or `* ` line under a question: a choice, `* ` marking a right one.
+    fn choice(&mut self, n: usize, q: &mut OpenQuestion, rest: &str, right: bool) {
+        let QuestionKind::Choice(choices) = &mut q.kind else {
+            self.err(
+                n,
+                "a `?predict` question takes its choices from the live app; remove this line",
+            );
+            return;
+        };
+        match rest.split_once("::") {
+            Some((t, why)) if !t.trim().is_empty() && !why.trim().is_empty() => {
+                if let Some(v) = verdict_prefix(why) {
+                    self.err(
+                        n,
+                        format!("the app says `{v}` itself; start the explanation with the reason"),
+                    );
+                }
+                choices.push(Choice {
+                    text: t.trim().to_string(),
+                    right,
+                    why: why.trim().to_string(),
+                })
+            }
+            _ => self.err(
+                n,
+                "a choice needs its text and, after `::`, why it is right or wrong",
+            ),
+        }
+    }
+
+    /// A `?predict kind: question` line.
+    fn predict(&mut self, n: usize, rest: &str) -> Option<OpenQuestion> {
+        let (kind, text) = rest.trim().split_once(':').unwrap_or((rest.trim(), ""));
+        match Predict::ALL.iter().find(|(name, _)| *name == kind.trim()) {
+            Some(&(_, p)) if !text.trim().is_empty() => Some(OpenQuestion {
+                line: n,
+                text: text.trim().to_string(),
+                kind: QuestionKind::Predict(p),
+            }),
+            Some(_) => {
+                self.err(n, "a prediction needs its question after `kind:`");
+                None
+            }
+            None => {
+                let known = names(&Predict::ALL);
+                self.err(
+                    n,
+                    format!("unknown prediction `{}` (known: {known})", kind.trim()),
+                );
+                None
+            }
+        }
+    }
+
+    /// A `key: value` line of a step.
+    fn step_key(&mut self, n: usize, key: &str, value: &str, s: &mut Step) {
+        match key {
+            "set" => self.settings(n, value, &mut s.set),
+            "prompt" if value.is_empty() => self.err(n, "the prompt is empty"),
+            "prompt" => s.prompt = Some(value.to_string()),
+            "notice" => s.notice = Some(value.to_string()),
+            "task" => {
+                if s.task.is_some() {
+                    self.err(n, "one `task:` per step");
+                }
+                self.task_line = n;
+                self.check_seen = false;
+                s.task = Some(Task {
+                    text: value.to_string(),
+                    check: Vec::new(),
+                });
+            }
+            "check" => {
+                let conds = self.check(n, value);
+                match s.task.as_mut() {
+                    Some(_) if self.check_seen => self.err(n, "one `check:` per task"),
+                    Some(t) => t.check = conds,
+                    None => self.err(n, "`check:` needs a `task:` line above it"),
+                }
+                self.check_seen = true;
+            }
+            _ => self.err(
+                n,
+                format!("unknown key `{key}:` (known: {})", KEYS.join(", ")),
+            ),
+        }
     }
 
     fn close_question(&mut self, q: OpenQuestion, step: Option<&mut Step>) {
@@ -263,10 +282,10 @@ impl Parser<'_> {
         }
     }
 
-    fn close_step(&mut self, mut s: Step, task_line: usize, check_seen: bool, lesson: &mut Lesson) {
-        if s.task.is_some() && !check_seen {
+    fn close_step(&mut self, mut s: Step, lesson: &mut Lesson) {
+        if s.task.is_some() && !self.check_seen {
             self.err(
-                task_line.max(s.line),
+                self.task_line.max(s.line),
                 "a task needs a `check:` line so the app can tell when it is done",
             );
         }

@@ -3,5 +3,8 @@
 //! in SVG, so the two never disagree about what is on screen.
 
 pub mod heatmap;
+pub mod pages;
 pub mod palette;
+pub mod sink;
+pub mod timeline;
 pub mod units;

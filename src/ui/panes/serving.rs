@@ -5,22 +5,12 @@ use super::{block, put};
 use crate::serve::{CacheKind, ReqPhase};
 use crate::ui::app::{App, Pane};
 use crate::ui::theme::{ColorMode, Theme};
+use crate::views::pages::Grid;
+use crate::views::timeline;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::Style;
 use ratatui::widgets::Widget;
-
-fn phase_char(p: ReqPhase) -> char {
-    match p {
-        ReqPhase::Waiting => '·',
-        ReqPhase::Prefill => 'P',
-        ReqPhase::Decode => '█',
-        ReqPhase::Preempted => 'x',
-        ReqPhase::Padding => '░',
-        ReqPhase::Finished => '✓',
-        ReqPhase::Rejected => '!',
-    }
-}
 
 /// Draws the pane for the main serving workload.
 pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
@@ -67,6 +57,19 @@ fn render_view(
         );
         return;
     };
+    header(sv, inner, buf);
+    let y = grid(&Grid::of(sv), theme, inner, buf);
+    timeline_rows(
+        sv.requests,
+        timeline,
+        theme,
+        Rect { y, ..inner }.intersection(inner),
+        buf,
+    );
+}
+
+/// The iteration's numbers: active set, queue, KV utilization, preemptions.
+fn header(sv: &crate::worker::report::ServeView, inner: Rect, buf: &mut Buffer) {
     let s = &sv.step;
     let running = s
         .active
@@ -89,93 +92,59 @@ fn render_view(
         ),
         Style::default(),
     );
-    // KV grid: one cell per page (paged) or per page-sized run of reserved slots (contiguous).
-    let w = inner.width as usize;
-    let mut y = inner.y + 1;
-    let cells: Vec<(char, Option<u64>)> = match sv.cache {
-        CacheKind::Paged => s
-            .pages
-            .iter()
-            .map(|p| match p.owners.as_slice() {
-                [] => ('·', None),
-                [o] if p.fill as usize == sv.page_size => ('█', Some(*o)),
-                [o] => ('▄', Some(*o)),
-                [o, ..] => ('▒', Some(*o)),
-            })
-            .collect(),
-        CacheKind::Contiguous => {
-            let mut v = Vec::new();
-            for &(id, reserved, used) in &s.reservations {
-                for c in 0..reserved.div_ceil(sv.page_size) {
-                    let filled = c * sv.page_size < used;
-                    v.push((if filled { '█' } else { '░' }, Some(id)));
-                }
-            }
-            let free = s
-                .memory
-                .capacity_tokens
-                .saturating_sub(s.memory.allocated_slots)
-                / sv.page_size;
-            v.extend(std::iter::repeat_n(('·', None), free));
-            v
-        }
-    };
-    for (i, (ch, owner)) in cells.iter().enumerate() {
+}
+
+/// The KV grid under the header, one character per cell, and its legend; returns the row
+/// after it.
+fn grid(g: &Grid, theme: &Theme, inner: Rect, buf: &mut Buffer) -> u16 {
+    let w = (inner.width as usize).max(1);
+    let y = inner.y + 1;
+    for (i, c) in g.cells.iter().enumerate() {
         let (x, yy) = (inner.x + (i % w) as u16, y + (i / w) as u16);
         if yy >= inner.y + inner.height {
             break;
         }
-        let st = match (owner, theme.mode) {
-            (Some(o), m) if m != ColorMode::None => Style::default().fg(theme.request(*o as usize)),
+        let st = match (c.owner, theme.mode) {
+            (Some(o), m) if m != ColorMode::None => Style::default().fg(theme.request(o as usize)),
             _ => theme.dim(),
         };
-        buf[(x, yy)].set_char(*ch).set_style(st);
+        buf[(x, yy)].set_char(g.glyph(c)).set_style(st);
     }
-    y += cells.len().div_ceil(w.max(1)) as u16;
-    let legend = match sv.cache {
-        CacheKind::Paged => "█ full page  ▄ partly filled  ▒ shared  · free",
-        CacheKind::Contiguous => "█ holds tokens  ░ reserved, unused  · free",
-    };
-    put(buf, inner, 0, y, legend, theme.dim());
-    y += 1;
-    // Timeline: a row per request, a column per iteration (newest on the right).
-    let cols = w.saturating_sub(4);
-    let start = timeline.len().saturating_sub(cols);
-    // The timeline's key goes under the request rows when there is a row to spare.
-    let key_row = y + sv.requests as u16;
-    if key_row < inner.y + inner.height {
-        let key: Vec<String> = [
-            (ReqPhase::Prefill, "prefill"),
-            (ReqPhase::Decode, "decode"),
-            (ReqPhase::Padding, "pad"),
-            (ReqPhase::Finished, "done"),
-            (ReqPhase::Waiting, "wait"),
-            (ReqPhase::Preempted, "preempt"),
-        ]
-        .iter()
-        .map(|&(p, name)| format!("{} {name}", phase_char(p)))
-        .collect();
-        put(buf, inner, 0, key_row, key.join(" "), theme.dim());
+    let y = y + g.cells.len().div_ceil(w) as u16;
+    put(buf, inner, 0, y, g.legend(), theme.dim());
+    y + 1
+}
+
+/// A row per request, a column per iteration (newest on the right), and the phases' key
+/// under the rows when there is a row to spare.
+fn timeline_rows(
+    requests: usize,
+    timeline: &std::collections::VecDeque<Vec<(u64, ReqPhase)>>,
+    theme: &Theme,
+    area: Rect,
+    buf: &mut Buffer,
+) {
+    let key_row = area.y + requests as u16;
+    if key_row < area.y + area.height {
+        let key: Vec<String> = timeline::PHASES
+            .iter()
+            .map(|&(_, g, name)| format!("{g} {name}"))
+            .collect();
+        put(buf, area, 0, key_row, key.join(" "), theme.dim());
     }
-    for id in 0..sv.requests as u64 {
-        let row = y + id as u16;
-        if row >= inner.y + inner.height {
+    let cols = (area.width as usize).saturating_sub(4);
+    for id in 0..requests as u64 {
+        let row = area.y + id as u16;
+        if row >= area.y + area.height {
             break;
         }
-        put(
-            buf,
-            inner,
-            0,
-            row,
-            format!("r{id:<2} "),
-            Style::default().fg(theme.request(id as usize)),
-        );
-        for (c, col) in timeline.iter().skip(start).enumerate() {
+        let st = Style::default().fg(theme.request(id as usize));
+        put(buf, area, 0, row, format!("r{id:<2} "), st);
+        for (c, col) in timeline::window(timeline, cols).enumerate() {
             if let Some(&(_, ph)) = col.iter().find(|(r, _)| *r == id) {
-                let x = inner.x + 4 + c as u16;
-                buf[(x, row)]
-                    .set_char(phase_char(ph))
-                    .set_style(Style::default().fg(theme.request(id as usize)));
+                buf[(area.x + 4 + c as u16, row)]
+                    .set_char(timeline::glyph(ph))
+                    .set_style(st);
             }
         }
     }

@@ -3,22 +3,14 @@
 //! predicts next, and which pages it still holds.
 
 use super::{block, label, put};
-use crate::sink::SinkView;
+use crate::sink::{SinkLane, SinkView};
 use crate::ui::app::{App, Pane};
 use crate::ui::theme::{ColorMode, Theme};
+use crate::views::sink::{lane_pages, lane_title, Page};
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::Style;
 use ratatui::widgets::Widget;
-
-/// How each lane is named on screen.
-fn title(name: &str) -> &'static str {
-    match name {
-        "full" => "full cache",
-        "window" => "window, oldest evicted",
-        _ => "window + first page",
-    }
-}
 
 /// Draws the pane.
 pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
@@ -73,8 +65,6 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         );
         y += 1 + gap;
     }
-    let pages = v.text_tokens.div_ceil(v.page_size.max(1));
-    let now = v.pos.saturating_sub(1) / v.page_size.max(1);
     for (k, l) in v.lanes.iter().enumerate() {
         if y + 1 >= inner.y + h {
             break;
@@ -91,7 +81,7 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
             y,
             format!(
                 "{:<23} ppl {:>7.2} · after 1st eviction {:>7} · p(next) {:.3} · {}",
-                title(&l.name),
+                lane_title(&l.name),
                 l.perplexity,
                 // Nothing is evicted before the window fills.
                 l.after_eviction_label(),
@@ -104,36 +94,7 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
                 theme.accent()
             },
         );
-        // One cell per page of the text read so far: held, evicted, or not yet read.
-        put(buf, inner, 0, y + 1, "  pages ", theme.dim());
-        for p in 0..pages.min(inner.width.saturating_sub(8) as usize) {
-            let held = l.kept_pages.binary_search(&p).is_ok();
-            let (ch, st) = match (held, p <= now) {
-                (true, _) => (
-                    if p == now { '▄' } else { '█' },
-                    match theme.mode {
-                        ColorMode::None => Style::default(),
-                        _ => Style::default().fg(theme.request(k)),
-                    },
-                ),
-                (false, true) => ('×', theme.dim()),
-                (false, false) => ('·', theme.dim()),
-            };
-            buf[(inner.x + 8 + p as u16, y + 1)]
-                .set_char(ch)
-                .set_style(st);
-        }
-        put(
-            buf,
-            inner,
-            9 + pages.min(200) as u16,
-            y + 1,
-            format!(
-                "{} tokens held · {} page(s) evicted",
-                l.cached_tokens, l.evicted_pages
-            ),
-            theme.dim(),
-        );
+        page_cells(v, l, k, theme, Rect { y: y + 1, ..inner }, buf);
         y += 2 + gap;
     }
     if legend {
@@ -146,4 +107,41 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
             theme.dim(),
         );
     }
+}
+
+/// One cell per page of the text (held, being filled, evicted, not yet read), then what
+/// the lane holds, on the first row of `row`.
+fn page_cells(v: &SinkView, l: &SinkLane, k: usize, theme: &Theme, row: Rect, buf: &mut Buffer) {
+    put(buf, row, 0, row.y, "  pages ", theme.dim());
+    let pages = lane_pages(v, l);
+    let held_style = match theme.mode {
+        ColorMode::None => Style::default(),
+        _ => Style::default().fg(theme.request(k)),
+    };
+    for (p, page) in pages
+        .iter()
+        .take(row.width.saturating_sub(8) as usize)
+        .enumerate()
+    {
+        let (ch, st) = match page {
+            Page::Filling(_) => ('▄', held_style),
+            Page::Held => ('█', held_style),
+            Page::Evicted => ('×', theme.dim()),
+            Page::Unread => ('·', theme.dim()),
+        };
+        buf[(row.x + 8 + p as u16, row.y)]
+            .set_char(ch)
+            .set_style(st);
+    }
+    put(
+        buf,
+        row,
+        9 + pages.len().min(200) as u16,
+        row.y,
+        format!(
+            "{} tokens held · {} page(s) evicted",
+            l.cached_tokens, l.evicted_pages
+        ),
+        theme.dim(),
+    );
 }
