@@ -4,7 +4,7 @@
 
 mod common;
 
-use candle_core::Device;
+use candle_core::{Device, Tensor};
 use common::*;
 use inferlab::kv::pool::{page_hash, KvError, PagePool};
 use inferlab::kv::{KvStore, PagedKv};
@@ -255,4 +255,47 @@ fn truncate_frees_emptied_pages_and_copies_a_shared_one_before_rewriting() {
     assert_eq!(pool.table(1).unwrap().tokens[6], 77);
     pool.check().unwrap();
     assert_eq!(pool.truncate(9, 1), Err(KvError::UnknownRequest(9)));
+}
+
+#[test]
+fn a_contiguous_store_lends_its_rows_in_place_like_the_page_pool() {
+    use inferlab::kv::Contiguous;
+    let (n_kv, d) = (3, 4);
+    let mut in_place = Contiguous::new(1, n_kv, d, 8, &Device::Cpu);
+    let mut copied = Contiguous::new(1, n_kv, d, 8, &Device::Cpu);
+    let vals = |n: usize, seed: f32| -> Vec<f32> { (0..n).map(|i| seed + i as f32).collect() };
+    // A prefill of two tokens through the tensor path on both.
+    let k = Tensor::from_vec(vals(n_kv * 2 * d, 0.0), (n_kv, 2, d), &Device::Cpu).unwrap();
+    let v = Tensor::from_vec(vals(n_kv * 2 * d, 100.0), (n_kv, 2, d), &Device::Cpu).unwrap();
+    for s in [&mut in_place, &mut copied] {
+        s.append(0, &k, &v).unwrap();
+        s.advance(2);
+    }
+    // One decode row: token-major in place on one, a tensor on the other.
+    let (kr, vr) = (vals(n_kv * d, 500.0), vals(n_kv * d, 900.0));
+    assert!(in_place.append_row(0, &kr, &vr).unwrap());
+    let to_heads = |row: &[f32]| Tensor::from_slice(row, (n_kv, 1, d), &Device::Cpu).unwrap();
+    let (k_all, v_all) = copied.append(0, &to_heads(&kr), &to_heads(&vr)).unwrap();
+    let rows = in_place.rows(0).expect("a CPU store lends its rows");
+    assert_eq!(rows.layout.len(), 3);
+    let (k_all, v_all): (Vec<f32>, Vec<f32>) = (
+        k_all.flatten_all().unwrap().to_vec1().unwrap(),
+        v_all.flatten_all().unwrap().to_vec1().unwrap(),
+    );
+    for g in 0..n_kv {
+        for j in 0..3 {
+            let at = rows.layout.at(n_kv, d, g, j);
+            let want = (g * 3 + j) * d;
+            assert_eq!(
+                &rows.k[at..at + d],
+                &k_all[want..want + d],
+                "k head {g} pos {j}"
+            );
+            assert_eq!(
+                &rows.v[at..at + d],
+                &v_all[want..want + d],
+                "v head {g} pos {j}"
+            );
+        }
+    }
 }

@@ -1,12 +1,21 @@
 //! Contiguous KV cache: each request reserves room for its maximum length up front,
 //! as engines before PagedAttention did.
 
-use super::KvStore;
+use super::{KvRows, KvStore, RowLayout};
 use candle_core::{DType, Device, Result, Tensor};
+
+/// One layer's keys and values, each laid out `(n_kv_head, capacity, head_dim)`.
+enum Slab {
+    /// CPU: plain memory, written and read in place by decode rows.
+    Host(Vec<f32>, Vec<f32>),
+    /// Accelerators: the same layout as tensors.
+    Device(Tensor, Tensor),
+}
 
 /// A request's cache laid out as one slab per layer, `(n_kv_head, capacity, head_dim)`.
 pub struct Contiguous {
-    layers: Vec<Option<(Tensor, Tensor)>>,
+    /// Allocated on first use.
+    layers: Vec<Option<Slab>>,
     n_kv_head: usize,
     head_dim: usize,
     capacity: usize,
@@ -59,6 +68,35 @@ impl Contiguous {
     pub fn truncate(&mut self, len: usize) {
         self.len = self.len.min(len);
     }
+
+    /// Refuses `t` more tokens than the reservation holds.
+    fn check_room(&self, t: usize) -> Result<()> {
+        if self.len + t > self.capacity {
+            candle_core::bail!(
+                "KV cache full: {} cached + {t} new > {} reserved slots",
+                self.len,
+                self.capacity
+            );
+        }
+        Ok(())
+    }
+
+    /// `layer`'s slab, allocated on first use.
+    fn slab(&mut self, layer: usize) -> Result<&mut Slab> {
+        let n = self.n_kv_head * self.capacity * self.head_dim;
+        if self.layers[layer].is_none() {
+            let shape = (self.n_kv_head, self.capacity, self.head_dim);
+            self.layers[layer] = Some(if self.device.is_cpu() {
+                Slab::Host(vec![0.0; n], vec![0.0; n])
+            } else {
+                Slab::Device(
+                    Tensor::zeros(shape, DType::F32, &self.device)?,
+                    Tensor::zeros(shape, DType::F32, &self.device)?,
+                )
+            });
+        }
+        Ok(self.layers[layer].as_mut().expect("allocated above"))
+    }
 }
 
 impl KvStore for Contiguous {
@@ -68,29 +106,71 @@ impl KvStore for Contiguous {
 
     fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
         let t = k.dim(1)?;
-        if self.len + t > self.capacity {
-            candle_core::bail!(
-                "KV cache full: {} cached + {t} new > {} reserved slots",
-                self.len,
-                self.capacity
-            );
-        }
-        let slot = &mut self.layers[layer];
-        if slot.is_none() {
-            let shape = (self.n_kv_head, self.capacity, self.head_dim);
-            *slot = Some((
-                Tensor::zeros(shape, DType::F32, &self.device)?,
-                Tensor::zeros(shape, DType::F32, &self.device)?,
-            ));
-        }
-        let (kc, vc) = slot.as_ref().expect("allocated above");
-        kc.slice_set(&k.contiguous()?, 1, self.len)?;
-        vc.slice_set(&v.contiguous()?, 1, self.len)?;
-        let n = self.len + t;
+        self.check_room(t)?;
+        let (len, cap, d, device) = (self.len, self.capacity, self.head_dim, self.device.clone());
+        let n_kv = self.n_kv_head;
+        let n = len + t;
         if layer == 0 {
             self.pending = t;
         }
-        Ok((kc.narrow(1, 0, n)?, vc.narrow(1, 0, n)?))
+        match self.slab(layer)? {
+            Slab::Device(kc, vc) => {
+                kc.slice_set(&k.contiguous()?, 1, len)?;
+                vc.slice_set(&v.contiguous()?, 1, len)?;
+                Ok((kc.narrow(1, 0, n)?, vc.narrow(1, 0, n)?))
+            }
+            Slab::Host(kc, vc) => {
+                // Per KV head: write the new rows after the cached ones, then hand back
+                // the head's first `n` rows (what attention over the tensors reads).
+                let mut out = Vec::with_capacity(2);
+                for (slab, new) in [(kc, k), (vc, v)] {
+                    let new = new.flatten_all()?.to_vec1::<f32>()?;
+                    let mut all = Vec::with_capacity(new.len() / t.max(1) * n);
+                    for (h, rows) in new.chunks_exact(t * d).enumerate() {
+                        let head = &mut slab[h * cap * d..][..cap * d];
+                        head[len * d..n * d].copy_from_slice(rows);
+                        all.extend_from_slice(&head[..n * d]);
+                    }
+                    out.push(Tensor::from_vec(all, (n_kv, n, d), &device)?);
+                }
+                let v = out.pop().expect("two");
+                Ok((out.pop().expect("two"), v))
+            }
+        }
+    }
+
+    fn append_row(&mut self, layer: usize, k: &[f32], v: &[f32]) -> Result<bool> {
+        if !self.device.is_cpu() {
+            return Ok(false);
+        }
+        self.check_room(1)?;
+        let (len, cap, d) = (self.len, self.capacity, self.head_dim);
+        if layer == 0 {
+            self.pending = 1;
+        }
+        let Slab::Host(kc, vc) = self.slab(layer)? else {
+            return Ok(false);
+        };
+        // Token-major in, head-major stored: head h's part of the row goes to its slab.
+        for h in 0..k.len() / d {
+            kc[(h * cap + len) * d..][..d].copy_from_slice(&k[h * d..][..d]);
+            vc[(h * cap + len) * d..][..d].copy_from_slice(&v[h * d..][..d]);
+        }
+        Ok(true)
+    }
+
+    fn rows(&self, layer: usize) -> Option<KvRows<'_>> {
+        match self.layers.get(layer)? {
+            Some(Slab::Host(k, v)) => Some(KvRows {
+                k,
+                v,
+                layout: RowLayout::HeadMajor {
+                    capacity: self.capacity,
+                    len: self.len + self.pending,
+                },
+            }),
+            _ => None,
+        }
     }
 
     fn advance(&mut self, t: usize) {

@@ -34,6 +34,18 @@ pub trait KvStore: Send {
 
     /// Tokens appended to layer 0 since the last `advance` (what `advance` should commit).
     fn pending(&self) -> usize;
+
+    /// A decode row on the CPU: stores one token's K and V rows (token-major, RoPE
+    /// applied) in place and returns true; false where the store has no such path.
+    fn append_row(&mut self, _layer: usize, _k: &[f32], _v: &[f32]) -> Result<bool> {
+        Ok(false)
+    }
+
+    /// The keys and values of `layer` read in place (the row just appended included),
+    /// where the store can lend them.
+    fn rows(&self, _layer: usize) -> Option<KvRows<'_>> {
+        None
+    }
 }
 
 /// The caches of several sequences run in one batched forward pass.
@@ -63,13 +75,46 @@ pub trait BatchKv: Send {
     }
 }
 
-/// One sequence's K/V read in place: the page pool's token-major rows and the sequence's
-/// slots in position order (its block table, unrolled).
+/// One sequence's K/V read in place, and where each position's rows sit in them.
 #[derive(Clone, Copy)]
 pub struct KvRows<'a> {
     pub k: &'a [f32],
     pub v: &'a [f32],
-    pub slots: &'a [u32],
+    pub layout: RowLayout<'a>,
+}
+
+/// Where position `j` of KV head `g` starts in a [`KvRows`] buffer.
+#[derive(Clone, Copy)]
+pub enum RowLayout<'a> {
+    /// The page pool: token-major rows `(slot, n_kv × d)`; the sequence's slots in
+    /// position order (its block table, unrolled).
+    Slots(&'a [u32]),
+    /// A contiguous reservation: head-major `(n_kv, capacity, d)`, the first `len`
+    /// positions in use.
+    HeadMajor { capacity: usize, len: usize },
+}
+
+impl RowLayout<'_> {
+    /// Positions held.
+    pub fn len(&self) -> usize {
+        match self {
+            Self::Slots(s) => s.len(),
+            Self::HeadMajor { len, .. } => *len,
+        }
+    }
+
+    /// True when nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Offset of position `j`'s row of KV head `g` (of `n_kv`, each `d` wide).
+    pub fn at(&self, n_kv: usize, d: usize, g: usize, j: usize) -> usize {
+        match self {
+            Self::Slots(s) => (s[j] as usize * n_kv + g) * d,
+            Self::HeadMajor { capacity, .. } => (g * capacity + j) * d,
+        }
+    }
 }
 
 /// One sequence's store as a batch of one.
@@ -94,6 +139,12 @@ impl BatchKv for One<'_> {
         let t = self.0.pending();
         self.0.advance(t);
     }
+    fn append_row(&mut self, _s: usize, layer: usize, k: &[f32], v: &[f32]) -> Result<bool> {
+        self.0.append_row(layer, k, v)
+    }
+    fn rows(&self, _s: usize, layer: usize) -> Option<KvRows<'_>> {
+        self.0.rows(layer)
+    }
 }
 
 /// Contiguous stores of several requests as one batch.
@@ -111,6 +162,12 @@ impl BatchKv for ContiguousBatch<'_> {
         v: &Tensor,
     ) -> Result<(Tensor, Tensor)> {
         self.0[s].append(layer, k, v)
+    }
+    fn append_row(&mut self, s: usize, layer: usize, k: &[f32], v: &[f32]) -> Result<bool> {
+        self.0[s].append_row(layer, k, v)
+    }
+    fn rows(&self, s: usize, layer: usize) -> Option<KvRows<'_>> {
+        self.0[s].rows(layer)
     }
     fn advance(&mut self) {
         for c in self.0.iter_mut() {

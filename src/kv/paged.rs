@@ -4,7 +4,7 @@
 //! business ([`PagePool`], owned by the scheduler); this store holds the bytes.
 
 use super::pool::{KvError, PagePool, ReqId};
-use super::{BatchKv, KvRows, KvStore};
+use super::{BatchKv, KvRows, KvStore, RowLayout};
 use candle_core::{DType, Device, Result, Tensor};
 
 /// Where the pages live.
@@ -258,7 +258,7 @@ impl BatchKv for PagedBatch<'_> {
             Store::Host { k, v } => Some(KvRows {
                 k: &k[layer],
                 v: &v[layer],
-                slots: &self.seqs[s].all_slots,
+                layout: RowLayout::Slots(&self.seqs[s].all_slots),
             }),
             Store::Device { .. } => None,
         }

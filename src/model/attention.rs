@@ -232,12 +232,7 @@ fn decode_rows(
         .collect::<Result<_>>()?;
     let from_pages: Vec<(usize, Vec<f32>)> = views
         .par_iter()
-        .map(|&(p, r)| {
-            (
-                p.off,
-                decode_paged(&query(p), s.n_head, s.n_kv_head, r.k, r.v, r.slots),
-            )
-        })
+        .map(|&(p, r)| (p.off, decode_in_place(&query(p), s.n_head, s.n_kv_head, r)))
         .collect();
     let width = h.q_width;
     for (off, o) in from_copies.into_iter().chain(from_pages) {
@@ -469,20 +464,13 @@ pub fn decode_slices(qv: &[f32], n_head: usize, k: &Tensor, v: &Tensor) -> Resul
     ))
 }
 
-/// One decode row's attention read in place through a block table, as PagedAttention's
-/// kernel does: `k_pool`/`v_pool` hold token-major rows `(slot, n_kv * d)` of the whole page
-/// pool and `slots` lists the sequence's slots in position order. No K/V is copied.
-pub fn decode_paged(
-    qv: &[f32],
-    n_head: usize,
-    n_kv: usize,
-    k_pool: &[f32],
-    v_pool: &[f32],
-    slots: &[u32],
-) -> Vec<f32> {
+/// One decode row's attention read in place, as PagedAttention's kernel does: through
+/// the block table of the page pool, or straight from a contiguous reservation. No K/V is
+/// copied.
+pub fn decode_in_place(qv: &[f32], n_head: usize, n_kv: usize, r: KvRows) -> Vec<f32> {
     let d = qv.len() / n_head;
-    decode_core(qv, n_head, n_kv, d, slots.len(), k_pool, v_pool, |g, j| {
-        (slots[j] as usize * n_kv + g) * d
+    decode_core(qv, n_head, n_kv, d, r.layout.len(), r.k, r.v, |g, j| {
+        r.layout.at(n_kv, d, g, j)
     })
 }
 
