@@ -92,7 +92,8 @@ pub fn compute(
     let lines = layouts
         .into_iter()
         .map(|(layout, kv)| {
-            let per_token = (shape.layers * 2 * kv * shape.head_dim * kv_elem_bytes) as u64;
+            let per_token =
+                crate::kv::bytes_per_token(shape.layers, kv, shape.head_dim, kv_elem_bytes) as u64;
             let per_request = per_token * seq_len as u64;
             Line {
                 layout,

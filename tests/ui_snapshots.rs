@@ -770,3 +770,73 @@ fn typed_text_and_the_mouse_go_through_actions_like_keys() {
     let n = a.report.as_ref().unwrap().cfg.n_head;
     assert_eq!(heads, (0..n).collect::<Vec<_>>());
 }
+
+#[test]
+fn panes_draw_a_small_view_without_an_app() {
+    use inferlab::serve::CacheKind;
+    use inferlab::views::heatmap::{Heatmap, Source, Window};
+    use inferlab::views::pages::{Cell, Grid};
+    let r = report();
+    // Three query rows of head 0 over keys 0..=p.
+    let rows = vec![
+        vec![vec![1.0]],
+        vec![vec![0.25, 0.75]],
+        vec![vec![0.5, 0.25, 0.25]],
+    ];
+    let src = Source {
+        report: &r,
+        rows: &rows,
+        layer: 0,
+        head: 0,
+        scores: false,
+    };
+    let v = Heatmap::build(&src, Window::ALL).unwrap();
+    assert_eq!(v.cell(0, 2), None, "a future key is masked");
+    assert_eq!(v.cell(1, 1), Some(0.75));
+    assert_eq!((v.lo, v.hi), (0.0, 1.0));
+    let looks = vec!["0:the=0.50".to_string()];
+    let mut term = Terminal::new(TestBackend::new(64, 8)).unwrap();
+    term.draw(|f| panes::heatmap::draw(&v, &looks, &THEME, f.area(), f.buffer_mut()))
+        .unwrap();
+    let text = format!("{}", term.backend());
+    assert!(text.contains("keys 0..2"), "{text}");
+    assert!(text.contains("newest row looks at  0:the=0.50"), "{text}");
+    // Row 0 (the second line, after the ruler): its own key, then two masked keys.
+    let line = text.lines().nth(1).unwrap().to_string();
+    assert!(line.contains("█··"), "{line}");
+    // The serving grid from four cells: full, partly filled, shared, free.
+    let g = Grid {
+        cache: CacheKind::Paged,
+        page_size: 4,
+        cells: vec![
+            Cell {
+                owner: Some(0),
+                fill: 4,
+                shared: 1,
+            },
+            Cell {
+                owner: Some(1),
+                fill: 2,
+                shared: 1,
+            },
+            Cell {
+                owner: Some(0),
+                fill: 4,
+                shared: 2,
+            },
+            Cell {
+                owner: None,
+                fill: 0,
+                shared: 0,
+            },
+        ],
+    };
+    let mut term = Terminal::new(TestBackend::new(40, 4)).unwrap();
+    term.draw(|f| {
+        panes::serving::draw_grid(&g, &THEME, f.area(), f.buffer_mut());
+    })
+    .unwrap();
+    let text = format!("{}", term.backend());
+    assert!(text.lines().nth(1).unwrap().contains("█▄▒·"), "{text}");
+    assert!(text.contains("shared"), "{text}");
+}

@@ -3,19 +3,16 @@
 
 use super::svg::{hex, Svg};
 use super::ExportError;
-use crate::model::HeadLayout;
+use crate::views::heads::Heads;
 use crate::views::palette::request_rgb;
 use crate::worker::report::StepReport;
 
 /// The diagram for a report, the selected query head outlined.
 pub fn render(r: &StepReport, selected: usize) -> Result<String, ExportError> {
-    let map = &r.info.query_to_kv;
-    if map.is_empty() {
-        return Err(ExportError::NoData(
-            "no head mapping yet: run a step first".into(),
-        ));
-    }
-    let n_kv = map.iter().max().map(|m| m + 1).unwrap_or(1);
+    let v = Heads::of(r).ok_or(ExportError::NoData(
+        "no head mapping yet: run a step first".into(),
+    ))?;
+    let (map, n_kv) = (&v.map, v.n_kv);
     let nq = map.len();
     let (bw, gap) = (54.0, 14.0);
     let width = (nq as f32 * (bw + gap)).max(520.0) + 80.0;
@@ -81,22 +78,14 @@ pub fn render(r: &StepReport, selected: usize) -> Result<String, ExportError> {
         0.0,
     );
     // The cost of each layout for this request's cache.
-    let tokens = r.kv.capacity.max(r.pieces.len());
     let ty = 300.0;
     s.text(40.0, ty, 12.0, "start", "layout", 0.0);
     s.text(200.0, ty, 12.0, "end", "KV bytes/token", 0.0);
-    s.text(
-        360.0,
-        ty,
-        12.0,
-        "end",
-        &format!("bytes for {tokens} tokens"),
-        0.0,
-    );
-    for (i, l) in HeadLayout::ALL.iter().enumerate() {
-        let bpt = r.info.kv_bytes_per_token.get(l).copied().unwrap_or(0);
+    let total = format!("bytes for {} tokens", v.tokens);
+    s.text(360.0, ty, 12.0, "end", &total, 0.0);
+    for (i, &(l, bpt, total)) in v.costs.iter().enumerate() {
         let y = ty + 22.0 + i as f32 * 20.0;
-        let mark = if *l == r.run.layout { "▶ " } else { "  " };
+        let mark = if l == v.layout { "▶ " } else { "  " };
         s.text(40.0, y, 12.0, "start", &format!("{mark}{l}"), 0.0);
         s.text(200.0, y, 12.0, "end", &bpt.to_string(), 0.0);
         s.text(
@@ -104,7 +93,7 @@ pub fn render(r: &StepReport, selected: usize) -> Result<String, ExportError> {
             y,
             12.0,
             "end",
-            &crate::views::units::bytes(bpt * tokens),
+            &crate::views::units::bytes(total),
             0.0,
         );
     }

@@ -56,12 +56,7 @@ impl Contiguous {
 
     /// Bytes one token takes in this store (all layers, K and V, f32).
     pub fn bytes_per_token(&self) -> usize {
-        self.layers.len() * 2 * self.n_kv_head * self.head_dim * 4
-    }
-
-    /// Forgets every cached token, keeping the reservation.
-    pub fn clear(&mut self) {
-        self.len = 0;
+        super::bytes_per_token(self.layers.len(), self.n_kv_head, self.head_dim, 4)
     }
 
     /// Drops tokens past `len`, so a step can be recomputed (used by the uncached check).

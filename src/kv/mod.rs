@@ -14,6 +14,17 @@ pub use pool::{KvError, PagePool, PoolStats, ReqId};
 
 use candle_core::{Result, Tensor};
 
+/// Bytes one token takes in a KV cache: layers × (K and V) × KV heads × head size ×
+/// element size. The one place this formula is written; every count and view uses it.
+pub fn bytes_per_token(
+    layers: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    elem_bytes: usize,
+) -> usize {
+    layers * 2 * kv_heads * head_dim * elem_bytes
+}
+
 /// Per-request key/value storage for every layer.
 pub trait KvStore: Send {
     /// Tokens already cached: the position the next token will take.

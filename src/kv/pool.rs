@@ -165,11 +165,6 @@ impl PagePool {
         self.hash[page as usize]
     }
 
-    /// Whether `page` is on the free list.
-    pub fn is_free(&self, page: u32) -> bool {
-        self.free.contains(&page)
-    }
-
     /// Pages a fresh request of `tokens` tokens needs (before any prefix sharing).
     pub fn pages_for(&self, tokens: usize) -> usize {
         tokens.div_ceil(self.page_size)

@@ -35,9 +35,8 @@ impl LlamaConfig {
     }
 
     /// The same with `kv_heads` stored per layer (another head layout than the trained one).
-    /// This is the one place the formula is written.
     pub fn kv_bytes_per_token_with(&self, kv_heads: usize, elem_bytes: usize) -> usize {
-        self.n_layer * 2 * kv_heads * self.head_dim * elem_bytes
+        crate::kv::bytes_per_token(self.n_layer, kv_heads, self.head_dim, elem_bytes)
     }
 
     /// Reads the config from GGUF metadata, refusing non-Llama architectures and

@@ -1,6 +1,7 @@
 //! App state and what each action does to it. Drawing reads this state; nothing here
 //! runs model code — changes that need the model become [`Command`]s for the engine.
 
+use super::tutor::{Reply, Tutor};
 use crate::model::{AttnKernel, HeadLayout, RunOptions};
 use crate::serve::{CacheKind, Policy, ReqPhase};
 use crate::worker::{Command, Event, StepReport};
@@ -225,7 +226,7 @@ pub struct App {
     pub scrub: Option<usize>,
     stash: Option<Stash>,
     /// The open lesson, when the app runs one.
-    pub tutor: Option<super::tutor::Tutor>,
+    pub tutor: Option<Tutor>,
     pub quit: bool,
 }
 
@@ -379,16 +380,16 @@ impl App {
                         .get(l)
                         .and_then(|x| t.progress.lessons.get(x.id()))
                         .map_or(0, |p| p.step);
-                    return Some(super::tutor::goto(self, l, step));
+                    return Some(self.with_tutor(|t, app| t.goto(app, l, step)));
                 }
                 _ => return None,
             }
             return Some(Vec::new());
         }
         match a {
-            Action::NextStep => Some(super::tutor::next(self)),
-            Action::PrevStep => Some(super::tutor::prev(self)),
-            Action::Answer(d) => Some(super::tutor::answer(self, d)),
+            Action::NextStep => Some(self.with_tutor(|t, app| t.next(app))),
+            Action::PrevStep => Some(self.with_tutor(|t, app| t.prev(app))),
+            Action::Answer(d) => Some(self.with_tutor(|t, app| t.answer(app, d))),
             Action::ScrollLesson(d) => {
                 t.scroll = t.scroll.saturating_add_signed(d);
                 Some(Vec::new())
@@ -636,10 +637,46 @@ impl App {
     }
 
     /// Opens the app on a lesson and applies its current step; returns the commands.
-    pub fn open_lesson(&mut self, tutor: super::tutor::Tutor) -> Vec<Command> {
+    pub fn open_lesson(&mut self, tutor: Tutor) -> Vec<Command> {
         let (l, s) = (tutor.lesson, tutor.step);
         self.tutor = Some(tutor);
-        super::tutor::goto(self, l, s)
+        self.with_tutor(|t, app| t.goto(app, l, s))
+    }
+
+    /// Runs the lesson runtime on its own state with a read-only view of the app, then
+    /// carries out its reply: its settings through the same actions keys give, its prompt,
+    /// an iteration, its status line. Progress is noted once the settings are in place.
+    fn with_tutor(&mut self, f: impl FnOnce(&mut Tutor, &App) -> Reply) -> Vec<Command> {
+        let Some(mut t) = self.tutor.take() else {
+            return Vec::new();
+        };
+        let reply = f(&mut t, self);
+        self.tutor = Some(t);
+        let mut out: Vec<Command> = reply
+            .settings
+            .into_iter()
+            .flat_map(|s| self.update(Action::Set(s)))
+            .collect();
+        if let Some(p) = reply.prompt {
+            self.running = false;
+            out.push(Command::Prompt(p));
+        }
+        if reply.step {
+            out.extend(self.request_step());
+        }
+        if let Some(s) = reply.status {
+            self.status = s;
+        }
+        self.note_progress();
+        out
+    }
+
+    /// Lets the lesson runtime record a finished step.
+    fn note_progress(&mut self) {
+        if let Some(mut t) = self.tutor.take() {
+            t.note_progress(self);
+            self.tutor = Some(t);
+        }
     }
 
     /// Whether the sink experiment's pane is on screen: while it runs, or in a replay of
@@ -720,7 +757,10 @@ impl App {
                     self.resume_live();
                 }
                 let old = self.report.take();
-                super::tutor::grade(self, &r, old.as_deref());
+                if let Some(mut t) = self.tutor.take() {
+                    super::tutor::grade(&mut t, self, &r, old.as_deref());
+                    self.tutor = Some(t);
+                }
                 self.report = old;
                 self.absorb(&r);
                 push_timeline(&mut self.timeline, r.serve.as_ref());
@@ -741,7 +781,7 @@ impl App {
                     self.running = false;
                 }
                 self.report = Some(r);
-                super::tutor::note_progress(self);
+                self.note_progress();
             }
         }
     }

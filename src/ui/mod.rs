@@ -1,4 +1,4 @@
-//! The terminal app: the UI thread draws plain data and sends commands; the engine thread
+//! The terminal app: the UI thread draws plain data and sends commands; the worker thread
 //! owns the model.
 
 pub mod app;

@@ -2,13 +2,12 @@
 //! done, and how the user answered. It reads the app's live state; it never computes
 //! figures of its own.
 
-use super::app::{Action, App, Compare, Setting};
+use super::app::{App, Compare, Setting};
 use crate::lesson::progress::Progress;
 use crate::lesson::*;
 use crate::model::AttnKernel;
 use crate::serve::{CacheKind, Policy};
 use crate::worker::report::StepReport;
-use crate::worker::Command;
 
 /// One answer the user gave, with the app's verdict.
 #[derive(Debug, Clone, PartialEq)]
@@ -143,71 +142,79 @@ impl Tutor {
     }
 }
 
-/// Moves to another step (or lesson) and applies what it sets; returns the commands the
-/// engine needs.
-pub fn goto(app: &mut App, lesson: usize, step: usize) -> Vec<Command> {
-    let Some(t) = app.tutor.as_mut() else {
-        return Vec::new();
-    };
-    let Some(l) = t.lessons.get(lesson) else {
-        return Vec::new();
-    };
-    let step = step.min(l.steps.len().saturating_sub(1));
-    t.lesson = lesson;
-    t.step = step;
-    t.list_sel = lesson;
-    t.pending = None;
-    t.scroll = 0;
-    let s = l.steps[step].clone();
-    t.answers = vec![None; s.questions.len()];
-    t.iter_at_open = app.report.as_ref().map(|r| r.iteration).unwrap_or(0);
-    t.save();
-    let cmds = apply(app, &s);
-    note_progress(app);
-    cmds
+/// What the lesson runtime asks of the app after a key: settings to apply (the same
+/// actions the keys give), a new prompt, one iteration run (to grade a prediction), and a
+/// line for the status bar. The runtime never writes the app's fields itself.
+#[derive(Debug, Default, PartialEq)]
+pub struct Reply {
+    pub settings: Vec<Setting>,
+    pub prompt: Option<String>,
+    pub step: bool,
+    pub status: Option<String>,
 }
 
-/// Next step, or the next lesson's first step after the last one.
-pub fn next(app: &mut App) -> Vec<Command> {
-    let Some(t) = app.tutor.as_mut() else {
-        return Vec::new();
-    };
-    let (l, s) = (t.lesson, t.step);
-    let n = t.lessons[l].steps.len();
-    let id = t.lessons[l].id().to_string();
-    // Leaving a step without a task counts as having read it.
-    if t.lessons[l].steps[s].task.is_none() {
-        t.progress.of(&id).mark_done(s);
-    }
-    if s + 1 < n {
-        goto(app, l, s + 1)
-    } else if l + 1 < t.lessons.len() {
-        goto(app, l + 1, 0)
-    } else {
-        app.status = "that was the last step of the last lesson".into();
-        Vec::new()
+impl Reply {
+    fn status(s: &str) -> Self {
+        Self {
+            status: Some(s.into()),
+            ..Self::default()
+        }
     }
 }
 
-/// Previous step, or the previous lesson's last step.
-pub fn prev(app: &mut App) -> Vec<Command> {
-    let Some(t) = app.tutor.as_ref() else {
-        return Vec::new();
-    };
-    let (l, s) = (t.lesson, t.step);
-    if s > 0 {
-        goto(app, l, s - 1)
-    } else if l > 0 {
-        let last = t.lessons[l - 1].steps.len().saturating_sub(1);
-        goto(app, l - 1, last)
-    } else {
-        Vec::new()
+impl Tutor {
+    /// Moves to another step (or lesson); the reply carries what the step sets.
+    pub fn goto(&mut self, app: &App, lesson: usize, step: usize) -> Reply {
+        let Some(l) = self.lessons.get(lesson) else {
+            return Reply::default();
+        };
+        let step = step.min(l.steps.len().saturating_sub(1));
+        let s = l.steps[step].clone();
+        self.lesson = lesson;
+        self.step = step;
+        self.list_sel = lesson;
+        self.pending = None;
+        self.scroll = 0;
+        self.answers = vec![None; s.questions.len()];
+        self.iter_at_open = app.report.as_ref().map_or(0, |r| r.iteration);
+        self.save();
+        settings_of(app, &s)
+    }
+
+    /// Next step, or the next lesson's first step after the last one.
+    pub fn next(&mut self, app: &App) -> Reply {
+        let (l, s) = (self.lesson, self.step);
+        let n = self.lessons[l].steps.len();
+        let id = self.lessons[l].id().to_string();
+        // Leaving a step without a task counts as having read it.
+        if self.lessons[l].steps[s].task.is_none() {
+            self.progress.of(&id).mark_done(s);
+        }
+        if s + 1 < n {
+            self.goto(app, l, s + 1)
+        } else if l + 1 < self.lessons.len() {
+            self.goto(app, l + 1, 0)
+        } else {
+            Reply::status("that was the last step of the last lesson")
+        }
+    }
+
+    /// Previous step, or the previous lesson's last step.
+    pub fn prev(&mut self, app: &App) -> Reply {
+        let (l, s) = (self.lesson, self.step);
+        if s > 0 {
+            self.goto(app, l, s - 1)
+        } else if l > 0 {
+            let last = self.lessons[l - 1].steps.len().saturating_sub(1);
+            self.goto(app, l - 1, last)
+        } else {
+            Reply::default()
+        }
     }
 }
 
-/// Puts the app into the state a step asks for, through the same actions a user's keys
-/// give; returns the commands they need.
-fn apply(app: &mut App, s: &Step) -> Vec<Command> {
+/// The settings a step asks for, as the actions a user's keys would give, and its prompt.
+fn settings_of(app: &App, s: &Step) -> Reply {
     let set = &s.set;
     let mut acts: Vec<Setting> = Vec::new();
     acts.extend(set.focus.map(Setting::Focus));
@@ -243,20 +250,16 @@ fn apply(app: &mut App, s: &Step) -> Vec<Command> {
         ));
     }
     acts.extend(set.sink.map(Setting::Sink));
-    let mut out: Vec<Command> = acts
-        .into_iter()
-        .flat_map(|a| app.update(Action::Set(a)))
-        .collect();
-    if let Some(p) = &s.prompt {
-        app.running = false;
-        out.push(Command::Prompt(p.clone()));
+    Reply {
+        settings: acts,
+        prompt: s.prompt.clone(),
+        ..Reply::default()
     }
-    out
 }
 
 /// Whether one condition holds in the live app.
-pub fn holds(app: &App, c: &Cond) -> bool {
-    let t = app.tutor.as_ref();
+pub fn holds(app: &App, t: &Tutor, c: &Cond) -> bool {
+    let t = Some(t);
     let r = app.report.as_ref();
     let num = |x: usize| x as f64;
     let n = match c.var {
@@ -318,34 +321,40 @@ pub fn holds(app: &App, c: &Cond) -> bool {
     }
 }
 
-/// Whether the current step's task is done (a step without a task counts as done).
+/// Whether the open lesson's current task is done (a step without a task counts as done).
 pub fn task_done(app: &App) -> bool {
-    let Some(s) = app.tutor.as_ref().and_then(|t| t.step()) else {
-        return false;
-    };
-    match &s.task {
-        Some(task) => task.check.iter().all(|c| holds(app, c)),
-        None => true,
-    }
+    app.tutor.as_ref().is_some_and(|t| t.task_done(app))
 }
 
-/// Records a finished step in the progress file, once: its task holds (if it has one) and
-/// every question is answered right. A step with neither is done once shown, so the last
-/// step of a lesson counts without pressing `n` past it.
-pub fn note_progress(app: &mut App) {
-    let done = task_done(app);
-    let Some(t) = app.tutor.as_mut() else { return };
-    let answered = t
-        .answers
-        .iter()
-        .all(|a| a.as_ref().is_some_and(|a| a.right));
-    if done && answered && t.step().is_some() {
-        let (id, s) = (t.current().map(|l| l.id().to_string()), t.step);
+impl Tutor {
+    /// Whether the current step's task holds in `app` (a step without a task counts as done).
+    pub fn task_done(&self, app: &App) -> bool {
+        let Some(s) = self.step() else {
+            return false;
+        };
+        match &s.task {
+            Some(task) => task.check.iter().all(|c| holds(app, self, c)),
+            None => true,
+        }
+    }
+
+    /// Records a finished step in the progress file, once: its task holds (if it has one)
+    /// and every question is answered right. A step with neither is done once shown, so
+    /// the last step of a lesson counts without pressing `n` past it.
+    pub fn note_progress(&mut self, app: &App) {
+        let answered = self
+            .answers
+            .iter()
+            .all(|a| a.as_ref().is_some_and(|a| a.right));
+        if !(self.task_done(app) && answered) {
+            return;
+        }
+        let (id, s) = (self.current().map(|l| l.id().to_string()), self.step);
         if let Some(id) = id {
-            let p = t.progress.of(&id);
+            let p = self.progress.of(&id);
             if !p.done_steps.contains(&s) {
                 p.mark_done(s);
-                t.save();
+                self.save();
             }
         }
     }
@@ -434,85 +443,80 @@ pub fn pages_of(sv: &crate::worker::report::ServeView, id: u64) -> usize {
         .count()
 }
 
-/// The user pressed digit `d` (1-based): answers the open question. Predictions also run
-/// the next iteration, which grades them.
-pub fn answer(app: &mut App, d: usize) -> Vec<Command> {
-    let Some(t) = app.tutor.as_ref() else {
-        return Vec::new();
-    };
-    if t.pending.is_some() {
-        app.status = "waiting for the iteration that grades your prediction".into();
-        return Vec::new();
-    }
-    let Some(qi) = t.open_question() else {
-        return Vec::new();
-    };
-    let Some(q) = t.step().map(|s| s.questions[qi].clone()) else {
-        return Vec::new();
-    };
-    let choice = d.saturating_sub(1);
-    match &q.kind {
-        QuestionKind::Choice(choices) => {
-            let Some(c) = choices.get(choice) else {
-                return Vec::new();
-            };
-            let a = Answer {
-                choice,
-                right: c.right,
-                why: c.why.clone(),
-            };
-            record(app, qi, a);
-            Vec::new()
+impl Tutor {
+    /// The user pressed digit `d` (1-based): answers the open question. A prediction also
+    /// asks for the next iteration, which grades it.
+    pub fn answer(&mut self, app: &App, d: usize) -> Reply {
+        if self.pending.is_some() {
+            return Reply::status("waiting for the iteration that grades your prediction");
         }
-        QuestionKind::Predict(kind) => {
-            let Some(live) = live_choices(app, *kind) else {
-                app.status = "this prediction needs a running request: press space first".into();
-                return Vec::new();
-            };
-            if choice >= live.values.len() {
-                return Vec::new();
+        let Some(qi) = self.open_question() else {
+            return Reply::default();
+        };
+        let Some(q) = self.step().map(|s| s.questions[qi].clone()) else {
+            return Reply::default();
+        };
+        let choice = d.saturating_sub(1);
+        match &q.kind {
+            QuestionKind::Choice(choices) => {
+                if let Some(c) = choices.get(choice) {
+                    let a = Answer {
+                        choice,
+                        right: c.right,
+                        why: c.why.clone(),
+                    };
+                    self.record(app, qi, a);
+                }
+                Reply::default()
             }
-            if let Some(t) = app.tutor.as_mut() {
-                t.pending = Some(Pending {
+            QuestionKind::Predict(kind) => {
+                let Some(live) = live_choices(app, *kind) else {
+                    return Reply::status(
+                        "this prediction needs a running request: press space first",
+                    );
+                };
+                if choice >= live.values.len() {
+                    return Reply::default();
+                }
+                self.pending = Some(Pending {
                     question: qi,
                     choice,
                     kind: *kind,
                     subject: live.subject,
                     before: live.before,
                 });
+                Reply {
+                    step: true,
+                    ..Reply::default()
+                }
             }
-            app.request_step().into_iter().collect()
         }
     }
-}
 
-fn record(app: &mut App, qi: usize, a: Answer) {
-    let Some(t) = app.tutor.as_mut() else { return };
-    let key = format!("{}.{}", t.step, qi);
-    if let Some(id) = t.current().map(|l| l.id().to_string()) {
-        let p = t.progress.of(&id);
-        let list = if a.right { &mut p.right } else { &mut p.wrong };
-        if !list.contains(&key) {
-            list.push(key);
+    fn record(&mut self, app: &App, qi: usize, a: Answer) {
+        let key = format!("{}.{}", self.step, qi);
+        if let Some(id) = self.current().map(|l| l.id().to_string()) {
+            let p = self.progress.of(&id);
+            let list = if a.right { &mut p.right } else { &mut p.wrong };
+            if !list.contains(&key) {
+                list.push(key);
+            }
         }
+        if qi < self.answers.len() {
+            self.answers[qi] = Some(a);
+        }
+        self.save();
+        self.note_progress(app);
     }
-    if qi < t.answers.len() {
-        t.answers[qi] = Some(a);
-    }
-    t.save();
-    note_progress(app);
 }
 
 /// Grades a pending prediction against the iteration that just ran.
-pub fn grade(app: &mut App, new: &StepReport, old: Option<&StepReport>) {
-    let Some(p) = app.tutor.as_ref().and_then(|t| t.pending.clone()) else {
+pub fn grade(t: &mut Tutor, app: &App, new: &StepReport, old: Option<&StepReport>) {
+    let Some(p) = t.pending.take() else {
         return;
     };
     // The choices as they were shown, rebuilt from the state before the step.
     let Some(live) = old.and_then(|o| choices_for(o, p.kind)) else {
-        if let Some(t) = app.tutor.as_mut() {
-            t.pending = None;
-        }
         return;
     };
     let chosen = live.values[p.choice];
@@ -610,10 +614,7 @@ pub fn grade(app: &mut App, new: &StepReport, old: Option<&StepReport>) {
             None => (false, "no serving view".into()),
         },
     };
-    if let Some(t) = app.tutor.as_mut() {
-        t.pending = None;
-    }
-    record(
+    t.record(
         app,
         p.question,
         Answer {

@@ -2,6 +2,7 @@
 //! colour scale. A pane draws a view in terminal cells and its export draws the same view
 //! in SVG, so the two never disagree about what is on screen.
 
+pub mod heads;
 pub mod heatmap;
 pub mod pages;
 pub mod palette;

@@ -2,17 +2,17 @@
 //! [`Event`]s. The UI never touches model code; it only reads the reports. It drives the
 //! live request, the serving workloads and the attention-sink experiment.
 
+pub mod live;
 pub mod recording;
 pub mod report;
 
+pub use live::{plan_capture, run_request, CAPTURE_ALL_BYTES, CAPTURE_ONE_BYTES, MAX_CAPTURE_ROWS};
+use live::{start, step, Live};
+
 pub use report::{KvView, StepReport};
 
-use crate::kv::KvStore;
-use crate::model::session::Session;
 use crate::model::source::{self, Progress};
-use crate::model::{
-    LayerSelect, LoadOptions, Model, Probe, RunOptions, SamplerConfig, TextTokenizer,
-};
+use crate::model::{LoadOptions, Model, RunOptions, TextTokenizer};
 use crate::serve::workload::{LengthDist, Workload};
 use crate::serve::{CacheKind, Policy, ServeConfig, ServeEngine};
 use crate::sink::SinkRun;
@@ -68,7 +68,7 @@ pub struct EngineConfig {
     pub max_new: usize,
 }
 
-/// Starts the engine thread.
+/// Starts the worker thread.
 pub fn spawn(cfg: EngineConfig) -> (Sender<Command>, Receiver<Event>) {
     let (ctx, crx) = mpsc::channel();
     let (etx, erx) = mpsc::channel();
@@ -81,50 +81,6 @@ pub fn spawn(cfg: EngineConfig) -> (Sender<Command>, Receiver<Event>) {
         })
         .expect("spawning the engine thread");
     (ctx, erx)
-}
-
-struct Live {
-    session: Session,
-    prompt: String,
-    decode_ms: f64,
-    decode_steps: usize,
-    finished: bool,
-}
-
-fn start(
-    model: &Model,
-    prompt: &str,
-    max_new: usize,
-    tokens: Option<Vec<u32>>,
-) -> Result<Live, String> {
-    let ids = match tokens {
-        Some(t) => t,
-        None => model
-            .tokenizer
-            .encode(&TextTokenizer::chat_prompt(prompt))
-            .map_err(|e| e.to_string())?,
-    };
-    if ids
-        .len()
-        .checked_add(max_new)
-        .is_none_or(|n| n > model.cfg.context)
-    {
-        return Err(format!(
-            "the prompt is {} tokens; with {max_new} to generate that is over the context of {} (lower --max-tokens)",
-            ids.len(),
-            model.cfg.context
-        ));
-    }
-    let mut session = Session::new(model, ids, max_new, SamplerConfig::default());
-    session.probe.select = LayerSelect::All;
-    session.top_k = 8;
-    Ok(Live {
-        session,
-        prompt: prompt.to_string(),
-        decode_ms: 0.0,
-        decode_steps: 0,
-        finished: false,
-    })
 }
 
 fn run(cfg: EngineConfig, rx: Receiver<Command>, tx: &Sender<Event>) -> Result<(), String> {
@@ -182,7 +138,7 @@ fn run(cfg: EngineConfig, rx: Receiver<Command>, tx: &Sender<Event>) -> Result<(
     Ok(())
 }
 
-/// Everything the engine thread holds between commands.
+/// Everything the worker thread holds between commands.
 struct Worker {
     /// The model as loaded; `model` is it under the current run options.
     base: Model,
@@ -389,102 +345,4 @@ fn serving(model: &Model, policy: Policy, cache: CacheKind) -> Result<ServeEngin
         reserve: Default::default(),
     };
     ServeEngine::new(model, cfg, reqs)
-}
-
-/// Scores and weights (f32 each) all layers may capture in one step: short contexts show
-/// every layer, so j / k move through layers with their history intact.
-pub const CAPTURE_ALL_BYTES: usize = 16 << 20;
-/// Most query rows a layer's capture keeps (more than any screen shows at once).
-pub const MAX_CAPTURE_ROWS: usize = 512;
-/// What one focused layer may capture in one step, when all layers would be too much.
-pub const CAPTURE_ONE_BYTES: usize = 48 << 20;
-
-/// Decides what the probe captures in the next step, so that a report's size is bounded
-/// by what the screen shows, whatever the prompt's length: every layer while that is
-/// small, else the focused layer's newest rows.
-pub fn plan_capture(
-    probe: &mut Probe,
-    cfg: &crate::model::LlamaConfig,
-    rows: (usize, usize),
-    focus: usize,
-) {
-    let (t, keys) = rows;
-    let per_row = (cfg.n_head * keys * 8).max(1);
-    let all_rows = CAPTURE_ALL_BYTES / (cfg.n_layer * per_row).max(1);
-    if all_rows >= t.min(MAX_CAPTURE_ROWS) {
-        probe.select = LayerSelect::All;
-        probe.row_limit = Some(all_rows.max(1));
-    } else {
-        probe.select = LayerSelect::One(focus.min(cfg.n_layer - 1));
-        probe.row_limit = Some((CAPTURE_ONE_BYTES / per_row).clamp(1, MAX_CAPTURE_ROWS));
-    }
-}
-
-/// Runs one iteration of the live request and builds its report.
-fn step(
-    live: &mut Live,
-    model: &Model,
-    iteration: usize,
-    max_new: usize,
-    focus: usize,
-) -> Result<StepReport, String> {
-    let rows = live.session.next_rows();
-    plan_capture(&mut live.session.probe, &model.cfg, rows, focus);
-    let info = live.session.step().map_err(|e| e.to_string())?;
-    if info.step > 0 {
-        live.decode_ms += info.wall_ms;
-        live.decode_steps += 1;
-    }
-    let s = &live.session;
-    live.finished = info.is_eos || s.generated().len() >= max_new;
-    let tok = &model.tokenizer;
-    let pieces = s.tokens[..s.tokens.len() - 1]
-        .iter()
-        .map(|&t| tok.piece(t))
-        .collect();
-    let generated = tok.decode(s.generated()).unwrap_or_default();
-    Ok(StepReport {
-        iteration,
-        cfg: model.cfg.clone(),
-        run: model.run_options(),
-        prompt: live.prompt.clone(),
-        pieces,
-        prompt_len: s.prompt_len,
-        generated,
-        kv: KvView {
-            capacity: s.kv.capacity(),
-            used: s.kv.len(),
-            bytes_per_token: s.kv.bytes_per_token(),
-            reserved_bytes: s.kv.reserved_bytes(),
-        },
-        decode_tok_per_s: if live.decode_ms > 0.0 {
-            live.decode_steps as f64 / (live.decode_ms / 1e3)
-        } else {
-            0.0
-        },
-        finished: live.finished,
-        info,
-        serve: None,
-        serve_b: None,
-        sink: None,
-    })
-}
-
-/// Runs `steps` iterations of one chat request headlessly and returns their reports
-/// (what the app would have received), for benchmarks and recordings.
-pub fn run_request(
-    model: &Model,
-    prompt: &str,
-    max_new: usize,
-    steps: usize,
-) -> Result<Vec<StepReport>, String> {
-    let mut live = start(model, prompt, max_new, None)?;
-    let mut out = Vec::new();
-    for i in 0..steps {
-        if live.finished {
-            break;
-        }
-        out.push(step(&mut live, model, i + 1, max_new, 0)?);
-    }
-    Ok(out)
 }

@@ -5,6 +5,7 @@ use super::{block, bytes, put};
 use crate::model::AttnKernel;
 use crate::ui::app::{App, Pane};
 use crate::ui::theme::Theme;
+use crate::worker::report::StepReport;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::Style;
@@ -17,9 +18,13 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let b = block(app, theme, Pane::Forward, " forward pass ".into());
     let inner = b.inner(area);
     b.render(area, buf);
-    let Some(r) = app.report.as_ref() else {
-        return;
-    };
+    if let Some(r) = app.report.as_ref() {
+        draw(r, app.layer, theme, inner, buf);
+    }
+}
+
+/// Draws where a report's step spent its time, and `layer`'s residual stream, into `inner`.
+pub fn draw(r: &StepReport, layer: usize, theme: &Theme, inner: Rect, buf: &mut Buffer) {
     let t = &r.info.timing;
     let layers: f64 = t.layers_ms.iter().sum();
     let total = t.embed_ms + layers + t.lm_head_ms + r.info.sample_ms;
@@ -54,7 +59,7 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         format!("per layer  {spark}"),
         theme.accent(),
     );
-    if let Some(c) = r.info.captures.iter().find(|c| c.layer == app.layer) {
+    if let Some(c) = r.info.captures.iter().find(|c| c.layer == layer) {
         let last = c.t - 1;
         put(
             buf,
@@ -85,7 +90,7 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         ),
         Style::default(),
     );
-    if let Some(c) = r.info.captures.iter().find(|c| c.layer == app.layer) {
+    if let Some(c) = r.info.captures.iter().find(|c| c.layer == layer) {
         let b = &c.block;
         let rows = [
             format!(

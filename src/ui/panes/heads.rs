@@ -2,9 +2,9 @@
 //! layout costs in KV bytes.
 
 use super::{block, bytes, put, thousands};
-use crate::model::HeadLayout;
 use crate::ui::app::{App, Pane};
 use crate::ui::theme::Theme;
+use crate::views::heads::Heads;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::{Modifier, Style};
@@ -34,7 +34,7 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     );
     let inner = b.inner(area);
     b.render(area, buf);
-    let Some(r) = app.report.as_ref() else {
+    let Some(v) = app.report.as_ref().and_then(|r| Heads::of(r)) else {
         put(
             buf,
             inner,
@@ -45,20 +45,18 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         );
         return;
     };
-    let map = &r.info.query_to_kv;
-    let n_kv = map.iter().max().map(|m| m + 1).unwrap_or(0);
-    put(
-        buf,
-        inner,
-        0,
-        inner.y,
-        format!("{} query heads read {} KV head(s)", map.len(), n_kv),
-        Style::default(),
-    );
+    draw(&v, app.head, theme, inner, buf);
+}
+
+/// Draws a heads view into `inner`, query head `selected` highlighted.
+pub fn draw(v: &Heads, selected: usize, theme: &Theme, inner: Rect, buf: &mut Buffer) {
+    let line = format!("{} query heads read {} KV head(s)", v.map.len(), v.n_kv);
+    put(buf, inner, 0, inner.y, line, Style::default());
     let row = inner.y + HEAD_ROW;
-    for (h, &g) in map.iter().enumerate() {
-        let mut st = Style::default().fg(theme.request(g));
-        if h == app.head {
+    for (h, &g) in v.map.iter().enumerate() {
+        let kv_style = Style::default().fg(theme.request(g));
+        let mut st = kv_style;
+        if h == selected {
             st = st.add_modifier(Modifier::REVERSED | Modifier::BOLD);
         }
         put(buf, inner, h as u16 * HEAD_W, row, format!("q{h:<2}"), st);
@@ -69,53 +67,42 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
             h as u16 * HEAD_W,
             row + 1,
             format!("↓{g:<2}"),
-            Style::default().fg(theme.request(g)),
+            kv_style,
         );
     }
     put(buf, inner, 0, row + 2, "kv heads: ", theme.dim());
-    for g in 0..n_kv {
+    for g in 0..v.n_kv {
+        let st = Style::default().fg(theme.request(g));
         put(
             buf,
             inner,
             10 + g as u16 * HEAD_W,
             row + 2,
             format!("k{g:<2}"),
-            Style::default().fg(theme.request(g)),
+            st,
         );
     }
-    let tokens = r.kv.capacity;
+    let tok = format!("{} tok", v.tokens);
     put(
         buf,
         inner,
         0,
         row + 4,
-        format!(
-            "{:<5} {:>10} {:>12}",
-            "",
-            "B/token",
-            format!("{tokens} tok")
-        ),
+        format!("{:<5} {:>10} {tok:>12}", "", "B/token"),
         theme.dim(),
     );
-    for (i, l) in HeadLayout::ALL.iter().enumerate() {
-        let bpt = r.info.kv_bytes_per_token.get(l).copied().unwrap_or(0);
-        let st = if *l == r.run.layout {
+    for (i, &(l, bpt, total)) in v.costs.iter().enumerate() {
+        let st = if l == v.layout {
             theme.accent()
         } else {
             Style::default()
         };
-        put(
-            buf,
-            inner,
-            0,
-            row + 5 + i as u16,
-            format!(
-                "{:<5} {:>10} {:>12}",
-                l.to_string(),
-                thousands(bpt),
-                bytes(bpt * tokens)
-            ),
-            st,
+        let text = format!(
+            "{:<5} {:>10} {:>12}",
+            l.to_string(),
+            thousands(bpt),
+            bytes(total)
         );
+        put(buf, inner, 0, row + 5 + i as u16, text, st);
     }
 }

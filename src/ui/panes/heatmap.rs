@@ -77,9 +77,33 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let Some(v) = Heatmap::build(&src, window) else {
         return;
     };
-    key_ruler(&v, theme, inner, buf);
-    cells(&v, theme, inner, buf, per_cell);
-    // Legend and what the newest row looks at.
+    let newest = rows
+        .last()
+        .and_then(|r| r.get(app.head))
+        .filter(|r| !r.is_empty());
+    let looks: Vec<String> = newest.map_or(Vec::new(), |row| {
+        super::looks::ranked(row)
+            .iter()
+            .take(4)
+            .map(|&(j, w)| {
+                let piece = r.pieces.get(j).map_or("", String::as_str);
+                format!("{j}:{}={w:.2}", label(piece, 8).trim_end())
+            })
+            .collect()
+    });
+    draw(&v, &looks, theme, inner, buf);
+}
+
+/// Draws a heatmap view into `inner`: the key ruler, the cells with their row labels, the
+/// legend, and `looks` (what the newest row attends to most, already in words). Rows are
+/// halved into half blocks unless the terminal has no colour.
+pub fn draw(v: &Heatmap, looks: &[String], theme: &Theme, inner: Rect, buf: &mut Buffer) {
+    if inner.height < 4 || inner.width <= LABEL_W + 4 {
+        return;
+    }
+    let per_cell = if theme.mode == ColorMode::None { 1 } else { 2 };
+    key_ruler(v, theme, inner, buf);
+    cells(v, theme, inner, buf, per_cell);
     let ly = inner.y + inner.height - 2;
     put(buf, inner, 0, ly, format!("{:>8.3} ", v.lo), theme.dim());
     for i in 0..16u16 {
@@ -104,31 +128,9 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         format!(" {:.3}  {keys}  ·=masked  ┣ +=generated  w: look-at", v.hi),
         theme.dim(),
     );
-    let newest = rows
-        .last()
-        .and_then(|r| r.get(app.head))
-        .filter(|r| !r.is_empty());
-    if let Some(row) = newest {
-        let top: Vec<String> = super::looks::ranked(row)
-            .iter()
-            .take(4)
-            .map(|&(j, w)| {
-                format!(
-                    "{}:{}={:.2}",
-                    j,
-                    label(r.pieces.get(j).map(String::as_str).unwrap_or(""), 8).trim_end(),
-                    w
-                )
-            })
-            .collect();
-        put(
-            buf,
-            inner,
-            0,
-            ly + 1,
-            format!("newest row looks at  {}", top.join("  ")),
-            theme.dim(),
-        );
+    if !looks.is_empty() {
+        let text = format!("newest row looks at  {}", looks.join("  "));
+        put(buf, inner, 0, ly + 1, text, theme.dim());
     }
 }
 

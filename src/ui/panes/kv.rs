@@ -3,6 +3,7 @@
 use super::{block, bytes, put};
 use crate::ui::app::{App, Pane};
 use crate::ui::theme::{ColorMode, Theme};
+use crate::worker::report::KvView;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::Style;
@@ -13,10 +14,14 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let b = block(app, theme, Pane::Kv, " KV cache · contiguous ".into());
     let inner = b.inner(area);
     b.render(area, buf);
-    let Some(r) = app.report.as_ref() else {
-        return;
-    };
-    let kv = &r.kv;
+    if let Some(r) = app.report.as_ref() {
+        draw(&r.kv, theme, inner, buf);
+    }
+}
+
+/// Draws a request's reservation into `inner`: its numbers, a cell per slot (or per run of
+/// slots), and the legend.
+pub fn draw(kv: &KvView, theme: &Theme, inner: Rect, buf: &mut Buffer) {
     put(
         buf,
         inner,

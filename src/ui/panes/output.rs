@@ -3,6 +3,7 @@
 use super::{block, label, put};
 use crate::ui::app::{App, Pane};
 use crate::ui::theme::Theme;
+use crate::worker::report::StepReport;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::Style;
@@ -18,9 +19,13 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     );
     let inner = b.inner(area);
     b.render(area, buf);
-    let Some(r) = app.report.as_ref() else {
-        return;
-    };
+    if let Some(r) = app.report.as_ref() {
+        draw(r, theme, inner, buf);
+    }
+}
+
+/// Draws a report's text so far and its next-token distribution into `inner`.
+pub fn draw(r: &StepReport, theme: &Theme, inner: Rect, buf: &mut Buffer) {
     let k = r.info.top_k.len() as u16;
     let text_h = inner.height.saturating_sub(k + 1);
     let text = format!("> {}\n{}", r.prompt, r.generated);

@@ -58,8 +58,8 @@ fn render_view(
         return;
     };
     header(sv, inner, buf);
-    let y = grid(&Grid::of(sv), theme, inner, buf);
-    timeline_rows(
+    let y = draw_grid(&Grid::of(sv), theme, inner, buf);
+    draw_timeline(
         sv.requests,
         timeline,
         theme,
@@ -94,9 +94,9 @@ fn header(sv: &crate::worker::report::ServeView, inner: Rect, buf: &mut Buffer) 
     );
 }
 
-/// The KV grid under the header, one character per cell, and its legend; returns the row
-/// after it.
-fn grid(g: &Grid, theme: &Theme, inner: Rect, buf: &mut Buffer) -> u16 {
+/// The KV grid on the rows after `inner`'s first, one character per cell, and its legend;
+/// returns the row after it.
+pub fn draw_grid(g: &Grid, theme: &Theme, inner: Rect, buf: &mut Buffer) -> u16 {
     let w = (inner.width as usize).max(1);
     let y = inner.y + 1;
     for (i, c) in g.cells.iter().enumerate() {
@@ -117,7 +117,7 @@ fn grid(g: &Grid, theme: &Theme, inner: Rect, buf: &mut Buffer) -> u16 {
 
 /// A row per request, a column per iteration (newest on the right), and the phases' key
 /// under the rows when there is a row to spare.
-fn timeline_rows(
+pub fn draw_timeline(
     requests: usize,
     timeline: &std::collections::VecDeque<Vec<(u64, ReqPhase)>>,
     theme: &Theme,

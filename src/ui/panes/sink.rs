@@ -29,17 +29,21 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let b = block(app, theme, Pane::Serving, head);
     let inner = b.inner(area);
     b.render(area, buf);
-    let Some(v) = view else {
-        put(
+    match view {
+        Some(v) => draw(v, theme, inner, buf),
+        None => put(
             buf,
             inner,
             0,
             inner.y,
             "press space: each step reads one more token of the eval text through three caches",
             theme.dim(),
-        );
-        return;
-    };
+        ),
+    }
+}
+
+/// Draws one step of the experiment into `inner`: what was read, then each cache's lane.
+pub fn draw(v: &SinkView, theme: &Theme, inner: Rect, buf: &mut Buffer) {
     // Roomy: the read line, a gap, three lanes with gaps, the legend (12 lines). Short
     // terminals drop the gaps, then the legend and the read line, never a lane.
     let h = inner.height;
