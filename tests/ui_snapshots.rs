@@ -840,3 +840,24 @@ fn panes_draw_a_small_view_without_an_app() {
     assert!(text.lines().nth(1).unwrap().contains("█▄▒·"), "{text}");
     assert!(text.contains("shared"), "{text}");
 }
+
+#[test]
+fn the_lesson_pane_draws_a_tutor_and_what_the_app_says_of_it() {
+    let (lessons, _) = inferlab::lesson::load(&inferlab::lesson::LessonSource::Dir(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/lessons").into(),
+    ))
+    .unwrap();
+    // Lesson 1, step 1 has a task; the live side says whether it holds.
+    let t = inferlab::ui::tutor::Tutor::new(lessons, 0, Default::default(), false);
+    for (done, mark) in [(false, "[ ] Task"), (true, "[x] Task")] {
+        let live = panes::lesson::Live {
+            task_done: done,
+            choices: Vec::new(),
+        };
+        let mut term = Terminal::new(TestBackend::new(60, 30)).unwrap();
+        term.draw(|f| panes::lesson::draw(&t, &live, &THEME, f.area(), f.buffer_mut()))
+            .unwrap();
+        let text = format!("{}", term.backend());
+        assert!(text.contains(mark), "{text}");
+    }
+}

@@ -1,18 +1,61 @@
 //! The lesson panel beside the live panes, and the lesson list overlay.
 
-use crate::lesson::QuestionKind;
+use crate::lesson::{Predict, QuestionKind};
 use crate::ui::app::App;
 use crate::ui::theme::Theme;
-use crate::ui::tutor::{self, Tutor};
+use crate::ui::tutor::{self, LiveChoices, Tutor};
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::Style;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Clear, Paragraph, Widget, Wrap};
 
+/// What the lesson pane needs from the live app beside the tutor's own state.
+pub struct Live {
+    /// Whether the step's task holds now.
+    pub task_done: bool,
+    /// The choices each prediction kind offers in the app's state now.
+    pub choices: Vec<(Predict, Option<LiveChoices>)>,
+}
+
+impl Live {
+    /// Read from the app for the tutor's current step.
+    pub fn of(app: &App, t: &Tutor) -> Self {
+        let kinds = t.step().map_or(Vec::new(), |s| {
+            s.questions
+                .iter()
+                .filter_map(|q| match q.kind {
+                    QuestionKind::Predict(k) => Some(k),
+                    QuestionKind::Choice(_) => None,
+                })
+                .collect()
+        });
+        Self {
+            task_done: t.task_done(app),
+            choices: kinds
+                .into_iter()
+                .map(|k| (k, tutor::live_choices(app, k)))
+                .collect(),
+        }
+    }
+
+    fn choices(&self, k: Predict) -> Option<&LiveChoices> {
+        self.choices
+            .iter()
+            .find(|c| c.0 == k)
+            .and_then(|c| c.1.as_ref())
+    }
+}
+
 /// Draws the open lesson step into `area`.
 pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
-    let Some(t) = app.tutor.as_ref() else { return };
+    if let Some(t) = app.tutor.as_ref() {
+        draw(t, &Live::of(app, t), theme, area, buf);
+    }
+}
+
+/// Draws a tutor's current step, with what the live app says of it, into `area`.
+pub fn draw(t: &Tutor, live: &Live, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let (Some(l), Some(_)) = (t.current(), t.step()) else {
         return;
     };
@@ -29,7 +72,7 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         .border_style(theme.accent());
     let inner = b.inner(area);
     b.render(area, buf);
-    Paragraph::new(lines(app, t, theme))
+    Paragraph::new(lines(t, live, theme))
         .wrap(Wrap { trim: false })
         .scroll((t.scroll, 0))
         .render(
@@ -50,7 +93,7 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
 }
 
 /// The text of the current step, top to bottom.
-fn lines<'a>(app: &App, t: &Tutor, theme: &Theme) -> Vec<Line<'a>> {
+fn lines<'a>(t: &Tutor, live: &Live, theme: &Theme) -> Vec<Line<'a>> {
     let l = t.current().expect("caller checked");
     let s = t.step().expect("caller checked");
     let mut out = Vec::new();
@@ -75,7 +118,7 @@ fn lines<'a>(app: &App, t: &Tutor, theme: &Theme) -> Vec<Line<'a>> {
         ]));
     }
     if let Some(task) = &s.task {
-        let done = tutor::task_done(app);
+        let done = live.task_done;
         out.push(Line::raw(""));
         out.push(Line::from(vec![
             Span::styled(
@@ -133,8 +176,8 @@ fn lines<'a>(app: &App, t: &Tutor, theme: &Theme) -> Vec<Line<'a>> {
         }
         let labels: Vec<String> = match &q.kind {
             QuestionKind::Choice(c) => c.iter().map(|c| c.text.clone()).collect(),
-            QuestionKind::Predict(kind) => match tutor::live_choices(app, *kind) {
-                Some(live) => live.labels,
+            QuestionKind::Predict(kind) => match live.choices(*kind) {
+                Some(c) => c.labels.clone(),
                 None => vec!["(run an iteration first: press space)".into()],
             },
         };

@@ -6,17 +6,13 @@
 use super::{block, label, put};
 use crate::ui::app::{App, Pane};
 use crate::ui::theme::Theme;
+use crate::views::looks::Looks;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::Style;
 use ratatui::widgets::Widget;
 
-/// The ranked keys of one query row: `(position, weight)`, largest first.
-pub fn ranked(row: &[f32]) -> Vec<(usize, f32)> {
-    let mut v: Vec<(usize, f32)> = row.iter().copied().enumerate().collect();
-    v.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    v
-}
+pub use crate::views::looks::ranked;
 
 /// The query row the view describes: the bottom row of the heatmap window.
 pub fn query_row(app: &App) -> Option<usize> {
@@ -26,116 +22,111 @@ pub fn query_row(app: &App) -> Option<usize> {
 
 /// Draws the pane.
 pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
-    let (Some(r), Some(hist), Some(q)) = (
+    let view = match (
         app.report.as_ref(),
         app.history.get(app.layer),
         query_row(app),
-    ) else {
-        let b = block(app, theme, Pane::Attention, " what does it look at ".into());
-        let inner = b.inner(area);
-        b.render(area, buf);
-        put(
+    ) {
+        (Some(r), Some(hist), Some(q)) => Looks::of(r, &hist.weights, app.layer, app.head, q),
+        _ => None,
+    };
+    let title = match &view {
+        Some(v) => format!(
+            " what does {:?} (pos {}, {}) look at · layer {} · head {} · w back to heatmap ",
+            v.piece,
+            v.q,
+            kind(v.generated),
+            v.layer,
+            v.head
+        ),
+        None => " what does it look at ".into(),
+    };
+    let b = block(app, theme, Pane::Attention, title);
+    let inner = b.inner(area);
+    b.render(area, buf);
+    match &view {
+        Some(v) => draw(v, theme, inner, buf),
+        None if app.report.is_some() => {}
+        None => put(
             buf,
             inner,
             1,
             inner.y,
             "press space to run the prefill",
             theme.dim(),
-        );
-        return;
-    };
-    let piece = |i: usize| r.pieces.get(i).map(String::as_str).unwrap_or("");
-    let kind = |i: usize| {
-        if i >= r.prompt_len {
-            "generated"
-        } else {
-            "prompt"
-        }
-    };
-    let title = format!(
-        " what does {:?} (pos {q}, {}) look at · layer {} · head {} · w back to heatmap ",
-        piece(q),
-        kind(q),
-        app.layer,
-        app.head
-    );
-    let b = block(app, theme, Pane::Attention, title);
-    let inner = b.inner(area);
-    b.render(area, buf);
-    let Some(row) = hist.weights[q].get(app.head) else {
-        return;
-    };
-    let prompt: f32 = row.iter().take(r.prompt_len).sum();
-    let gen: f32 = row.iter().skip(r.prompt_len).sum();
-    put(
-        buf,
-        inner,
-        0,
-        inner.y,
-        format!(
-            "softmax mass on the prompt {prompt:.2} · on generated tokens {gen:.2} · on position 0 {:.2}",
-            row.first().copied().unwrap_or(0.0)
         ),
-        Style::default(),
+    }
+}
+
+fn kind(generated: bool) -> &'static str {
+    if generated {
+        "generated"
+    } else {
+        "prompt"
+    }
+}
+
+/// Draws a view into `inner`: where the mass goes, the ranked keys with bars, and every
+/// head's favourite key.
+pub fn draw(v: &Looks, theme: &Theme, inner: Rect, buf: &mut Buffer) {
+    let mass = format!(
+        "softmax mass on the prompt {:.2} · on generated tokens {:.2} · on position 0 {:.2}",
+        v.on_prompt, v.on_generated, v.on_first
     );
+    put(buf, inner, 0, inner.y, mass, Style::default());
     let bar_w = 24usize;
     let list_rows = (inner.height as usize).saturating_sub(4).clamp(1, 12);
-    for (k, &(j, w)) in ranked(row).iter().take(list_rows).enumerate() {
+    for (k, key) in v.keys.iter().take(list_rows).enumerate() {
+        let w = key.weight;
         let bar: String = "█".repeat(((w * bar_w as f32).round() as usize).min(bar_w));
-        let st = if j >= r.prompt_len {
+        let st = if key.generated {
             theme.accent()
         } else {
             Style::default()
         };
-        put(
-            buf,
-            inner,
-            0,
-            inner.y + 2 + k as u16,
-            format!(
-                "{:>2}. pos {j:>4} {} {:<9} {w:.3} {bar}",
-                k + 1,
-                label(piece(j), 12),
-                kind(j)
-            ),
-            st,
+        let line = format!(
+            "{:>2}. pos {:>4} {} {:<9} {w:.3} {bar}",
+            k + 1,
+            key.pos,
+            label(&key.piece, 12),
+            kind(key.generated)
         );
+        put(buf, inner, 0, inner.y + 2 + k as u16, line, st);
     }
     // Every head of this layer: its favourite key for the same query row.
     let y = inner.y + 3 + list_rows as u16;
-    if y < inner.y + inner.height {
-        let heads: Vec<String> = hist.weights[q]
-            .iter()
-            .enumerate()
-            .map(|(h, row)| {
-                let (j, w) = ranked(row)[0];
-                format!("h{h}→{j}:{}={w:.2}", label(piece(j), 6).trim_end())
-            })
-            .collect();
-        put(
-            buf,
-            inner,
-            0,
-            y,
-            "top key per head of this layer:",
-            theme.dim(),
-        );
-        // As many per line as fit; the rest wrap onto the lines below.
-        let mut line = String::new();
-        let mut yy = y + 1;
-        for h in heads {
-            if !line.is_empty()
-                && line.chars().count() + h.chars().count() + 2 > inner.width as usize
-            {
-                put(buf, inner, 0, yy, &line, theme.dim());
-                yy += 1;
-                line.clear();
-            }
-            if !line.is_empty() {
-                line.push_str("  ");
-            }
-            line.push_str(&h);
-        }
-        put(buf, inner, 0, yy, &line, theme.dim());
+    if y >= inner.y + inner.height {
+        return;
     }
+    put(
+        buf,
+        inner,
+        0,
+        y,
+        "top key per head of this layer:",
+        theme.dim(),
+    );
+    // As many per line as fit; the rest wrap onto the lines below.
+    let mut line = String::new();
+    let mut yy = y + 1;
+    for (h, key) in &v.per_head {
+        let item = format!(
+            "h{h}→{}:{}={:.2}",
+            key.pos,
+            label(&key.piece, 6).trim_end(),
+            key.weight
+        );
+        if !line.is_empty()
+            && line.chars().count() + item.chars().count() + 2 > inner.width as usize
+        {
+            put(buf, inner, 0, yy, &line, theme.dim());
+            yy += 1;
+            line.clear();
+        }
+        if !line.is_empty() {
+            line.push_str("  ");
+        }
+        line.push_str(&item);
+    }
+    put(buf, inner, 0, yy, &line, theme.dim());
 }
