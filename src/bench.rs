@@ -3,6 +3,7 @@
 pub mod attention;
 pub mod decode;
 pub mod heads;
+pub mod machine;
 pub mod render;
 pub mod serve;
 pub mod sink;

@@ -5,9 +5,12 @@ mod common;
 use std::process::Command;
 
 fn json(args: &[&str]) -> serde_json::Value {
+    // The machine's measured limits are cached here, not in the user's data directory.
+    let data = std::env::temp_dir().join(format!("inferlab-bench-test-{}", std::process::id()));
     let o = Command::new(common::bin())
         .args(args)
         .env("INFERLAB_QUIET", "1")
+        .env("INFERLAB_DATA_DIR", &data)
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -47,6 +50,39 @@ fn bench_decode_json() {
         assert!(v[k]["prefill_tok_per_s"].as_f64().unwrap() > 0.0, "{k}");
         assert!(v[k]["decode_tok_per_s"].as_f64().unwrap() > 0.0, "{k}");
     }
+    // What a decode token reads, and how much of the read bandwidth that uses: the
+    // weights are ~0.14 GB of Q8_0 for SmolLM2-135M.
+    let bytes = v["weight_bytes_per_token"].as_u64().unwrap();
+    assert!((100_000_000..200_000_000).contains(&bytes), "{bytes}");
+    let f = v["decode_read_bandwidth_fraction"].as_f64().unwrap();
+    assert!(f > 0.0 && f < 1.5, "{f}");
+    assert!(v["read_gb_per_s"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn bench_machine_json() {
+    let v = json(&["bench", "machine", "--json", "--fresh"]);
+    for k in [
+        "read_gb_per_s",
+        "read_gb_per_s_one_thread",
+        "int8_gmac_per_s",
+        "f32_gflop_per_s",
+        "q8_kernel_gmac_per_s",
+    ] {
+        assert!(v[k].as_f64().unwrap() > 0.0, "{k}: {v}");
+    }
+    // All threads read at least as fast as one (within noise), and no kernel beats the
+    // instruction it is built from.
+    let (all, one) = (
+        v["read_gb_per_s"].as_f64().unwrap(),
+        v["read_gb_per_s_one_thread"].as_f64().unwrap(),
+    );
+    assert!(all > 0.7 * one, "{all} vs {one}");
+    assert!(
+        v["q8_kernel_gmac_per_s"].as_f64().unwrap() <= 1.1 * v["int8_gmac_per_s"].as_f64().unwrap()
+    );
+    assert!(!v["cpu"].as_str().unwrap().is_empty());
+    assert!(v["features"].is_array());
 }
 
 #[test]
@@ -158,6 +194,15 @@ fn bench_serve_json_has_the_keys_and_the_paged_pool_holds_more() {
             .collect::<std::collections::BTreeSet<_>>(),
         [1, 2, 4, 8, 16, 32].into_iter().collect()
     );
+    // The matrix work of each step against the int8 peak: bigger batches do more per
+    // second, and none beats the peak.
+    let g = |b: &str| v["gmac_per_s_by_batch"][b].as_f64().unwrap();
+    assert!(g("32") > g("1"), "{} vs {}", g("32"), g("1"));
+    for (b, f) in v["int8_peak_fraction_by_batch"].as_object().unwrap() {
+        let f = f.as_f64().unwrap();
+        assert!(f > 0.0 && f <= 1.0, "B={b}: {f}");
+    }
+    assert!(v["int8_gmac_per_s"].as_f64().unwrap() > 0.0);
     // The capped pair never runs more than --max-batch at once; the uncapped pair is
     // limited by KV memory, where pages (no up-front reservation) hold more requests.
     assert!(v["static"]["peak_concurrent"].as_u64().unwrap() <= 3);

@@ -34,6 +34,12 @@ pub struct DecodeReport {
     pub rounds: usize,
     #[serde(flatten)]
     pub configs: BTreeMap<String, Speed>,
+    /// Bytes of matrix weights one decode token reads (Q8_0 as our kernel stores them).
+    pub weight_bytes_per_token: usize,
+    /// This machine's memory read bandwidth (`bench machine`), GB/s.
+    pub read_gb_per_s: f64,
+    /// `ours` decode: weight bytes per token × tokens per second ÷ read bandwidth.
+    pub decode_read_bandwidth_fraction: f64,
 }
 
 impl DecodeReport {
@@ -60,6 +66,14 @@ impl DecodeReport {
                 r(ours)
             );
         }
+        let ours = ours.map_or(0.0, |o| o.decode_tok_per_s);
+        s += &format!(
+            "a decode token reads {:.1} MB of weights: at {ours:.1} tok/s that is {:.1} GB/s, {:.0}% of this machine's {:.1} GB/s read bandwidth\n",
+            self.weight_bytes_per_token as f64 / 1e6,
+            self.weight_bytes_per_token as f64 * ours / 1e9,
+            100.0 * self.decode_read_bandwidth_fraction,
+            self.read_gb_per_s
+        );
         s
     }
 }
@@ -159,7 +173,7 @@ pub fn run(
             e.1.push(n as f64 / dc);
         }
     }
-    let configs = samples
+    let configs: BTreeMap<String, Speed> = samples
         .into_iter()
         .map(|(k, (pf, dc))| {
             (
@@ -171,10 +185,17 @@ pub fn run(
             )
         })
         .collect();
+    let weight_bytes_per_token = q8.matrix_cost().0;
+    let read_gb_per_s = super::machine::get()?.read_gb_per_s;
+    let ours = configs.get("ours").map_or(0.0, |s| s.decode_tok_per_s);
     Ok(DecodeReport {
         prompt_tokens: prompt.len(),
         decode_tokens: n,
         rounds,
         configs,
+        weight_bytes_per_token,
+        read_gb_per_s,
+        decode_read_bandwidth_fraction: weight_bytes_per_token as f64 * ours
+            / (read_gb_per_s * 1e9).max(1.0),
     })
 }

@@ -57,6 +57,12 @@ pub struct ServeReport {
     pub step_ms_by_batch: BTreeMap<usize, f64>,
     /// One decode step of the single-request path, for comparison with batch size 1.
     pub single_request_step_ms: f64,
+    /// Matrix multiply-accumulates per second of those steps, by batch size.
+    pub gmac_per_s_by_batch: BTreeMap<usize, f64>,
+    /// The same as a fraction of this machine's int8 peak (`bench machine`).
+    pub int8_peak_fraction_by_batch: BTreeMap<usize, f64>,
+    /// This machine's int8 peak for our kernel (`bench machine`), GMAC/s.
+    pub int8_gmac_per_s: f64,
 }
 
 impl ServeReport {
@@ -115,6 +121,19 @@ impl ServeReport {
             "\nsingle-request decode step: {:.1} ms\n",
             self.single_request_step_ms
         );
+        s += &format!(
+            "matrix work by batch size, against this machine's int8 peak of {:.1} GMAC/s:",
+            self.int8_gmac_per_s
+        );
+        for (b, g) in &self.gmac_per_s_by_batch {
+            let f = self
+                .int8_peak_fraction_by_batch
+                .get(b)
+                .copied()
+                .unwrap_or(0.0);
+            s += &format!("  B={b}: {g:.1} GMAC/s ({:.0}%)", 100.0 * f);
+        }
+        s += "\n";
         s
     }
 }
@@ -256,7 +275,20 @@ pub fn run(
             *e = e.min(ms);
         }
     }
+    let macs = model.matrix_cost().1 as f64;
+    let gmac_per_s_by_batch: BTreeMap<usize, f64> = step_ms_by_batch
+        .iter()
+        .map(|(&b, &ms)| (b, b as f64 * macs / (ms / 1e3) / 1e9))
+        .collect();
+    let int8_gmac_per_s = super::machine::get()?.int8_gmac_per_s;
+    let int8_peak_fraction_by_batch = gmac_per_s_by_batch
+        .iter()
+        .map(|(&b, &g)| (b, g / int8_gmac_per_s.max(f64::MIN_POSITIVE)))
+        .collect();
     Ok(ServeReport {
+        gmac_per_s_by_batch,
+        int8_peak_fraction_by_batch,
+        int8_gmac_per_s,
         workload: w.clone(),
         kv_budget_tokens,
         max_batch,

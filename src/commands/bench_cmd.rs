@@ -2,7 +2,7 @@
 
 use super::{load_model, model_path, DeviceArgs, ModelArgs, SourceArgs};
 use anyhow::Result;
-use inferlab::bench::{attention, decode, heads, render, serve, sink};
+use inferlab::bench::{attention, decode, heads, machine, render, serve, sink};
 use inferlab::serve::workload::LengthDist;
 use inferlab::serve::Reserve;
 
@@ -89,6 +89,16 @@ pub enum Cmd {
         max_batch: usize,
         #[arg(long, default_value_t = 7)]
         seed: u64,
+        /// Print one JSON object (snake_case keys) instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// This machine's limits: memory read bandwidth (one and all threads) and the compute
+    /// peaks of our kernels' instruction mix; cached per CPU for the other benchmarks.
+    Machine {
+        /// Measure again even when a measurement of this CPU is cached.
+        #[arg(long)]
+        fresh: bool,
         /// Print one JSON object (snake_case keys) instead of the table.
         #[arg(long)]
         json: bool,
@@ -207,6 +217,14 @@ pub fn run(cmd: &Cmd) -> Result<()> {
                 .map_err(anyhow::Error::msg)?;
             let r = sink::run(&model, &tokens, *window, *page_size)?;
             emit(*json, &r, r.table())?;
+        }
+        Cmd::Machine { fresh, json } => {
+            let m = if *fresh {
+                machine::measure()?
+            } else {
+                machine::get()?
+            };
+            emit(*json, &m, m.table())?;
         }
         Cmd::Render {
             model: margs,

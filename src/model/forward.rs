@@ -178,6 +178,19 @@ impl Model {
         self.cfg.kv_bytes_per_token_with(self.kv_heads(), 4)
     }
 
+    /// What one token costs in matrix work under the current layout: bytes of weights read
+    /// (every projection, the MLP and the LM head, as stored) and multiply-accumulates.
+    /// A decode step reads every byte once however many rows the batch has.
+    pub fn matrix_cost(&self) -> (usize, usize) {
+        let mut all: Vec<&Linear> = vec![&self.weights.lm_head];
+        for (l, (wk, wv)) in self.weights.layers.iter().zip(self.kv_proj.iter()) {
+            all.extend([&l.wq, wk, wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down]);
+        }
+        let bytes = all.iter().map(|l| l.bytes()).sum();
+        let macs = all.iter().map(|l| l.dims().0 * l.dims().1).sum();
+        (bytes, macs)
+    }
+
     /// KV heads stored under the current layout.
     pub fn kv_heads(&self) -> usize {
         self.run.layout.kv_heads(&self.cfg)

@@ -54,4 +54,25 @@ impl Linear {
             _ => self.q.forward(x),
         }
     }
+
+    /// `(out, in)`: the matrix's shape.
+    pub fn dims(&self) -> (usize, usize) {
+        match (&self.fast, &self.q) {
+            (Some(w), _) => (w.n, w.k),
+            (None, QMatMul::QTensor(t)) => t.shape().dims2().unwrap_or((0, 0)),
+            (None, QMatMul::Tensor(t) | QMatMul::TensorF16(t)) => t.dims2().unwrap_or((0, 0)),
+        }
+    }
+
+    /// Bytes one pass over the matrix reads, as stored for the kernel that runs it (our
+    /// Q8_0 layout: a 4-byte scale and 32 int8 per block of 32 weights).
+    pub fn bytes(&self) -> usize {
+        match (&self.fast, &self.q) {
+            (Some(w), _) => w.n * w.k / 32 * (4 + 32),
+            (None, QMatMul::QTensor(t)) => t.storage_size_in_bytes(),
+            (None, QMatMul::Tensor(t) | QMatMul::TensorF16(t)) => {
+                t.elem_count() * t.dtype().size_in_bytes()
+            }
+        }
+    }
 }

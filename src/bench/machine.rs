@@ -1,0 +1,199 @@
+//! `bench machine`: this machine's limits, measured in a few seconds, so the other
+//! benchmarks can say how close they come to them — memory read bandwidth (what bounds a
+//! decode step) and the compute peaks of the instruction mixes our kernels use (what
+//! bounds a batched step). The result is cached per CPU in the data directory.
+
+use crate::kernels::q8_0::BatchedQ8;
+use anyhow::{Context, Result};
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// Bytes read per bandwidth pass: far beyond any cache, small enough for a laptop.
+const READ_BYTES: usize = 512 << 20;
+
+/// What was measured.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Machine {
+    /// The CPU's name, as the OS reports it (the cache key).
+    pub cpu: String,
+    pub threads: usize,
+    /// Memory read bandwidth with every thread, and with one.
+    pub read_gb_per_s: f64,
+    pub read_gb_per_s_one_thread: f64,
+    /// The int8 multiply-accumulate instruction our kernel uses (`vpdpbusd` or `maddubs`)
+    /// at full rate in registers, all threads: the ceiling of any int8 kernel here.
+    pub int8_gmac_per_s: f64,
+    /// f32 fused multiply-adds at full rate in registers, all threads.
+    pub f32_gflop_per_s: f64,
+    /// Our Q8_0 kernel itself on cache-resident data with 32 activation rows, all threads.
+    pub q8_kernel_gmac_per_s: f64,
+    /// The SIMD features our kernels use that this CPU has.
+    pub features: Vec<String>,
+}
+
+/// The CPU's name from `/proc/cpuinfo` (or the architecture where there is none).
+pub fn cpu_name() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string())
+}
+
+/// The SIMD features our kernels can use, present on this CPU.
+pub fn features() -> Vec<String> {
+    let mut out = Vec::new();
+    #[cfg(target_arch = "x86_64")]
+    {
+        let have = [
+            ("avx2", std::is_x86_feature_detected!("avx2")),
+            ("fma", std::is_x86_feature_detected!("fma")),
+            ("avx512f", std::is_x86_feature_detected!("avx512f")),
+            ("avx512bw", std::is_x86_feature_detected!("avx512bw")),
+            ("avx512vnni", std::is_x86_feature_detected!("avx512vnni")),
+        ];
+        out.extend(have.iter().filter(|h| h.1).map(|h| h.0.to_string()));
+    }
+    #[cfg(target_arch = "aarch64")]
+    out.push("neon".to_string());
+    out
+}
+
+/// Where the measurement is kept: `$INFERLAB_DATA_DIR/machine.json`, else the user data dir.
+pub fn cache_path() -> Option<PathBuf> {
+    if let Some(d) = std::env::var_os("INFERLAB_DATA_DIR") {
+        return Some(PathBuf::from(d).join("machine.json"));
+    }
+    dirs::data_dir().map(|d| d.join("inferlab").join("machine.json"))
+}
+
+/// The cached measurement, if it was made on this CPU.
+pub fn cached() -> Option<Machine> {
+    let text = std::fs::read_to_string(cache_path()?).ok()?;
+    let m: Machine = serde_json::from_str(&text).ok()?;
+    (m.cpu == cpu_name() && m.read_gb_per_s > 0.0).then_some(m)
+}
+
+/// Measures this machine (a few seconds) and caches the result.
+pub fn measure() -> Result<Machine> {
+    let buf: Vec<u64> = (0..READ_BYTES / 8).map(|i| i as u64).collect();
+    let m = Machine {
+        cpu: cpu_name(),
+        threads: rayon::current_num_threads(),
+        read_gb_per_s: best_of(5, || read_gb_per_s(&buf, true)),
+        read_gb_per_s_one_thread: best_of(3, || read_gb_per_s(&buf, false)),
+        int8_gmac_per_s: best_of(5, || on_every_thread(crate::kernels::peak::int8_macs)),
+        f32_gflop_per_s: best_of(5, || on_every_thread(crate::kernels::peak::f32_flops)),
+        q8_kernel_gmac_per_s: best_of(5, q8_kernel_gmac_per_s),
+        features: features(),
+    };
+    if let Some(p) = cache_path() {
+        if let Some(dir) = p.parent() {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        let text = serde_json::to_string_pretty(&m)?;
+        std::fs::write(&p, text).with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(m)
+}
+
+/// The cached figures, or a fresh measurement.
+pub fn get() -> Result<Machine> {
+    match cached() {
+        Some(m) => Ok(m),
+        None => measure(),
+    }
+}
+
+impl Machine {
+    /// A table for people.
+    pub fn table(&self) -> String {
+        format!(
+            "{}\n{} threads · SIMD: {}\n\
+             memory read bandwidth   {:>8.1} GB/s (all threads)  {:>8.1} GB/s (one thread)\n\
+             int8 peak (in registers){:>8.1} GMAC/s   our Q8_0 kernel reaches {:.1} GMAC/s\n\
+             f32 peak (in registers) {:>8.1} GFLOP/s\n\
+             ridge point             {:>8.1} int8 MAC per byte read\n",
+            self.cpu,
+            self.threads,
+            self.features.join(" "),
+            self.read_gb_per_s,
+            self.read_gb_per_s_one_thread,
+            self.int8_gmac_per_s,
+            self.q8_kernel_gmac_per_s,
+            self.f32_gflop_per_s,
+            self.ridge_macs_per_byte()
+        )
+    }
+
+    /// Arithmetic intensity where the int8 kernel stops being bandwidth-bound: compute
+    /// peak ÷ read bandwidth, in MACs per byte.
+    pub fn ridge_macs_per_byte(&self) -> f64 {
+        self.int8_gmac_per_s / self.read_gb_per_s.max(f64::MIN_POSITIVE)
+    }
+}
+
+fn best_of(n: usize, f: impl Fn() -> f64) -> f64 {
+    (0..n).map(|_| f()).fold(0.0, f64::max)
+}
+
+/// Reads `buf` (far larger than the caches) once, summing it so nothing is optimized
+/// away; `all`: split over every thread.
+fn read_gb_per_s(buf: &[u64], all: bool) -> f64 {
+    let sum_chunk = |c: &[u64]| -> u64 {
+        // Eight independent lanes, so the loop is bound by loads, not by one add chain.
+        let mut acc = [0u64; 8];
+        for w in c.chunks_exact(8) {
+            for (a, x) in acc.iter_mut().zip(w) {
+                *a = a.wrapping_add(*x);
+            }
+        }
+        acc.iter().fold(0, |a, x| a.wrapping_add(*x))
+    };
+    let t = Instant::now();
+    let total = if all {
+        buf.par_chunks(1 << 20)
+            .map(sum_chunk)
+            .reduce(|| 0, u64::wrapping_add)
+    } else {
+        sum_chunk(buf)
+    };
+    let secs = t.elapsed().as_secs_f64();
+    std::hint::black_box(total);
+    std::mem::size_of_val(buf) as f64 / secs / 1e9
+}
+
+/// `work(iters)` on every thread at once; returns the work per second, in billions.
+fn on_every_thread(work: fn(usize) -> u64) -> f64 {
+    let iters = 2_000_000;
+    let t = Instant::now();
+    let done: u64 = rayon::broadcast(|_| work(iters)).into_iter().sum();
+    done as f64 / t.elapsed().as_secs_f64() / 1e9
+}
+
+/// Our Q8_0 kernel on a cache-resident matrix with 32 activation rows.
+fn q8_kernel_gmac_per_s() -> f64 {
+    let (n, k, m) = (512usize, 1024usize, 32usize);
+    let blocks = n * k / 32;
+    let mut data = Vec::with_capacity(blocks * 34);
+    for b in 0..blocks {
+        data.extend_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
+        data.extend((0..32).map(|i| ((b * 7 + i * 13) % 255) as u8));
+    }
+    let Ok(w) = BatchedQ8::for_this_cpu(&data, n, k) else {
+        return 0.0;
+    };
+    let x: Vec<f32> = (0..m * k).map(|i| ((i % 17) as f32 - 8.0) * 0.1).collect();
+    let reps = 20;
+    let t = Instant::now();
+    for _ in 0..reps {
+        std::hint::black_box(w.matmul(&x, m).ok());
+    }
+    (reps * n * k * m) as f64 / t.elapsed().as_secs_f64() / 1e9
+}

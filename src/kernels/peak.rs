@@ -1,0 +1,142 @@
+//! The arithmetic ceilings of the instructions our kernels are built from, measured with
+//! register-resident loops (no memory traffic): int8 multiply-accumulates with
+//! `vpdpbusd` (AVX-512 VNNI) or `maddubs` (AVX2), and f32 fused multiply-adds. A kernel's
+//! speed divided by these says how much of the machine it uses.
+
+/// Independent accumulators per loop: enough to hide the instructions' latency.
+const ACC: usize = 12;
+
+/// Runs `iters` rounds of the best int8 multiply-accumulate this CPU has on one thread;
+/// returns the MACs done (0 where no SIMD path exists).
+pub fn int8_macs(iters: usize) -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::is_x86_feature_detected!("avx512vnni") && std::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the features were just detected.
+            return unsafe { x86::vnni(iters) };
+        }
+        if std::is_x86_feature_detected!("avx2") {
+            // SAFETY: the feature was just detected.
+            return unsafe { x86::maddubs(iters) };
+        }
+    }
+    let _ = iters;
+    0
+}
+
+/// Runs `iters` rounds of f32 fused multiply-adds at the widest width this CPU has on one
+/// thread; returns the floating-point operations done (a multiply-add counts two).
+pub fn f32_flops(iters: usize) -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the feature was just detected.
+            return unsafe { x86::fma512(iters) };
+        }
+        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+            // SAFETY: the features were just detected.
+            return unsafe { x86::fma256(iters) };
+        }
+    }
+    let _ = iters;
+    0
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::ACC;
+    use std::arch::x86_64::*;
+
+    /// 64 int8 MACs per instruction (16 lanes × 4 bytes).
+    #[target_feature(enable = "avx512f,avx512vnni")]
+    pub unsafe fn vnni(iters: usize) -> u64 {
+        let a = _mm512_set1_epi8(3);
+        let b = _mm512_set1_epi8(5);
+        let mut acc = [_mm512_setzero_si512(); ACC];
+        for _ in 0..iters {
+            for x in acc.iter_mut() {
+                *x = _mm512_dpbusd_epi32(*x, a, b);
+            }
+        }
+        let sum = acc
+            .iter()
+            .fold(_mm512_setzero_si512(), |s, x| _mm512_add_epi32(s, *x));
+        std::hint::black_box(_mm512_reduce_add_epi32(sum));
+        (iters * ACC * 64) as u64
+    }
+
+    /// 32 int8 MACs per `maddubs` (pairs summed into 16-bit), widened with `madd`.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn maddubs(iters: usize) -> u64 {
+        let a = _mm256_set1_epi8(3);
+        let b = _mm256_set1_epi8(5);
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = [_mm256_setzero_si256(); ACC];
+        for _ in 0..iters {
+            for x in acc.iter_mut() {
+                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), ones);
+                *x = _mm256_add_epi32(*x, p);
+            }
+        }
+        let sum = acc
+            .iter()
+            .fold(_mm256_setzero_si256(), |s, x| _mm256_add_epi32(s, *x));
+        std::hint::black_box(sum);
+        (iters * ACC * 32) as u64
+    }
+
+    /// 16 lanes × 2 flops per instruction.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn fma512(iters: usize) -> u64 {
+        let a = _mm512_set1_ps(0.999);
+        let b = _mm512_set1_ps(1e-3);
+        let mut acc = [_mm512_setzero_ps(); ACC];
+        for _ in 0..iters {
+            for x in acc.iter_mut() {
+                *x = _mm512_fmadd_ps(*x, a, b);
+            }
+        }
+        let sum = acc
+            .iter()
+            .fold(_mm512_setzero_ps(), |s, x| _mm512_add_ps(s, *x));
+        std::hint::black_box(_mm512_reduce_add_ps(sum));
+        (iters * ACC * 32) as u64
+    }
+
+    /// 8 lanes × 2 flops per instruction.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn fma256(iters: usize) -> u64 {
+        let a = _mm256_set1_ps(0.999);
+        let b = _mm256_set1_ps(1e-3);
+        let mut acc = [_mm256_setzero_ps(); ACC];
+        for _ in 0..iters {
+            for x in acc.iter_mut() {
+                *x = _mm256_fmadd_ps(*x, a, b);
+            }
+        }
+        let sum = acc
+            .iter()
+            .fold(_mm256_setzero_ps(), |s, x| _mm256_add_ps(s, *x));
+        std::hint::black_box(sum);
+        (iters * ACC * 16) as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_loops_count_the_work_they_do() {
+        let per_iter = |n: u64| n / 1000;
+        let (i, f) = (int8_macs(1000), f32_flops(1000));
+        // Whatever the CPU, the counts are whole rounds of the accumulators.
+        assert_eq!(i % 1000, 0);
+        assert_eq!(f % 1000, 0);
+        #[cfg(target_arch = "x86_64")]
+        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+            assert!(per_iter(i) >= (ACC * 32) as u64);
+            assert!(per_iter(f) >= (ACC * 16) as u64);
+        }
+    }
+}
