@@ -180,6 +180,19 @@ fn bench_serve_json_has_the_keys_and_the_paged_pool_holds_more() {
         "--max-batch",
         "3",
     ]);
+    // The baseline runs one request at a time, and continuous batching beats it.
+    assert_eq!(
+        v["request_at_a_time"]["peak_concurrent"].as_u64().unwrap(),
+        1
+    );
+    let ratio = v["continuous_over_request_at_a_time"].as_f64().unwrap();
+    let want = v["continuous"]["tok_per_s"].as_f64().unwrap()
+        / v["request_at_a_time"]["tok_per_s"].as_f64().unwrap();
+    assert!(
+        (ratio - want).abs() < 1e-9 * want.max(1.0),
+        "{ratio} vs {want}"
+    );
+    assert!(ratio > 1.0, "{ratio}");
     for k in ["static", "continuous", "contiguous", "paged"] {
         assert!(v[k]["tok_per_s"].as_f64().unwrap() > 0.0, "{k}");
         assert!(v[k]["kv_utilization_pct"].as_f64().unwrap() > 0.0, "{k}");
