@@ -221,17 +221,28 @@ impl BatchedQ8 {
             // Activation rows in groups of 32 so the slab stays on the stack.
             while r0 < m {
                 let g = (m - r0).min(32);
-                for i in 0..rows {
-                    let row = n0 + i;
-                    dot_rows(
-                        &self.scales[row * kb..(row + 1) * kb],
-                        &self.qs[row * self.k..(row + 1) * self.k],
-                        &a,
-                        r0,
-                        g,
-                        kb,
-                        &mut slab[i * g..(i + 1) * g],
-                    );
+                let mut i = 0;
+                while i < rows {
+                    // Below eight activation rows, two weight rows at a time share every
+                    // activation load on the AVX-512 kernel and keep two weight streams in
+                    // flight (measured: B=1 steps 10% faster). From eight rows on, the
+                    // sixteen accumulators of a pair spill registers and it is slower.
+                    let pair = a.wide.is_some() && i + 1 < rows && g < 8;
+                    let w = if pair { 2 } else { 1 };
+                    let (row, out) = (n0 + i, &mut slab[i * g..(i + w) * g]);
+                    let wr = |r: usize| {
+                        (
+                            &self.scales[r * kb..(r + 1) * kb],
+                            &self.qs[r * self.k..(r + 1) * self.k],
+                        )
+                    };
+                    if w == 2 {
+                        dot_rows_pair(wr(row), wr(row + 1), &a, r0, g, kb, out);
+                    } else {
+                        let (ws, wq) = wr(row);
+                        dot_rows(ws, wq, &a, r0, g, kb, out);
+                    }
+                    i += w;
                 }
                 for r in 0..g {
                     for i in 0..rows {
@@ -274,16 +285,7 @@ fn dot_rows(w_s: &[f32], w_q: &[i8], a: &QActs, r0: usize, m: usize, kb: usize, 
             };
             // SAFETY: `wide` only exists when the AVX-512 features were detected.
             unsafe { avx512::dot_rows(w_s, w_q, &view, m, dst) };
-            if kb % GROUP % 2 == 1 {
-                // The odd last block of every row, which the two-block tail leaves out.
-                let b = kb - 1;
-                for (r, d) in dst.iter_mut().enumerate().take(m) {
-                    let wq = &w_q[b * QK..][..QK];
-                    let aq = &a_q[(r * kb + b) * QK..][..QK];
-                    let dot: i32 = wq.iter().zip(aq).map(|(&x, &y)| x as i32 * y as i32).sum();
-                    *d += dot as f32 * w_s[b] * a_s[r * kb + b];
-                }
-            }
+            odd_block(w_s, w_q, a, r0, m, kb, dst);
             return;
         }
         if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
@@ -293,6 +295,57 @@ fn dot_rows(w_s: &[f32], w_q: &[i8], a: &QActs, r0: usize, m: usize, kb: usize, 
         }
     }
     scalar_dot_rows(w_s, w_q, a_s, a_q, m, kb, dst);
+}
+
+/// Two weight rows against activation rows `r0..r0 + m` on the AVX-512 kernel (the caller
+/// checked it runs); `dst` holds row one's `m` results, then row two's.
+#[allow(clippy::too_many_arguments)]
+fn dot_rows_pair(
+    w1: (&[f32], &[i8]),
+    w2: (&[f32], &[i8]),
+    a: &QActs,
+    r0: usize,
+    m: usize,
+    kb: usize,
+    dst: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(wide) = &a.wide {
+        let view = avx512::Acts {
+            q: &wide.offset[r0 * kb * QK..(r0 + m) * kb * QK],
+            s: &wide.scales[r0 * wide.s_stride..(r0 + m) * wide.s_stride],
+            q_stride: kb * QK,
+            s_stride: wide.s_stride,
+        };
+        let (d1, d2) = dst.split_at_mut(m);
+        // SAFETY: `wide` only exists when the AVX-512 features were detected.
+        unsafe {
+            avx512::dot_rows_w::<2>([w1.0, w2.0], [w1.1, w2.1], &view, m, [&mut *d1, &mut *d2])
+        };
+        for (w, d) in [(w1, d1), (w2, d2)] {
+            odd_block(w.0, w.1, a, r0, m, kb, d);
+        }
+        return;
+    }
+    let (d1, d2) = dst.split_at_mut(m);
+    dot_rows(w1.0, w1.1, a, r0, m, kb, d1);
+    dot_rows(w2.0, w2.1, a, r0, m, kb, d2);
+}
+
+/// The AVX-512 kernel's two-block tail leaves out an odd last block: added here.
+fn odd_block(w_s: &[f32], w_q: &[i8], a: &QActs, r0: usize, m: usize, kb: usize, dst: &mut [f32]) {
+    if kb % GROUP % 2 == 0 {
+        return;
+    }
+    let a_s = &a.scales[r0 * kb..(r0 + m) * kb];
+    let a_q = &a.qs[r0 * kb * QK..(r0 + m) * kb * QK];
+    let b = kb - 1;
+    for (r, d) in dst.iter_mut().enumerate().take(m) {
+        let wq = &w_q[b * QK..][..QK];
+        let aq = &a_q[(r * kb + b) * QK..][..QK];
+        let dot: i32 = wq.iter().zip(aq).map(|(&x, &y)| x as i32 * y as i32).sum();
+        *d += dot as f32 * w_s[b] * a_s[r * kb + b];
+    }
 }
 
 /// Portable reference: per block an exact int32 dot, scaled by both block scales.
@@ -339,8 +392,9 @@ mod tests {
     #[test]
     fn batched_kernel_matches_candle_and_the_scalar_reference() {
         // Block counts: 18 = one interleaved group + a pair, 19 = group + pair + odd block,
-        // 33 = two groups + odd block, 48 = three groups and no tail.
-        for (n, k) in [(96, 576), (40, 608), (24, 1056), (20, 1536)] {
+        // 33 = two groups + odd block, 48 = three groups and no tail; 41 rows leave one
+        // weight row without a partner for the two-row kernel.
+        for (n, k) in [(96, 576), (41, 576), (40, 608), (24, 1056), (20, 1536)] {
             let w = Tensor::from_vec(pseudo_random(n * k, 3), (n, k), &Device::Cpu).unwrap();
             let qt = QTensor::quantize(&w, GgmlDType::Q8_0).unwrap();
             let data = qt.data().unwrap().to_vec();
