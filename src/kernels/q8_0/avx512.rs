@@ -90,6 +90,9 @@ pub unsafe fn dot_rows_w<const W: usize>(
 /// convert-and-scale per row finishes sixteen blocks. `vpdpbusd` wants unsigned ×
 /// signed, so activations arrive as `a + 128` and `128 · Σw` is taken off once per
 /// group and weight row. The remaining blocks go two at a time with per-pair scaling.
+// Indices `k` (weight row) and `j` (activation row) name the register tile; iterators
+// over two arrays at once would hide which accumulator is which.
+#[allow(clippy::needless_range_loop)]
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 unsafe fn group<const W: usize, const G: usize>(
