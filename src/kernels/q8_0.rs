@@ -334,7 +334,7 @@ fn dot_rows_pair(
 
 /// The AVX-512 kernel's two-block tail leaves out an odd last block: added here.
 fn odd_block(w_s: &[f32], w_q: &[i8], a: &QActs, r0: usize, m: usize, kb: usize, dst: &mut [f32]) {
-    if kb % GROUP % 2 == 0 {
+    if (kb % GROUP).is_multiple_of(2) {
         return;
     }
     let a_s = &a.scales[r0 * kb..(r0 + m) * kb];
