@@ -3,8 +3,9 @@
 //!
 //! [`attend`] is the one entry point of a layer: it decides, sequence by sequence, which
 //! route runs — the tensor kernels ([`naive`] or [`tiled`]), a decode row on plain slices
-//! against a copied cache, or a decode row read in place through the page table
-//! (PagedAttention). The math is the same on every route; only where the bytes sit differs.
+//! against a copied cache, or a decode row read in place from the cache (through the page
+//! table, as PagedAttention does, or from a contiguous reservation). The math is the same
+//! on every route; only where the bytes sit differs.
 
 use super::flash::{self, IoCount, Tiles};
 use super::forward::AttnKernel;
@@ -100,7 +101,8 @@ pub fn attend(
             let mut k_row = h.k_row(p.off).to_vec();
             s.rope.rotate(&mut k_row, p.pos0);
             io.add(flash::naive_io(1, p.pos0 + 1, s.head_dim).times(s.n_head));
-            // A paged store on the CPU takes the row in place and lends its pages back.
+            // A store on the CPU (paged or contiguous) takes the row in place and lends
+            // its rows back; others hand back a copy of the whole cache.
             if kv.append_row(i, s.layer, &k_row, h.v_row(p.off))? {
                 in_place.push((i, p));
             } else {
