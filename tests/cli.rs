@@ -78,6 +78,16 @@ fn generate_and_trace_speak_json_when_asked_and_tables_otherwise() {
     for l in so.lines() {
         let v: serde_json::Value = serde_json::from_str(l).unwrap();
         assert!(v["attention"].is_array());
+        // Every step says what it moved and computed.
+        for k in [
+            "weight_bytes",
+            "kv_read_bytes",
+            "kv_write_bytes",
+            "score_bytes",
+            "flops",
+        ] {
+            assert!(v["traffic"][k].as_u64().unwrap() > 0, "{k}: {l}");
+        }
     }
 }
 

@@ -10,6 +10,7 @@
 use super::flash::{self, IoCount, Tiles};
 use super::forward::AttnKernel;
 use super::rope::Rope;
+use super::traffic::Traffic;
 use crate::kv::{BatchKv, KvRows};
 use candle_core::{Result, Tensor};
 use rayon::prelude::*;
@@ -66,6 +67,8 @@ pub struct Attended {
     pub out: Tensor,
     /// Bytes moved to and from main memory, all sequences and heads.
     pub io: IoCount,
+    /// The cache bytes read and written, the score traffic and the FLOPs, all sequences.
+    pub traffic: Traffic,
     pub seen: Option<Seen>,
 }
 
@@ -94,13 +97,17 @@ pub fn attend(
     };
     let mut out = Output::new(on_host, rows * width);
     let (mut io, mut seen) = (IoCount::default(), None);
+    let mut traffic = Traffic::default();
+    let shape = (s.n_head, s.n_kv_head, s.head_dim);
     let (mut copied, mut in_place) = (Vec::new(), Vec::new());
     for (i, &p) in spans.iter().enumerate() {
         let captured = i == 0 && capture_rows > 0;
         if let (Some(h), 1, false) = (&slices, p.len, captured) {
             let mut k_row = h.k_row(p.off).to_vec();
             s.rope.rotate(&mut k_row, p.pos0);
-            io.add(flash::naive_io(1, p.pos0 + 1, s.head_dim).times(s.n_head));
+            let row_io = flash::naive_io(1, p.pos0 + 1, s.head_dim).times(s.n_head);
+            io.add(row_io);
+            traffic.add(Traffic::attention(1, p.pos0 + 1, shape, row_io.total()));
             // A store on the CPU (paged or contiguous) takes the row in place and lends
             // its rows back; others hand back a copy of the whole cache.
             if kv.append_row(i, s.layer, &k_row, h.v_row(p.off))? {
@@ -117,6 +124,8 @@ pub fn attend(
         let rows = if captured { capture_rows } else { 0 };
         let one = on_tensors(s, q, k, v, p, i, kv, rows)?;
         io.add(one.att.io);
+        let kv_len = p.pos0 + p.len;
+        traffic.add(Traffic::attention(p.len, kv_len, shape, one.att.io.total()));
         out.put(p, &one.att.out.transpose(0, 1)?.reshape((p.len, width))?)?;
         if captured {
             seen = Some(one);
@@ -128,6 +137,7 @@ pub fn attend(
     Ok(Attended {
         out: out.finish(rows, width, q.device())?,
         io,
+        traffic,
         seen,
     })
 }

@@ -14,6 +14,7 @@ use super::linear::Linear;
 use super::probe::{LayerLook, Probe};
 use super::rope::Rope;
 use super::tokenizer::TextTokenizer;
+use super::traffic::Traffic;
 use super::weights::{LoadOptions, Weights};
 use crate::kv::{BatchKv, KvStore};
 use candle_core::quantized::QMatMul;
@@ -262,11 +263,12 @@ impl Model {
         let heads = (self.cfg.n_head, self.kv_heads(), self.cfg.head_dim);
         for layer in 0..self.cfg.n_layer {
             let mut look = LayerLook::new(probe.as_deref(), layer, spans[0]);
-            let (y, io) = self.block(layer, &x, &spans, kv, &mut look)?;
+            let (y, io, t) = self.block(layer, &x, &spans, kv, &mut look)?;
             let capture = look.leaving(&y, heads)?;
             x = y;
             if let Some(p) = probe.as_deref_mut() {
                 p.attn_io.add(io);
+                p.traffic.add(t);
                 p.captures.extend(capture);
                 p.timing.layers_ms.push(clock.lap());
             }
@@ -275,6 +277,10 @@ impl Model {
         let logits = self.lm_head(&x, &spans, which)?;
         if let Some(p) = probe {
             p.timing.lm_head_ms = clock.lap();
+            let rows: usize = logits.iter().map(|l| l.dim(0).unwrap_or(0)).sum();
+            let (out, inp) = self.weights.lm_head.dims();
+            let head = &self.weights.lm_head;
+            p.traffic.add(Traffic::matrix(head.bytes(), out, inp, rows));
         }
         Ok(logits)
     }
@@ -289,7 +295,7 @@ impl Model {
         spans: &[Span],
         kv: &mut dyn BatchKv,
         look: &mut LayerLook,
-    ) -> Result<(Tensor, IoCount)> {
+    ) -> Result<(Tensor, IoCount, Traffic)> {
         let w = &self.weights.layers[layer];
         let eps = self.cfg.rms_eps as f32;
         // Attention block: RMSNorm, then Q, K and V for every row at once.
@@ -318,7 +324,14 @@ impl Model {
         look.gate(&gate)?;
         let up = w.w_up.forward(&h)?;
         let x = (x + w.w_down.forward(&(gate * up)?)?)?;
-        Ok((x, att.io))
+        // Every matrix of the layer was read once, for all the batch's rows.
+        let rows = x.dim(0)?;
+        let mut traffic = att.traffic;
+        for l in [&w.wq, wk, wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down] {
+            let (out, inp) = l.dims();
+            traffic.add(Traffic::matrix(l.bytes(), out, inp, rows));
+        }
+        Ok((x, att.io, traffic))
     }
 
     /// How attention runs in `layer` under this model's layout and kernel.

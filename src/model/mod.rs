@@ -15,6 +15,7 @@ pub mod sampler;
 pub mod session;
 pub mod source;
 pub mod tokenizer;
+pub mod traffic;
 pub mod weights;
 
 pub use config::LlamaConfig;

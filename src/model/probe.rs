@@ -104,6 +104,8 @@ pub struct Probe {
     pub attn_io: crate::model::flash::IoCount,
     /// Where the last call's time went, milliseconds: embedding, each layer, LM head.
     pub timing: Timing,
+    /// What the last call moved and computed, counted from the operations it ran.
+    pub traffic: crate::model::traffic::Traffic,
 }
 
 /// Wall time of the stages of one forward call, in milliseconds.
@@ -128,6 +130,7 @@ impl Probe {
         self.captures.clear();
         self.attn_io = crate::model::flash::IoCount::default();
         self.timing = Timing::default();
+        self.traffic = Default::default();
     }
 }
 

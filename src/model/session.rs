@@ -45,6 +45,10 @@ pub struct StepInfo {
     pub attn_io: IoCount,
     /// Where the step's time went; `sample_ms` is the sampler's share.
     pub timing: Timing,
+    /// What the step moved through memory and computed (recordings made before it read
+    /// as zero).
+    #[serde(default)]
+    pub traffic: crate::model::traffic::Traffic,
     pub sample_ms: f64,
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub captures: Vec<LayerCapture>,
@@ -94,10 +98,11 @@ impl Session {
             Phase::Decode
         };
         let input = std::mem::take(&mut self.pending);
-        let probe = (self.probe.select != LayerSelect::None).then_some(&mut self.probe);
-        let logits = self
-            .model
-            .forward(&input, &mut self.kv, probe, Logits::Last)?;
+        // The probe always goes along: with no layer selected it copies nothing and only
+        // counts times and traffic.
+        let logits =
+            self.model
+                .forward(&input, &mut self.kv, Some(&mut self.probe), Logits::Last)?;
         let row = Model::last_logits(&logits)?;
         let run = self.model.run_options();
         let ts = std::time::Instant::now();
@@ -133,6 +138,7 @@ impl Session {
             kernel: run.kernel,
             attn_io: self.probe.attn_io,
             timing: std::mem::take(&mut self.probe.timing),
+            traffic: self.probe.traffic,
             sample_ms,
             captures: std::mem::take(&mut self.probe.captures),
         };

@@ -139,6 +139,7 @@ pub fn report() -> StepReport {
                 lm_head_ms: 1.5,
             },
             sample_ms: 0.03,
+            traffic: Default::default(),
             captures: vec![capture(0, t), capture(1, t)],
         },
         kv: KvView {
