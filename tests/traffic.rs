@@ -79,3 +79,33 @@ fn the_tiled_kernel_moves_fewer_score_bytes_and_batches_read_weights_once() {
     let row = (2 * N_KV * (HIDDEN / N_HEAD) * 4) as u64;
     assert_eq!(probe.traffic.kv_write_bytes, N_LAYER as u64 * 12 * row);
 }
+
+#[test]
+fn a_serving_iteration_reads_the_weights_once_for_its_whole_batch() {
+    use inferlab::serve::{CacheKind, Policy, Request, ServeConfig, ServeEngine};
+    let (_d, m) = tiny_f32();
+    let cfg = ServeConfig {
+        policy: Policy::Continuous,
+        cache: CacheKind::Paged,
+        kv_budget_tokens: 256,
+        page_size: 4,
+        max_batch: 4,
+        token_budget: 64,
+        prefix_sharing: false,
+        reserve: Default::default(),
+    };
+    let reqs = (0..3)
+        .map(|i| Request::new(i, (3 + i as u32..9 + i as u32).collect(), 4, 0))
+        .collect();
+    let mut e = ServeEngine::new(&m, cfg, reqs).unwrap();
+    let row = (2 * N_KV * (HIDDEN / N_HEAD) * 4) as u64;
+    for _ in 0..3 {
+        let s = e.step().unwrap();
+        // One pass per iteration: the weights once, each scheduled token's K and V once.
+        assert_eq!(s.traffic.weight_bytes, m.matrix_cost().0 as u64);
+        assert_eq!(
+            s.traffic.kv_write_bytes,
+            N_LAYER as u64 * s.tokens_scheduled as u64 * row
+        );
+    }
+}

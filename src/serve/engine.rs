@@ -31,19 +31,21 @@ impl ServeEngine {
     pub fn step(&mut self) -> Result<ServeStep, String> {
         let t0 = Instant::now();
         let plan = self.scheduler.schedule(self.now())?;
-        let tokens = self.runner.run(&mut self.scheduler, &plan)?;
+        let (tokens, traffic) = self.runner.run(&mut self.scheduler, &plan)?;
         let eos = self.runner.model().tokenizer.eos;
         let finished = self.scheduler.postprocess(&plan, &tokens, eos, self.now());
         // Finished requests' contiguous stores go now, not at the next iteration.
         self.runner.sync(&self.scheduler);
         let wall_ms = t0.elapsed().as_secs_f64() * 1e3;
-        Ok(view::step(
+        let mut step = view::step(
             &self.scheduler,
             &plan,
             &finished,
             self.bytes_per_token(),
             wall_ms,
-        ))
+        );
+        step.traffic = traffic;
+        Ok(step)
     }
 
     /// Seconds since the engine started.

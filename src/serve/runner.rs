@@ -7,7 +7,8 @@ use super::scheduler::{CacheKind, Memory, Plan, Scheduler, ServeConfig};
 use crate::kv::pool::ReqId;
 use crate::kv::{paged::PagedKv, Contiguous, ContiguousBatch, KvStore};
 use crate::model::sampler::argmax;
-use crate::model::{Logits, Model};
+use crate::model::traffic::Traffic;
+use crate::model::{LayerSelect, Logits, Model, Probe};
 use std::collections::BTreeMap;
 
 /// Where the keys and values live.
@@ -52,12 +53,18 @@ impl Runner {
     }
 
     /// Runs the plan's work in one forward pass; returns, per work item, the greedy next
-    /// token where the item samples one.
-    pub fn run(&mut self, s: &mut Scheduler, plan: &Plan) -> Result<Vec<Option<u32>>, String> {
+    /// token where the item samples one, and what the pass moved and computed.
+    pub fn run(
+        &mut self,
+        s: &mut Scheduler,
+        plan: &Plan,
+    ) -> Result<(Vec<Option<u32>>, Traffic), String> {
         self.sync(s);
         if plan.work.is_empty() {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), Traffic::default()));
         }
+        // A probe that captures nothing: it only counts.
+        let mut probe = Probe::new(LayerSelect::None);
         let seqs: Vec<Vec<u32>> = plan
             .work
             .iter()
@@ -74,7 +81,7 @@ impl Runner {
                     .collect();
                 let mut batch = kv.batch(pool, &items).map_err(|e| e.to_string())?;
                 self.model
-                    .forward_batch(&refs, &mut batch, None, Logits::Last)
+                    .forward_batch(&refs, &mut batch, Some(&mut probe), Logits::Last)
             }
             (Store::Contiguous(stores), Memory::Reserved(_)) => {
                 // The plan's work is in id order, and so is the map.
@@ -86,12 +93,13 @@ impl Runner {
                         .collect(),
                 );
                 self.model
-                    .forward_batch(&refs, &mut batch, None, Logits::Last)
+                    .forward_batch(&refs, &mut batch, Some(&mut probe), Logits::Last)
             }
             _ => return Err("the KV store and the scheduler's memory disagree".into()),
         }
         .map_err(|e| e.to_string())?;
-        plan.work
+        let tokens = plan
+            .work
             .iter()
             .zip(&logits)
             .map(|(w, l)| {
@@ -104,7 +112,8 @@ impl Runner {
                     .map_err(|e| e.to_string())?;
                 Ok(Some(argmax(&row)))
             })
-            .collect()
+            .collect::<Result<_, String>>()?;
+        Ok((tokens, probe.traffic))
     }
 
     /// Brings the contiguous stores in line with the scheduler's reservations: a store for

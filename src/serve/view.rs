@@ -67,6 +67,10 @@ pub struct ServeStep {
     pub reservations: Vec<(ReqId, usize, usize)>,
     pub memory: MemoryStats,
     pub wall_ms: f64,
+    /// What the iteration's forward pass moved and computed (recordings made before it
+    /// read as zero).
+    #[serde(default)]
+    pub traffic: crate::model::traffic::Traffic,
 }
 
 /// The report of the iteration `plan` ran; `finished` are the requests `postprocess`
@@ -108,6 +112,7 @@ pub fn step(
         reservations,
         memory,
         wall_ms,
+        traffic: Default::default(),
     }
 }
 
