@@ -6,11 +6,11 @@ use std::process::Command;
 
 fn json(args: &[&str]) -> serde_json::Value {
     // The machine's measured limits are cached here, not in the user's data directory.
-    let data = std::env::temp_dir().join(format!("inferlab-bench-test-{}", std::process::id()));
+    let data = tempfile::tempdir().unwrap();
     let o = Command::new(common::bin())
         .args(args)
         .env("INFERLAB_QUIET", "1")
-        .env("INFERLAB_DATA_DIR", &data)
+        .env("INFERLAB_DATA_DIR", data.path())
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
