@@ -72,6 +72,19 @@ struct WideActs {
     s_stride: usize,
 }
 
+#[cfg(target_arch = "x86_64")]
+impl WideActs {
+    /// Rows `r0..r0 + m` (of `kb` blocks each) as the AVX-512 kernel reads them.
+    fn rows(&self, r0: usize, m: usize, kb: usize) -> avx512::Acts<'_> {
+        avx512::Acts {
+            q: &self.offset[r0 * kb * QK..(r0 + m) * kb * QK],
+            s: &self.scales[r0 * self.s_stride..(r0 + m) * self.s_stride],
+            q_stride: kb * QK,
+            s_stride: self.s_stride,
+        }
+    }
+}
+
 /// Whether the AVX-512 VNNI kernel runs; `INFERLAB_NO_AVX512` turns it off to compare.
 fn use_avx512_vnni() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -277,12 +290,7 @@ fn dot_rows(w_s: &[f32], w_q: &[i8], a: &QActs, r0: usize, m: usize, kb: usize, 
     #[cfg(target_arch = "x86_64")]
     {
         if let Some(wide) = &a.wide {
-            let view = avx512::Acts {
-                q: &wide.offset[r0 * kb * QK..(r0 + m) * kb * QK],
-                s: &wide.scales[r0 * wide.s_stride..(r0 + m) * wide.s_stride],
-                q_stride: kb * QK,
-                s_stride: wide.s_stride,
-            };
+            let view = wide.rows(r0, m, kb);
             // SAFETY: `wide` only exists when the AVX-512 features were detected.
             unsafe { avx512::dot_rows(w_s, w_q, &view, m, dst) };
             odd_block(w_s, w_q, a, r0, m, kb, dst);
@@ -311,12 +319,7 @@ fn dot_rows_pair(
 ) {
     #[cfg(target_arch = "x86_64")]
     if let Some(wide) = &a.wide {
-        let view = avx512::Acts {
-            q: &wide.offset[r0 * kb * QK..(r0 + m) * kb * QK],
-            s: &wide.scales[r0 * wide.s_stride..(r0 + m) * wide.s_stride],
-            q_stride: kb * QK,
-            s_stride: wide.s_stride,
-        };
+        let view = wide.rows(r0, m, kb);
         let (d1, d2) = dst.split_at_mut(m);
         // SAFETY: `wide` only exists when the AVX-512 features were detected.
         unsafe {
@@ -373,19 +376,7 @@ pub fn scalar_dot_rows(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Values in [-1, 1) from a xorshift generator: repeatable test data.
-    fn pseudo_random(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-            })
-            .collect()
-    }
+    use crate::kernels::pseudo_random;
     use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
     use candle_core::{Device, Module, Tensor};
 
