@@ -8,12 +8,22 @@
 //! on every route; only where the bytes sit differs.
 
 use super::flash::{self, IoCount, Tiles};
-use super::forward::AttnKernel;
 use super::rope::Rope;
 use super::traffic::Traffic;
 use crate::kv::{BatchKv, KvRows};
 use candle_core::{Result, Tensor};
 use rayon::prelude::*;
+
+/// Which attention kernel runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttnKernel {
+    /// Full score matrix in memory (candle tensors).
+    #[default]
+    Naive,
+    /// FlashAttention-style tiles, with this much on-chip memory.
+    Tiled { sram_bytes: usize },
+}
 
 /// What one attention call produced.
 pub struct AttnOut {

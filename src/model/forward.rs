@@ -5,6 +5,7 @@
 //! `rope.rs`, `linear.rs` (`y = x Wᵀ`), and `probe.rs`, which the block reports what it
 //! saw to.
 
+pub use super::attention::AttnKernel;
 use super::attention::{self, Span};
 use super::config::LlamaConfig;
 use super::error::{ModelError, Result};
@@ -28,17 +29,6 @@ use std::sync::Arc;
 pub enum Logits {
     Last,
     All,
-}
-
-/// Which attention kernel runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum AttnKernel {
-    /// Full score matrix in memory (candle tensors).
-    #[default]
-    Naive,
-    /// FlashAttention-style tiles, with this much on-chip memory.
-    Tiled { sram_bytes: usize },
 }
 
 /// How the forward pass runs: the head layout and the attention kernel.
