@@ -1,38 +1,12 @@
 //! The scheduler on its own, without any model: the DESIGN.md invariants of batching,
 //! admission and preemption, checked iteration by iteration on seeded workloads.
 
+mod common;
+
+use common::serving::{cfg, workload};
 use inferlab::kv::pool::ReqId;
 use inferlab::serve::scheduler::{Memory, Plan, Scheduler};
-use inferlab::serve::workload::{LengthDist, Workload};
-use inferlab::serve::{CacheKind, Policy, ReqPhase, Request, ServeConfig};
-
-fn cfg(policy: Policy, cache: CacheKind, budget: usize) -> ServeConfig {
-    ServeConfig {
-        policy,
-        cache,
-        kv_budget_tokens: budget,
-        page_size: 4,
-        max_batch: 6,
-        token_budget: 24,
-        prefix_sharing: true,
-        reserve: Default::default(),
-    }
-}
-
-fn workload(n: usize, gap: f64, seed: u64) -> Vec<Request> {
-    let source: Vec<u32> = (0..400u32).map(|i| 3 + (i * 7919 % 250)).collect();
-    Workload {
-        requests: n,
-        prompt_min: 3,
-        prompt_max: 16,
-        output_min: 1,
-        output_max: 20,
-        output_dist: LengthDist::Uniform,
-        mean_gap: gap,
-        seed,
-    }
-    .generate(&source)
-}
+use inferlab::serve::{CacheKind, Policy, ReqPhase, Request};
 
 /// What the runner does to the scheduler's memory and what the model hands back, without
 /// a model: the pass writes each work item's tokens into the pool (the runner's

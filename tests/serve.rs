@@ -2,42 +2,11 @@
 
 mod common;
 
+use common::serving::{cfg, workload};
 use common::*;
 use inferlab::model::session::Session;
 use inferlab::model::{Model, SamplerConfig};
-use inferlab::serve::workload::Workload;
-use inferlab::serve::{CacheKind, Policy, ReqPhase, Request, ServeConfig, ServeEngine};
-
-fn cfg(policy: Policy, cache: CacheKind, budget: usize) -> ServeConfig {
-    ServeConfig {
-        policy,
-        cache,
-        kv_budget_tokens: budget,
-        page_size: 4,
-        max_batch: 6,
-        token_budget: 24,
-        prefix_sharing: true,
-        reserve: Default::default(),
-    }
-}
-
-fn source() -> Vec<u32> {
-    (0..400u32).map(|i| 3 + (i * 7919 % 250)).collect()
-}
-
-fn workload(n: usize, gap: f64, seed: u64) -> Vec<Request> {
-    Workload {
-        requests: n,
-        prompt_min: 3,
-        prompt_max: 16,
-        output_min: 1,
-        output_max: 20,
-        output_dist: inferlab::serve::workload::LengthDist::Uniform,
-        mean_gap: gap,
-        seed,
-    }
-    .generate(&source())
-}
+use inferlab::serve::{CacheKind, Policy, ReqPhase, Request, ServeEngine};
 
 fn run_all(e: &mut ServeEngine) -> Vec<inferlab::serve::ServeStep> {
     let mut steps = Vec::new();

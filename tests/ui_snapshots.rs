@@ -246,30 +246,9 @@ fn a_prediction_runs_the_next_step_and_is_graded_by_what_the_model_did() {
         [Command::Step]
     ));
     // The decode step that follows: head 0 of every layer looks hardest at position 0.
-    let mut r = report();
-    r.iteration = 4;
-    r.info.step = 1;
-    r.pieces.push(" keeps".into());
-    let kv = r.pieces.len();
-    r.info.captures = (0..2)
-        .map(|layer| {
-            let mut c = capture(layer, 1);
-            c.kv_len = kv;
-            c.pos0 = kv - 1;
-            c.weights = (0..3 * kv)
-                .map(|i| {
-                    if i % kv == 0 {
-                        0.7
-                    } else {
-                        0.3 / (kv - 1) as f32
-                    }
-                })
-                .collect();
-            c.scores = c.weights.clone();
-            c
-        })
-        .collect();
-    a.on_event(Event::Report(Box::new(r)));
+    a.on_event(Event::Report(Box::new(
+        decode_report_attending_to_the_first_token(),
+    )));
     let t = a.tutor.as_ref().unwrap();
     assert!(t.pending.is_none());
     let ans = t.answers[0].as_ref().unwrap();
