@@ -3,7 +3,6 @@
 pub mod attention;
 pub mod decode;
 pub mod heads;
-pub mod machine;
 pub mod render;
 pub mod serve;
 pub mod sink;

@@ -10,6 +10,7 @@ pub mod export;
 pub mod kernels;
 pub mod kv;
 pub mod lesson;
+pub mod machine;
 pub mod model;
 pub mod screen;
 pub mod serve;

@@ -10,16 +10,19 @@ pub enum Pane {
     Kv,
     Serving,
     Forward,
+    /// Shares the forward pane's place: focusing one shows it.
+    Traffic,
 }
 
 impl Pane {
     /// Every pane, in focus order (tab).
-    pub const ALL: [Pane; 6] = [
+    pub const ALL: [Pane; 7] = [
         Pane::Attention,
         Pane::Heads,
         Pane::Output,
         Pane::Kv,
         Pane::Serving,
         Pane::Forward,
+        Pane::Traffic,
     ];
 }

@@ -423,3 +423,74 @@ fn look_at_view_sink_experiment_and_export_on_the_real_model() {
     assert!(s.contains("window + first page"), "{s}");
     t.keys(&["q"]);
 }
+
+/// The "cached now" line of the traffic pane.
+fn cached_line(screen: &str) -> String {
+    screen
+        .lines()
+        .find(|l| l.contains("cached now: live"))
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn the_traffic_pane_watches_the_long_workload_pass_the_weights() {
+    let model = common::real_model();
+    let data = tempfile::tempdir().unwrap();
+    let t = Tmux::start(200, 60);
+    let cmd = format!(
+        "INFERLAB_DATA_DIR={} {} --model {}",
+        data.path().display(),
+        common::bin().display(),
+        model.display()
+    );
+    t.keys(&[&cmd, "Enter"]);
+    t.wait_for("ready: press space", 60);
+    // t: the traffic pane takes the forward pane's place, against this machine's limits
+    // (measured at start into the data folder).
+    t.keys(&["t", "Space"]);
+    t.wait_for_all(
+        &[
+            "memory traffic",
+            "KV read passes the weights at ≈",
+            "roofline · G op/s",
+        ],
+        30,
+    );
+    assert!(data.path().join("machine.json").exists());
+    // g: the long story's eight parts. Under GQA the batch starts below the crossover and
+    // passes it while it decodes.
+    t.keys(&["g"]);
+    t.wait_for("serving workload restarted: Long", 20);
+    let mut below_seen = false;
+    let passed = (0..80).any(|i| {
+        t.keys(&["Space"]);
+        t.wait_for(&format!("iteration {} ", i + 2), 60);
+        let line = cached_line(&t.screen());
+        below_seen |= line.contains("batch") && line.contains("(below)");
+        line.contains("(past it)")
+            && line
+                .split("batch")
+                .nth(1)
+                .is_some_and(|b| b.contains("past"))
+    });
+    assert!(below_seen && passed, "{}", t.screen());
+    // m (twice: GQA → MQA → MHA): under MHA the workload starts again and passes the
+    // crossover within its prefill iterations.
+    t.keys(&["m"]);
+    t.wait_for(" · MQA · ", 60);
+    t.keys(&["m"]);
+    t.wait_for(" · MHA · ", 60);
+    let passed_mha = (0..6).any(|_| {
+        t.keys(&["Space"]);
+        std::thread::sleep(Duration::from_millis(300));
+        t.wait_for("memory traffic", 60);
+        std::thread::sleep(Duration::from_secs(2));
+        let line = cached_line(&t.screen());
+        line.split("batch")
+            .nth(1)
+            .is_some_and(|b| b.contains("past"))
+    });
+    assert!(passed_mha, "{}", t.screen());
+    t.quit();
+}

@@ -165,6 +165,11 @@ fn the_e_key_writes_the_focused_pane_and_says_where() {
     a.update(Action::Export);
     assert!(a.status.contains("exported output"), "{}", a.status);
     assert!(dir.path().join("inferlab-output-iter3.png").exists());
+    // The traffic pane (t) too; one test, since the export folder is process-wide.
+    let mut a = common::fixture::traffic_app();
+    a.update(Action::Export);
+    assert!(a.status.contains("exported traffic"), "{}", a.status);
+    assert!(dir.path().join("inferlab-traffic-iter3.png").exists());
 }
 
 #[test]
@@ -407,4 +412,34 @@ fn the_output_and_forward_panes_export_what_they_show() {
         let png = export::to_png(&export::render_svg(&a.scene(), p).unwrap(), 1.0).unwrap();
         assert_eq!(&png[1..4], b"PNG");
     }
+}
+
+#[test]
+fn the_traffic_pane_exports_its_bars_crossover_and_roofline() {
+    let mut a = common::fixture::traffic_app();
+    assert_eq!(a.focus, Pane::Traffic);
+    assert_eq!(
+        ExportPane::for_focus(Pane::Traffic, false),
+        ExportPane::Traffic
+    );
+    let svg = export::render_svg(&a.scene(), ExportPane::Traffic).unwrap();
+    for s in [
+        "Memory traffic",
+        "KV read passes the weights at ≈",
+        "int8 peak 1600 G op/s",
+        "prefill · ",
+        "B=1 decode · ",
+        "serving batch · ",
+    ] {
+        assert!(svg.contains(s), "{s} missing");
+    }
+    // Two bars (live step, serving batch) of up to four kinds each, and the legend's four.
+    let weights = count(&svg, r##"fill="#3b6ea5""##);
+    assert!((2 + 1..=2 + 1 + 3).contains(&weights), "{weights}");
+    let png = export::to_png(&svg, 1.0).unwrap();
+    assert_eq!(&png[1..4], b"PNG");
+    // Without measured limits the picture says so instead of drawing a roofline.
+    a.machine = None;
+    let svg = export::render_svg(&a.scene(), ExportPane::Traffic).unwrap();
+    assert!(svg.contains("No roofline") && !svg.contains("int8 peak"));
 }

@@ -109,3 +109,105 @@ fn a_serving_iteration_reads_the_weights_once_for_its_whole_batch() {
         );
     }
 }
+
+#[test]
+fn the_traffic_view_takes_its_figures_from_the_reports() {
+    use inferlab::model::HeadLayout;
+    use inferlab::views::traffic;
+    let (_d, m) = tiny_f32_with_context(256);
+    let reports = inferlab::worker::run_request(&m, "Hi", 4, 3).unwrap();
+    let machine = common::fixture::machine();
+    let now = &reports[2];
+    let v = traffic::view(now, &reports[..2], Some(&machine));
+    // The crossover: the pass's weight bytes over each layout's KV bytes per token.
+    let c = v.crossover.clone().unwrap();
+    assert_eq!(c.weight_bytes, now.info.traffic.weight_bytes);
+    assert_eq!(c.layout, HeadLayout::Gqa);
+    assert_eq!(c.live, now.info.kv_len);
+    // The weights each layout would read: the counted ones for the layout that ran.
+    let weights = &now.info.weight_bytes_by_layout;
+    assert_eq!(weights[&HeadLayout::Gqa], c.weight_bytes);
+    assert!(
+        weights[&HeadLayout::Mha] > c.weight_bytes && weights[&HeadLayout::Mqa] < c.weight_bytes
+    );
+    for (l, n) in &c.tokens {
+        let (per, w) = (now.info.kv_bytes_per_token[l] as u64, weights[l]);
+        assert!(n * per >= w && (n - 1) * per < w, "{l}");
+    }
+    let at = |l: HeadLayout| c.tokens.iter().find(|t| t.0 == l).unwrap().1 as f64;
+    // MHA stores every query head's K and V: N_HEAD / N_KV times the KV bytes per token,
+    // against slightly more weights (its K and V projections grow too).
+    let sooner = at(HeadLayout::Gqa) / at(HeadLayout::Mha);
+    let ratio = (N_HEAD / N_KV) as f64;
+    assert!(sooner < ratio && sooner > 0.6 * ratio, "{sooner}");
+    assert!(at(HeadLayout::Mqa) > at(HeadLayout::Gqa));
+    // The roofline: the prefill from history, this decode step, no serving batch here.
+    let labels: Vec<&str> = v.points.iter().map(|p| p.label).collect();
+    assert_eq!(labels, ["prefill", "B=1 decode"]);
+    assert!(v.points[1].now && !v.points[0].now);
+    // A prefill reuses each weight over many rows: more work per byte than a decode row.
+    assert!(v.points[0].at.intensity() > 3.0 * v.points[1].at.intensity());
+    let ms = now.info.wall_ms;
+    let bytes = v.now.bytes() as f64;
+    assert!((v.now.gb_per_s() - bytes / 1e9 / (ms / 1e3)).abs() < 1e-9);
+    let roof = v.roof.unwrap();
+    assert_eq!(roof.peak_gops, 2.0 * machine.int8_gmac_per_s);
+    assert_eq!(roof.at(1.0), machine.read_gb_per_s);
+    assert_eq!(roof.at(1e6), roof.peak_gops);
+    // Scrubbed back to the prefill, later steps are not on the roofline.
+    let back = traffic::view(&reports[0], &reports, None);
+    let labels: Vec<&str> = back.points.iter().map(|p| p.label).collect();
+    assert_eq!(labels, ["prefill"]);
+    assert!(back.roof.is_none());
+}
+
+#[test]
+fn the_long_workload_passes_the_crossover_under_gqa_and_mha_passes_it_sooner() {
+    use inferlab::model::{HeadLayout, LoadOptions, Model, TextTokenizer};
+    let base = Model::load(&real_model(), &LoadOptions::default()).unwrap();
+    let parts = inferlab::worker::long_parts();
+    assert_eq!(parts.len(), 8, "eight parts, the title joined to the first");
+    for line in inferlab::assets::LONG_TEXT
+        .lines()
+        .filter(|l| !l.is_empty())
+    {
+        assert_eq!(
+            parts.iter().filter(|p| p.contains(line)).count(),
+            1,
+            "{line}"
+        );
+    }
+    let prompts: usize = parts
+        .iter()
+        .map(|p| {
+            base.tokenizer
+                .encode(&TextTokenizer::chat_prompt(p))
+                .unwrap()
+                .len()
+        })
+        .sum();
+    // The workload's KV budget holds every prompt with its longest output: no preemption.
+    assert!(prompts + 8 * 192 <= 6144, "{prompts}");
+    let crossover = |l: HeadLayout| {
+        let m = base
+            .with_run(RunOptions {
+                layout: l,
+                ..Default::default()
+            })
+            .unwrap();
+        // What the report says for a layout is what that model really reads.
+        assert_eq!(base.weight_bytes_under(l), m.matrix_cost().0 as u64, "{l}");
+        (m.matrix_cost().0 / m.kv_bytes_per_token()) as f64
+    };
+    let (gqa, mha) = (crossover(HeadLayout::Gqa), crossover(HeadLayout::Mha));
+    crossover(HeadLayout::Mqa);
+    // Under GQA the batch crosses while it decodes (prompts alone are below, prompts and
+    // the shortest outputs above); under MHA the prompts alone are well past it: three
+    // times the KV per token against ~10% more weights.
+    assert!(
+        (prompts as f64) < gqa && (prompts + 8 * 96) as f64 > gqa,
+        "{prompts} vs {gqa}"
+    );
+    assert!(gqa / mha > 2.6 && gqa / mha < 3.0, "{}", gqa / mha);
+    assert!(prompts as f64 > 2.5 * mha);
+}

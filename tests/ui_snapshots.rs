@@ -75,6 +75,14 @@ fn help_overlay_lists_every_key() {
         assert!(text.contains(k.help), "help lacks {}", k.keys);
     }
     insta::assert_snapshot!(b);
+    // The smallest terminal the app runs in shows every key too.
+    let small = render(80, 24, |_, f| {
+        panes::help::render(&THEME, f.area(), f.buffer_mut())
+    });
+    let small = format!("{small}");
+    for k in inferlab::ui::keys::BINDINGS {
+        assert!(small.contains(k.help), "80×24 help lacks {}", k.keys);
+    }
 }
 
 #[test]
@@ -839,4 +847,40 @@ fn the_lesson_pane_draws_a_tutor_and_what_the_app_says_of_it() {
         let text = format!("{}", term.backend());
         assert!(text.contains(mark), "{text}");
     }
+}
+
+#[test]
+fn the_traffic_pane_at_80x24_and_200x60() {
+    let a = common::fixture::traffic_app();
+    assert!(a.traffic_shown);
+    for (w, h) in [(80, 24), (200, 60)] {
+        let b = render_app(&a, w, h);
+        let text = format!("{b}");
+        assert!(text.contains("memory traffic"), "{text}");
+        assert!(
+            !text.contains("forward pass"),
+            "traffic holds the forward pane's place"
+        );
+        insta::assert_snapshot!(format!("traffic_screen_{w}x{h}"), b);
+    }
+    // With room, the pane labels every point of the roofline where it sits.
+    let mut term = Terminal::new(TestBackend::new(96, 26)).unwrap();
+    term.draw(|f| panes::traffic::render(&a, &THEME, f.area(), f.buffer_mut()))
+        .unwrap();
+    let text = format!("{}", term.backend());
+    for s in [
+        "● prefill",
+        "● B=1 decode",
+        "● serving batch",
+        "KV read passes the weights at ≈",
+        "roofline · G op/s vs op/byte · int8 peak 1600",
+    ] {
+        assert!(text.contains(s), "{s} missing:\n{text}");
+    }
+    insta::assert_snapshot!("traffic_pane", term.backend());
+    // t again gives the forward pane back; tab walks through both.
+    let mut a = a;
+    a.update(Action::ToggleTraffic);
+    assert!(!a.traffic_shown);
+    assert!(format!("{}", render_app(&a, 200, 60)).contains("forward pass"));
 }

@@ -186,7 +186,7 @@ pub fn run(
         })
         .collect();
     let weight_bytes_per_token = q8.matrix_cost().0;
-    let read_gb_per_s = super::machine::get()?.read_gb_per_s;
+    let read_gb_per_s = crate::machine::get()?.read_gb_per_s;
     let ours = configs.get("ours").map_or(0.0, |s| s.decode_tok_per_s);
     Ok(DecodeReport {
         prompt_tokens: prompt.len(),

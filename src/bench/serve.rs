@@ -296,7 +296,7 @@ pub fn run(
         .iter()
         .map(|(&b, &ms)| (b, b as f64 * macs / (ms / 1e3) / 1e9))
         .collect();
-    let int8_gmac_per_s = super::machine::get()?.int8_gmac_per_s;
+    let int8_gmac_per_s = crate::machine::get()?.int8_gmac_per_s;
     let int8_peak_fraction_by_batch = gmac_per_s_by_batch
         .iter()
         .map(|(&b, &g)| (b, g / int8_gmac_per_s.max(f64::MIN_POSITIVE)))

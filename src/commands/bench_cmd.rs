@@ -2,7 +2,8 @@
 
 use super::{load_model, model_path, DeviceArgs, ModelArgs, SourceArgs};
 use anyhow::Result;
-use inferlab::bench::{attention, decode, heads, machine, render, serve, sink};
+use inferlab::bench::{attention, decode, heads, render, serve, sink};
+use inferlab::machine;
 use inferlab::serve::workload::LengthDist;
 use inferlab::serve::Reserve;
 

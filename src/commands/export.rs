@@ -74,6 +74,9 @@ pub fn run(a: &Args) -> Result<()> {
     app.on_event(Event::Ready {
         model: header.model,
     });
+    if let Some(m) = header.machine {
+        app.on_event(Event::Machine(m));
+    }
     for r in reports {
         let done = r.iteration == want;
         app.on_event(Event::Report(Box::new(r)));

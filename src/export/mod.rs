@@ -11,6 +11,7 @@ pub mod request;
 pub mod sink;
 pub mod svg;
 pub mod timeline;
+pub mod traffic;
 
 use crate::screen::Pane;
 use crate::serve::{CacheKind, Policy, ReqPhase};
@@ -31,6 +32,10 @@ pub struct Scene<'a> {
     /// The app's settings, for a timeline without a serving report.
     pub policy: Policy,
     pub cache: CacheKind,
+    /// Earlier reports, oldest first (the roofline's prefill and decode points).
+    pub past: &'a VecDeque<Box<StepReport>>,
+    /// This machine's limits, when measured.
+    pub machine: Option<&'a crate::machine::Machine>,
 }
 
 /// What can be exported.
@@ -52,6 +57,8 @@ pub enum ExportPane {
     Forward,
     /// The generated text and the next-token distribution.
     Output,
+    /// Memory traffic: bytes moved, the crossover, the roofline.
+    Traffic,
 }
 
 impl ExportPane {
@@ -66,6 +73,7 @@ impl ExportPane {
             Self::Sink => "sink",
             Self::Forward => "forward",
             Self::Output => "output",
+            Self::Traffic => "traffic",
         }
     }
 
@@ -81,6 +89,7 @@ impl ExportPane {
             Pane::Serving => Self::Batch,
             Pane::Output => Self::Output,
             Pane::Forward => Self::Forward,
+            Pane::Traffic => Self::Traffic,
         }
     }
 }
@@ -129,6 +138,11 @@ pub fn render_svg(app: &Scene, pane: ExportPane) -> Result<String, ExportError> 
         ExportPane::Heads => heads::render(report, app.head),
         ExportPane::Forward => forward::render(report, app.layer),
         ExportPane::Output => output::render(report),
+        ExportPane::Traffic => traffic::render(&crate::views::traffic::view(
+            report,
+            app.past.iter().map(|r| r.as_ref()),
+            app.machine,
+        )),
         ExportPane::Request => request::render(&report.kv),
         ExportPane::Kv => {
             let sv = report.serve.as_ref().ok_or_else(|| {

@@ -221,13 +221,14 @@ impl Predict {
 }
 
 /// Names of panes, for settings and checks.
-pub const PANES: [(&str, Pane); 6] = [
+pub const PANES: [(&str, Pane); 7] = [
     ("attention", Pane::Attention),
     ("heads", Pane::Heads),
     ("output", Pane::Output),
     ("kv", Pane::Kv),
     ("serving", Pane::Serving),
     ("forward", Pane::Forward),
+    ("traffic", Pane::Traffic),
 ];
 
 /// The default model's shape, which `layer=` and `head=` are checked against.

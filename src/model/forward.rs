@@ -182,6 +182,20 @@ impl Model {
         (bytes, macs)
     }
 
+    /// Weight bytes one pass reads under `layout`: the K and V projections have one block
+    /// of rows per stored KV head (rows are quantized independently, so bytes scale with
+    /// heads); every other matrix stays as it is.
+    pub fn weight_bytes_under(&self, layout: HeadLayout) -> u64 {
+        let (all, _) = self.matrix_cost();
+        let kv: usize = self
+            .kv_proj
+            .iter()
+            .map(|(k, v)| k.bytes() + v.bytes())
+            .sum();
+        let per_head = kv / self.kv_heads();
+        (all - kv + per_head * layout.kv_heads(&self.cfg)) as u64
+    }
+
     /// KV heads stored under the current layout.
     pub fn kv_heads(&self) -> usize {
         self.run.layout.kv_heads(&self.cfg)

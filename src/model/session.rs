@@ -40,6 +40,10 @@ pub struct StepInfo {
     pub query_to_kv: Vec<usize>,
     /// KV-cache bytes per token for every layout of this model (as stored, f32).
     pub kv_bytes_per_token: BTreeMap<HeadLayout, usize>,
+    /// Weight bytes a pass reads under every layout (the K and V projections differ);
+    /// empty in recordings made before it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub weight_bytes_by_layout: BTreeMap<HeadLayout, u64>,
     pub kernel: AttnKernel,
     /// Attention bytes moved to and from main memory this step, all layers and heads.
     pub attn_io: IoCount,
@@ -134,6 +138,10 @@ impl Session {
             kv_bytes_per_token: HeadLayout::ALL
                 .iter()
                 .map(|l| (*l, l.kv_bytes_per_token(&self.model.cfg, 4)))
+                .collect(),
+            weight_bytes_by_layout: HeadLayout::ALL
+                .iter()
+                .map(|l| (*l, self.model.weight_bytes_under(*l)))
                 .collect(),
             kernel: run.kernel,
             attn_io: self.probe.attn_io,

@@ -4,7 +4,7 @@
 use super::tutor::{Reply, Tutor};
 use crate::model::{AttnKernel, HeadLayout, RunOptions};
 use crate::serve::{CacheKind, Policy, ReqPhase};
-use crate::worker::{Command, Event, StepReport};
+use crate::worker::{AppWorkload, Command, Event, ServeSetup, StepReport};
 use std::collections::VecDeque;
 
 /// Everything the user can ask for.
@@ -45,6 +45,10 @@ pub enum Action {
     ToggleLooksAt,
     /// The attention-sink experiment on / off.
     ToggleSink,
+    /// The memory-traffic pane in the forward pane's place, and back.
+    ToggleTraffic,
+    /// The serving workload: chat prompts ↔ the long story.
+    ToggleWorkload,
     /// Scroll the lesson text (mouse wheel), lines.
     ScrollLesson(i16),
     /// The new-prompt line: a character, Backspace, Enter, Esc.
@@ -64,6 +68,7 @@ pub enum Setting {
     Kernel(AttnKernel),
     Serve(Policy, CacheKind, Compare),
     Sink(bool),
+    Workload(AppWorkload),
     Focus(Pane),
     /// Raw scores (true) or softmax weights.
     Values(bool),
@@ -90,8 +95,13 @@ fn needs_model(a: Action) -> bool {
             | Action::CycleCompare
             | Action::StartInput
             | Action::ToggleSink
+            | Action::ToggleWorkload
             | Action::Set(
-                Setting::Layout(_) | Setting::Kernel(_) | Setting::Serve(..) | Setting::Sink(_)
+                Setting::Layout(_)
+                    | Setting::Kernel(_)
+                    | Setting::Serve(..)
+                    | Setting::Sink(_)
+                    | Setting::Workload(_)
             )
     )
 }
@@ -202,6 +212,11 @@ pub struct App {
     pub looks_at: bool,
     /// The attention-sink experiment runs beside the request.
     pub sink: bool,
+    /// The memory-traffic pane holds the forward pane's place.
+    pub traffic_shown: bool,
+    /// This machine's measured limits, for the traffic pane (the engine measures them
+    /// once, or reads them from `bench machine`'s cache).
+    pub machine: Option<crate::machine::Machine>,
     /// The reports come from a recording, not the engine.
     pub replaying: bool,
     pub focus: Pane,
@@ -213,6 +228,7 @@ pub struct App {
     pub run: RunOptions,
     pub policy: Policy,
     pub cache: CacheKind,
+    pub workload: AppWorkload,
     /// Per serving iteration: each request's phase (newest last).
     pub timeline: VecDeque<Vec<(u64, ReqPhase)>>,
     pub compare: Compare,
@@ -247,6 +263,8 @@ impl App {
             scroll: 0,
             looks_at: false,
             sink: false,
+            traffic_shown: false,
+            machine: None,
             replaying: false,
             focus: Pane::Attention,
             help: false,
@@ -257,6 +275,7 @@ impl App {
             run,
             policy: Policy::Continuous,
             cache: CacheKind::Paged,
+            workload: AppWorkload::Chat,
             timeline: VecDeque::new(),
             compare: Compare::Off,
             timeline_b: VecDeque::new(),
@@ -408,7 +427,7 @@ impl App {
     fn setting(&mut self, a: Action) -> Option<Command> {
         let mut run = self.run;
         let (mut policy, mut cache, mut compare) = (self.policy, self.cache, self.compare);
-        let mut sink = self.sink;
+        let (mut sink, mut workload) = (self.sink, self.workload);
         match a {
             Action::CycleLayout => {
                 let i = HeadLayout::ALL
@@ -435,6 +454,13 @@ impl App {
                 }
             }
             Action::ToggleSink => sink = !sink,
+            Action::ToggleWorkload => {
+                workload = match workload {
+                    AppWorkload::Chat => AppWorkload::Long,
+                    AppWorkload::Long => AppWorkload::Chat,
+                }
+            }
+            Action::Set(Setting::Workload(w)) => workload = w,
             Action::Set(Setting::Layout(l)) => run.layout = l,
             Action::Set(Setting::Kernel(k)) => run.kernel = k,
             Action::Set(Setting::Serve(p, c, cmp)) => (policy, cache, compare) = (p, c, cmp),
@@ -446,11 +472,17 @@ impl App {
             self.history.clear();
             return Some(Command::SetRun(run));
         }
-        if (policy, cache, compare) != (self.policy, self.cache, self.compare) {
-            (self.policy, self.cache, self.compare) = (policy, cache, compare);
+        let serve = (policy, cache, compare, workload);
+        if serve != (self.policy, self.cache, self.compare, self.workload) {
+            (self.policy, self.cache, self.compare, self.workload) = serve;
             self.timeline.clear();
             self.timeline_b.clear();
-            return Some(Command::SetServe(policy, cache, self.other()));
+            return Some(Command::SetServe(ServeSetup {
+                policy,
+                cache,
+                other: self.other(),
+                workload,
+            }));
         }
         if sink != self.sink {
             self.sink = sink;
@@ -486,9 +518,14 @@ impl App {
             Action::ScrollForward => self.scroll = self.scroll.saturating_sub(8),
             Action::FocusNext => {
                 let i = Pane::ALL.iter().position(|p| *p == self.focus).unwrap_or(0);
-                self.focus = Pane::ALL[(i + 1) % Pane::ALL.len()];
+                self.focus_on(Pane::ALL[(i + 1) % Pane::ALL.len()]);
             }
-            Action::Set(Setting::Focus(p)) => self.focus = p,
+            Action::Set(Setting::Focus(p)) => self.focus_on(p),
+            Action::ToggleTraffic => self.focus_on(if self.traffic_shown {
+                Pane::Forward
+            } else {
+                Pane::Traffic
+            }),
             Action::Set(Setting::Values(scores)) => self.show_scores = scores,
             // Before the first report the model's shape is unknown: the lesson checked it.
             Action::Set(Setting::Layer(l)) if self.report.is_none() => self.layer = l,
@@ -502,6 +539,16 @@ impl App {
             Action::ScrubBack => self.scrub_to(-1),
             Action::ScrubForward => self.scrub_to(1),
             Action::Export => self.export_focused(),
+            _ => {}
+        }
+    }
+
+    /// Focuses `p`; the forward and traffic panes share a place, so focusing one shows it.
+    fn focus_on(&mut self, p: Pane) {
+        self.focus = p;
+        match p {
+            Pane::Forward => self.traffic_shown = false,
+            Pane::Traffic => self.traffic_shown = true,
             _ => {}
         }
     }
@@ -525,6 +572,8 @@ impl App {
             timeline: &self.timeline,
             policy: self.policy,
             cache: self.cache,
+            past: &self.past,
+            machine: self.machine.as_ref(),
         }
     }
 
@@ -722,6 +771,7 @@ impl App {
                 self.in_flight = false;
             }
             Event::Progress { done, total } => self.loading = Some((done, total)),
+            Event::Machine(m) => self.machine = Some(m),
             Event::Ready { model } => {
                 self.ready = true;
                 self.loading = None;

@@ -144,7 +144,11 @@ pub fn draw(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         panes::serving::render(app, theme, left, buf);
         panes::serving::render_compare(app, theme, right, buf);
     }
-    panes::forward::render(app, theme, a.forward, buf);
+    if app.traffic_shown {
+        panes::traffic::render(app, theme, a.forward, buf);
+    } else {
+        panes::forward::render(app, theme, a.forward, buf);
+    }
     footer(app, theme, a.footer, buf);
     if app.tutor.as_ref().is_some_and(|t| t.list_open) {
         panes::lesson::render_list(app, theme, area, buf);

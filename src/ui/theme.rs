@@ -92,6 +92,15 @@ impl Theme {
         }
     }
 
+    /// A second emphasis, for what contrasts with the accent (the KV cache beside the
+    /// weights).
+    pub fn warm(&self) -> Style {
+        match self.mode {
+            ColorMode::None => Style::default(),
+            _ => Style::default().fg(Color::LightRed),
+        }
+    }
+
     /// Emphasis.
     pub fn accent(&self) -> Style {
         match self.mode {

@@ -9,4 +9,5 @@ pub mod pages;
 pub mod palette;
 pub mod sink;
 pub mod timeline;
+pub mod traffic;
 pub mod units;

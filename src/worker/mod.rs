@@ -29,9 +29,9 @@ pub enum Command {
     SetRun(RunOptions),
     /// Start a new request with this user message (chat template applied).
     Prompt(String),
-    /// Restart the serving workload under this policy and cache kind, and, when given, a
-    /// second copy beside it under other settings: both see identical work.
-    SetServe(Policy, CacheKind, Option<(Policy, CacheKind)>),
+    /// Restart the serving workload under this setup (and, when it names one, a second copy
+    /// beside it under other settings: both see identical work).
+    SetServe(ServeSetup),
     /// The layer the screen shows: captures of long contexts keep only that layer.
     Focus(usize),
     /// Start (or stop) the attention-sink experiment beside the request: every step then
@@ -52,10 +52,42 @@ pub enum Event {
         model: String,
     },
     Report(Box<StepReport>),
+    /// This machine's measured limits (for the traffic pane).
+    Machine(crate::machine::Machine),
     /// A command failed; the engine is still there and takes the next one.
     Error(String),
     /// The engine thread stopped (a panic); nothing more will come.
     Died(String),
+}
+
+/// Which requests the app's serving engine runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AppWorkload {
+    /// Ten short chat prompts in a small KV budget: batching and paging at work.
+    #[default]
+    Chat,
+    /// The eight parts of a long story at once: the batch's cache outgrows the weights.
+    Long,
+}
+
+/// What the serving side runs: policy, cache, the comparison beside it, the requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServeSetup {
+    pub policy: Policy,
+    pub cache: CacheKind,
+    pub other: Option<(Policy, CacheKind)>,
+    pub workload: AppWorkload,
+}
+
+impl Default for ServeSetup {
+    fn default() -> Self {
+        Self {
+            policy: Policy::Continuous,
+            cache: CacheKind::Paged,
+            other: None,
+            workload: AppWorkload::Chat,
+        }
+    }
 }
 
 /// How to start the engine.
@@ -99,7 +131,18 @@ fn run(cfg: EngineConfig, rx: Receiver<Command>, tx: &Sender<Event>) -> Result<(
         Model::load(&path, &cfg.load).map_err(|e| format!("loading {}: {e}", path.display()))?;
     let model = base.with_run(cfg.run).map_err(|e| e.to_string())?;
     let live = start(&model, &cfg.prompt, cfg.max_new, None)?;
-    let serve = serving(&model, Policy::Continuous, CacheKind::Paged)?;
+    let setup = ServeSetup::default();
+    let serve = serving(&model, setup.policy, setup.cache, setup.workload)?;
+    send(Event::Status(
+        "measuring this machine's memory bandwidth and int8 peak (once per CPU)".into(),
+    ));
+    // The traffic pane works without the limits, so a failure is said, not fatal.
+    match crate::machine::get() {
+        Ok(m) => send(Event::Machine(m)),
+        Err(e) => send(Event::Status(format!(
+            "could not measure this machine: {e:#}"
+        ))),
+    }
     send(Event::Ready {
         model: path
             .file_name()
@@ -114,6 +157,7 @@ fn run(cfg: EngineConfig, rx: Receiver<Command>, tx: &Sender<Event>) -> Result<(
         iteration: 0,
         serve,
         compare: None,
+        setup,
         sink: None,
         last: None,
         focus: 0,
@@ -148,6 +192,8 @@ struct Worker {
     iteration: usize,
     serve: ServeEngine,
     compare: Option<ServeEngine>,
+    /// What `serve` and `compare` run, to start them again under a new head layout.
+    setup: ServeSetup,
     sink: Option<SinkRun>,
     /// The newest report without its attention captures, for steps after the request ends.
     last: Option<StepReport>,
@@ -171,18 +217,22 @@ impl Worker {
                     send(Event::Status("attention-sink experiment off".into()));
                 }
             }
-            Command::SetServe(policy, cache, other) => {
-                let serve = serving(&self.model, policy, cache)?;
-                let compare = match other {
-                    Some((p, c)) => Some(serving(&self.model, p, c)?),
-                    None => None,
-                };
-                (self.serve, self.compare) = (serve, compare);
+            Command::SetServe(setup) => {
+                (self.serve, self.compare) = serving_pair(&self.model, setup)?;
+                self.setup = setup;
+                let ServeSetup {
+                    policy,
+                    cache,
+                    other,
+                    workload,
+                } = setup;
                 send(Event::Status(match other {
                     Some((p, c)) => format!(
                         "serving restarted: {policy:?}/{cache:?} beside {p:?}/{c:?} on the same requests"
                     ),
-                    None => format!("serving workload restarted: {policy:?} batching, {cache:?} cache"),
+                    None => format!(
+                        "serving workload restarted: {workload:?} requests, {policy:?} batching, {cache:?} cache"
+                    ),
                 }));
             }
             Command::Prompt(p) => {
@@ -218,6 +268,9 @@ impl Worker {
         let remaining = self.max_new.saturating_sub(done).max(1);
         let mut live = start(&model, &self.live.prompt, remaining, Some(toks))?;
         live.session.prompt_len = self.live.session.prompt_len;
+        // The serving cache is shaped by the layout too: its workload starts again.
+        let (serve, compare) = serving_pair(&model, self.setup)?;
+        (self.serve, self.compare) = (serve, compare);
         let report = step(
             &mut live,
             &model,
@@ -310,9 +363,93 @@ fn serve_step(e: &mut ServeEngine) -> Result<Option<ServeView>, String> {
     }))
 }
 
-/// The app's serving workload: ten chat requests from the shipped prompts, arriving a few
+/// The serving engine of a setup, and its comparison when the setup names one.
+fn serving_pair(
+    model: &Model,
+    s: ServeSetup,
+) -> Result<(ServeEngine, Option<ServeEngine>), String> {
+    let serve = serving(model, s.policy, s.cache, s.workload)?;
+    let compare = match s.other {
+        Some((p, c)) => Some(serving(model, p, c, s.workload)?),
+        None => None,
+    };
+    Ok((serve, compare))
+}
+
+/// The app's serving engine over one of its workloads.
+fn serving(
+    model: &Model,
+    policy: Policy,
+    cache: CacheKind,
+    workload: AppWorkload,
+) -> Result<ServeEngine, String> {
+    match workload {
+        AppWorkload::Chat => chat_serving(model, policy, cache),
+        AppWorkload::Long => long_serving(model, policy, cache),
+    }
+}
+
+/// The eight parts of the long story, all arriving in the first iterations, with room for
+/// all of them: some 3,200 cached tokens once their prompts are in, enough for the KV read
+/// to pass the weights' ~151 MB (3,284 tokens under GQA, 1,095 under MHA).
+fn long_serving(model: &Model, policy: Policy, cache: CacheKind) -> Result<ServeEngine, String> {
+    let parts = long_parts();
+    let w = Workload {
+        requests: parts.len(),
+        prompt_min: 1,
+        prompt_max: 1,
+        output_min: 96,
+        output_max: 192,
+        output_dist: LengthDist::Uniform,
+        mean_gap: 0.5,
+        seed: 5,
+    };
+    let mut reqs = w.generate(&[0]);
+    for (r, part) in reqs.iter_mut().zip(&parts) {
+        r.prompt = model
+            .tokenizer
+            .encode(&TextTokenizer::chat_prompt(part))
+            .map_err(|e| e.to_string())?;
+    }
+    let cfg = ServeConfig {
+        policy,
+        cache,
+        kv_budget_tokens: 6144,
+        page_size: 16,
+        max_batch: parts.len(),
+        token_budget: 512,
+        prefix_sharing: true,
+        reserve: Default::default(),
+    };
+    ServeEngine::new(model, cfg, reqs)
+}
+
+/// The long story split at its numbered part headings ("I. …", "II. …").
+pub fn long_parts() -> Vec<String> {
+    let mut parts: Vec<String> = Vec::new();
+    for line in crate::assets::LONG_TEXT.lines() {
+        let heading = line
+            .split_once(". ")
+            .is_some_and(|(n, _)| !n.is_empty() && n.chars().all(|c| "IVX".contains(c)));
+        match parts.last_mut() {
+            Some(p) if !heading => {
+                p.push_str(line);
+                p.push('\n');
+            }
+            _ => parts.push(format!("{line}\n")),
+        }
+    }
+    // The title line before part I joins it.
+    if parts.len() > 1 && !parts[0].contains(". ") {
+        let title = parts.remove(0);
+        parts[0].insert_str(0, &title);
+    }
+    parts
+}
+
+/// The app's chat workload: ten chat requests from the shipped prompts, arriving a few
 /// iterations apart, in a KV budget of 1,024 tokens.
-fn serving(model: &Model, policy: Policy, cache: CacheKind) -> Result<ServeEngine, String> {
+fn chat_serving(model: &Model, policy: Policy, cache: CacheKind) -> Result<ServeEngine, String> {
     let w = Workload {
         requests: 10,
         prompt_min: 1,

@@ -27,6 +27,10 @@ pub struct Header {
     pub inferlab: String,
     /// The model file the session ran.
     pub model: String,
+    /// The recording machine's measured limits, so a replay's traffic pane compares the
+    /// recorded timings with the machine that made them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<crate::machine::Machine>,
 }
 
 /// Why a recording could not be read or written.
@@ -160,6 +164,7 @@ impl Recorder {
             version: VERSION,
             inferlab: env!("CARGO_PKG_VERSION").into(),
             model: model.into(),
+            machine: crate::machine::cached(),
         };
         r.line(&serde_json::to_string(&h).expect("a header serializes"))?;
         Ok(r)
@@ -279,6 +284,11 @@ fn read_header(path: &Path, first: &str) -> Result<Header, RecordingError> {
             });
         }
     };
+    // Limits that are not positive numbers would only mislead the traffic pane: drop them.
+    let mut header = header;
+    if header.machine.as_ref().is_some_and(|m| !m.is_plausible()) {
+        header.machine = None;
+    }
     if header.version > VERSION {
         return Err(RecordingError::TooNew {
             path: path.to_path_buf(),
@@ -307,6 +317,9 @@ pub fn spawn_player(rec: Recording) -> (Sender<Command>, Receiver<Event>) {
             });
             if let Some(w) = warning {
                 let _ = etx.send(Event::Status(w));
+            }
+            if let Some(m) = header.machine {
+                let _ = etx.send(Event::Machine(m));
             }
             let mut next = reports.into_iter();
             while let Ok(c) = crx.recv() {

@@ -128,6 +128,7 @@ pub fn report() -> StepReport {
                 .iter()
                 .map(|l| (*l, l.kv_bytes_per_token(&cfg(), 4)))
                 .collect(),
+            weight_bytes_by_layout: Default::default(),
             kernel: AttnKernel::Naive,
             attn_io: IoCount {
                 read: 40_000,
@@ -259,4 +260,44 @@ pub fn sink_view() -> inferlab::sink::SinkView {
         ],
         done: false,
     }
+}
+
+/// Fixed machine limits, so pictures drawn against them do not depend on this machine.
+pub fn machine() -> inferlab::machine::Machine {
+    inferlab::machine::Machine {
+        cpu: "fixture CPU".into(),
+        threads: 2,
+        read_gb_per_s: 20.0,
+        read_gb_per_s_one_thread: 12.0,
+        int8_gmac_per_s: 800.0,
+        f32_gflop_per_s: 400.0,
+        q8_kernel_gmac_per_s: 100.0,
+        features: vec!["avx2".into()],
+    }
+}
+
+/// An app that ran a real tiny-model request (a prefill and two decode steps) with a real
+/// tiny serving engine beside it, the traffic pane shown and the machine's limits known.
+/// Times are fixed (a real run's vary) so the pictures are stable.
+pub fn traffic_app() -> App {
+    let (_d, m) = super::tiny_f32_with_context(256);
+    let live = inferlab::worker::run_request(&m, "Hi", 4, 3).unwrap();
+    let serving = serving_reports(inferlab::serve::CacheKind::Paged, 3);
+    let mut a = App::new(RunOptions::default());
+    a.on_event(Event::Ready {
+        model: "fixture.gguf".into(),
+    });
+    a.on_event(Event::Machine(machine()));
+    for (i, (mut r, s)) in live.into_iter().zip(serving).enumerate() {
+        r.iteration = i + 1;
+        r.info.wall_ms = [40.0, 2.0, 2.5][i];
+        r.decode_tok_per_s = 400.0;
+        r.serve = s.serve.map(|mut v| {
+            v.step.wall_ms = 5.0;
+            v
+        });
+        a.on_event(Event::Report(Box::new(r)));
+    }
+    a.update(inferlab::ui::app::Action::ToggleTraffic);
+    a
 }

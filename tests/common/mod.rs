@@ -322,7 +322,15 @@ pub fn bin() -> PathBuf {
 
 /// The default tiny model loaded with f32 weights (exact reference arithmetic).
 pub fn tiny_f32() -> (tempfile::TempDir, inferlab::model::Model) {
-    let (d, p) = tiny_file(&Tiny::default());
+    tiny_f32_with_context(Tiny::default().context)
+}
+
+/// The same with room for `context` tokens (a chat-templated prompt needs ~100).
+pub fn tiny_f32_with_context(context: u32) -> (tempfile::TempDir, inferlab::model::Model) {
+    let (d, p) = tiny_file(&Tiny {
+        context,
+        ..Tiny::default()
+    });
     let opts = inferlab::model::LoadOptions {
         requant: inferlab::model::Requant::F32,
         device: Device::Cpu,

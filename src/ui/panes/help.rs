@@ -10,7 +10,7 @@ use ratatui::widgets::{Block, Borders, Clear, Widget};
 /// Draws the help box centred in `area`.
 pub fn render(theme: &Theme, area: Rect, buf: &mut Buffer) {
     let rows: Vec<_> = BINDINGS.iter().collect();
-    let r = super::centered(area, 76, rows.len() as u16 + 2);
+    let r = super::centered(area, 80, rows.len() as u16 + 2);
     Clear.render(r, buf);
     // The mouse line sits in the bottom border so a 24-line terminal still shows every key.
     let b = Block::default()

@@ -10,6 +10,7 @@ pub mod looks;
 pub mod output;
 pub mod serving;
 pub mod sink;
+pub mod traffic;
 
 use super::app::{App, Pane};
 use super::theme::Theme;
@@ -44,20 +45,7 @@ pub fn label(piece: &str, width: usize) -> String {
     out
 }
 
-/// `1234567` → `1,234,567`.
-pub fn thousands(n: usize) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
-pub use crate::views::units::bytes;
+pub use crate::views::units::{bytes, thousands};
 
 /// Writes `s` at column `dx` of row `y` inside `inner`, clipped to `inner`'s width.
 pub fn put(

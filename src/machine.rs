@@ -1,7 +1,7 @@
-//! `bench machine`: this machine's limits, measured in a few seconds, so the other
-//! benchmarks can say how close they come to them — memory read bandwidth (what bounds a
-//! decode step) and the compute peaks of the instruction mixes our kernels use (what
-//! bounds a batched step). The result is cached per CPU in the data directory.
+//! This machine's limits, measured in about a second: memory read bandwidth (what bounds
+//! a decode step) and the compute peaks of the instruction mixes our kernels use (what
+//! bounds a batched step). `bench machine` prints them, the other benchmarks and the
+//! traffic pane say how close they come to them. Cached per CPU in the data directory.
 
 use crate::kernels::q8_0::BatchedQ8;
 use anyhow::{Context, Result};
@@ -130,6 +130,19 @@ impl Machine {
             self.f32_gflop_per_s,
             self.ridge_macs_per_byte()
         )
+    }
+
+    /// Whether the figures are positive, finite numbers (a recording's copy is untrusted).
+    pub fn is_plausible(&self) -> bool {
+        [
+            self.read_gb_per_s,
+            self.read_gb_per_s_one_thread,
+            self.int8_gmac_per_s,
+            self.f32_gflop_per_s,
+            self.q8_kernel_gmac_per_s,
+        ]
+        .iter()
+        .all(|x| x.is_finite() && *x > 0.0)
     }
 
     /// Arithmetic intensity where the int8 kernel stops being bandwidth-bound: compute

@@ -1,0 +1,187 @@
+//! Memory traffic: the bytes this iteration moved (weights, KV, attention scores) and the
+//! work it did, against this machine's measured limits; where the KV cache overtakes the
+//! weights; a roofline with the prefill, a B=1 decode and the serving batch on it.
+
+use super::{block, put};
+use crate::model::traffic::Traffic;
+use crate::ui::app::{App, Pane};
+use crate::ui::theme::Theme;
+use crate::views::traffic::{self, Roof, Row, TrafficView};
+use crate::views::units::fit;
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+use ratatui::style::{Color, Style};
+use ratatui::symbols::Marker;
+use ratatui::text::Span;
+use ratatui::widgets::canvas::{Canvas, Line as CanvasLine};
+use ratatui::widgets::Widget;
+
+/// Draws the pane.
+pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
+    let b = block(app, theme, Pane::Traffic, " memory traffic ".into());
+    let inner = b.inner(area);
+    b.render(area, buf);
+    if let Some(r) = app.report.as_deref() {
+        let past = app.past.iter().map(|p| p.as_ref());
+        draw(
+            &traffic::view(r, past, app.machine.as_ref()),
+            theme,
+            inner,
+            buf,
+        );
+    }
+}
+
+/// Draws a traffic view into `inner`: the figures first, the roofline where room is left.
+pub fn draw(v: &TrafficView, theme: &Theme, inner: Rect, buf: &mut Buffer) {
+    let mut y = inner.y;
+    for (i, row) in v.rows(inner.width < 60).into_iter().enumerate() {
+        match row {
+            Row::Text(text) => {
+                let style = if i == 0 {
+                    theme.accent()
+                } else {
+                    Style::default()
+                };
+                put(buf, inner, 0, y, fit(&text, inner.width as usize), style);
+            }
+            Row::Bar(t) => share_bar(&t, theme, inner, y, buf),
+        }
+        y += 1;
+    }
+    let rest = Rect {
+        y,
+        height: (inner.y + inner.height).saturating_sub(y),
+        ..inner
+    };
+    match &v.roof {
+        Some(roof) if rest.height >= 6 && rest.width >= 30 => roofline(v, roof, theme, rest, buf),
+        Some(_) => {}
+        None => put(
+            buf,
+            inner,
+            0,
+            y,
+            "limits: measuring this machine (inferlab bench machine)…",
+            theme.dim(),
+        ),
+    }
+}
+
+/// One row split by share of bytes: weights, KV read, KV written, scores.
+fn share_bar(t: &Traffic, theme: &Theme, inner: Rect, y: u16, buf: &mut Buffer) {
+    let parts = [
+        (t.weight_bytes, '█', theme.accent()),
+        (t.kv_read_bytes, '▓', theme.warm()),
+        (t.kv_write_bytes, '▒', theme.warm()),
+        (t.score_bytes, '░', theme.dim()),
+    ];
+    let total: u64 = parts.iter().map(|p| p.0).sum();
+    if total == 0 || inner.width < 4 {
+        return;
+    }
+    let w = inner.width as u64;
+    let mut x = 0u16;
+    for (n, ch, style) in parts {
+        let cells = ((n * w + total / 2) / total) as u16;
+        let cells = cells.min(inner.width - x);
+        put(
+            buf,
+            inner,
+            x,
+            y,
+            ch.to_string().repeat(cells as usize),
+            style,
+        );
+        x += cells;
+    }
+}
+
+/// The roofline on log-log axes: this machine's slope and roof, and the measured
+/// iterations, each labelled where it sits.
+fn roofline(v: &TrafficView, roof: &Roof, theme: &Theme, area: Rect, buf: &mut Buffer) {
+    let ((x0, x1), (y0, y1)) = traffic::axes(roof, &v.points);
+    put(
+        buf,
+        area,
+        0,
+        area.y,
+        fit(
+            &format!(
+                "roofline · G op/s vs op/byte · int8 peak {:.0} · read {:.1} GB/s · ridge {:.0} op/B",
+                roof.peak_gops,
+                roof.read_gb_per_s,
+                roof.ridge()
+            ),
+            area.width as usize,
+        ),
+        theme.dim(),
+    );
+    const LEFT: u16 = 5;
+    let plot = Rect {
+        x: area.x + LEFT,
+        y: area.y + 1,
+        width: area.width - LEFT,
+        height: area.height - 2,
+    };
+    axis_labels(plot, (x0, x1), (y0, y1), theme, buf);
+    let line_color = theme.dim().fg.unwrap_or(Color::Reset);
+    let ridge = (roof.ridge().log10(), roof.peak_gops.log10());
+    let start = (x0, (roof.read_gb_per_s * 10f64.powf(x0)).log10());
+    Canvas::default()
+        .x_bounds([x0, x1])
+        .y_bounds([y0, y1])
+        .marker(Marker::Braille)
+        .paint(|ctx| {
+            for ((ax, ay), (bx, by)) in [(start, ridge), (ridge, (x1, ridge.1))] {
+                ctx.draw(&CanvasLine::new(ax, ay, bx, by, line_color));
+            }
+            ctx.layer();
+            for p in &v.points {
+                let (x, y) = (p.at.intensity().log10(), p.at.gops().log10());
+                let style = if p.now { theme.accent() } else { theme.warm() };
+                ctx.print(x, y, Span::styled(format!("● {}", p.label), style));
+            }
+        })
+        .render(plot, buf);
+}
+
+/// Decade labels: G op/s down the left of `plot`, op/byte along the row below it.
+fn axis_labels(
+    plot: Rect,
+    (x0, x1): (f64, f64),
+    (y0, y1): (f64, f64),
+    theme: &Theme,
+    buf: &mut Buffer,
+) {
+    let (w, h) = (
+        plot.width.saturating_sub(1) as f64,
+        plot.height.saturating_sub(1) as f64,
+    );
+    for e in y0 as i32..=y1 as i32 {
+        let row = plot.y + (h - h * (e as f64 - y0) / (y1 - y0)).round() as u16;
+        buf.set_stringn(
+            plot.x - 5,
+            row,
+            format!("{:>4}", power_label(e)),
+            4,
+            theme.dim(),
+        );
+    }
+    let below = plot.y + plot.height;
+    for e in x0 as i32..=x1 as i32 {
+        let col = plot.x + (w * (e as f64 - x0) / (x1 - x0)).round() as u16;
+        let label = power_label(e);
+        let col = col.min(plot.x + plot.width - label.len() as u16);
+        buf.set_stringn(col, below, label, 4, theme.dim());
+    }
+}
+
+/// 10^e as people write it: 0.1, 1, 10, 1k.
+fn power_label(e: i32) -> String {
+    match e {
+        i32::MIN..=-1 => format!("{}", 10f64.powi(e)),
+        0..=2 => format!("{}", 10i64.pow(e as u32)),
+        _ => format!("{}k", 10i64.pow(e as u32 - 3)),
+    }
+}

@@ -1,0 +1,361 @@
+//! The memory-traffic picture, decided once for the pane and its export: what an iteration
+//! moved (weights, KV, attention scores) and computed, how fast against this machine's
+//! measured limits, a roofline with the iterations that matter, and the context length at
+//! which reading the KV cache overtakes reading the weights.
+//!
+//! Every figure comes from the engine's own counts (`StepInfo::traffic`,
+//! `ServeStep::traffic`) and timings; nothing here estimates a byte.
+
+use crate::machine::Machine;
+use crate::model::traffic::Traffic;
+use crate::model::HeadLayout;
+use crate::views::units::{bytes, thousands};
+use crate::worker::report::StepReport;
+
+/// One measured iteration: what it moved and computed, and how long it took.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Measured {
+    pub traffic: Traffic,
+    /// Tokens the iteration generated (one per sequence that sampled).
+    pub tokens: usize,
+    pub ms: f64,
+}
+
+impl Measured {
+    /// Bytes moved through memory: weights, KV read and written, score traffic.
+    pub fn bytes(&self) -> u64 {
+        let t = &self.traffic;
+        t.weight_bytes + t.kv_read_bytes + t.kv_write_bytes + t.score_bytes
+    }
+
+    /// Achieved bandwidth, GB/s (10⁹ bytes).
+    pub fn gb_per_s(&self) -> f64 {
+        self.bytes() as f64 / 1e9 / (self.ms / 1e3).max(1e-9)
+    }
+
+    /// Achieved compute, G operations per second (two per multiply-add).
+    pub fn gops(&self) -> f64 {
+        self.traffic.flops as f64 / 1e9 / (self.ms / 1e3).max(1e-9)
+    }
+
+    /// Arithmetic intensity: operations per byte moved.
+    pub fn intensity(&self) -> f64 {
+        self.traffic.flops as f64 / (self.bytes().max(1)) as f64
+    }
+}
+
+/// A point of the roofline.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Point {
+    pub label: &'static str,
+    pub at: Measured,
+    /// The iteration on screen.
+    pub now: bool,
+}
+
+/// This machine's roofline: the bandwidth slope and the compute roof.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Roof {
+    pub read_gb_per_s: f64,
+    /// The int8 instruction peak, as operations (two per multiply-add), G/s.
+    pub peak_gops: f64,
+}
+
+impl Roof {
+    /// The measured limits as a roofline.
+    pub fn of(m: &Machine) -> Self {
+        Self {
+            read_gb_per_s: m.read_gb_per_s,
+            peak_gops: 2.0 * m.int8_gmac_per_s,
+        }
+    }
+
+    /// The best this machine can do at `intensity` operations per byte.
+    pub fn at(&self, intensity: f64) -> f64 {
+        (self.read_gb_per_s * intensity).min(self.peak_gops)
+    }
+
+    /// Where the slope meets the roof: below it, a kernel waits on memory.
+    pub fn ridge(&self) -> f64 {
+        self.peak_gops / self.read_gb_per_s.max(1e-9)
+    }
+}
+
+/// When reading the KV cache costs more than reading the weights.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Crossover {
+    /// Weight bytes one forward pass reads, whatever its batch.
+    pub weight_bytes: u64,
+    /// The layout the model runs under now.
+    pub layout: HeadLayout,
+    /// Cached tokens (summed over a batch) at which KV bytes read equal the weights, per
+    /// layout.
+    pub tokens: Vec<(HeadLayout, u64)>,
+    /// Tokens cached now: the live request, and the serving batch.
+    pub live: usize,
+    pub serving: Option<usize>,
+}
+
+impl Crossover {
+    /// The crossover under the current layout.
+    pub fn now(&self) -> u64 {
+        self.tokens
+            .iter()
+            .find(|(l, _)| *l == self.layout)
+            .map_or(0, |t| t.1)
+    }
+}
+
+/// Everything the pane and the picture show.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrafficView {
+    /// "prefill of 57 tokens", "decode step 12".
+    pub what: String,
+    pub now: Measured,
+    /// The serving engine's latest iteration, when it ran one.
+    pub serving: Option<Measured>,
+    pub roof: Option<Roof>,
+    pub points: Vec<Point>,
+    pub crossover: Option<Crossover>,
+}
+
+/// The view of `report`, with `past` (oldest first) for the roofline's prefill and decode
+/// points and `machine` for the limits.
+pub fn view<'a>(
+    report: &'a StepReport,
+    past: impl IntoIterator<Item = &'a StepReport>,
+    machine: Option<&Machine>,
+) -> TrafficView {
+    let live = |r: &StepReport| Measured {
+        traffic: r.info.traffic,
+        tokens: 1,
+        ms: r.info.wall_ms,
+    };
+    let now = live(report);
+    let serving = report.serve.as_ref().map(|s| Measured {
+        traffic: s.step.traffic,
+        tokens: s.step.tokens_generated,
+        ms: s.step.wall_ms,
+    });
+    let (mut prefill, mut decode) = (None, None);
+    // Only what came before the report on screen (history may be scrubbed back).
+    let earlier = past
+        .into_iter()
+        .filter(|r| r.iteration < report.iteration && r.info.traffic.flops > 0);
+    for r in earlier {
+        if r.info.step == 0 {
+            prefill = Some(live(r));
+        } else {
+            decode = Some(live(r));
+        }
+    }
+    let is_prefill = report.info.step == 0;
+    if is_prefill {
+        prefill = Some(now);
+    } else {
+        decode = Some(now);
+    }
+    let mut points = Vec::new();
+    if let Some(p) = prefill {
+        points.push(Point {
+            label: "prefill",
+            at: p,
+            now: is_prefill,
+        });
+    }
+    if let Some(d) = decode {
+        points.push(Point {
+            label: "B=1 decode",
+            at: d,
+            now: !is_prefill,
+        });
+    }
+    if let Some(s) = serving.filter(|s| s.traffic.flops > 0 && s.ms > 0.0) {
+        points.push(Point {
+            label: "serving batch",
+            at: s,
+            now: false,
+        });
+    }
+    TrafficView {
+        what: if is_prefill {
+            format!("prefill of {} tokens", report.info.input_len)
+        } else {
+            format!("decode step {}", report.info.step)
+        },
+        now,
+        serving,
+        roof: machine.map(Roof::of),
+        points: points.into_iter().filter(|p| p.at.ms > 0.0).collect(),
+        crossover: crossover(report),
+    }
+}
+
+/// The crossover from the step's own weight count and the model's KV bytes per token; for
+/// the other layouts, their own weight bytes (their K and V projections differ).
+fn crossover(r: &StepReport) -> Option<Crossover> {
+    let weight_bytes = r.info.traffic.weight_bytes;
+    if weight_bytes == 0 {
+        return None;
+    }
+    let tokens = HeadLayout::ALL
+        .iter()
+        .filter_map(|l| {
+            let per = *r.info.kv_bytes_per_token.get(l)? as u64;
+            let weights = if *l == r.info.layout {
+                weight_bytes
+            } else {
+                *r.info.weight_bytes_by_layout.get(l)?
+            };
+            (per > 0).then(|| (*l, weights.div_ceil(per)))
+        })
+        .collect();
+    Some(Crossover {
+        weight_bytes,
+        layout: r.info.layout,
+        tokens,
+        live: r.info.kv_len,
+        serving: r
+            .serve
+            .as_ref()
+            .map(|s| s.step.active.iter().map(|a| a.len).sum()),
+    })
+}
+
+/// Log-log axes that hold the roof and every point: (min, max) of log10 intensity and of
+/// log10 G op/s, whole decades.
+pub fn axes(roof: &Roof, points: &[Point]) -> ((f64, f64), (f64, f64)) {
+    let xs = points
+        .iter()
+        .map(|p| p.at.intensity())
+        .chain([roof.ridge()]);
+    let ys = points.iter().map(|p| p.at.gops()).chain([roof.peak_gops]);
+    let span = |v: Vec<f64>, pad_lo: f64, pad_hi: f64| {
+        let v: Vec<f64> = v
+            .into_iter()
+            .filter(|x| x.is_finite() && *x > 0.0)
+            .collect();
+        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        if !lo.is_finite() {
+            return (0.0, 1.0);
+        }
+        ((lo.log10() - pad_lo).floor(), (hi.log10() + pad_hi).ceil())
+    };
+    (span(xs.collect(), 0.0, 0.3), span(ys.collect(), 0.0, 0.1))
+}
+
+/// A row of the picture: a line of text, or a bar of bytes split by kind.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Row {
+    Text(String),
+    Bar(Traffic),
+}
+
+impl TrafficView {
+    /// The figures, row by row: the live step and its bytes, the serving batch and its
+    /// bytes, the crossover and where the requests stand. `narrow`: short lines for a
+    /// narrow pane.
+    pub fn rows(&self, narrow: bool) -> Vec<Row> {
+        let mut out = vec![Row::Text(headline(self, narrow))];
+        out.push(Row::Text(kinds("live step", &self.now.traffic, narrow)));
+        out.push(Row::Bar(self.now.traffic));
+        if let Some(s) = self.serving.filter(|s| s.tokens > 0) {
+            out.push(Row::Text(kinds("serving batch", &s.traffic, narrow)));
+            out.push(Row::Bar(s.traffic));
+            out.push(Row::Text(format!(
+                "batch of {} token{} → {} of weights per token",
+                s.tokens,
+                if s.tokens == 1 { "" } else { "s" },
+                bytes((s.traffic.weight_bytes / s.tokens as u64) as usize),
+            )));
+        }
+        out.extend(crossover_lines(self, narrow).into_iter().map(Row::Text));
+        out
+    }
+}
+
+/// "live  █ weights 144 MiB ▓ KV read 2 MiB ▒ KV write 45 KiB ░ scores 0 B".
+fn kinds(who: &str, t: &Traffic, narrow: bool) -> String {
+    let b = |n: u64| bytes(n as usize);
+    if narrow {
+        let who = who.split(' ').next_back().unwrap_or(who);
+        format!(
+            "{who} █ {} ▓ {}",
+            b(t.weight_bytes),
+            b(t.kv_read_bytes + t.kv_write_bytes)
+        )
+    } else {
+        format!(
+            "{who} █ weights {} ▓ KV read {} ▒ KV write {} ░ scores {}",
+            b(t.weight_bytes),
+            b(t.kv_read_bytes),
+            b(t.kv_write_bytes),
+            b(t.score_bytes)
+        )
+    }
+}
+
+/// "decode step 12 · 14.2 ms · 10.8 GB/s = 51% of 21.3 · 2.1 G op/s".
+fn headline(v: &TrafficView, narrow: bool) -> String {
+    let n = &v.now;
+    if narrow {
+        return format!("{} · {:.1} ms · {:.1} GB/s", v.what, n.ms, n.gb_per_s());
+    }
+    let of = v
+        .roof
+        .map(|r| {
+            format!(
+                " = {:.0}% of {:.1}",
+                100.0 * n.gb_per_s() / r.read_gb_per_s,
+                r.read_gb_per_s
+            )
+        })
+        .unwrap_or_default();
+    format!(
+        "{} · {:.1} ms · {:.1} GB/s{of} · {:.1} G op/s",
+        v.what,
+        n.ms,
+        n.gb_per_s(),
+        n.gops()
+    )
+}
+
+/// The crossover and how far the live request and the serving batch are from it.
+fn crossover_lines(v: &TrafficView, narrow: bool) -> Vec<String> {
+    let Some(c) = &v.crossover else {
+        return Vec::new();
+    };
+    if narrow {
+        return vec![format!(
+            "KV > weights at {} tok",
+            thousands(c.now() as usize)
+        )];
+    }
+    let others: Vec<String> = c
+        .tokens
+        .iter()
+        .filter(|(l, _)| *l != c.layout)
+        .map(|(l, n)| format!("{l} {}", thousands(*n as usize)))
+        .collect();
+    let over = |n: usize| {
+        if n as u64 >= c.now() {
+            "past it"
+        } else {
+            "below"
+        }
+    };
+    let mut cached = format!("cached now: live {} ({})", thousands(c.live), over(c.live));
+    if let Some(s) = c.serving {
+        cached.push_str(&format!(" · batch {} ({})", thousands(s), over(s)));
+    }
+    vec![
+        format!(
+            "KV read passes the weights at ≈{} cached tokens ({}; {})",
+            thousands(c.now() as usize),
+            c.layout,
+            others.join(", ")
+        ),
+        cached,
+    ]
+}
