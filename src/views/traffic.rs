@@ -91,7 +91,8 @@ pub struct Crossover {
     /// Cached tokens (summed over a batch) at which KV bytes read equal the weights, per
     /// layout.
     pub tokens: Vec<(HeadLayout, u64)>,
-    /// Tokens cached now: the live request, and the serving batch.
+    /// Cached tokens read now: the live request's cache, and the serving batch's (the
+    /// tokens its attention read in its latest iteration, all requests together).
     pub live: usize,
     pub serving: Option<usize>,
 }
@@ -210,6 +211,9 @@ fn crossover(r: &StepReport) -> Option<Crossover> {
             (per > 0).then(|| (*l, weights.div_ceil(per)))
         })
         .collect();
+    // What the batch's attention read, not its requests' lengths: a prompt still being
+    // prefilled in chunks has only part of its cache.
+    let per = *r.info.kv_bytes_per_token.get(&r.info.layout)? as u64;
     Some(Crossover {
         weight_bytes,
         layout: r.info.layout,
@@ -218,7 +222,8 @@ fn crossover(r: &StepReport) -> Option<Crossover> {
         serving: r
             .serve
             .as_ref()
-            .map(|s| s.step.active.iter().map(|a| a.len).sum()),
+            .filter(|s| s.step.traffic.flops > 0)
+            .map(|s| (s.step.traffic.kv_read_bytes / per.max(1)) as usize),
     })
 }
 
@@ -347,7 +352,7 @@ fn crossover_lines(v: &TrafficView, narrow: bool) -> Vec<String> {
     };
     let mut cached = format!("cached now: live {} ({})", thousands(c.live), over(c.live));
     if let Some(s) = c.serving {
-        cached.push_str(&format!(" · batch {} ({})", thousands(s), over(s)));
+        cached.push_str(&format!(" · batch read {} ({})", thousands(s), over(s)));
     }
     vec![
         format!(
