@@ -9,5 +9,8 @@ pub const EVAL_TEXT: &str = include_str!("../assets/eval.txt");
 /// weights.
 pub const LONG_TEXT: &str = include_str!("../assets/long-context.txt");
 
+/// The glossary the app shows on `G`: one `term :: meaning` per line.
+pub const GLOSSARY: &str = include_str!("../assets/glossary.md");
+
 /// Prompts shipped with the app.
 pub const PROMPTS: &str = include_str!("../assets/prompts.txt");

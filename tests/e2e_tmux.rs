@@ -285,13 +285,13 @@ fn a_lesson_opens_beside_the_panes_moves_with_n_and_saves_progress() {
     let data = tempfile::tempdir().unwrap();
     let t = Tmux::start(150, 44);
     let cmd = format!(
-        "INFERLAB_DATA_DIR={} {} lesson 4 --model {}",
+        "INFERLAB_DATA_DIR={} {} lesson 5 --model {}",
         data.path().display(),
         common::bin().display(),
         model.display()
     );
     t.keys(&[&cmd, "Enter"]);
-    t.wait_for_all(&["lesson 4/11 · step 1/4", "How SmolLM2 shares heads"], 60);
+    t.wait_for_all(&["lesson 5/12 · step 1/4", "How SmolLM2 shares heads"], 60);
     // The step's task: prefill and three decode steps; space four times.
     t.wait_for("press space", 60);
     for i in 1..=4 {
@@ -316,7 +316,7 @@ fn a_lesson_opens_beside_the_panes_moves_with_n_and_saves_progress() {
     t.wait_for("DONE-2", 10);
     let saved = std::fs::read_to_string(data.path().join("progress.json")).unwrap();
     let p: serde_json::Value = serde_json::from_str(&saved).unwrap();
-    let l = &p["lessons"]["04-mha-gqa-mqa"];
+    let l = &p["lessons"]["mha-gqa-mqa"];
     assert_eq!(l["step"], 1, "{saved}");
     assert_eq!(l["done_steps"], serde_json::json!([0, 1]), "{saved}");
 }

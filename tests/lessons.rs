@@ -20,7 +20,7 @@ fn shipped_lessons_pass_the_check_through_the_binary() {
         "{stdout}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(stdout.contains("11 lessons"), "{stdout}");
+    assert!(stdout.contains("12 lessons"), "{stdout}");
 }
 
 #[test]
@@ -35,6 +35,7 @@ fn the_lessons_walk_the_chapter_in_order_and_ask_its_two_questions() {
         "forward pass",
         "q, k, v",
         "kv cache",
+        "prefill and decode",
         "mqa",
         "rope",
         "flashattention",
@@ -48,7 +49,7 @@ fn the_lessons_walk_the_chapter_in_order_and_ask_its_two_questions() {
         assert!(t.contains(want), "{t} should be about {want}");
     }
     // The chapter ends with its knowledge check; lessons after it go beyond the chapter.
-    let last = &lessons[9];
+    let last = &lessons[10];
     let qs: Vec<&str> = last
         .steps
         .iter()
@@ -57,11 +58,11 @@ fn the_lessons_walk_the_chapter_in_order_and_ask_its_two_questions() {
         .collect();
     assert!(qs.iter().any(|q| q.contains("FlashAttention")));
     assert!(qs.iter().any(|q| q.contains("grouped-query attention")));
-    // Every lesson has at least one question, and all three predictions appear somewhere.
+    // Every lesson has at least one question, and every kind of prediction appears.
     assert!(lessons
         .iter()
         .all(|l| l.steps.iter().any(|s| !s.questions.is_empty())));
-    for kind in [Predict::TopAttended, Predict::PagesNext, Predict::NextJoin] {
+    for (_, kind) in Predict::ALL {
         assert!(lessons
             .iter()
             .flat_map(|l| &l.steps)
@@ -77,7 +78,7 @@ fn broken_lessons_fail_the_check_with_file_and_line() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("01-bad.md"),
-        "# Bad lesson\n\n## Step one\nset: focus=nowhere layout=gqa\ncolour: red\ntask: do it\n\n? Which?\n- a :: no\n- b :: no\n",
+        "# Bad lesson\n\n## Step one\nset: focus=nowhere layout=gqa\ncolour: red\ntask: do it\n\n? Which?\n- a :: no\n- b :: no\n- c :: no\n",
     )
     .unwrap();
     let out = Command::new(common::bin())
@@ -105,7 +106,7 @@ fn broken_lessons_fail_the_check_with_file_and_line() {
 
 #[test]
 fn the_parser_reads_settings_tasks_and_questions() {
-    let text = "# T\nintro\n\n## S1\nset: layout=mqa cache=contiguous layer=4 head=2\nprompt: hi there\ntask: switch\ncheck: layout == mha and steps >= 3\nSome prose.\n? Q?\n- no :: because\n* yes :: because\n?predict pages_next: how many?\n\n## S2\nmore\n";
+    let text = "# T\nintro\n\n## S1\nset: layout=mqa cache=contiguous layer=4 head=2\nprompt: hi there\ntask: switch\ncheck: layout == mha and steps >= 3\nSome prose.\n? Q?\n- no :: because\n* yes :: because\n- maybe :: because\n?predict pages_next: how many?\n\n## S2\nmore\n";
     let l = parse("t.md", text).unwrap();
     assert_eq!(l.title, "T");
     assert_eq!(l.intro, "intro");
@@ -119,7 +120,7 @@ fn the_parser_reads_settings_tasks_and_questions() {
     assert_eq!(t.check[1].var, Var::Steps);
     assert_eq!(s.questions.len(), 2);
     assert_eq!(s.prose, "Some prose.");
-    assert_eq!(l.steps[1].line, 15);
+    assert_eq!(l.steps[1].line, 16);
     let l = parse(
         "t.md",
         "# T\n\n## S\nset: sink=on\ntask: run\ncheck: sink == on\n",
@@ -149,7 +150,13 @@ fn settings_and_checks_that_do_not_exist_are_refused() {
         ("task: x\ncheck: layout == xyz", "not a value of `layout`"),
         ("task: x\ncheck: steps >= many", "is not a number"),
         ("?predict future: q", "unknown prediction `future`"),
-        ("? Q\n* only one :: ok", "at least two choices"),
+        ("? Q\n* only one :: ok", "at least three choices"),
+        ("? Q\n* one :: ok\n- two :: no", "at least three choices"),
+        (
+            "Costs {kv_bytes} bytes.",
+            "unknown live figure `{kv_bytes}`",
+        ),
+        ("set: workload=huge", "unknown workload `huge`"),
         ("? Q\n* a\n- b :: x", "after `::`"),
         (
             "? Q\n* a :: Right: yes\n- b :: no",
@@ -236,11 +243,226 @@ fn a_corrupt_progress_file_is_moved_aside_and_saves_are_atomic() {
     assert_eq!(std::fs::read_to_string(&aside[0]).unwrap(), "{ not json");
     // A save writes the whole file and leaves no temporary behind.
     let mut fresh = loaded.progress;
-    fresh.of("01-x").mark_done(2);
+    fresh.of("x").mark_done(2);
     fresh.save_to(&p).unwrap();
     assert_eq!(Progress::load_from(&p).progress, fresh);
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
     // A save that cannot happen is an error the caller can show.
     let blocked = dir.path().join("progress.json").join("inner.json");
     assert!(fresh.save_to(&blocked).is_err());
+}
+
+/// Every lesson of the shipped set, parsed.
+fn shipped() -> Vec<inferlab::lesson::Lesson> {
+    let (lessons, errors) = inferlab::lesson::load(&inferlab::lesson::LessonSource::Dir(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/lessons").into(),
+    ))
+    .unwrap();
+    assert!(errors.is_empty(), "{errors:?}");
+    lessons
+}
+
+/// All the text of a lesson a learner reads: intro, prose, notices, tasks, questions,
+/// choices and explanations.
+fn texts(l: &inferlab::lesson::Lesson) -> Vec<String> {
+    let mut out = vec![l.intro.clone()];
+    for s in &l.steps {
+        out.push(s.prose.clone());
+        out.extend(s.notice.clone());
+        out.extend(s.task.as_ref().map(|t| t.text.clone()));
+        for q in &s.questions {
+            out.push(q.text.clone());
+            if let QuestionKind::Choice(c) = &q.kind {
+                out.extend(c.iter().flat_map(|c| [c.text.clone(), c.why.clone()]));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_quiz_keeps_its_rules() {
+    let lessons = shipped();
+    let q = inferlab::lesson::quiz::stats(&lessons);
+    assert!(q.min_choices >= 3, "{q:?}");
+    assert!(q.predictions >= 12, "{q:?}");
+    assert!(q.longest_pct() <= 35.0 && q.shortest_pct() <= 35.0, "{q:?}");
+    assert!(q.live_figures >= 15, "{q:?}");
+    // Predictions asked before a toggle (m, f, c) are among them.
+    let kinds: Vec<Predict> = lessons
+        .iter()
+        .flat_map(|l| &l.steps)
+        .flat_map(|s| &s.questions)
+        .filter_map(|q| match q.kind {
+            QuestionKind::Predict(k) => Some(k),
+            QuestionKind::Choice(_) => None,
+        })
+        .collect();
+    for k in [
+        Predict::KvAfterMha,
+        Predict::KvAfterTiled,
+        Predict::UtilAfterContiguous,
+    ] {
+        assert!(kinds.contains(&k), "{k:?}");
+    }
+    // No question is asked twice, in any lesson.
+    let mut seen = std::collections::HashSet::new();
+    for q in lessons
+        .iter()
+        .flat_map(|l| &l.steps)
+        .flat_map(|s| &s.questions)
+    {
+        assert!(seen.insert(q.text.clone()), "asked twice: {}", q.text);
+    }
+}
+
+#[test]
+fn the_checker_refuses_unknown_figures_thin_choices_and_answers_given_away_by_length() {
+    let two = "# T\n\n## S\n? Which?\n- a :: no\n* b :: yes\n";
+    let e = parse("t.md", two).unwrap_err();
+    assert!(e[0].message.contains("at least three choices"), "{e:?}");
+    let figure = "# T\n\n## S\nThe cache takes {kv_bytes_per_token} bytes, not {kv_bites}.\n";
+    let e = parse("t.md", figure).unwrap_err();
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(
+        e[0].line == 4 && e[0].message.contains("`{kv_bites}`"),
+        "{e:?}"
+    );
+    let longest = "# T\n\n## S\n? A?\n- x :: no\n- y :: no\n* the long one :: yes\n? B?\n- p :: no\n- q :: no\n* also the long one :: yes\n";
+    let e = parse("t.md", longest).unwrap_err();
+    assert!(e[0].message.contains("the longest choice"), "{e:?}");
+    // Mixed lengths pass.
+    let mixed = longest.replace("* also the long one", "* z");
+    assert!(parse("t.md", &mixed).is_ok());
+}
+
+#[test]
+fn lesson_ids_drop_their_number_and_old_progress_follows() {
+    use inferlab::lesson::format::lesson_id;
+    use inferlab::lesson::progress::Progress;
+    assert_eq!(lesson_id("03-kv-cache.md"), "kv-cache");
+    assert_eq!(lesson_id("kv-cache.md"), "kv-cache");
+    assert_eq!(lesson_id("my-notes.md"), "my-notes");
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("progress.json");
+    std::fs::write(
+        &p,
+        r#"{"lessons":{"04-mha-gqa-mqa":{"step":2,"done_steps":[0,1],"right":[],"wrong":[]}}}"#,
+    )
+    .unwrap();
+    let loaded = Progress::load_from(&p).progress;
+    assert_eq!(loaded.lessons["mha-gqa-mqa"].step, 2);
+    assert!(!loaded.lessons.contains_key("04-mha-gqa-mqa"));
+}
+
+#[test]
+fn the_lessons_are_in_our_own_words() {
+    // No run of eight words is taken from the chapter (its runs are kept only as hashes).
+    let hashes: std::collections::HashSet<u64> = include_str!("data/chapter-8grams.txt")
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| u64::from_str_radix(l, 16).unwrap())
+        .collect();
+    assert!(hashes.len() > 1000);
+    let fnv = |s: &str| {
+        s.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+            (h ^ b as u64).wrapping_mul(0x100000001b3)
+        })
+    };
+    for l in shipped() {
+        let text = texts(&l).join(" ").to_lowercase().replace('’', "'");
+        let words: Vec<&str> = text
+            .split(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '\''))
+            .filter(|w| !w.is_empty())
+            .collect();
+        for run in words.windows(8) {
+            let run = run.join(" ");
+            assert!(
+                !hashes.contains(&fnv(&run)),
+                "{}: \"{run}\" is the chapter's",
+                l.file
+            );
+        }
+    }
+}
+
+#[test]
+fn every_number_in_the_lessons_is_a_live_figure_or_a_checked_fact() {
+    use inferlab::model::{LoadOptions, Model};
+    let m = Model::load(&common::real_model(), &LoadOptions::default()).unwrap();
+    let c = &m.cfg;
+    let llama = inferlab::budget::presets()
+        .into_iter()
+        .find(|s| s.name == "llama-3-8b")
+        .unwrap();
+    let b = inferlab::budget::compute(&llama, 24 << 30, 2, 4096, 2);
+    let mut facts: Vec<u64> = vec![
+        c.n_layer,
+        c.n_head,
+        c.n_kv_head,
+        c.head_dim,
+        c.hidden,
+        c.ffn,
+        c.vocab,
+        (c.head_dim as f64).sqrt() as usize,
+        inferlab::worker::APP_PAGE_SIZE,
+        inferlab::worker::SINK_WINDOW,
+        inferlab::worker::long_parts().len(),
+        std::mem::size_of::<f32>(),
+        llama.layers,
+        llama.n_head,
+        llama.n_kv_head,
+        llama.head_dim,
+        0, // the first position, page 0
+        2, // bytes of an f16/bf16 element, the budget's default
+    ]
+    .into_iter()
+    .map(|n| n as u64)
+    .collect();
+    facts.extend(b.lines.iter().map(|l| l.kv_bytes_per_token));
+    // Quoted, not claimed about this engine: the chapter's measured ~22× and a citation year.
+    facts.extend([22, 2023]);
+    for l in shipped() {
+        for text in texts(&l) {
+            for n in numbers(&text) {
+                assert!(
+                    facts.contains(&n),
+                    "{}: {n} in \"{text}\" is neither a live figure nor a checked fact",
+                    l.file
+                );
+            }
+        }
+    }
+}
+
+/// Numbers written as digits, outside `{figures}`, code spans and names such as `f16` or
+/// `SmolLM2-135M`.
+fn numbers(text: &str) -> Vec<u64> {
+    let mut out = Vec::new();
+    let plain: String = text.split('`').step_by(2).collect::<Vec<_>>().join(" ");
+    let chars: Vec<char> = plain.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        if chars[i].is_ascii_digit() {
+            let start = i;
+            while i < chars.len()
+                && (chars[i].is_ascii_digit()
+                    || (chars[i] == ',' && i + 1 < chars.len() && chars[i + 1].is_ascii_digit()))
+            {
+                i += 1;
+            }
+            let before = start.checked_sub(1).map(|j| chars[j]);
+            let after = chars.get(i).copied();
+            let in_name = before
+                .is_some_and(|c| c.is_alphabetic() || c == '-' || c == '{' || c == '_')
+                || after.is_some_and(|c| c.is_alphabetic() || c == '_' || c == '}');
+            if !in_name {
+                let digits: String = chars[start..i].iter().filter(|c| **c != ',').collect();
+                out.push(digits.parse().unwrap());
+            }
+        } else {
+            i += 1;
+        }
+    }
+    out
 }

@@ -180,7 +180,7 @@ fn lesson_panel() {
         .unwrap();
     let b = term.backend().clone();
     let text = format!("{b}");
-    assert!(text.contains("lesson 2/11 · step 1/4"), "{text}");
+    assert!(text.contains("lesson 2/12 · step 1/4"), "{text}");
     // The step opened after the fixture's iteration, so its task is still open.
     assert!(text.contains("[ ] Task: Prefill the prompt."), "{text}");
     insta::assert_snapshot!(b);
@@ -189,7 +189,7 @@ fn lesson_panel() {
 #[test]
 fn a_lesson_step_sets_the_app_and_notices_the_task() {
     use inferlab::worker::Command;
-    let mut a = tutor_app(3);
+    let mut a = tutor_app(4);
     // Step 1 of the heads lesson asks for GQA and sends its prompt.
     assert_eq!(a.run.layout, HeadLayout::Gqa);
     assert_eq!(a.focus, inferlab::ui::app::Pane::Heads);
@@ -223,15 +223,15 @@ fn answers_are_graded_with_their_explanation() {
     a.update(Action::NextStep);
     a.update(Action::NextStep);
     let t = a.tutor.as_ref().unwrap();
-    assert_eq!(t.step().unwrap().questions.len(), 2);
+    assert_eq!(t.step().unwrap().questions.len(), 3);
     a.update(Action::Answer(1));
     let ans = a.tutor.as_ref().unwrap().answers[0].clone().unwrap();
-    assert!(!ans.right && ans.why.contains("never reads another position"));
+    assert!(!ans.right && ans.why.contains("never reads another one"));
     assert_eq!(a.tutor.as_ref().unwrap().open_question(), Some(0));
     a.update(Action::Answer(2));
     assert!(a.tutor.as_ref().unwrap().answers[0].as_ref().unwrap().right);
     assert_eq!(a.tutor.as_ref().unwrap().open_question(), Some(1));
-    let key = "01-forward-pass";
+    let key = "forward-pass";
     assert_eq!(
         a.tutor.as_ref().unwrap().progress.lessons[key].right,
         ["2.0"]
@@ -247,7 +247,7 @@ fn a_prediction_runs_the_next_step_and_is_graded_by_what_the_model_did() {
     }
     // Choice 1 is position 0, the first token.
     let live =
-        inferlab::ui::tutor::live_choices(&a, inferlab::lesson::Predict::TopAttended).unwrap();
+        inferlab::ui::predict::live_choices(&a, inferlab::lesson::Predict::TopAttended).unwrap();
     assert_eq!(live.values[0], 0);
     assert!(matches!(
         a.update(Action::Answer(1)).as_slice(),
@@ -332,9 +332,9 @@ fn explanations_do_not_repeat_the_verdict_and_the_last_step_counts_when_shown() 
     let text = format!("{}", term.backend());
     assert!(text.contains("Right: "), "{text}");
     assert!(!text.contains("Right: Right"), "{text}");
-    // This is the lesson's last step: it has no task, so it counts as done once both
-    // questions are answered right, without pressing n past it.
-    let key = "01-forward-pass";
+    // This is the lesson's last step: it has no task, so it counts as done once all
+    // three questions are answered right, without pressing n past it.
+    let key = "forward-pass";
     let done = |a: &App| {
         let t = a.tutor.as_ref().unwrap();
         t.progress
@@ -345,7 +345,9 @@ fn explanations_do_not_repeat_the_verdict_and_the_last_step_counts_when_shown() 
     assert_eq!(a.tutor.as_ref().unwrap().step, 2);
     assert_eq!(a.tutor.as_ref().unwrap().current().unwrap().steps.len(), 3);
     assert!(!done(&a));
-    a.update(Action::Answer(1));
+    a.update(Action::Answer(2));
+    assert!(!done(&a));
+    a.update(Action::Answer(2));
     assert!(done(&a), "{:?}", a.tutor.as_ref().unwrap().progress);
 }
 
@@ -840,6 +842,7 @@ fn the_lesson_pane_draws_a_tutor_and_what_the_app_says_of_it() {
         let live = panes::lesson::Live {
             task_done: done,
             choices: Vec::new(),
+            figures: Vec::new(),
         };
         let mut term = Terminal::new(TestBackend::new(60, 30)).unwrap();
         term.draw(|f| panes::lesson::draw(&t, &live, &THEME, f.area(), f.buffer_mut()))
@@ -883,4 +886,113 @@ fn the_traffic_pane_at_80x24_and_200x60() {
     a.update(Action::ToggleTraffic);
     assert!(!a.traffic_shown);
     assert!(format!("{}", render_app(&a, 200, 60)).contains("forward pass"));
+}
+
+/// The traffic fixture app with a one-step lesson holding `questions`.
+fn lesson_app(questions: &str) -> App {
+    let text = format!("# L\n\n## S\nProse.\n{questions}\n");
+    let lesson = inferlab::lesson::parse("l.md", &text).unwrap();
+    let mut a = common::fixture::traffic_app();
+    let t = inferlab::ui::tutor::Tutor::new(vec![lesson], 0, Default::default(), false);
+    a.open_lesson(t);
+    a
+}
+
+#[test]
+fn lessons_quote_live_figures_from_what_the_app_shows() {
+    use inferlab::ui::figures::{fill, value, PENDING};
+    let a = common::fixture::traffic_app();
+    let r = a.report.as_deref().unwrap();
+    let kv = r.info.kv_bytes_per_token[&r.info.layout];
+    assert_eq!(value(&a, "kv_bytes_per_token").unwrap(), thousands(kv));
+    let w = r.info.traffic.weight_bytes as f64 / 1e6;
+    assert_eq!(value(&a, "weight_mb_per_token").unwrap(), format!("{w:.1}"));
+    // The fixture's machine: 20 GB/s and 800 GMAC/s make the ridge 1600 / 20 = 80 op/B.
+    assert_eq!(value(&a, "ridge_ops_per_byte").unwrap(), "80");
+    assert_eq!(value(&a, "int8_gops").unwrap(), "1600");
+    // The serving run: its tokens over its (fixed) 5 ms per iteration.
+    let sv = r.serve.as_ref().unwrap();
+    let tps = 1e3 * sv.generated_total as f64 / sv.elapsed_ms;
+    assert_eq!(
+        value(&a, "serve_tokens_per_s").unwrap(),
+        format!("{tps:.0}")
+    );
+    assert!(value(&a, "serve_ratio").is_none(), "no run beside it");
+    assert_eq!(
+        fill(&a, "{kv_bytes_per_token} B, {nonsense}, {serve_ratio}"),
+        format!("{} B, {{nonsense}}, {PENDING}", thousands(kv))
+    );
+    // Before any report everything is pending.
+    let fresh = App::new(RunOptions::default());
+    assert_eq!(fill(&fresh, "{step_ms} ms"), format!("{PENDING} ms"));
+    // The lesson pane shows the filled value.
+    let a = lesson_app("? Costs {kv_bytes_per_token} B?\n- a :: x\n* b :: y\n- c :: z");
+    let text = format!("{}", render_app(&a, 200, 60));
+    assert!(
+        text.contains(&format!("Costs {} B?", thousands(kv))),
+        "{text}"
+    );
+}
+
+fn thousands(n: usize) -> String {
+    inferlab::views::units::thousands(n)
+}
+
+#[test]
+fn a_traffic_prediction_is_graded_by_the_bytes_of_the_next_step() {
+    use inferlab::worker::Command;
+    let mut a = lesson_app("?predict dominant_live: Which read is larger?");
+    let live =
+        inferlab::ui::predict::live_choices(&a, inferlab::lesson::Predict::DominantLive).unwrap();
+    assert_eq!(live.labels[0], "the weights");
+    // Answer "the KV cache": the app runs the next iteration to grade it.
+    assert!(matches!(
+        a.update(Action::Answer(2)).as_slice(),
+        [Command::Step]
+    ));
+    let mut next = (**a.report.as_ref().unwrap()).clone();
+    next.iteration += 1;
+    next.info.traffic.kv_read_bytes = 3 * next.info.traffic.weight_bytes;
+    a.on_event(Event::Report(Box::new(next.clone())));
+    let ans = a.tutor.as_ref().unwrap().answers[0].clone().unwrap();
+    assert!(ans.right, "{}", ans.why);
+    assert!(ans.why.contains("MB of weights"), "{}", ans.why);
+    // The same answer against a step the weights dominate is wrong.
+    let mut a = lesson_app("?predict dominant_live: Which read is larger?");
+    a.update(Action::Answer(2));
+    next.info.traffic.kv_read_bytes = next.info.traffic.weight_bytes / 10;
+    a.on_event(Event::Report(Box::new(next)));
+    assert!(!a.tutor.as_ref().unwrap().answers[0].as_ref().unwrap().right);
+}
+
+#[test]
+fn a_prediction_before_a_toggle_applies_the_toggle_and_grades_what_follows() {
+    use inferlab::worker::Command;
+    let mut a = lesson_app("?predict kv_after_mha: How many KV bytes per token under MHA?");
+    let live =
+        inferlab::ui::predict::live_choices(&a, inferlab::lesson::Predict::KvAfterMha).unwrap();
+    // The fixture's tiny model: 4 query heads over 2 KV heads, so MHA doubles the cache.
+    assert_eq!(
+        live.labels,
+        ["1/2 of now", "the same as now", "2× now", "4× now"]
+    );
+    let cmds = a.update(Action::Answer(3));
+    assert!(
+        matches!(cmds.as_slice(), [Command::SetRun(r)] if r.layout == HeadLayout::Mha),
+        "{cmds:?}"
+    );
+    // The engine's answer: the request recomputed under MHA.
+    let mut next = (**a.report.as_ref().unwrap()).clone();
+    next.iteration += 1;
+    next.info.layout = HeadLayout::Mha;
+    a.on_event(Event::Report(Box::new(next)));
+    let ans = a.tutor.as_ref().unwrap().answers[0].clone().unwrap();
+    assert!(ans.right, "{}", ans.why);
+    // Switching the serving cache: the answer restarts the workload and runs an iteration.
+    let mut a = lesson_app("?predict util_after_contiguous: Utilization after the switch?");
+    let cmds = a.update(Action::Answer(3));
+    assert!(
+        matches!(cmds.as_slice(), [Command::SetServe(s), Command::Step] if s.cache == inferlab::serve::CacheKind::Contiguous),
+        "{cmds:?}"
+    );
 }

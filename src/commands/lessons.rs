@@ -47,15 +47,21 @@ pub fn list(a: &ListArgs) -> Result<()> {
         if !errors.is_empty() {
             bail!("{} problem(s) in the lessons", errors.len());
         }
-        let steps: usize = lessons.iter().map(|l| l.steps.len()).sum();
-        let questions: usize = lessons
-            .iter()
-            .flat_map(|l| &l.steps)
-            .map(|s| s.questions.len())
-            .sum();
+        let q = lesson::quiz::stats(&lessons);
         println!(
-            "{} lessons, {steps} steps, {questions} questions: all valid",
-            lessons.len()
+            "{} lessons, {} steps, {} questions and {} predictions: all valid\n\
+             fewest choices in a question: {} · the right answer is the longest choice in {} of {} ({:.0}%), the shortest in {} ({:.0}%) · live figures quoted: {}",
+            q.lessons,
+            q.steps,
+            q.questions,
+            q.predictions,
+            q.min_choices,
+            q.right_is_longest,
+            q.questions,
+            q.longest_pct(),
+            q.right_is_shortest,
+            q.shortest_pct(),
+            q.live_figures
         );
         return Ok(());
     }
@@ -165,7 +171,12 @@ fn list_json(
         .collect();
     println!(
         "{}",
-        serde_json::json!({"valid": errors.is_empty(), "lessons": list, "problems": problems})
+        serde_json::json!({
+            "valid": errors.is_empty(),
+            "lessons": list,
+            "problems": problems,
+            "quiz": lesson::quiz::stats(lessons),
+        })
     );
     if a.check && !errors.is_empty() {
         bail!("{} problem(s) in the lessons", errors.len());

@@ -16,9 +16,19 @@ pub struct Lesson {
 }
 
 impl Lesson {
-    /// The progress key: the file name without `.md`.
+    /// The progress key: the file name without its number and `.md` (`kv-cache` for
+    /// `03-kv-cache.md`), so progress survives lessons being renumbered.
     pub fn id(&self) -> &str {
-        self.file.strip_suffix(".md").unwrap_or(&self.file)
+        lesson_id(&self.file)
+    }
+}
+
+/// `03-kv-cache.md` → `kv-cache`; a name without a number prefix stays as it is.
+pub fn lesson_id(file: &str) -> &str {
+    let stem = file.strip_suffix(".md").unwrap_or(file);
+    match stem.split_once('-') {
+        Some((n, rest)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => rest,
+        _ => stem,
     }
 }
 
@@ -52,6 +62,8 @@ pub struct Settings {
     pub head: Option<usize>,
     /// The attention-sink experiment on or off.
     pub sink: Option<bool>,
+    /// The serving workload: chat prompts or the long story.
+    pub workload: Option<crate::worker::AppWorkload>,
 }
 
 /// Attention kernels by name.
@@ -67,6 +79,8 @@ pub enum CompareName {
     Off,
     Cache,
     Policy,
+    /// The same requests served one at a time.
+    OneAtATime,
 }
 
 /// What the heatmap shows.
@@ -114,11 +128,13 @@ pub enum Var {
     Head,
     /// The attention-sink experiment: on or off.
     Sink,
+    /// The serving workload: chat or long.
+    Workload,
 }
 
 impl Var {
     /// Every variable with its name in lesson files.
-    pub const ALL: [(&'static str, Var); 14] = [
+    pub const ALL: [(&'static str, Var); 15] = [
         ("steps", Var::Steps),
         ("decode_steps", Var::DecodeSteps),
         ("generated", Var::Generated),
@@ -133,6 +149,7 @@ impl Var {
         ("layer", Var::Layer),
         ("head", Var::Head),
         ("sink", Var::Sink),
+        ("workload", Var::Workload),
     ];
 
     /// True for variables compared as numbers.
@@ -209,16 +226,80 @@ pub enum Predict {
     PagesNext,
     /// Which waiting request joins the serving active set in the next iteration.
     NextJoin,
+    /// In the live request's next step: do the weights or the KV cache make more bytes?
+    DominantLive,
+    /// The same for the serving batch's next iteration.
+    DominantBatch,
+    /// How many MB the live request's next step will move in all.
+    NextReadMb,
+    /// Switched to MHA (by the answer): what the KV bytes per token become.
+    KvAfterMha,
+    /// Switched to the tiled kernel (by the answer): what the KV bytes per token become.
+    KvAfterTiled,
+    /// Switched to the contiguous serving cache (by the answer): its KV utilization after
+    /// one iteration against the paged cache's now.
+    UtilAfterContiguous,
 }
 
 impl Predict {
     /// Every kind with its name in lesson files.
-    pub const ALL: [(&'static str, Predict); 3] = [
+    pub const ALL: [(&'static str, Predict); 9] = [
         ("top_attended", Predict::TopAttended),
         ("pages_next", Predict::PagesNext),
         ("next_join", Predict::NextJoin),
+        ("dominant_live", Predict::DominantLive),
+        ("dominant_batch", Predict::DominantBatch),
+        ("next_read_mb", Predict::NextReadMb),
+        ("kv_after_mha", Predict::KvAfterMha),
+        ("kv_after_tiled", Predict::KvAfterTiled),
+        ("util_after_contiguous", Predict::UtilAfterContiguous),
     ];
 }
+
+/// Live figures a lesson may quote as `{name}`: the app fills them in from what it shows
+/// now (the newest report, the serving runs, this machine's limits).
+pub const FIGURES: [(&str, &str); 19] = [
+    (
+        "kv_bytes_per_token",
+        "KV bytes per token under the current layout",
+    ),
+    ("kv_bytes_per_token_mha", "KV bytes per token under MHA"),
+    ("kv_bytes_per_token_gqa", "KV bytes per token under GQA"),
+    ("kv_bytes_per_token_mqa", "KV bytes per token under MQA"),
+    ("weight_mb_per_token", "MB of weights one pass reads"),
+    ("kv_read_mb", "MB of KV the live request's last step read"),
+    ("step_mb", "MB the live request's last step moved in all"),
+    ("step_ms", "milliseconds of the live request's last step"),
+    ("step_gb_per_s", "GB/s the live request's last step reached"),
+    (
+        "step_bandwidth_pct",
+        "that as a percentage of this machine's read bandwidth",
+    ),
+    (
+        "crossover_tokens",
+        "cached tokens where KV reads pass the weights, current layout",
+    ),
+    ("crossover_tokens_mha", "the same under MHA"),
+    ("crossover_tokens_gqa", "the same under GQA"),
+    ("read_gb_per_s", "this machine's memory read bandwidth"),
+    (
+        "int8_gops",
+        "this machine's int8 peak, G operations per second",
+    ),
+    (
+        "ridge_ops_per_byte",
+        "operations per byte where the int8 peak is reached",
+    ),
+    (
+        "batch_weight_mb_per_token",
+        "MB of weights per token in the serving batch",
+    ),
+    ("serve_tokens_per_s", "tokens/s of the serving run so far"),
+    (
+        "serve_ratio",
+        "tokens/s of the serving run over the run beside it",
+    ),
+];
 
 /// Names of panes, for settings and checks.
 pub const PANES: [(&str, Pane); 7] = [

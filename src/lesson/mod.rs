@@ -4,6 +4,7 @@
 pub mod format;
 pub mod parse;
 pub mod progress;
+pub mod quiz;
 
 pub use format::*;
 pub use parse::{parse, LessonError};

@@ -71,6 +71,7 @@ impl Parser<'_> {
         for (i, raw) in text.lines().enumerate() {
             let n = i + 1;
             let line = raw.trim_end();
+            self.figures(n, line);
             // Choices belong to the question just above them.
             if let Some(q) = question.as_mut() {
                 if let Some(rest) = line.strip_prefix("- ").or_else(|| line.strip_prefix("* ")) {
@@ -168,6 +169,34 @@ impl Parser<'_> {
         } else if lesson.steps.is_empty() {
             self.err(1, "a lesson needs at least one `## ` step");
         }
+        let choice_questions = lesson
+            .steps
+            .iter()
+            .flat_map(|s| &s.questions)
+            .filter(|q| matches!(q.kind, QuestionKind::Choice(_)))
+            .count();
+        let all = |f: fn(&Question) -> Option<bool>| {
+            choice_questions >= 2
+                && lesson
+                    .steps
+                    .iter()
+                    .flat_map(|s| &s.questions)
+                    .all(|q| f(q) != Some(false))
+        };
+        for (f, which) in [
+            (
+                super::quiz::right_is_longest as fn(&Question) -> Option<bool>,
+                "longest",
+            ),
+            (super::quiz::right_is_shortest, "shortest"),
+        ] {
+            if all(f) {
+                self.err(
+                    1,
+                    format!("in every question of this lesson the right answer is the {which} choice: a learner can answer by length"),
+                );
+            }
+        }
         lesson.intro = lesson.intro.trim().to_string();
         lesson
     }
@@ -260,12 +289,25 @@ impl Parser<'_> {
         }
     }
 
+    /// Every `{name}` on a line must be a live figure the app knows.
+    fn figures(&mut self, n: usize, line: &str) {
+        for name in figure_names(line) {
+            if !FIGURES.iter().any(|(f, _)| *f == name) {
+                let known = names(&FIGURES);
+                self.err(
+                    n,
+                    format!("unknown live figure `{{{name}}}` (known: {known})"),
+                );
+            }
+        }
+    }
+
     fn close_question(&mut self, q: OpenQuestion, step: Option<&mut Step>) {
         if let QuestionKind::Choice(c) = &q.kind {
-            if c.len() < 2 {
+            if c.len() < 3 {
                 self.err(
                     q.line,
-                    "a question needs at least two choices (`- ` or `* ` lines)",
+                    "a question needs at least three choices (`- ` or `* ` lines)",
                 );
             } else if !c.iter().any(|c| c.right) {
                 self.err(q.line, "no right answer: mark it with `* ` instead of `- `");
@@ -328,7 +370,13 @@ impl Parser<'_> {
                     "off" => set.compare = Some(CompareName::Off),
                     "cache" => set.compare = Some(CompareName::Cache),
                     "policy" => set.compare = Some(CompareName::Policy),
-                    _ => self.err(n, bad("comparison", "off, cache, policy")),
+                    "one_at_a_time" => set.compare = Some(CompareName::OneAtATime),
+                    _ => self.err(n, bad("comparison", "off, cache, policy, one_at_a_time")),
+                },
+                "workload" => match v {
+                    "chat" => set.workload = Some(crate::worker::AppWorkload::Chat),
+                    "long" => set.workload = Some(crate::worker::AppWorkload::Long),
+                    _ => self.err(n, bad("workload", "chat, long")),
                 },
                 "sink" => match v {
                     "on" => set.sink = Some(true),
@@ -357,7 +405,7 @@ impl Parser<'_> {
                 _ => self.err(
                     n,
                     format!(
-                        "unknown setting `{k}` (known: focus, layout, cache, policy, attention, compare, values, layer, head, sink)"
+                        "unknown setting `{k}` (known: focus, layout, cache, policy, attention, compare, values, layer, head, sink, workload)"
                     ),
                 ),
             }
@@ -418,7 +466,8 @@ impl Parser<'_> {
                     Var::Cache => &["paged", "contiguous"],
                     Var::Policy => &["continuous", "static"],
                     Var::Attention => &["naive", "tiled"],
-                    Var::Compare => &["off", "cache", "policy"],
+                    Var::Compare => &["off", "cache", "policy", "one_at_a_time"],
+                    Var::Workload => &["chat", "long"],
                     Var::Values => &["weights", "scores"],
                     Var::Sink => &["on", "off"],
                     Var::Focus => &PANES.map(|(name, _)| name),
@@ -441,6 +490,26 @@ impl Parser<'_> {
         }
         out
     }
+}
+
+/// The `{name}`s of a line: identifiers in braces.
+pub fn figure_names(line: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = line;
+    while let Some(open) = rest.find('{') {
+        let after = &rest[open + 1..];
+        let Some(close) = after.find('}') else { break };
+        let name = &after[..close];
+        if !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        {
+            out.push(name);
+        }
+        rest = &after[close + 1..];
+    }
+    out
 }
 
 /// `key: value` when the line starts with a lowercase identifier, a colon and a space.

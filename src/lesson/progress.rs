@@ -84,11 +84,27 @@ impl Progress {
                 }
             }
         };
-        match serde_json::from_slice(&text) {
-            Ok(progress) => Loaded {
-                progress,
-                ..Loaded::default()
-            },
+        match serde_json::from_slice::<Progress>(&text) {
+            Ok(mut progress) => {
+                // Files written before ids dropped the lesson number: `04-mha-gqa-mqa`
+                // is `mha-gqa-mqa` now (the newer entry wins if both exist).
+                let old: Vec<String> = progress
+                    .lessons
+                    .keys()
+                    .filter(|k| super::format::lesson_id(k) != k.as_str())
+                    .cloned()
+                    .collect();
+                for k in old {
+                    if let Some(v) = progress.lessons.remove(&k) {
+                        let id = super::format::lesson_id(&k).to_string();
+                        progress.lessons.entry(id).or_insert(v);
+                    }
+                }
+                Loaded {
+                    progress,
+                    ..Loaded::default()
+                }
+            }
             Err(e) => {
                 let stamp = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)

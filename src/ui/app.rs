@@ -4,7 +4,7 @@
 use super::tutor::{Reply, Tutor};
 use crate::model::{AttnKernel, HeadLayout, RunOptions};
 use crate::serve::{CacheKind, Policy, ReqPhase};
-use crate::worker::{AppWorkload, Command, Event, ServeSetup, StepReport};
+use crate::worker::{AppWorkload, Command, Event, OtherRun, ServeSetup, StepReport};
 use std::collections::VecDeque;
 
 /// Everything the user can ask for.
@@ -47,6 +47,8 @@ pub enum Action {
     ToggleSink,
     /// The memory-traffic pane in the forward pane's place, and back.
     ToggleTraffic,
+    /// The glossary overlay.
+    ToggleGlossary,
     /// The serving workload: chat prompts ↔ the long story.
     ToggleWorkload,
     /// Scroll the lesson text (mouse wheel), lines.
@@ -128,6 +130,9 @@ pub enum Compare {
     Cache,
     /// The other policy, same cache kind.
     Policy,
+    /// The same requests one at a time (FIFO, batch of one): the baseline continuous
+    /// batching is measured against.
+    OneAtATime,
 }
 
 pub use crate::screen::Pane;
@@ -221,6 +226,8 @@ pub struct App {
     pub replaying: bool,
     pub focus: Pane,
     pub help: bool,
+    /// The glossary overlay is open.
+    pub glossary: bool,
     pub running: bool,
     pub speed: usize,
     pub in_flight: bool,
@@ -268,6 +275,7 @@ impl App {
             replaying: false,
             focus: Pane::Attention,
             help: false,
+            glossary: false,
             running: false,
             speed: 2,
             in_flight: false,
@@ -304,9 +312,13 @@ impl App {
             self.help = !self.help;
             return Vec::new();
         }
-        // With help open, any key (Esc and q included) only closes it.
-        if self.help {
-            self.help = false;
+        // With help or the glossary open, any key (Esc and q included) only closes it.
+        if self.help || self.glossary {
+            (self.help, self.glossary) = (false, false);
+            return Vec::new();
+        }
+        if a == Action::ToggleGlossary && self.input.is_none() {
+            self.glossary = true;
             return Vec::new();
         }
         if self.input.is_some() {
@@ -450,7 +462,8 @@ impl App {
                 compare = match compare {
                     Compare::Off => Compare::Cache,
                     Compare::Cache => Compare::Policy,
-                    Compare::Policy => Compare::Off,
+                    Compare::Policy => Compare::OneAtATime,
+                    Compare::OneAtATime => Compare::Off,
                 }
             }
             Action::ToggleSink => sink = !sink,
@@ -470,6 +483,9 @@ impl App {
         if run != self.run {
             self.run = run;
             self.history.clear();
+            // The engine restarts the serving runs under the new layout.
+            self.timeline.clear();
+            self.timeline_b.clear();
             return Some(Command::SetRun(run));
         }
         let serve = (policy, cache, compare, workload);
@@ -735,11 +751,17 @@ impl App {
     }
 
     /// The comparison engine's settings: one of ours flipped.
-    pub fn other(&self) -> Option<(Policy, CacheKind)> {
+    pub fn other(&self) -> Option<OtherRun> {
+        let run = |policy, cache, one_at_a_time| OtherRun {
+            policy,
+            cache,
+            one_at_a_time,
+        };
         match self.compare {
             Compare::Off => None,
-            Compare::Cache => Some((self.policy, flip_cache(self.cache))),
-            Compare::Policy => Some((flip_policy(self.policy), self.cache)),
+            Compare::Cache => Some(run(self.policy, flip_cache(self.cache), false)),
+            Compare::Policy => Some(run(flip_policy(self.policy), self.cache, false)),
+            Compare::OneAtATime => Some(run(Policy::Static, self.cache, true)),
         }
     }
 

@@ -156,6 +156,9 @@ pub fn draw(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     if app.help {
         panes::help::render(theme, area, buf);
     }
+    if app.glossary {
+        panes::glossary::render(theme, area, buf);
+    }
 }
 
 fn header(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {

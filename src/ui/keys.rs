@@ -149,18 +149,14 @@ pub const BINDINGS: &[Binding] = &[
         on: &[(KeyCode::Char('t'), Action::ToggleTraffic)],
     },
     Binding {
-        keys: "e",
-        help: "export the focused pane as SVG + PNG",
+        keys: "e tab",
+        help: "export the focused pane as SVG + PNG; tab moves the focus",
         rank: 10,
-        hint: "export",
-        on: &[(KeyCode::Char('e'), Action::Export)],
-    },
-    Binding {
-        keys: "tab",
-        help: "move focus between panes",
-        rank: 11,
-        hint: "focus",
-        on: &[(KeyCode::Tab, Action::FocusNext)],
+        hint: "export/focus",
+        on: &[
+            (KeyCode::Char('e'), Action::Export),
+            (KeyCode::Tab, Action::FocusNext),
+        ],
     },
     Binding {
         keys: "[ ]",
@@ -208,6 +204,13 @@ pub const BINDINGS: &[Binding] = &[
             (KeyCode::Char('L'), Action::ToggleLessons),
             (KeyCode::Enter, Action::Confirm),
         ],
+    },
+    Binding {
+        keys: "G",
+        help: "glossary: every term the lessons use, one line each",
+        rank: 13,
+        hint: "glossary",
+        on: &[(KeyCode::Char('G'), Action::ToggleGlossary)],
     },
     Binding {
         keys: "?",

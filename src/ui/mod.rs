@@ -3,8 +3,10 @@
 
 pub mod app;
 pub mod draw;
+pub mod figures;
 pub mod keys;
 pub mod panes;
+pub mod predict;
 pub mod theme;
 pub mod tutor;
 

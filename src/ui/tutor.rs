@@ -30,17 +30,6 @@ pub struct Pending {
     pub before: Vec<u64>,
 }
 
-/// Choices of a prediction question, built from the live state when it is shown.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LiveChoices {
-    pub labels: Vec<String>,
-    /// Per choice, what it stands for: a position, a page count, or a request id
-    /// (`u64::MAX` for "something else" / "none").
-    pub values: Vec<u64>,
-    pub subject: u64,
-    pub before: Vec<u64>,
-}
-
 /// The open lesson.
 #[derive(Debug, Clone)]
 pub struct Tutor {
@@ -67,9 +56,6 @@ pub struct Tutor {
 
 /// How a save error starts, so a later good save can clear it.
 const SAVE_FAILED: &str = "progress not saved";
-
-/// "Something else" / "none of these" in a prediction.
-pub const OTHER: u64 = u64::MAX;
 
 impl Tutor {
     /// A tutor over `lessons`, opened at lesson `lesson` (0-based) where the user left it.
@@ -242,6 +228,7 @@ fn settings_of(app: &App, s: &Step) -> Reply {
             CompareName::Off => Compare::Off,
             CompareName::Cache => Compare::Cache,
             CompareName::Policy => Compare::Policy,
+            CompareName::OneAtATime => Compare::OneAtATime,
         });
         acts.push(Setting::Serve(
             set.policy.unwrap_or(app.policy),
@@ -250,6 +237,7 @@ fn settings_of(app: &App, s: &Step) -> Reply {
         ));
     }
     acts.extend(set.sink.map(Setting::Sink));
+    acts.extend(set.workload.map(Setting::Workload));
     Reply {
         settings: acts,
         prompt: s.prompt.clone(),
@@ -300,10 +288,16 @@ pub fn holds(app: &App, t: &Tutor, c: &Cond) -> bool {
             Compare::Off => "off",
             Compare::Cache => "cache",
             Compare::Policy => "policy",
+            Compare::OneAtATime => "one_at_a_time",
         }
         .into(),
         Var::Values => if app.show_scores { "scores" } else { "weights" }.into(),
         Var::Sink => if app.sink { "on" } else { "off" }.into(),
+        Var::Workload => match app.workload {
+            crate::worker::AppWorkload::Chat => "chat",
+            crate::worker::AppWorkload::Long => "long",
+        }
+        .into(),
         Var::Focus => PANES
             .iter()
             .find(|(_, p)| *p == app.focus)
@@ -360,89 +354,6 @@ impl Tutor {
     }
 }
 
-/// The choices of prediction `kind` in the app's current state.
-pub fn live_choices(app: &App, kind: Predict) -> Option<LiveChoices> {
-    choices_for(app.report.as_deref()?, kind)
-}
-
-/// The choices of prediction `kind` as the state after report `r` offers them.
-fn choices_for(r: &StepReport, kind: Predict) -> Option<LiveChoices> {
-    match kind {
-        Predict::TopAttended => {
-            // The next decode query sits at the current length and may see 0..=len.
-            let p = r.pieces.len() as u64;
-            if p < 3 || r.finished {
-                return None;
-            }
-            let label = |pos: u64| {
-                let piece = r
-                    .pieces
-                    .get(pos as usize)
-                    .map(|s| super::panes::label(s, 12).trim_end().to_string())
-                    .unwrap_or_else(|| "the new token itself".into());
-                format!("position {pos}: {piece}")
-            };
-            let mut values = vec![0, p - 1, p];
-            let mid = p / 2;
-            if mid != 0 && mid != p - 1 {
-                values.insert(1, mid);
-            }
-            let mut labels: Vec<String> = values.iter().map(|&v| label(v)).collect();
-            labels[0] = format!("{} (the very first token)", labels[0]);
-            let last = labels.len() - 1;
-            labels[last] = format!("position {p}: the new token itself");
-            labels.push("another position".into());
-            values.push(OTHER);
-            Some(LiveChoices {
-                labels,
-                values,
-                subject: p,
-                before: Vec::new(),
-            })
-        }
-        Predict::PagesNext => {
-            let sv = r.serve.as_ref()?;
-            let a = sv.step.active.first()?;
-            let held = pages_of(sv, a.id) as u64;
-            let values = vec![held, held + 1, held + 2, OTHER];
-            let labels = vec![
-                format!("{held} pages (no new page)"),
-                format!("{} pages (one new page)", held + 1),
-                format!("{} pages", held + 2),
-                "another number (it leaves, is preempted, or prefills many pages)".into(),
-            ];
-            Some(LiveChoices {
-                labels,
-                values,
-                subject: a.id,
-                before: Vec::new(),
-            })
-        }
-        Predict::NextJoin => {
-            let sv = r.serve.as_ref()?;
-            let mut values: Vec<u64> = sv.step.queue.iter().take(3).copied().collect();
-            let mut labels: Vec<String> = values.iter().map(|q| format!("request #{q}")).collect();
-            labels.push("none joins".into());
-            values.push(OTHER);
-            Some(LiveChoices {
-                labels,
-                values,
-                subject: 0,
-                before: sv.step.active.iter().map(|a| a.id).collect(),
-            })
-        }
-    }
-}
-
-/// Pages request `id` holds in a serving view (shared pages count for each holder).
-pub fn pages_of(sv: &crate::worker::report::ServeView, id: u64) -> usize {
-    sv.step
-        .pages
-        .iter()
-        .filter(|p| p.owners.contains(&id))
-        .count()
-}
-
 impl Tutor {
     /// The user pressed digit `d` (1-based): answers the open question. A prediction also
     /// asks for the next iteration, which grades it.
@@ -470,10 +381,8 @@ impl Tutor {
                 Reply::default()
             }
             QuestionKind::Predict(kind) => {
-                let Some(live) = live_choices(app, *kind) else {
-                    return Reply::status(
-                        "this prediction needs a running request: press space first",
-                    );
+                let Some(live) = super::predict::live_choices(app, *kind) else {
+                    return Reply::status(super::predict::unavailable(*kind));
                 };
                 if choice >= live.values.len() {
                     return Reply::default();
@@ -485,8 +394,12 @@ impl Tutor {
                     subject: live.subject,
                     before: live.before,
                 });
+                // The answer sets the toggle the question was about, or just runs the
+                // next iteration; the report that follows grades it.
+                let (settings, step) = super::predict::action(*kind, app);
                 Reply {
-                    step: true,
+                    settings,
+                    step,
                     ..Reply::default()
                 }
             }
@@ -516,104 +429,10 @@ pub fn grade(t: &mut Tutor, app: &App, new: &StepReport, old: Option<&StepReport
         return;
     };
     // The choices as they were shown, rebuilt from the state before the step.
-    let Some(live) = old.and_then(|o| choices_for(o, p.kind)) else {
+    let Some(live) = old.and_then(|o| super::predict::choices_for(o, p.kind)) else {
         return;
     };
-    let chosen = live.values[p.choice];
-    // "Another …" is right when the real answer is none of the listed values.
-    let exact = |actual: u64| {
-        if chosen == OTHER {
-            !live.values.iter().any(|&v| v == actual && v != OTHER)
-        } else {
-            chosen == actual
-        }
-    };
-    let (right, why) = match p.kind {
-        Predict::TopAttended => {
-            let head = app.head;
-            let row = new
-                .info
-                .captures
-                .iter()
-                .find(|c| c.layer == app.layer && c.t == 1)
-                .map(|c| c.weights[head * c.kv_len..(head + 1) * c.kv_len].to_vec());
-            match row {
-                Some(w) => {
-                    let (best, wt) =
-                        w.iter()
-                            .enumerate()
-                            .fold((0, f32::MIN), |b, (i, &x)| if x > b.1 { (i, x) } else { b });
-                    let piece = new
-                        .pieces
-                        .get(best)
-                        .map(|s| super::panes::label(s, 12).trim_end().to_string())
-                        .unwrap_or_default();
-                    (
-                        exact(best as u64),
-                        format!(
-                            "layer {} head {} put {:.0}% of its weight on position {best} ({piece})",
-                            app.layer,
-                            head,
-                            100.0 * wt
-                        ),
-                    )
-                }
-                None => (false, "the step produced no decode row to grade".into()),
-            }
-        }
-        Predict::PagesNext => match new.serve.as_ref() {
-            Some(sv) => {
-                let n = pages_of(sv, p.subject);
-                let len = sv
-                    .step
-                    .active
-                    .iter()
-                    .find(|a| a.id == p.subject)
-                    .map(|a| a.len);
-                (
-                    exact(n as u64),
-                    match len {
-                        Some(len) => format!(
-                            "request #{} now holds {len} tokens in {n} pages of {} slots",
-                            p.subject, sv.page_size
-                        ),
-                        None => format!("request #{} left the active set", p.subject),
-                    },
-                )
-            }
-            None => (false, "no serving view".into()),
-        },
-        Predict::NextJoin => match new.serve.as_ref() {
-            Some(sv) => {
-                let joined: Vec<u64> = sv
-                    .step
-                    .active
-                    .iter()
-                    .map(|a| a.id)
-                    .filter(|id| !p.before.contains(id))
-                    .collect();
-                let why = if joined.is_empty() {
-                    "no request joined this iteration".into()
-                } else {
-                    format!(
-                        "joined: {}",
-                        joined
-                            .iter()
-                            .map(|j| format!("#{j}"))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    )
-                };
-                let right = if chosen == OTHER {
-                    joined.is_empty()
-                } else {
-                    joined.contains(&chosen)
-                };
-                (right, why)
-            }
-            None => (false, "no serving view".into()),
-        },
-    };
+    let (right, why) = super::predict::outcome(&p, &live, app, new);
     t.record(
         app,
         p.question,

@@ -14,7 +14,7 @@ pub use report::{KvView, StepReport};
 use crate::model::source::{self, Progress};
 use crate::model::{LoadOptions, Model, RunOptions, TextTokenizer};
 use crate::serve::workload::{LengthDist, Workload};
-use crate::serve::{CacheKind, Policy, ServeConfig, ServeEngine};
+use crate::serve::{CacheKind, Policy, Request, ServeConfig, ServeEngine};
 use crate::sink::SinkRun;
 use report::ServeView;
 use std::path::PathBuf;
@@ -75,8 +75,29 @@ pub enum AppWorkload {
 pub struct ServeSetup {
     pub policy: Policy,
     pub cache: CacheKind,
-    pub other: Option<(Policy, CacheKind)>,
+    pub other: Option<OtherRun>,
     pub workload: AppWorkload,
+}
+
+/// The run beside the main one: another policy or cache, or the same requests one at a
+/// time (a batch of one, first come first served).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OtherRun {
+    pub policy: Policy,
+    pub cache: CacheKind,
+    pub one_at_a_time: bool,
+}
+
+impl OtherRun {
+    /// "static batching · paged KV", or "one at a time · paged KV".
+    pub fn describe(&self) -> String {
+        let how = if self.one_at_a_time {
+            "one at a time".to_string()
+        } else {
+            format!("{:?} batching", self.policy)
+        };
+        format!("{how} · {:?} KV", self.cache).to_lowercase()
+    }
 }
 
 impl Default for ServeSetup {
@@ -132,7 +153,7 @@ fn run(cfg: EngineConfig, rx: Receiver<Command>, tx: &Sender<Event>) -> Result<(
     let model = base.with_run(cfg.run).map_err(|e| e.to_string())?;
     let live = start(&model, &cfg.prompt, cfg.max_new, None)?;
     let setup = ServeSetup::default();
-    let serve = serving(&model, setup.policy, setup.cache, setup.workload)?;
+    let serve = serving(&model, setup.policy, setup.cache, setup.workload, false)?.into();
     send(Event::Status(
         "measuring this machine's memory bandwidth and int8 peak (once per CPU)".into(),
     ));
@@ -190,8 +211,8 @@ struct Worker {
     max_new: usize,
     live: Live,
     iteration: usize,
-    serve: ServeEngine,
-    compare: Option<ServeEngine>,
+    serve: Served,
+    compare: Option<Served>,
     /// What `serve` and `compare` run, to start them again under a new head layout.
     setup: ServeSetup,
     sink: Option<SinkRun>,
@@ -227,8 +248,9 @@ impl Worker {
                     workload,
                 } = setup;
                 send(Event::Status(match other {
-                    Some((p, c)) => format!(
-                        "serving restarted: {policy:?}/{cache:?} beside {p:?}/{c:?} on the same requests"
+                    Some(o) => format!(
+                        "serving restarted: {workload:?} requests, {policy:?}/{cache:?} beside {} on the same requests",
+                        o.describe()
                     ),
                     None => format!(
                         "serving workload restarted: {workload:?} requests, {policy:?} batching, {cache:?} cache"
@@ -335,7 +357,10 @@ impl Worker {
 
 /// The sink experiment's window (tokens) and page size: eight pages of sixteen.
 pub const SINK_WINDOW: usize = 128;
-const SINK_PAGE: usize = 16;
+const SINK_PAGE: usize = APP_PAGE_SIZE;
+
+/// Token slots per KV page in the app's serving engines.
+pub const APP_PAGE_SIZE: usize = 16;
 
 /// A fresh sink experiment over the shipped eval text.
 fn sink_run(model: &Model) -> Result<SinkRun, String> {
@@ -346,13 +371,35 @@ fn sink_run(model: &Model) -> Result<SinkRun, String> {
     SinkRun::new(model, tokens, SINK_WINDOW, SINK_PAGE)
 }
 
+/// A serving engine and what it has done since it started.
+struct Served {
+    engine: ServeEngine,
+    generated: usize,
+    ms: f64,
+}
+
+impl From<ServeEngine> for Served {
+    fn from(engine: ServeEngine) -> Self {
+        Self {
+            engine,
+            generated: 0,
+            ms: 0.0,
+        }
+    }
+}
+
 /// One iteration of a serving engine as the app shows it (`None` once it is done).
-fn serve_step(e: &mut ServeEngine) -> Result<Option<ServeView>, String> {
+fn serve_step(s: &mut Served) -> Result<Option<ServeView>, String> {
+    let e = &mut s.engine;
     if e.done() {
         return Ok(None);
     }
     let step = e.step()?;
+    s.generated += step.tokens_generated;
+    s.ms += step.wall_ms;
     Ok(Some(ServeView {
+        generated_total: s.generated,
+        elapsed_ms: s.ms,
         policy: e.cfg().policy,
         cache: e.cfg().cache,
         page_size: e.cfg().page_size,
@@ -364,13 +411,10 @@ fn serve_step(e: &mut ServeEngine) -> Result<Option<ServeView>, String> {
 }
 
 /// The serving engine of a setup, and its comparison when the setup names one.
-fn serving_pair(
-    model: &Model,
-    s: ServeSetup,
-) -> Result<(ServeEngine, Option<ServeEngine>), String> {
-    let serve = serving(model, s.policy, s.cache, s.workload)?;
+fn serving_pair(model: &Model, s: ServeSetup) -> Result<(Served, Option<Served>), String> {
+    let serve = serving(model, s.policy, s.cache, s.workload, false)?.into();
     let compare = match s.other {
-        Some((p, c)) => Some(serving(model, p, c, s.workload)?),
+        Some(o) => Some(serving(model, o.policy, o.cache, s.workload, o.one_at_a_time)?.into()),
         None => None,
     };
     Ok((serve, compare))
@@ -382,17 +426,26 @@ fn serving(
     policy: Policy,
     cache: CacheKind,
     workload: AppWorkload,
+    one_at_a_time: bool,
 ) -> Result<ServeEngine, String> {
-    match workload {
-        AppWorkload::Chat => chat_serving(model, policy, cache),
-        AppWorkload::Long => long_serving(model, policy, cache),
+    let (mut cfg, reqs) = match workload {
+        AppWorkload::Chat => chat_serving(model, policy, cache)?,
+        AppWorkload::Long => long_serving(model, policy, cache)?,
+    };
+    if one_at_a_time {
+        cfg.max_batch = 1;
     }
+    ServeEngine::new(model, cfg, reqs)
 }
 
 /// The eight parts of the long story, all arriving in the first iterations, with room for
 /// all of them: some 3,200 cached tokens once their prompts are in, enough for the KV read
 /// to pass the weights' ~151 MB (3,284 tokens under GQA, 1,095 under MHA).
-fn long_serving(model: &Model, policy: Policy, cache: CacheKind) -> Result<ServeEngine, String> {
+fn long_serving(
+    model: &Model,
+    policy: Policy,
+    cache: CacheKind,
+) -> Result<(ServeConfig, Vec<Request>), String> {
     let parts = long_parts();
     let w = Workload {
         requests: parts.len(),
@@ -415,13 +468,13 @@ fn long_serving(model: &Model, policy: Policy, cache: CacheKind) -> Result<Serve
         policy,
         cache,
         kv_budget_tokens: 6144,
-        page_size: 16,
+        page_size: APP_PAGE_SIZE,
         max_batch: parts.len(),
         token_budget: 512,
         prefix_sharing: true,
         reserve: Default::default(),
     };
-    ServeEngine::new(model, cfg, reqs)
+    Ok((cfg, reqs))
 }
 
 /// The long story split at its numbered part headings ("I. …", "II. …").
@@ -449,7 +502,11 @@ pub fn long_parts() -> Vec<String> {
 
 /// The app's chat workload: ten chat requests from the shipped prompts, arriving a few
 /// iterations apart, in a KV budget of 1,024 tokens.
-fn chat_serving(model: &Model, policy: Policy, cache: CacheKind) -> Result<ServeEngine, String> {
+fn chat_serving(
+    model: &Model,
+    policy: Policy,
+    cache: CacheKind,
+) -> Result<(ServeConfig, Vec<Request>), String> {
     let w = Workload {
         requests: 10,
         prompt_min: 1,
@@ -475,11 +532,11 @@ fn chat_serving(model: &Model, policy: Policy, cache: CacheKind) -> Result<Serve
         policy,
         cache,
         kv_budget_tokens: 1024,
-        page_size: 16,
+        page_size: APP_PAGE_SIZE,
         max_batch: 6,
         token_budget: 256,
         prefix_sharing: true,
         reserve: Default::default(),
     };
-    ServeEngine::new(model, cfg, reqs)
+    Ok((cfg, reqs))
 }

@@ -142,4 +142,17 @@ pub struct ServeView {
     pub step: ServeStep,
     pub preemptions: usize,
     pub done: bool,
+    /// Tokens generated and milliseconds spent since the run started (zero in recordings
+    /// made before they were kept).
+    #[serde(default)]
+    pub generated_total: usize,
+    #[serde(default)]
+    pub elapsed_ms: f64,
+}
+
+impl ServeView {
+    /// The run's tokens per second so far (its own compute time, not the live request's).
+    pub fn tokens_per_s(&self) -> Option<f64> {
+        (self.elapsed_ms > 0.0).then(|| 1e3 * self.generated_total as f64 / self.elapsed_ms)
+    }
 }

@@ -213,9 +213,11 @@ pub fn serving_reports_with(
         reserve: Default::default(),
     };
     let mut e = ServeEngine::new(&m, cfg, w.generate(&src)).unwrap();
+    let mut generated = 0;
     (1..=n)
         .map(|i| {
             let s = e.step().unwrap();
+            generated += s.tokens_generated;
             let mut r = report();
             r.iteration = i;
             r.serve = Some(ServeView {
@@ -226,6 +228,9 @@ pub fn serving_reports_with(
                 step: s,
                 preemptions: e.preemptions(),
                 done: e.done(),
+                generated_total: generated,
+                // A fixed 5 ms per iteration: pictures must not depend on this machine.
+                elapsed_ms: 5.0 * i as f64,
             });
             r
         })

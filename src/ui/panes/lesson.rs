@@ -2,8 +2,10 @@
 
 use crate::lesson::{Predict, QuestionKind};
 use crate::ui::app::App;
+use crate::ui::figures;
+use crate::ui::predict::{self, LiveChoices};
 use crate::ui::theme::Theme;
-use crate::ui::tutor::{self, LiveChoices, Tutor};
+use crate::ui::tutor::{self, Tutor};
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::Style;
@@ -16,6 +18,8 @@ pub struct Live {
     pub task_done: bool,
     /// The choices each prediction kind offers in the app's state now.
     pub choices: Vec<(Predict, Option<LiveChoices>)>,
+    /// The live figures the step quotes, by name, with their values now.
+    pub figures: Vec<(String, String)>,
 }
 
 impl Live {
@@ -34,9 +38,25 @@ impl Live {
             task_done: t.task_done(app),
             choices: kinds
                 .into_iter()
-                .map(|k| (k, tutor::live_choices(app, k)))
+                .map(|k| (k, predict::live_choices(app, k)))
+                .collect(),
+            figures: quoted(t)
+                .into_iter()
+                .map(|name| {
+                    let v = figures::value(app, &name);
+                    (name, v.unwrap_or_else(|| figures::PENDING.into()))
+                })
                 .collect(),
         }
+    }
+
+    /// `text` with the step's `{figures}` filled in.
+    fn fill(&self, text: &str) -> String {
+        let mut out = text.to_string();
+        for (name, v) in &self.figures {
+            out = out.replace(&format!("{{{name}}}"), v);
+        }
+        out
     }
 
     fn choices(&self, k: Predict) -> Option<&LiveChoices> {
@@ -45,6 +65,31 @@ impl Live {
             .find(|c| c.0 == k)
             .and_then(|c| c.1.as_ref())
     }
+}
+
+/// The figure names the current step (and the lesson's intro) quote.
+fn quoted(t: &Tutor) -> Vec<String> {
+    let (Some(l), Some(s)) = (t.current(), t.step()) else {
+        return Vec::new();
+    };
+    let mut texts: Vec<&str> = vec![&l.intro, &s.prose];
+    texts.extend(s.notice.as_deref());
+    texts.extend(s.task.as_ref().map(|t| t.text.as_str()));
+    for q in &s.questions {
+        texts.push(&q.text);
+        if let QuestionKind::Choice(c) = &q.kind {
+            texts.extend(c.iter().flat_map(|c| [c.text.as_str(), c.why.as_str()]));
+        }
+    }
+    let mut names: Vec<String> = texts
+        .iter()
+        .flat_map(|t| t.lines())
+        .flat_map(crate::lesson::parse::figure_names)
+        .map(str::to_string)
+        .collect();
+    names.sort();
+    names.dedup();
+    names
 }
 
 /// Draws the open lesson step into `area`.
@@ -106,15 +151,15 @@ fn lines<'a>(t: &Tutor, live: &Live, theme: &Theme) -> Vec<Line<'a>> {
         Line::raw(""),
     ]);
     if t.step == 0 && !l.intro.is_empty() {
-        out.extend(paragraphs(&l.intro));
+        out.extend(paragraphs(&live.fill(&l.intro)));
         out.push(Line::raw(""));
     }
-    out.extend(paragraphs(&s.prose));
+    out.extend(paragraphs(&live.fill(&s.prose)));
     if let Some(n) = &s.notice {
         out.push(Line::raw(""));
         out.push(Line::from(vec![
             Span::styled("Notice: ", theme.accent()),
-            Span::raw(n.clone()),
+            Span::raw(live.fill(n)),
         ]));
     }
     if let Some(task) = &s.task {
@@ -129,7 +174,7 @@ fn lines<'a>(t: &Tutor, live: &Live, theme: &Theme) -> Vec<Line<'a>> {
                     theme.accent()
                 },
             ),
-            Span::raw(task.text.clone()),
+            Span::raw(live.fill(&task.text)),
         ]));
         if done {
             let what = if t.step + 1 < l.steps.len() {
@@ -152,7 +197,7 @@ fn lines<'a>(t: &Tutor, live: &Live, theme: &Theme) -> Vec<Line<'a>> {
         };
         out.push(Line::from(vec![
             Span::styled(mark, theme.accent()),
-            Span::styled(q.text.clone(), Style::default()),
+            Span::styled(live.fill(&q.text), Style::default()),
         ]));
         // Only the open question (and answered ones) show their choices.
         if open != Some(qi) && t.answers[qi].is_none() {
@@ -164,7 +209,7 @@ fn lines<'a>(t: &Tutor, live: &Live, theme: &Theme) -> Vec<Line<'a>> {
         // first, and a wrong one is followed by fresh choices for the next iteration.
         if predict {
             if let Some(a) = answer {
-                out.push(verdict(a, theme));
+                out.push(verdict(a, live, theme));
                 if a.right {
                     continue;
                 }
@@ -175,7 +220,7 @@ fn lines<'a>(t: &Tutor, live: &Live, theme: &Theme) -> Vec<Line<'a>> {
             }
         }
         let labels: Vec<String> = match &q.kind {
-            QuestionKind::Choice(c) => c.iter().map(|c| c.text.clone()).collect(),
+            QuestionKind::Choice(c) => c.iter().map(|c| live.fill(&c.text)).collect(),
             QuestionKind::Predict(kind) => match live.choices(*kind) {
                 Some(c) => c.labels.clone(),
                 None => vec!["(run an iteration first: press space)".into()],
@@ -200,7 +245,7 @@ fn lines<'a>(t: &Tutor, live: &Live, theme: &Theme) -> Vec<Line<'a>> {
             ));
         }
         if let (Some(a), false) = (answer, predict) {
-            out.push(verdict(a, theme));
+            out.push(verdict(a, live, theme));
             if !a.right {
                 out.push(Line::styled(
                     "  (press another number to try again)",
@@ -213,7 +258,7 @@ fn lines<'a>(t: &Tutor, live: &Live, theme: &Theme) -> Vec<Line<'a>> {
 }
 
 /// "Right: …" or "Not quite: …" with the answer's explanation.
-fn verdict<'a>(a: &tutor::Answer, theme: &Theme) -> Line<'a> {
+fn verdict<'a>(a: &tutor::Answer, live: &Live, theme: &Theme) -> Line<'a> {
     Line::from(vec![
         Span::styled(
             if a.right {
@@ -223,20 +268,34 @@ fn verdict<'a>(a: &tutor::Answer, theme: &Theme) -> Line<'a> {
             },
             theme.accent(),
         ),
-        Span::raw(a.why.clone()),
+        Span::raw(live.fill(&a.why)),
     ])
 }
 
 /// Prose as the panel wraps it: the file's line breaks inside a paragraph become spaces,
-/// blank lines stay paragraph breaks.
+/// blank lines stay paragraph breaks, and table rows (lines starting with `|`) keep their
+/// own lines.
 fn paragraphs<'a>(text: &str) -> Vec<Line<'a>> {
     let mut out = Vec::new();
     for (i, para) in text.split("\n\n").enumerate() {
         if i > 0 {
             out.push(Line::raw(""));
         }
-        let joined: Vec<&str> = para.lines().map(str::trim).collect();
-        out.push(Line::raw(joined.join(" ")));
+        let mut joined: Vec<&str> = Vec::new();
+        for line in para.lines().map(str::trim) {
+            if line.starts_with('|') {
+                if !joined.is_empty() {
+                    out.push(Line::raw(joined.join(" ")));
+                    joined.clear();
+                }
+                out.push(Line::raw(line.to_string()));
+            } else {
+                joined.push(line);
+            }
+        }
+        if !joined.is_empty() {
+            out.push(Line::raw(joined.join(" ")));
+        }
     }
     out
 }

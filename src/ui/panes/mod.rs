@@ -1,6 +1,7 @@
 //! The panes. Each is a pure function of the app state drawing into a buffer area.
 
 pub mod forward;
+pub mod glossary;
 pub mod heads;
 pub mod heatmap;
 pub mod help;

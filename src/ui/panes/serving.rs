@@ -2,7 +2,7 @@
 //! request, and the active set per iteration as a timeline.
 
 use super::{block, put};
-use crate::serve::{CacheKind, ReqPhase};
+use crate::serve::ReqPhase;
 use crate::ui::app::{App, Pane};
 use crate::ui::theme::{ColorMode, Theme};
 use crate::views::pages::Grid;
@@ -15,22 +15,39 @@ use ratatui::widgets::Widget;
 /// Draws the pane for the main serving workload.
 pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let view = app.report.as_ref().and_then(|r| r.serve.as_ref());
-    render_view(
-        app,
-        theme,
-        area,
-        buf,
-        (app.policy, app.cache),
-        view,
-        &app.timeline,
-    );
+    let title =
+        format!(" serving · {:?} batching · {:?} KV ", app.policy, app.cache).to_lowercase();
+    render_view(app, theme, area, buf, title, view, &app.timeline);
 }
 
 /// Draws the side-by-side copy (the same workload, one setting flipped).
 pub fn render_compare(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
-    let Some(settings) = app.other() else { return };
+    let Some(other) = app.other() else { return };
     let view = app.report.as_ref().and_then(|r| r.serve_b.as_ref());
-    render_view(app, theme, area, buf, settings, view, &app.timeline_b);
+    let title = format!(" serving · {} ", other.describe());
+    render_view(app, theme, area, buf, title, view, &app.timeline_b);
+    // The two runs see the same requests: the ratio of their speeds is the lesson.
+    if let Some(ratio) = app.report.as_deref().and_then(serve_ratio) {
+        let inner = ratatui::widgets::Block::bordered().inner(area);
+        let (policy, cache) = (app.policy, app.cache);
+        let line =
+            format!("left ({policy:?}, {cache:?}) ÷ this: {ratio:.2}× the tokens/s").to_lowercase();
+        put(
+            buf,
+            inner,
+            0,
+            inner.y + inner.height.saturating_sub(1),
+            line,
+            theme.accent(),
+        );
+    }
+}
+
+/// Tokens/s of the main serving run over the run beside it, once both have run.
+pub fn serve_ratio(r: &crate::worker::StepReport) -> Option<f64> {
+    let a = r.serve.as_ref()?.tokens_per_s()?;
+    let b = r.serve_b.as_ref()?.tokens_per_s()?;
+    (b > 0.0).then(|| a / b)
 }
 
 fn render_view(
@@ -38,11 +55,10 @@ fn render_view(
     theme: &Theme,
     area: Rect,
     buf: &mut Buffer,
-    (policy, cache): (crate::serve::Policy, CacheKind),
+    title: String,
     view: Option<&crate::worker::report::ServeView>,
     timeline: &std::collections::VecDeque<Vec<(u64, ReqPhase)>>,
 ) {
-    let title = format!(" serving · {policy:?} batching · {cache:?} KV ").to_lowercase();
     let b = block(app, theme, Pane::Serving, title);
     let inner = b.inner(area);
     b.render(area, buf);
@@ -82,12 +98,15 @@ fn header(sv: &crate::worker::report::ServeView, inner: Rect, buf: &mut Buffer) 
         0,
         inner.y,
         format!(
-            "iter {} · active {} · queue {} · KV util {:.0}% · preempted {}{}",
+            "iter {} · active {} · queue {} · KV util {:.0}% · preempted {}{}{}",
             s.iteration,
             running,
             s.queue.len(),
             s.memory.utilization_pct(),
             sv.preemptions,
+            sv.tokens_per_s()
+                .map(|t| format!(" · {t:.0} tok/s"))
+                .unwrap_or_default(),
             if sv.done { " · done" } else { "" }
         ),
         Style::default(),

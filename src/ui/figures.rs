@@ -1,0 +1,88 @@
+//! Live figures for lesson text: `{kv_bytes_per_token}` and the like, filled in from what
+//! the app shows now, so a lesson quotes this model, this layout and this machine rather
+//! than numbers written down once. The names are listed in `lesson::format::FIGURES`.
+
+use super::app::App;
+use crate::model::HeadLayout;
+use crate::views::traffic;
+use crate::views::units::thousands;
+
+/// What a figure reads while nothing has run yet.
+pub const PENDING: &str = "…";
+
+/// The value of figure `name` now, or `None` when the app has not got it yet.
+pub fn value(app: &App, name: &str) -> Option<String> {
+    let r = app.report.as_deref()?;
+    let t = &r.info.traffic;
+    let mb = |b: u64| format!("{:.1}", b as f64 / 1e6);
+    let per_token = |l: HeadLayout| r.info.kv_bytes_per_token.get(&l).map(|&b| thousands(b));
+    let view = || traffic::view(r, app.past.iter().map(|p| p.as_ref()), app.machine.as_ref());
+    let crossover = |l: HeadLayout| {
+        let c = view().crossover?;
+        let n = c.tokens.iter().find(|t| t.0 == l)?.1;
+        Some(thousands(n as usize))
+    };
+    let machine = app.machine.as_ref();
+    Some(match name {
+        "kv_bytes_per_token" => per_token(r.info.layout)?,
+        "kv_bytes_per_token_mha" => per_token(HeadLayout::Mha)?,
+        "kv_bytes_per_token_gqa" => per_token(HeadLayout::Gqa)?,
+        "kv_bytes_per_token_mqa" => per_token(HeadLayout::Mqa)?,
+        "weight_mb_per_token" if t.weight_bytes > 0 => mb(t.weight_bytes),
+        "kv_read_mb" if t.weight_bytes > 0 => mb(t.kv_read_bytes),
+        "step_mb" if t.weight_bytes > 0 => format!("{:.0}", view().now.bytes() as f64 / 1e6),
+        "step_ms" => format!("{:.1}", r.info.wall_ms),
+        "step_gb_per_s" if t.weight_bytes > 0 => format!("{:.1}", view().now.gb_per_s()),
+        "step_bandwidth_pct" if t.weight_bytes > 0 => {
+            format!(
+                "{:.0}",
+                100.0 * view().now.gb_per_s() / machine?.read_gb_per_s
+            )
+        }
+        "crossover_tokens" => crossover(r.info.layout)?,
+        "crossover_tokens_mha" => crossover(HeadLayout::Mha)?,
+        "crossover_tokens_gqa" => crossover(HeadLayout::Gqa)?,
+        "read_gb_per_s" => format!("{:.1}", machine?.read_gb_per_s),
+        "int8_gops" => format!("{:.0}", 2.0 * machine?.int8_gmac_per_s),
+        "ridge_ops_per_byte" => format!("{:.0}", traffic::Roof::of(machine?).ridge()),
+        "batch_weight_mb_per_token" => {
+            let s = r.serve.as_ref().filter(|s| s.step.tokens_generated > 0)?;
+            format!(
+                "{:.1}",
+                s.step.traffic.weight_bytes as f64 / 1e6 / s.step.tokens_generated as f64
+            )
+        }
+        "serve_tokens_per_s" => format!("{:.0}", r.serve.as_ref()?.tokens_per_s()?),
+        "serve_ratio" => format!("{:.2}", super::panes::serving::serve_ratio(r)?),
+        _ => return None,
+    })
+}
+
+/// `text` with every `{figure}` replaced by its value now (`…` until it is known).
+pub fn fill(app: &App, text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        match after.find('}') {
+            Some(close) if is_figure(&after[..close]) => {
+                let v = value(app, &after[..close]);
+                out.push_str(v.as_deref().unwrap_or(PENDING));
+                rest = &after[close + 1..];
+            }
+            _ => {
+                out.push('{');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+fn is_figure(name: &str) -> bool {
+    crate::lesson::format::FIGURES
+        .iter()
+        .any(|(f, _)| *f == name)
+}

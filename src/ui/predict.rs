@@ -1,0 +1,428 @@
+//! Predictions the live app grades: for each kind, the choices it offers in the current
+//! state, what answering it sets off (the next iteration, or the toggle it asks about),
+//! and, from the report that follows, whether the prediction came true and why.
+
+use super::app::{App, Setting};
+use super::tutor::Pending;
+use crate::lesson::Predict;
+use crate::model::traffic::Traffic;
+use crate::model::{AttnKernel, HeadLayout};
+use crate::serve::CacheKind;
+use crate::worker::report::StepReport;
+
+/// Choices of a prediction question, built from the live state when it is shown.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LiveChoices {
+    pub labels: Vec<String>,
+    /// Per choice, what it stands for: a position, a page count, a request id, a ratio in
+    /// thousandths, or an index into fixed choices (`OTHER` for "something else" / "none").
+    pub values: Vec<u64>,
+    /// What the prediction is about: a request id, a position, or the value before.
+    pub subject: u64,
+    pub before: Vec<u64>,
+}
+
+/// "Something else" / "none of these" in a prediction.
+pub const OTHER: u64 = u64::MAX;
+
+/// Which read is bigger: the choices, by index.
+const DOMINANT: [&str; 3] = ["the weights", "the KV cache", "about the same (within 10%)"];
+const KV_AFTER_TILED: [&str; 3] = [
+    "fewer: the tiles need less cache",
+    "the same as now",
+    "more: each tile keeps its own copy",
+];
+const UTIL_AFTER: [&str; 3] = ["higher", "about the same (within 5 points)", "lower"];
+
+/// Fixed choices, valued by their index.
+fn labelled(labels: &[&str], subject: u64) -> LiveChoices {
+    LiveChoices {
+        labels: labels.iter().map(|l| l.to_string()).collect(),
+        values: (0..labels.len() as u64).collect(),
+        subject,
+        before: Vec::new(),
+    }
+}
+
+/// Bytes a pass moved, MB.
+fn traffic_mb(t: &Traffic) -> f64 {
+    (t.weight_bytes + t.kv_read_bytes + t.kv_write_bytes + t.score_bytes) as f64 / 1e6
+}
+
+fn kernel_name(k: AttnKernel) -> &'static str {
+    match k {
+        AttnKernel::Naive => "naive",
+        AttnKernel::Tiled { .. } => "tiled",
+    }
+}
+
+/// Grades "weights or KV?" against what a pass read.
+fn dominant(chosen: u64, t: &Traffic, what: &str) -> (bool, String) {
+    let (w, kv) = (t.weight_bytes as f64, t.kv_read_bytes as f64);
+    let actual = if (w - kv).abs() <= 0.1 * w.max(kv) {
+        2
+    } else if w > kv {
+        0
+    } else {
+        1
+    };
+    (
+        chosen == actual,
+        format!(
+            "{what} read {:.1} MB of weights and {:.1} MB of KV",
+            w / 1e6,
+            kv / 1e6
+        ),
+    )
+}
+
+/// Why a prediction cannot be asked now.
+pub fn unavailable(kind: Predict) -> &'static str {
+    match kind {
+        Predict::PagesNext | Predict::NextJoin | Predict::DominantBatch => {
+            "this prediction needs the serving workload running: press space (g, c, b restart it)"
+        }
+        Predict::KvAfterMha => "this prediction starts from GQA or MQA: press m first",
+        Predict::KvAfterTiled => "this prediction starts from the naive kernel: press f first",
+        Predict::UtilAfterContiguous => {
+            "this prediction starts from the paged serving cache with work running: press c, then space"
+        }
+        _ => "this prediction needs a running request: press space first",
+    }
+}
+
+/// What answering sets off: the toggle the question is about (then its report grades
+/// it), and whether an iteration must run.
+pub fn action(kind: Predict, app: &App) -> (Vec<Setting>, bool) {
+    match kind {
+        Predict::KvAfterMha => (vec![Setting::Layout(HeadLayout::Mha)], false),
+        Predict::KvAfterTiled => (
+            vec![Setting::Kernel(AttnKernel::Tiled {
+                sram_bytes: crate::model::flash::A100_SRAM_BYTES,
+            })],
+            false,
+        ),
+        Predict::UtilAfterContiguous => (
+            vec![Setting::Serve(
+                app.policy,
+                CacheKind::Contiguous,
+                app.compare,
+            )],
+            true,
+        ),
+        _ => (Vec::new(), true),
+    }
+}
+
+/// The choices of prediction `kind` in the app's current state.
+pub fn live_choices(app: &App, kind: Predict) -> Option<LiveChoices> {
+    choices_for(app.report.as_deref()?, kind)
+}
+
+/// The choices of prediction `kind` as the state after report `r` offers them.
+pub fn choices_for(r: &StepReport, kind: Predict) -> Option<LiveChoices> {
+    match kind {
+        Predict::TopAttended => {
+            // The next decode query sits at the current length and may see 0..=len.
+            let p = r.pieces.len() as u64;
+            if p < 3 || r.finished {
+                return None;
+            }
+            let label = |pos: u64| {
+                let piece = r
+                    .pieces
+                    .get(pos as usize)
+                    .map(|s| super::panes::label(s, 12).trim_end().to_string())
+                    .unwrap_or_else(|| "the new token itself".into());
+                format!("position {pos}: {piece}")
+            };
+            let mut values = vec![0, p - 1, p];
+            let mid = p / 2;
+            if mid != 0 && mid != p - 1 {
+                values.insert(1, mid);
+            }
+            let mut labels: Vec<String> = values.iter().map(|&v| label(v)).collect();
+            labels[0] = format!("{} (the very first token)", labels[0]);
+            let last = labels.len() - 1;
+            labels[last] = format!("position {p}: the new token itself");
+            labels.push("another position".into());
+            values.push(OTHER);
+            Some(LiveChoices {
+                labels,
+                values,
+                subject: p,
+                before: Vec::new(),
+            })
+        }
+        Predict::PagesNext => {
+            let sv = r.serve.as_ref()?;
+            let a = sv.step.active.first()?;
+            let held = pages_of(sv, a.id) as u64;
+            let values = vec![held, held + 1, held + 2, OTHER];
+            let labels = vec![
+                format!("{held} pages (no new page)"),
+                format!("{} pages (one new page)", held + 1),
+                format!("{} pages", held + 2),
+                "another number (it leaves, is preempted, or prefills many pages)".into(),
+            ];
+            Some(LiveChoices {
+                labels,
+                values,
+                subject: a.id,
+                before: Vec::new(),
+            })
+        }
+        Predict::NextJoin => {
+            let sv = r.serve.as_ref()?;
+            let mut values: Vec<u64> = sv.step.queue.iter().take(3).copied().collect();
+            let mut labels: Vec<String> = values.iter().map(|q| format!("request #{q}")).collect();
+            labels.push("none joins".into());
+            values.push(OTHER);
+            Some(LiveChoices {
+                labels,
+                values,
+                subject: 0,
+                before: sv.step.active.iter().map(|a| a.id).collect(),
+            })
+        }
+        Predict::DominantLive => {
+            (!r.finished && r.info.traffic.flops > 0).then(|| labelled(&DOMINANT, 0))
+        }
+        Predict::DominantBatch => r
+            .serve
+            .as_ref()
+            .filter(|s| !s.done)
+            .map(|_| labelled(&DOMINANT, 0)),
+        Predict::NextReadMb => {
+            let mb = traffic_mb(&r.info.traffic);
+            if r.finished || mb <= 0.0 {
+                return None;
+            }
+            // Around what this step moved: the right one is a question of what changes.
+            let values: Vec<u64> = [0.1, 0.3, 1.0, 3.0]
+                .iter()
+                .map(|f| (f * mb).round().max(1.0) as u64)
+                .collect();
+            Some(LiveChoices {
+                labels: values.iter().map(|v| format!("about {v} MB")).collect(),
+                values,
+                subject: 0,
+                before: Vec::new(),
+            })
+        }
+        Predict::KvAfterMha => {
+            let now = *r.info.kv_bytes_per_token.get(&r.info.layout)? as u64;
+            let mha = *r.info.kv_bytes_per_token.get(&HeadLayout::Mha)? as u64;
+            if r.info.layout == HeadLayout::Mha || now == 0 {
+                return None;
+            }
+            let k = mha / now;
+            let values = vec![1000 / k, 1000, 1000 * k, 1000 * k * k];
+            let labels = vec![
+                format!("1/{k} of now"),
+                "the same as now".into(),
+                format!("{k}× now"),
+                format!("{}× now", k * k),
+            ];
+            Some(LiveChoices {
+                labels,
+                values,
+                subject: now,
+                before: Vec::new(),
+            })
+        }
+        Predict::KvAfterTiled => matches!(r.run.kernel, AttnKernel::Naive).then(|| {
+            labelled(
+                &KV_AFTER_TILED,
+                *r.info.kv_bytes_per_token.get(&r.info.layout).unwrap_or(&0) as u64,
+            )
+        }),
+        Predict::UtilAfterContiguous => {
+            let sv = r
+                .serve
+                .as_ref()
+                .filter(|s| s.cache == CacheKind::Paged && !s.done)?;
+            let u = sv.step.memory.utilization_pct().round() as u64;
+            let mut c = labelled(&UTIL_AFTER, u);
+            c.labels[0] = format!("higher than the paged cache's {u}%");
+            c.labels[2] = format!("lower than the paged cache's {u}%");
+            Some(c)
+        }
+    }
+}
+
+/// Pages request `id` holds in a serving view (shared pages count for each holder).
+pub fn pages_of(sv: &crate::worker::report::ServeView, id: u64) -> usize {
+    sv.step
+        .pages
+        .iter()
+        .filter(|p| p.owners.contains(&id))
+        .count()
+}
+
+/// Whether prediction `p` (offered as `live`) came true in report `new`, and what happened.
+pub fn outcome(p: &Pending, live: &LiveChoices, app: &App, new: &StepReport) -> (bool, String) {
+    let chosen = live.values[p.choice];
+    // "Another …" is right when the real answer is none of the listed values.
+    let exact = |actual: u64| {
+        if chosen == OTHER {
+            !live.values.iter().any(|&v| v == actual && v != OTHER)
+        } else {
+            chosen == actual
+        }
+    };
+    match p.kind {
+        Predict::TopAttended => {
+            let head = app.head;
+            let row = new
+                .info
+                .captures
+                .iter()
+                .find(|c| c.layer == app.layer && c.t == 1)
+                .map(|c| c.weights[head * c.kv_len..(head + 1) * c.kv_len].to_vec());
+            match row {
+                Some(w) => {
+                    let (best, wt) =
+                        w.iter()
+                            .enumerate()
+                            .fold((0, f32::MIN), |b, (i, &x)| if x > b.1 { (i, x) } else { b });
+                    let piece = new
+                        .pieces
+                        .get(best)
+                        .map(|s| super::panes::label(s, 12).trim_end().to_string())
+                        .unwrap_or_default();
+                    (
+                        exact(best as u64),
+                        format!(
+                            "layer {} head {} put {:.0}% of its weight on position {best} ({piece})",
+                            app.layer,
+                            head,
+                            100.0 * wt
+                        ),
+                    )
+                }
+                None => (false, "the step produced no decode row to grade".into()),
+            }
+        }
+        Predict::PagesNext => match new.serve.as_ref() {
+            Some(sv) => {
+                let n = pages_of(sv, p.subject);
+                let len = sv
+                    .step
+                    .active
+                    .iter()
+                    .find(|a| a.id == p.subject)
+                    .map(|a| a.len);
+                (
+                    exact(n as u64),
+                    match len {
+                        Some(len) => format!(
+                            "request #{} now holds {len} tokens in {n} pages of {} slots",
+                            p.subject, sv.page_size
+                        ),
+                        None => format!("request #{} left the active set", p.subject),
+                    },
+                )
+            }
+            None => (false, "no serving view".into()),
+        },
+        Predict::NextJoin => match new.serve.as_ref() {
+            Some(sv) => {
+                let joined: Vec<u64> = sv
+                    .step
+                    .active
+                    .iter()
+                    .map(|a| a.id)
+                    .filter(|id| !p.before.contains(id))
+                    .collect();
+                let why = if joined.is_empty() {
+                    "no request joined this iteration".into()
+                } else {
+                    format!(
+                        "joined: {}",
+                        joined
+                            .iter()
+                            .map(|j| format!("#{j}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                };
+                let right = if chosen == OTHER {
+                    joined.is_empty()
+                } else {
+                    joined.contains(&chosen)
+                };
+                (right, why)
+            }
+            None => (false, "no serving view".into()),
+        },
+        Predict::DominantLive => dominant(chosen, &new.info.traffic, "the step"),
+        Predict::DominantBatch => match new.serve.as_ref() {
+            Some(sv) => dominant(chosen, &sv.step.traffic, "the serving iteration"),
+            None => (false, "the serving workload ran no iteration".into()),
+        },
+        Predict::NextReadMb => {
+            let mb = traffic_mb(&new.info.traffic);
+            // The nearest choice on a log scale: 140 MB is "about 150", not "about 45".
+            let nearest = live
+                .values
+                .iter()
+                .copied()
+                .min_by(|a, b| {
+                    let d = |v: u64| ((v as f64).ln() - mb.max(1e-9).ln()).abs();
+                    d(*a).total_cmp(&d(*b))
+                })
+                .unwrap_or(0);
+            (
+                chosen == nearest,
+                format!(
+                    "the step moved {mb:.0} MB: {:.0} MB of weights, {:.1} MB of KV read, {:.1} MB of scores",
+                    new.info.traffic.weight_bytes as f64 / 1e6,
+                    new.info.traffic.kv_read_bytes as f64 / 1e6,
+                    new.info.traffic.score_bytes as f64 / 1e6
+                ),
+            )
+        }
+        Predict::KvAfterMha | Predict::KvAfterTiled => {
+            let before = p.subject.max(1);
+            let after = *new
+                .info
+                .kv_bytes_per_token
+                .get(&new.info.layout)
+                .unwrap_or(&0) as u64;
+            let why = format!(
+                "under {} with {} attention each token now stores {} bytes of K and V (before: {before})",
+                new.info.layout,
+                kernel_name(new.run.kernel),
+                super::panes::thousands(after as usize)
+            );
+            let right = match p.kind {
+                Predict::KvAfterMha => chosen == 1000 * after / before,
+                _ => chosen == (after > before) as u64 * 2 + (after == before) as u64,
+            };
+            (right, why)
+        }
+        Predict::UtilAfterContiguous => match new.serve.as_ref() {
+            Some(sv) => {
+                let now = sv.step.memory.utilization_pct();
+                let was = p.subject as f64;
+                let actual = if (now - was).abs() <= 5.0 {
+                    1
+                } else if now > was {
+                    0
+                } else {
+                    2
+                };
+                (
+                    chosen == actual,
+                    format!(
+                        "the {:?} cache holds tokens in {now:.0}% of the slots it has set aside (paged: {was:.0}%)",
+                        sv.cache
+                    )
+                    .to_lowercase(),
+                )
+            }
+            None => (false, "the serving workload ran no iteration".into()),
+        },
+    }
+}
