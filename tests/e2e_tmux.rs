@@ -301,12 +301,12 @@ fn a_lesson_opens_beside_the_panes_moves_with_n_and_saves_progress() {
     t.wait_for("[x] Task:", 10);
     t.keys(&["n"]);
     t.wait_for("Switch to MHA", 10);
-    // m twice: GQA → MQA → MHA, which is this step's task.
-    t.keys(&["m"]);
-    t.wait_for("9 query heads read 1 KV head(s)", 30);
-    t.keys(&["m"]);
+    // The step predicts before it switches: answering "3× now" switches to MHA (the
+    // step's task), and the recomputed request grades the answer.
+    t.wait_for("3× now", 10);
+    t.keys(&["3"]);
     t.wait_for("9 query heads read 9 KV head(s)", 30);
-    t.wait_for("[x] Task: Switch to MHA.", 10);
+    t.wait_for_all(&["[x] Task: Switch to MHA", "Right: under MHA"], 30);
     // The lesson list overlay.
     t.keys(&["L"]);
     t.wait_for("lessons · j k choose", 10);

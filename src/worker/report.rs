@@ -90,8 +90,32 @@ impl StepReport {
         for c in &self.info.captures {
             check_capture(c, &self.cfg).map_err(|e| format!("layer {} capture: {e}", c.layer))?;
         }
+        if let Some(s) = &self.sink {
+            check_sink(s).map_err(|e| format!("sink experiment: {e}"))?;
+        }
         Ok(())
     }
+}
+
+/// The sink experiment's sizes: the pane draws one cell per page of the text.
+fn check_sink(s: &crate::sink::SinkView) -> Result<(), String> {
+    // Far beyond any shipped text; small enough to draw.
+    const MOST_TOKENS: usize = 1 << 20;
+    if s.page_size == 0 || s.text_tokens > MOST_TOKENS || s.pos > s.text_tokens {
+        return Err(format!(
+            "{} of {} tokens read in pages of {}",
+            s.pos, s.text_tokens, s.page_size
+        ));
+    }
+    let pages = s.text_tokens.div_ceil(s.page_size);
+    if s.lanes
+        .iter()
+        .flat_map(|l| &l.kept_pages)
+        .any(|&p| p >= pages.max(1))
+    {
+        return Err(format!("a lane keeps a page beyond the text's {pages}"));
+    }
+    Ok(())
 }
 
 /// A capture's sizes against its model and against each other.

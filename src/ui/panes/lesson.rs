@@ -223,7 +223,7 @@ fn lines<'a>(t: &Tutor, live: &Live, theme: &Theme) -> Vec<Line<'a>> {
             QuestionKind::Choice(c) => c.iter().map(|c| live.fill(&c.text)).collect(),
             QuestionKind::Predict(kind) => match live.choices(*kind) {
                 Some(c) => c.labels.clone(),
-                None => vec!["(run an iteration first: press space)".into()],
+                None => vec![format!("({})", predict::unavailable(*kind))],
             },
         };
         for (i, lab) in labels.iter().enumerate() {
