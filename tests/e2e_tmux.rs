@@ -495,3 +495,41 @@ fn the_traffic_pane_watches_the_long_workload_pass_the_weights() {
     assert!(passed_mha, "{}", t.screen());
     t.quit();
 }
+
+#[test]
+fn z_gives_the_focused_pane_the_body_at_80x24() {
+    let model = common::real_model();
+    let data = tempfile::tempdir().unwrap();
+    let t = Tmux::start(80, 24);
+    let cmd = format!(
+        "INFERLAB_DATA_DIR={} {} --model {}",
+        data.path().display(),
+        common::bin().display(),
+        model.display()
+    );
+    t.keys(&[&cmd, "Enter"]);
+    t.wait_for("ready: press space", 60);
+    t.keys(&["Space"]);
+    t.wait_for("iteration 1 ·", 30);
+    // In the grid the attention pane shares its row with the output pane.
+    let grid = t.screen();
+    assert!(grid.contains("┐┌ output"), "{grid}");
+    t.keys(&["z"]);
+    let zoomed = t.wait_for_all(&["▸ output ·", "▸ serving ·", "▸ memory traffic ·"], 10);
+    // The attention pane now spans the whole width: its top border ends at the edge.
+    let top = zoomed
+        .lines()
+        .find(|l| l.starts_with("┌ attention"))
+        .unwrap();
+    assert_eq!(top.chars().count(), 80, "{zoomed}");
+    assert!(
+        top.ends_with('┐') && !zoomed.contains("┌ output"),
+        "{zoomed}"
+    );
+    // tab moves the room to the next pane; z gives the grid back.
+    t.keys(&["Tab"]);
+    t.wait_for("▸ attention ·", 10);
+    t.keys(&["z"]);
+    t.wait_for("┐┌ output", 10);
+    t.quit();
+}

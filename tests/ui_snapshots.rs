@@ -996,3 +996,81 @@ fn a_prediction_before_a_toggle_applies_the_toggle_and_grades_what_follows() {
         "{cmds:?}"
     );
 }
+
+#[test]
+fn the_main_screen_a_zoomed_pane_and_a_lesson_layout_at_80x24_and_200x60() {
+    use ratatui::crossterm::event::{KeyModifiers, MouseButton, MouseEvent, MouseEventKind};
+    let mut a = common::fixture::traffic_app();
+    a.update(Action::ToggleTraffic);
+    a.update(Action::Set(inferlab::ui::app::Setting::Focus(
+        inferlab::ui::app::Pane::Attention,
+    )));
+    for (w, h) in [(80, 24), (200, 60)] {
+        insta::assert_snapshot!(format!("main_{w}x{h}"), render_app(&a, w, h));
+    }
+    // z: the focused pane takes the body, every other pane keeps one summary line.
+    a.update(Action::ToggleZoom);
+    for (w, h) in [(80, 24), (200, 60)] {
+        let b = render_app(&a, w, h);
+        let text = format!("{b}");
+        assert!(text.contains("attention · layer 0/1"), "{text}");
+        for s in [
+            "▸ output ·",
+            "▸ heads ·",
+            "▸ KV cache ·",
+            "▸ serving ·",
+            "▸ forward pass ·",
+            "▸ memory traffic ·",
+        ] {
+            assert!(text.contains(s), "{s} missing at {w}×{h}:\n{text}");
+        }
+        // The heatmap's pane spans the width.
+        let top = text.lines().nth(1).unwrap();
+        assert!(top.trim_end_matches('"').ends_with('┐'), "{top}");
+        insta::assert_snapshot!(format!("zoomed_{w}x{h}"), b);
+    }
+    // A click on a summary line focuses that pane; a second click on its title (the
+    // event loop's double click) gives the grid back.
+    let screen = ratatui::layout::Rect::new(0, 0, 200, 60);
+    let f = inferlab::ui::draw::focused_areas(screen, a.focus, false);
+    let (pane, row) = f.summaries[0];
+    let click = MouseEvent {
+        kind: MouseEventKind::Down(MouseButton::Left),
+        column: row.x + 3,
+        row: row.y,
+        modifiers: KeyModifiers::NONE,
+    };
+    let act = inferlab::ui::draw::mouse_action(click, screen, &a).unwrap();
+    assert_eq!(act, Action::Set(inferlab::ui::app::Setting::Focus(pane)));
+    a.update(act);
+    assert!(a.zoomed && a.focus == pane);
+    a.update(Action::ZoomPane(pane));
+    assert!(!a.zoomed, "zooming the zoomed pane gives the grid back");
+    // A lesson gives its step's pane the room: at 80×24 the text above one full-width
+    // pane, at 200×60 the text beside it with the others as summaries.
+    let mut a = common::fixture::traffic_app();
+    let (lessons, _) = inferlab::lesson::load(&inferlab::lesson::LessonSource::Dir(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/lessons").into(),
+    ))
+    .unwrap();
+    a.open_lesson(inferlab::ui::tutor::Tutor::new(
+        lessons,
+        3,
+        Default::default(),
+        false,
+    ));
+    assert!(a.zoomed && a.focus == inferlab::ui::app::Pane::Traffic);
+    for (w, h) in [(80, 24), (200, 60)] {
+        let b = render_app(&a, w, h);
+        let text = format!("{b}");
+        assert!(
+            text.contains("lesson 4/12") && text.contains("memory traffic"),
+            "{text}"
+        );
+        assert_eq!(text.contains("▸ attention ·"), w >= 120, "{text}");
+        insta::assert_snapshot!(format!("lesson_layout_{w}x{h}"), b);
+    }
+    // A step may ask for the grid.
+    a.update(Action::Set(inferlab::ui::app::Setting::Zoom(false)));
+    assert!(format!("{}", render_app(&a, 200, 60)).contains("heads · GQA"));
+}

@@ -64,6 +64,8 @@ pub struct Settings {
     pub sink: Option<bool>,
     /// The serving workload: chat prompts or the long story.
     pub workload: Option<crate::worker::AppWorkload>,
+    /// The screen: the focused pane with the room (`true`, a lesson's default) or the grid.
+    pub view: Option<bool>,
 }
 
 /// Attention kernels by name.

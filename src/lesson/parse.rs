@@ -373,6 +373,11 @@ impl Parser<'_> {
                     "one_at_a_time" => set.compare = Some(CompareName::OneAtATime),
                     _ => self.err(n, bad("comparison", "off, cache, policy, one_at_a_time")),
                 },
+                "view" => match v {
+                    "focus" => set.view = Some(true),
+                    "grid" => set.view = Some(false),
+                    _ => self.err(n, bad("view", "focus, grid")),
+                },
                 "workload" => match v {
                     "chat" => set.workload = Some(crate::worker::AppWorkload::Chat),
                     "long" => set.workload = Some(crate::worker::AppWorkload::Long),
@@ -405,7 +410,7 @@ impl Parser<'_> {
                 _ => self.err(
                     n,
                     format!(
-                        "unknown setting `{k}` (known: focus, layout, cache, policy, attention, compare, values, layer, head, sink, workload)"
+                        "unknown setting `{k}` (known: focus, layout, cache, policy, attention, compare, values, layer, head, sink, workload, view)"
                     ),
                 ),
             }

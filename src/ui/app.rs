@@ -49,6 +49,11 @@ pub enum Action {
     ToggleTraffic,
     /// The glossary overlay.
     ToggleGlossary,
+    /// The focused pane takes the body (the others shrink to one line), and back.
+    ToggleZoom,
+    /// Focus a pane and give it the body (a double click on its title), or give the
+    /// body back if it has it already.
+    ZoomPane(Pane),
     /// The serving workload: chat prompts ↔ the long story.
     ToggleWorkload,
     /// Scroll the lesson text (mouse wheel), lines.
@@ -72,6 +77,8 @@ pub enum Setting {
     Sink(bool),
     Workload(AppWorkload),
     Focus(Pane),
+    /// The focused pane has the body (`true`) or the grid of panes is shown.
+    Zoom(bool),
     /// Raw scores (true) or softmax weights.
     Values(bool),
     Layer(usize),
@@ -219,6 +226,8 @@ pub struct App {
     pub sink: bool,
     /// The memory-traffic pane holds the forward pane's place.
     pub traffic_shown: bool,
+    /// The focused pane has the body; the others are one-line summaries.
+    pub zoomed: bool,
     /// This machine's measured limits, for the traffic pane (the engine measures them
     /// once, or reads them from `bench machine`'s cache).
     pub machine: Option<crate::machine::Machine>,
@@ -271,6 +280,7 @@ impl App {
             looks_at: false,
             sink: false,
             traffic_shown: false,
+            zoomed: false,
             machine: None,
             replaying: false,
             focus: Pane::Attention,
@@ -537,6 +547,12 @@ impl App {
                 self.focus_on(Pane::ALL[(i + 1) % Pane::ALL.len()]);
             }
             Action::Set(Setting::Focus(p)) => self.focus_on(p),
+            Action::ToggleZoom => self.zoomed = !self.zoomed,
+            Action::Set(Setting::Zoom(z)) => self.zoomed = z,
+            Action::ZoomPane(p) => {
+                self.zoomed = !(self.zoomed && self.focus == p);
+                self.focus_on(p);
+            }
             Action::ToggleTraffic => self.focus_on(if self.traffic_shown {
                 Pane::Forward
             } else {
@@ -705,6 +721,9 @@ impl App {
     pub fn open_lesson(&mut self, tutor: Tutor) -> Vec<Command> {
         let (l, s) = (tutor.lesson, tutor.step);
         self.tutor = Some(tutor);
+        // A lesson gives the pane each step is about the room; `z` (or a step's
+        // `view=grid`) brings the grid back.
+        self.zoomed = true;
         self.with_tutor(|t, app| t.goto(app, l, s))
     }
 

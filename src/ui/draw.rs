@@ -1,7 +1,7 @@
 //! Screen layout: header, panes, footer. Pure: the same state and size always give the
 //! same picture (which the snapshot tests rely on).
 
-use super::app::{Action, App, SPEEDS};
+use super::app::{Action, App, Pane, SPEEDS};
 use super::panes::{self, put};
 use super::theme::Theme;
 use ratatui::buffer::Buffer;
@@ -68,6 +68,97 @@ pub fn areas(area: Rect, lesson: bool) -> Areas {
     }
 }
 
+/// Where things sit when one pane has the room (`z`, or a lesson step about that pane):
+/// the pane, the others as one-line summaries, the lesson text.
+pub struct Focused {
+    pub header: Rect,
+    pub pane: Rect,
+    pub summaries: Vec<(Pane, Rect)>,
+    pub lesson: Rect,
+    pub footer: Rect,
+}
+
+/// Below this width a lesson goes above the pane instead of beside it.
+const SIDE_BY_SIDE_W: u16 = 120;
+
+/// Splits the screen for the focused arrangement: the focused pane takes the body except
+/// one line per other pane; a lesson takes the right third, or on a narrow terminal the
+/// top part, where the summaries give way to it.
+pub fn focused_areas(area: Rect, focus: Pane, lesson: bool) -> Focused {
+    let [header, body, footer] = Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Min(10),
+        Constraint::Length(1),
+    ])
+    .areas(area);
+    let others: Vec<Pane> = Pane::ALL.into_iter().filter(|p| *p != focus).collect();
+    let (main, lesson_area, summaries) = if !lesson {
+        (body, Rect::default(), others.len() as u16)
+    } else if area.width >= SIDE_BY_SIDE_W {
+        let [main, side] =
+            Layout::horizontal([Constraint::Percentage(64), Constraint::Percentage(36)])
+                .areas(body);
+        (main, side, others.len() as u16)
+    } else {
+        let [text, main] =
+            Layout::vertical([Constraint::Percentage(48), Constraint::Percentage(52)]).areas(body);
+        (main, text, 0)
+    };
+    // Summaries only while the pane keeps most of the height.
+    let summaries = if main.height >= summaries * 3 {
+        summaries
+    } else {
+        0
+    };
+    let [pane, rest] =
+        Layout::vertical([Constraint::Min(5), Constraint::Length(summaries)]).areas(main);
+    let summaries = others
+        .into_iter()
+        .take(summaries as usize)
+        .enumerate()
+        .map(|(i, p)| {
+            (
+                p,
+                Rect {
+                    y: rest.y + i as u16,
+                    height: 1,
+                    ..rest
+                },
+            )
+        })
+        .collect();
+    Focused {
+        header,
+        pane,
+        summaries,
+        lesson: lesson_area,
+        footer,
+    }
+}
+
+/// Draws `pane` into `area`, with whatever shares its place now (the sink experiment or
+/// the side-by-side run in the serving pane's, traffic in the forward pane's).
+pub fn draw_pane(app: &App, theme: &Theme, pane: Pane, area: Rect, buf: &mut Buffer) {
+    match pane {
+        Pane::Attention if app.looks_at => panes::looks::render(app, theme, area, buf),
+        Pane::Attention => panes::heatmap::render(app, theme, area, buf),
+        Pane::Output => panes::output::render(app, theme, area, buf),
+        Pane::Heads => panes::heads::render(app, theme, area, buf),
+        Pane::Kv => panes::kv::render(app, theme, area, buf),
+        Pane::Serving if app.shows_sink() => panes::sink::render(app, theme, area, buf),
+        Pane::Serving if app.compare != super::app::Compare::Off => {
+            let [left, right] =
+                Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)])
+                    .areas(area);
+            panes::serving::render(app, theme, left, buf);
+            panes::serving::render_compare(app, theme, right, buf);
+        }
+        Pane::Serving => panes::serving::render(app, theme, area, buf),
+        Pane::Forward => panes::forward::render(app, theme, area, buf),
+        Pane::Traffic => panes::traffic::render(app, theme, area, buf),
+    }
+}
+
 /// Draws the whole screen.
 pub fn draw(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     if area.width < MIN_W || area.height < MIN_H {
@@ -119,37 +210,44 @@ pub fn draw(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         }
         return;
     }
+    if app.zoomed {
+        let f = focused_areas(area, app.focus, app.tutor.is_some());
+        header(app, theme, f.header, buf);
+        panes::lesson::render(app, theme, f.lesson, buf);
+        draw_pane(app, theme, app.focus, f.pane, buf);
+        for (p, r) in &f.summaries {
+            panes::summary::render(app, theme, *p, *r, buf);
+        }
+        footer(app, theme, f.footer, buf);
+        overlays(app, theme, area, buf);
+        return;
+    }
     let a = areas(area, app.tutor.is_some());
     header(app, theme, a.header, buf);
     panes::lesson::render(app, theme, a.lesson, buf);
-    if app.looks_at {
-        panes::looks::render(app, theme, a.attention, buf);
+    draw_pane(app, theme, Pane::Attention, a.attention, buf);
+    draw_pane(app, theme, Pane::Output, a.output, buf);
+    draw_pane(app, theme, Pane::Heads, a.heads, buf);
+    if app.shows_sink() || app.compare != super::app::Compare::Off {
+        // The experiment, or the two serving runs side by side, take the KV and serving
+        // columns.
+        draw_pane(app, theme, Pane::Serving, a.kv.union(a.serving), buf);
     } else {
-        panes::heatmap::render(app, theme, a.attention, buf);
+        draw_pane(app, theme, Pane::Kv, a.kv, buf);
+        draw_pane(app, theme, Pane::Serving, a.serving, buf);
     }
-    panes::output::render(app, theme, a.output, buf);
-    panes::heads::render(app, theme, a.heads, buf);
-    if app.shows_sink() {
-        // The experiment takes the KV and serving columns while it runs.
-        panes::sink::render(app, theme, a.kv.union(a.serving), buf);
-    } else if app.compare == super::app::Compare::Off {
-        panes::kv::render(app, theme, a.kv, buf);
-        panes::serving::render(app, theme, a.serving, buf);
+    let bottom_right = if app.traffic_shown {
+        Pane::Traffic
     } else {
-        // Side by side: the two serving runs share the KV and serving columns.
-        let both = a.kv.union(a.serving);
-        let [left, right] =
-            Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)])
-                .areas(both);
-        panes::serving::render(app, theme, left, buf);
-        panes::serving::render_compare(app, theme, right, buf);
-    }
-    if app.traffic_shown {
-        panes::traffic::render(app, theme, a.forward, buf);
-    } else {
-        panes::forward::render(app, theme, a.forward, buf);
-    }
+        Pane::Forward
+    };
+    draw_pane(app, theme, bottom_right, a.forward, buf);
     footer(app, theme, a.footer, buf);
+    overlays(app, theme, area, buf);
+}
+
+/// The lesson list, help and glossary, over whatever is below.
+fn overlays(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     if app.tutor.as_ref().is_some_and(|t| t.list_open) {
         panes::lesson::render_list(app, theme, area, buf);
     }
@@ -244,25 +342,64 @@ fn footer(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     }
 }
 
+/// Each pane's rectangle as drawn now (grid or focused arrangement), and the lesson's.
+fn pane_rects(screen: Rect, app: &App) -> (Vec<(Pane, Rect)>, Rect) {
+    let lesson = app.tutor.is_some();
+    if app.zoomed {
+        let f = focused_areas(screen, app.focus, lesson);
+        let mut out = vec![(app.focus, f.pane)];
+        out.extend(f.summaries);
+        return (out, f.lesson);
+    }
+    let a = areas(screen, lesson);
+    let bottom_right = if app.traffic_shown {
+        Pane::Traffic
+    } else {
+        Pane::Forward
+    };
+    let mut out = vec![
+        (Pane::Attention, a.attention),
+        (Pane::Output, a.output),
+        (Pane::Heads, a.heads),
+        (bottom_right, a.forward),
+    ];
+    if app.shows_sink() || app.compare != super::app::Compare::Off {
+        out.push((Pane::Serving, a.kv.union(a.serving)));
+    } else {
+        out.extend([(Pane::Kv, a.kv), (Pane::Serving, a.serving)]);
+    }
+    (out, a.lesson)
+}
+
 /// The action for a mouse event on a `screen`-sized terminal: the wheel scrolls the lesson
-/// or moves through layers over the heatmap; a click in the heads pane picks that head.
+/// or moves through layers over the heatmap; a click on a pane's title (or on its
+/// summary line) focuses it, and a click in the heads pane picks that head. The event
+/// loop turns a second click on the same title into [`Action::ZoomPane`].
 pub fn mouse_action(
     m: ratatui::crossterm::event::MouseEvent,
     screen: Rect,
     app: &App,
 ) -> Option<Action> {
     use ratatui::crossterm::event::MouseEventKind;
-    let a = areas(screen, app.tutor.is_some());
+    let (rects, lesson) = pane_rects(screen, app);
     let inside = |r: Rect| {
         m.column >= r.x && m.column < r.x + r.width && m.row >= r.y && m.row < r.y + r.height
     };
+    let (pane, r) = rects.iter().copied().find(|(_, r)| inside(*r)).unzip();
     match m.kind {
-        MouseEventKind::ScrollDown if inside(a.lesson) => Some(Action::ScrollLesson(2)),
-        MouseEventKind::ScrollUp if inside(a.lesson) => Some(Action::ScrollLesson(-2)),
-        MouseEventKind::ScrollDown if inside(a.attention) => Some(Action::LayerDown),
-        MouseEventKind::ScrollUp if inside(a.attention) => Some(Action::LayerUp),
-        MouseEventKind::Down(_) if inside(a.heads) => {
-            let inner = ratatui::widgets::Block::bordered().inner(a.heads);
+        MouseEventKind::ScrollDown if inside(lesson) => Some(Action::ScrollLesson(2)),
+        MouseEventKind::ScrollUp if inside(lesson) => Some(Action::ScrollLesson(-2)),
+        MouseEventKind::ScrollDown if pane == Some(Pane::Attention) => Some(Action::LayerDown),
+        MouseEventKind::ScrollUp if pane == Some(Pane::Attention) => Some(Action::LayerUp),
+        MouseEventKind::Down(_) => {
+            let (p, r) = (pane?, r?);
+            if m.row == r.y {
+                return Some(Action::Set(super::app::Setting::Focus(p)));
+            }
+            if p != Pane::Heads || r.height < 3 {
+                return None;
+            }
+            let inner = ratatui::widgets::Block::bordered().inner(r);
             let n = app.report.as_ref().map_or(0, |r| r.cfg.n_head);
             super::panes::heads::head_at(inner, m.column, m.row, n).map(Action::SelectHead)
         }

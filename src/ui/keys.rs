@@ -70,13 +70,6 @@ pub const BINDINGS: &[Binding] = &[
         ],
     },
     Binding {
-        keys: "g",
-        help: "serving workload: chat prompts ↔ long story (KV outgrows weights)",
-        rank: 9,
-        hint: "long ctx",
-        on: &[(KeyCode::Char('g'), Action::ToggleWorkload)],
-    },
-    Binding {
         keys: "s",
         help: "side by side: same workload, other cache → other policy → off",
         rank: 8,
@@ -142,20 +135,24 @@ pub const BINDINGS: &[Binding] = &[
         on: &[(KeyCode::Char('x'), Action::ToggleSink)],
     },
     Binding {
-        keys: "t",
-        help: "memory traffic: bytes moved, KV vs weights, roofline",
+        keys: "t g",
+        help: "traffic pane (bytes, roofline) · g: chat ↔ long-story serving",
         rank: 9,
-        hint: "traffic",
-        on: &[(KeyCode::Char('t'), Action::ToggleTraffic)],
+        hint: "traffic/long ctx",
+        on: &[
+            (KeyCode::Char('t'), Action::ToggleTraffic),
+            (KeyCode::Char('g'), Action::ToggleWorkload),
+        ],
     },
     Binding {
-        keys: "e tab",
-        help: "export the focused pane as SVG + PNG; tab moves the focus",
-        rank: 10,
-        hint: "export/focus",
+        keys: "z tab e",
+        help: "zoom the focused pane (double-click a title) · tab next · e export",
+        rank: 8,
+        hint: "zoom/focus/export",
         on: &[
-            (KeyCode::Char('e'), Action::Export),
+            (KeyCode::Char('z'), Action::ToggleZoom),
             (KeyCode::Tab, Action::FocusNext),
+            (KeyCode::Char('e'), Action::Export),
         ],
     },
     Binding {
@@ -176,6 +173,16 @@ pub const BINDINGS: &[Binding] = &[
         on: &[
             (KeyCode::Char('n'), Action::NextStep),
             (KeyCode::Char('p'), Action::PrevStep),
+        ],
+    },
+    Binding {
+        keys: "J K",
+        help: "lesson: scroll its text down / up (or the mouse wheel over it)",
+        rank: 0,
+        hint: "scroll text",
+        on: &[
+            (KeyCode::Char('J'), Action::ScrollLesson(3)),
+            (KeyCode::Char('K'), Action::ScrollLesson(-3)),
         ],
     },
     Binding {
@@ -235,7 +242,7 @@ pub const BINDINGS: &[Binding] = &[
 pub fn is_lesson_key(b: &Binding) -> bool {
     matches!(
         b.action(),
-        Action::NextStep | Action::Answer(_) | Action::ToggleLessons
+        Action::NextStep | Action::Answer(_) | Action::ToggleLessons | Action::ScrollLesson(_)
     )
 }
 

@@ -105,6 +105,8 @@ fn event_loop(
     let frame = Duration::from_millis(33);
     let mut last_step = Instant::now() - Duration::from_secs(10);
     let mut dirty = true;
+    // The last title clicked and when: a second click soon after is a double click.
+    let mut last_click: Option<(app::Pane, Instant)> = None;
     while !app.quit {
         // Engine events: every report is absorbed (the heatmap history needs them all),
         // but the screen is drawn once per frame.
@@ -139,7 +141,9 @@ fn event_loop(
                 TermEvent::Key(k) if k.kind == KeyEventKind::Press => {
                     keys::action_for(k, app.input.is_some())
                 }
-                TermEvent::Mouse(m) => draw::mouse_action(m, screen, &app),
+                TermEvent::Mouse(m) => {
+                    double_click(draw::mouse_action(m, screen, &app), &mut last_click)
+                }
                 _ => None,
             };
             if let Some(a) = action {
@@ -161,6 +165,23 @@ fn event_loop(
         Some(e) => Err(std::io::Error::other(e)),
         None => Ok(()),
     }
+}
+
+/// A click on a title that follows one on the same title within 400 ms zooms that pane.
+fn double_click(
+    a: Option<app::Action>,
+    last: &mut Option<(app::Pane, Instant)>,
+) -> Option<app::Action> {
+    let Some(app::Action::Set(app::Setting::Focus(p))) = a else {
+        return a;
+    };
+    let double = last.is_some_and(|(q, t)| q == p && t.elapsed() < Duration::from_millis(400));
+    *last = (!double).then(|| (p, Instant::now()));
+    Some(if double {
+        app::Action::ZoomPane(p)
+    } else {
+        app::Action::Set(app::Setting::Focus(p))
+    })
 }
 
 /// Takes every event the engine has sent; true when any arrived. Reports also go to the

@@ -238,6 +238,7 @@ fn settings_of(app: &App, s: &Step) -> Reply {
     }
     acts.extend(set.sink.map(Setting::Sink));
     acts.extend(set.workload.map(Setting::Workload));
+    acts.extend(set.view.map(Setting::Zoom));
     Reply {
         settings: acts,
         prompt: s.prompt.clone(),

@@ -297,6 +297,12 @@ pub fn traffic_app() -> App {
         r.iteration = i + 1;
         r.info.wall_ms = [40.0, 2.0, 2.5][i];
         r.decode_tok_per_s = 400.0;
+        let t = &mut r.info.timing;
+        t.layers_ms
+            .iter_mut()
+            .enumerate()
+            .for_each(|(l, ms)| *ms = 1.0 + l as f64);
+        (t.embed_ms, t.lm_head_ms, r.info.sample_ms) = (0.01, 0.3, 0.02);
         r.serve = s.serve.map(|mut v| {
             v.step.wall_ms = 5.0;
             v

@@ -11,6 +11,7 @@ pub mod looks;
 pub mod output;
 pub mod serving;
 pub mod sink;
+pub mod summary;
 pub mod traffic;
 
 use super::app::{App, Pane};
