@@ -12,11 +12,13 @@ pub enum Pane {
     Forward,
     /// Shares the forward pane's place: focusing one shows it.
     Traffic,
+    /// The logit lens; shares the attention pane's place.
+    Lens,
 }
 
 impl Pane {
     /// Every pane, in focus order (tab).
-    pub const ALL: [Pane; 7] = [
+    pub const ALL: [Pane; 8] = [
         Pane::Attention,
         Pane::Heads,
         Pane::Output,
@@ -24,5 +26,6 @@ impl Pane {
         Pane::Serving,
         Pane::Forward,
         Pane::Traffic,
+        Pane::Lens,
     ];
 }

@@ -332,7 +332,7 @@ fn explanations_do_not_repeat_the_verdict_and_the_last_step_counts_when_shown() 
     let text = format!("{}", term.backend());
     assert!(text.contains("Right: "), "{text}");
     assert!(!text.contains("Right: Right"), "{text}");
-    // This is the lesson's last step: it has no task, so it counts as done once all
+    // This step has no task, so it counts as done once all
     // three questions are answered right, without pressing n past it.
     let key = "forward-pass";
     let done = |a: &App| {
@@ -343,7 +343,7 @@ fn explanations_do_not_repeat_the_verdict_and_the_last_step_counts_when_shown() 
             .is_some_and(|p| p.done_steps.contains(&2))
     };
     assert_eq!(a.tutor.as_ref().unwrap().step, 2);
-    assert_eq!(a.tutor.as_ref().unwrap().current().unwrap().steps.len(), 3);
+    assert_eq!(a.tutor.as_ref().unwrap().current().unwrap().steps.len(), 4);
     assert!(!done(&a));
     a.update(Action::Answer(2));
     assert!(!done(&a));

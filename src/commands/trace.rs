@@ -32,7 +32,7 @@ pub struct Args {
     pub top_k: usize,
     #[command(flatten)]
     pub sampling: super::SamplingArgs,
-    /// Write one JSON object per step (with the attention rows) instead of the table.
+    /// Write one JSON object per step (attention rows, traffic, logit lens) instead of the table.
     #[arg(long)]
     pub json: bool,
 }
@@ -65,6 +65,8 @@ pub fn run(a: &Args) -> Result<()> {
     let ids = prompt_ids(&model, &a.prompt, a.chat, a.max_tokens)?;
     let mut s = Session::new(&model, ids, a.max_tokens, a.sampling.config());
     s.probe.select = LayerSelect::One(a.layer);
+    // JSON lines carry the logit lens: every layer's guess for the next token.
+    s.probe.lens = a.json;
     s.top_k = a.top_k;
     let mut out = std::io::stdout().lock();
     if !a.json {

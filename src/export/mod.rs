@@ -5,6 +5,7 @@
 pub mod attention;
 pub mod forward;
 pub mod heads;
+pub mod lens;
 pub mod output;
 pub mod pages;
 pub mod request;
@@ -59,6 +60,8 @@ pub enum ExportPane {
     Output,
     /// Memory traffic: bytes moved, the crossover, the roofline.
     Traffic,
+    /// The logit lens: each layer's guess for the next token.
+    Lens,
 }
 
 impl ExportPane {
@@ -74,6 +77,7 @@ impl ExportPane {
             Self::Forward => "forward",
             Self::Output => "output",
             Self::Traffic => "traffic",
+            Self::Lens => "lens",
         }
     }
 
@@ -90,6 +94,7 @@ impl ExportPane {
             Pane::Output => Self::Output,
             Pane::Forward => Self::Forward,
             Pane::Traffic => Self::Traffic,
+            Pane::Lens => Self::Lens,
         }
     }
 }
@@ -138,6 +143,9 @@ pub fn render_svg(app: &Scene, pane: ExportPane) -> Result<String, ExportError> 
         ExportPane::Heads => heads::render(report, app.head),
         ExportPane::Forward => forward::render(report, app.layer),
         ExportPane::Output => output::render(report),
+        ExportPane::Lens => lens::render(&crate::views::lens::view(report).ok_or_else(|| {
+            ExportError::NoData("the logit lens did not run at this iteration (o shows it)".into())
+        })?),
         ExportPane::Traffic => traffic::render(&crate::views::traffic::view(
             report,
             app.past.iter().map(|r| r.as_ref()),

@@ -241,11 +241,14 @@ pub enum Predict {
     /// Switched to the contiguous serving cache (by the answer): its KV utilization after
     /// one iteration against the paged cache's now.
     UtilAfterContiguous,
+    /// In which part of the stack the next sampled token becomes the logit lens's top
+    /// guess for good.
+    LensLayer,
 }
 
 impl Predict {
     /// Every kind with its name in lesson files.
-    pub const ALL: [(&'static str, Predict); 9] = [
+    pub const ALL: [(&'static str, Predict); 10] = [
         ("top_attended", Predict::TopAttended),
         ("pages_next", Predict::PagesNext),
         ("next_join", Predict::NextJoin),
@@ -255,6 +258,7 @@ impl Predict {
         ("kv_after_mha", Predict::KvAfterMha),
         ("kv_after_tiled", Predict::KvAfterTiled),
         ("util_after_contiguous", Predict::UtilAfterContiguous),
+        ("lens_layer", Predict::LensLayer),
     ];
 }
 
@@ -304,7 +308,7 @@ pub const FIGURES: [(&str, &str); 19] = [
 ];
 
 /// Names of panes, for settings and checks.
-pub const PANES: [(&str, Pane); 7] = [
+pub const PANES: [(&str, Pane); 8] = [
     ("attention", Pane::Attention),
     ("heads", Pane::Heads),
     ("output", Pane::Output),
@@ -312,6 +316,7 @@ pub const PANES: [(&str, Pane); 7] = [
     ("serving", Pane::Serving),
     ("forward", Pane::Forward),
     ("traffic", Pane::Traffic),
+    ("lens", Pane::Lens),
 ];
 
 /// The default model's shape, which `layer=` and `head=` are checked against.

@@ -265,10 +265,15 @@ impl Model {
             p.timing.embed_ms = clock.lap();
         }
         let heads = (self.cfg.n_head, self.kv_heads(), self.cfg.head_dim);
+        let lens = probe.as_deref().is_some_and(|p| p.lens);
+        let mut lens_rows = Vec::new();
         for layer in 0..self.cfg.n_layer {
             let mut look = LayerLook::new(probe.as_deref(), layer, spans[0]);
             let (y, io, t) = self.block(layer, &x, &spans, kv, &mut look)?;
             let capture = look.leaving(&y, heads)?;
+            if lens {
+                lens_rows.push(y.narrow(0, spans[0].off + spans[0].len - 1, 1)?);
+            }
             x = y;
             if let Some(p) = probe.as_deref_mut() {
                 p.attn_io.add(io);
@@ -285,8 +290,21 @@ impl Model {
             let (out, inp) = self.weights.lm_head.dims();
             let head = &self.weights.lm_head;
             p.traffic.add(Traffic::matrix(head.bytes(), out, inp, rows));
+            if !lens_rows.is_empty() {
+                p.lens_probs = Some(self.logit_lens(&lens_rows)?);
+            }
         }
         Ok(logits)
+    }
+
+    /// The logit lens: each layer's residual read out as if it were the last layer's —
+    /// final RMSNorm, LM head, softmax — all layers in one batched call. Row `l` is what
+    /// the model would predict if it stopped after layer `l`.
+    pub fn logit_lens(&self, rows: &[Tensor]) -> Result<Tensor> {
+        let x = Tensor::cat(rows, 0)?;
+        let x = candle_nn::ops::rms_norm(&x, &self.weights.final_norm, self.cfg.rms_eps as f32)?;
+        let logits = self.weights.lm_head.forward(&x)?.to_dtype(DType::F32)?;
+        Ok(candle_nn::ops::softmax(&logits, D::Minus1)?)
     }
 
     /// One transformer layer on every row of the batch: the attention block, then the MLP

@@ -106,6 +106,11 @@ pub struct Probe {
     pub timing: Timing,
     /// What the last call moved and computed, counted from the operations it ran.
     pub traffic: crate::model::traffic::Traffic,
+    /// Run the logit lens: every layer's newest residual (of the first sequence) through
+    /// the final RMSNorm and the LM head.
+    pub lens: bool,
+    /// The lens of the last call: one row of next-token probabilities per layer.
+    pub lens_probs: Option<candle_core::Tensor>,
 }
 
 /// Wall time of the stages of one forward call, in milliseconds.
@@ -131,6 +136,7 @@ impl Probe {
         self.attn_io = crate::model::flash::IoCount::default();
         self.timing = Timing::default();
         self.traffic = Default::default();
+        self.lens_probs = None;
     }
 }
 

@@ -56,6 +56,47 @@ pub struct StepInfo {
     pub sample_ms: f64,
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub captures: Vec<LayerCapture>,
+    /// The logit lens of the newest position, one row per layer, when it was asked for.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub logit_lens: Vec<LensRow>,
+}
+
+/// What the model would predict if it stopped after one layer.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LensRow {
+    pub layer: usize,
+    /// The top token at this layer and its probability.
+    pub id: u32,
+    pub token: String,
+    pub prob: f32,
+    /// The probability this layer gives the token the step finally sampled.
+    pub chosen_prob: f32,
+}
+
+/// The lens rows of a `(layers, vocab)` probability tensor, against the sampled token.
+fn lens_rows(
+    probs: &candle_core::Tensor,
+    chosen: u32,
+    tok: &super::tokenizer::TextTokenizer,
+) -> Result<Vec<LensRow>> {
+    let probs: Vec<Vec<f32>> = probs.to_vec2()?;
+    Ok(probs
+        .iter()
+        .enumerate()
+        .map(|(layer, p)| {
+            let (id, prob) =
+                p.iter()
+                    .enumerate()
+                    .fold((0, f32::MIN), |b, (i, &x)| if x > b.1 { (i, x) } else { b });
+            LensRow {
+                layer,
+                id: id as u32,
+                token: tok.piece(id as u32),
+                prob,
+                chosen_prob: p.get(chosen as usize).copied().unwrap_or(0.0),
+            }
+        })
+        .collect())
 }
 
 /// A request being generated.
@@ -112,6 +153,10 @@ impl Session {
         let ts = std::time::Instant::now();
         let id = self.sampler.sample(&row);
         let sample_ms = ts.elapsed().as_secs_f64() * 1e3;
+        let logit_lens = match self.probe.lens_probs.take() {
+            Some(p) => lens_rows(&p, id, &self.model.tokenizer)?,
+            None => Vec::new(),
+        };
         let tk = top_k(&row, self.top_k)
             .into_iter()
             .map(|(id, logit, prob)| TopToken {
@@ -149,6 +194,7 @@ impl Session {
             traffic: self.probe.traffic,
             sample_ms,
             captures: std::mem::take(&mut self.probe.captures),
+            logit_lens,
         };
         self.step += 1;
         Ok(info)

@@ -49,6 +49,8 @@ pub enum Action {
     ToggleTraffic,
     /// The glossary overlay.
     ToggleGlossary,
+    /// The logit lens in the attention pane's place, and back.
+    ToggleLens,
     /// The focused pane takes the body (the others shrink to one line), and back.
     ToggleZoom,
     /// Focus a pane and give it the body (a double click on its title), or give the
@@ -226,6 +228,8 @@ pub struct App {
     pub sink: bool,
     /// The memory-traffic pane holds the forward pane's place.
     pub traffic_shown: bool,
+    /// The logit lens holds the attention pane's place.
+    pub lens_shown: bool,
     /// The focused pane has the body; the others are one-line summaries.
     pub zoomed: bool,
     /// This machine's measured limits, for the traffic pane (the engine measures them
@@ -280,6 +284,7 @@ impl App {
             looks_at: false,
             sink: false,
             traffic_shown: false,
+            lens_shown: false,
             zoomed: false,
             machine: None,
             replaying: false,
@@ -548,6 +553,11 @@ impl App {
             }
             Action::Set(Setting::Focus(p)) => self.focus_on(p),
             Action::ToggleZoom => self.zoomed = !self.zoomed,
+            Action::ToggleLens => self.focus_on(if self.lens_shown {
+                Pane::Attention
+            } else {
+                Pane::Lens
+            }),
             Action::Set(Setting::Zoom(z)) => self.zoomed = z,
             Action::ZoomPane(p) => {
                 self.zoomed = !(self.zoomed && self.focus == p);
@@ -581,6 +591,8 @@ impl App {
         match p {
             Pane::Forward => self.traffic_shown = false,
             Pane::Traffic => self.traffic_shown = true,
+            Pane::Attention => self.lens_shown = false,
+            Pane::Lens => self.lens_shown = true,
             _ => {}
         }
     }

@@ -156,6 +156,7 @@ pub fn draw_pane(app: &App, theme: &Theme, pane: Pane, area: Rect, buf: &mut Buf
         Pane::Serving => panes::serving::render(app, theme, area, buf),
         Pane::Forward => panes::forward::render(app, theme, area, buf),
         Pane::Traffic => panes::traffic::render(app, theme, area, buf),
+        Pane::Lens => panes::lens::render(app, theme, area, buf),
     }
 }
 
@@ -225,7 +226,12 @@ pub fn draw(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let a = areas(area, app.tutor.is_some());
     header(app, theme, a.header, buf);
     panes::lesson::render(app, theme, a.lesson, buf);
-    draw_pane(app, theme, Pane::Attention, a.attention, buf);
+    let top_left = if app.lens_shown {
+        Pane::Lens
+    } else {
+        Pane::Attention
+    };
+    draw_pane(app, theme, top_left, a.attention, buf);
     draw_pane(app, theme, Pane::Output, a.output, buf);
     draw_pane(app, theme, Pane::Heads, a.heads, buf);
     if app.shows_sink() || app.compare != super::app::Compare::Off {
@@ -357,8 +363,13 @@ fn pane_rects(screen: Rect, app: &App) -> (Vec<(Pane, Rect)>, Rect) {
     } else {
         Pane::Forward
     };
+    let top_left = if app.lens_shown {
+        Pane::Lens
+    } else {
+        Pane::Attention
+    };
     let mut out = vec![
-        (Pane::Attention, a.attention),
+        (top_left, a.attention),
         (Pane::Output, a.output),
         (Pane::Heads, a.heads),
         (bottom_right, a.forward),

@@ -121,11 +121,14 @@ pub const BINDINGS: &[Binding] = &[
         ],
     },
     Binding {
-        keys: "w",
-        help: "what does this token look at: its top keys, prompt vs generated",
+        keys: "w o",
+        help: "what this token looks at; o: logit lens (each layer's guess)",
         rank: 9,
-        hint: "looks at",
-        on: &[(KeyCode::Char('w'), Action::ToggleLooksAt)],
+        hint: "looks at/lens",
+        on: &[
+            (KeyCode::Char('w'), Action::ToggleLooksAt),
+            (KeyCode::Char('o'), Action::ToggleLens),
+        ],
     },
     Binding {
         keys: "x",

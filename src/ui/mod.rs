@@ -102,6 +102,7 @@ fn event_loop(
     }
     // The engine keeps long contexts' captures to the layer on screen: tell it which.
     let mut focus_sent = usize::MAX;
+    let mut lens_sent = false;
     let frame = Duration::from_millis(33);
     let mut last_step = Instant::now() - Duration::from_secs(10);
     let mut dirty = true;
@@ -114,6 +115,12 @@ fn event_loop(
         if app.layer != focus_sent && !replaying {
             focus_sent = app.layer;
             send(vec![Command::Focus(app.layer)]);
+        }
+        // The lens costs an LM head pass per layer: the engine runs it only while shown.
+        let lens = app.lens_shown || app.focus == app::Pane::Lens;
+        if lens != lens_sent && !replaying {
+            lens_sent = lens;
+            send(vec![Command::SetLens(lens)]);
         }
         if app.running && !app.in_flight {
             let speed = SPEEDS[app.speed];

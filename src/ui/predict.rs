@@ -237,6 +237,24 @@ pub fn choices_for(r: &StepReport, kind: Predict) -> Option<LiveChoices> {
                 *r.info.kv_bytes_per_token.get(&r.info.layout).unwrap_or(&0) as u64,
             )
         }),
+        Predict::LensLayer => {
+            let n = r.cfg.n_layer as u64;
+            if r.finished || n < 4 {
+                return None;
+            }
+            let (a, b) = (n / 3, 2 * n / 3);
+            Some(LiveChoices {
+                labels: vec![
+                    format!("in the first third (layers 0–{})", a - 1),
+                    format!("in the middle third ({a}–{})", b - 1),
+                    format!("in the last third ({b}–{})", n - 2),
+                    format!("only at the very last layer ({})", n - 1),
+                ],
+                values: vec![0, 1, 2, 3],
+                subject: n,
+                before: Vec::new(),
+            })
+        }
         Predict::UtilAfterContiguous => {
             let sv = r
                 .serve
@@ -402,6 +420,24 @@ pub fn outcome(p: &Pending, live: &LiveChoices, app: &App, new: &StepReport) -> 
             };
             (right, why)
         }
+        Predict::LensLayer => match crate::views::lens::view(new) {
+            Some(v) => {
+                let n = p.subject.max(1);
+                let actual = match v.forms_at.map(|f| f as u64) {
+                    Some(f) if f == n - 1 => 3,
+                    Some(f) if f >= 2 * n / 3 => 2,
+                    Some(f) if f >= n / 3 => 1,
+                    Some(_) => 0,
+                    None => 3,
+                };
+                (chosen == actual, v.headline())
+            }
+            None => (
+                false,
+                "the logit lens did not run for that step (o shows it, and it runs while shown)"
+                    .into(),
+            ),
+        },
         Predict::UtilAfterContiguous => match new.serve.as_ref() {
             Some(sv) => {
                 let now = sv.step.memory.utilization_pct();

@@ -4,6 +4,7 @@
 
 pub mod heads;
 pub mod heatmap;
+pub mod lens;
 pub mod looks;
 pub mod pages;
 pub mod palette;

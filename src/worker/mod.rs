@@ -37,6 +37,9 @@ pub enum Command {
     /// Start (or stop) the attention-sink experiment beside the request: every step then
     /// reads one more token of the shipped text through a full and two windowed caches.
     SetSink(bool),
+    /// Run the logit lens on the live request's steps (only while it is on screen: it
+    /// costs an LM head pass over every layer's newest row).
+    SetLens(bool),
     Quit,
 }
 
@@ -182,6 +185,7 @@ fn run(cfg: EngineConfig, rx: Receiver<Command>, tx: &Sender<Event>) -> Result<(
         sink: None,
         last: None,
         focus: 0,
+        lens: false,
     };
     while let Ok(cmd) = rx.recv() {
         if matches!(cmd, Command::Quit) {
@@ -220,6 +224,8 @@ struct Worker {
     last: Option<StepReport>,
     /// The layer on screen.
     focus: usize,
+    /// The logit lens is on screen.
+    lens: bool,
 }
 
 impl Worker {
@@ -227,6 +233,7 @@ impl Worker {
         match cmd {
             Command::Quit => {}
             Command::Focus(layer) => self.focus = layer,
+            Command::SetLens(on) => self.lens = on,
             Command::SetSink(on) => {
                 self.sink = None;
                 if on {
@@ -290,6 +297,7 @@ impl Worker {
         let remaining = self.max_new.saturating_sub(done).max(1);
         let mut live = start(&model, &self.live.prompt, remaining, Some(toks))?;
         live.session.prompt_len = self.live.session.prompt_len;
+        live.session.probe.lens = self.lens;
         // The serving cache is shaped by the layout too: its workload starts again.
         let (serve, compare) = serving_pair(&model, self.setup)?;
         (self.serve, self.compare) = (serve, compare);
@@ -329,6 +337,7 @@ impl Worker {
             }
             return Ok(());
         }
+        self.live.session.probe.lens = self.lens;
         let mut report = step(
             &mut self.live,
             &self.model,

@@ -93,6 +93,19 @@ impl StepReport {
         if let Some(s) = &self.sink {
             check_sink(s).map_err(|e| format!("sink experiment: {e}"))?;
         }
+        let lens_ok = |l: &crate::model::session::LensRow| {
+            l.layer < self.cfg.n_layer
+                && (l.id as usize) < self.cfg.vocab
+                && (0.0..=1.0).contains(&l.prob)
+                && (0.0..=1.0).contains(&l.chosen_prob)
+        };
+        if self.info.logit_lens.len() > self.cfg.n_layer
+            || !self.info.logit_lens.iter().all(lens_ok)
+        {
+            return Err(
+                "the logit lens names a layer, token or probability the model cannot have".into(),
+            );
+        }
         Ok(())
     }
 }

@@ -142,6 +142,7 @@ pub fn report() -> StepReport {
             sample_ms: 0.03,
             traffic: Default::default(),
             captures: vec![capture(0, t), capture(1, t)],
+            logit_lens: Vec::new(),
         },
         kv: KvView {
             capacity: 40,

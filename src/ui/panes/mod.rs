@@ -6,6 +6,7 @@ pub mod heads;
 pub mod heatmap;
 pub mod help;
 pub mod kv;
+pub mod lens;
 pub mod lesson;
 pub mod looks;
 pub mod output;

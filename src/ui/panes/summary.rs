@@ -53,6 +53,10 @@ pub fn line(app: &App, pane: Pane) -> String {
             None => "no serving iteration".into(),
         },
         Pane::Forward => format!("{} token(s) in {:.1} ms", r.info.input_len, r.info.wall_ms),
+        Pane::Lens => match crate::views::lens::view(r) {
+            Some(v) => v.headline(),
+            None => "off until shown (o)".into(),
+        },
         Pane::Traffic => {
             let t = &r.info.traffic;
             format!(
@@ -75,6 +79,7 @@ pub fn name(pane: Pane) -> &'static str {
         Pane::Serving => "serving",
         Pane::Forward => "forward pass",
         Pane::Traffic => "memory traffic",
+        Pane::Lens => "logit lens",
     }
 }
 
