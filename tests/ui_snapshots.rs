@@ -822,12 +822,24 @@ fn panes_draw_a_small_view_without_an_app() {
     };
     let mut term = Terminal::new(TestBackend::new(40, 4)).unwrap();
     term.draw(|f| {
-        panes::serving::draw_grid(&g, &THEME, f.area(), f.buffer_mut());
+        panes::serving::draw_grid(&g, &[], &THEME, f.area(), f.buffer_mut());
     })
     .unwrap();
     let text = format!("{}", term.backend());
-    assert!(text.lines().nth(1).unwrap().contains("█▄▒·"), "{text}");
-    assert!(text.contains("shared"), "{text}");
+    // With room each page shows its fill, or how many requests share it.
+    assert!(
+        text.lines().nth(1).unwrap().contains("█4  ▄2  █×2 ·"),
+        "{text}"
+    );
+    assert!(text.contains("one cell per page of 4 slots"), "{text}");
+    // Without, one character per page; a shared page is the number of its holders.
+    let mut term = Terminal::new(TestBackend::new(6, 4)).unwrap();
+    term.draw(|f| {
+        panes::serving::draw_grid(&g, &[], &THEME, f.area(), f.buffer_mut());
+    })
+    .unwrap();
+    let text = format!("{}", term.backend());
+    assert!(text.lines().nth(1).unwrap().contains("█▄2·"), "{text}");
 }
 
 #[test]
@@ -1073,4 +1085,47 @@ fn the_main_screen_a_zoomed_pane_and_a_lesson_layout_at_80x24_and_200x60() {
     // A step may ask for the grid.
     a.update(Action::Set(inferlab::ui::app::Setting::Zoom(false)));
     assert!(format!("{}", render_app(&a, 200, 60)).contains("heads · GQA"));
+}
+
+#[test]
+fn the_serving_pane_shows_a_requests_block_table_and_marks_its_pages() {
+    use inferlab::serve::CacheKind;
+    use inferlab::views::pages::{block_table, describe_table};
+    let mut a = app();
+    for r in common::fixture::serving_reports(CacheKind::Paged, 6) {
+        a.on_event(Event::Report(Box::new(r)));
+    }
+    let sv = a.report.as_ref().unwrap().serve.clone().unwrap();
+    assert!(!sv.step.block_tables.is_empty());
+    // Each table lists the request's pages in logical order; every page it names holds it.
+    for (id, pages) in &sv.step.block_tables {
+        let blocks = block_table(&sv, *id);
+        assert_eq!(blocks.len(), pages.len());
+        for (i, b) in blocks.iter().enumerate() {
+            assert_eq!((b.logical, b.page), (i, pages[i]));
+            assert!(sv.step.pages[b.page as usize].owners.contains(id));
+            assert_eq!(b.refs, sv.step.pages[b.page as usize].owners.len());
+        }
+        // Only the last block may be partly filled.
+        assert!(blocks[..blocks.len() - 1].iter().all(|b| b.fill == 4));
+    }
+    // u walks through the requests that hold pages; the pane names the chosen one.
+    let first = sv.step.block_tables[0].0;
+    a.update(Action::NextRequest);
+    assert_eq!(a.selected_req, Some(first));
+    a.update(Action::NextRequest);
+    let second = sv.step.block_tables.get(1).map_or(first, |t| t.0);
+    assert_eq!(a.selected_req, Some(second));
+    let mut term = Terminal::new(TestBackend::new(120, 24)).unwrap();
+    term.draw(|f| panes::serving::render(&a, &THEME, f.area(), f.buffer_mut()))
+        .unwrap();
+    let text = format!("{}", term.backend());
+    let line = describe_table(second, &block_table(&sv, second), 4);
+    assert!(text.contains(&line[..40.min(line.len())]), "{line}\n{text}");
+    // The picture lists every request's table.
+    let svg = inferlab::export::render_svg(&a.scene(), inferlab::export::ExportPane::Kv).unwrap();
+    assert_eq!(
+        svg.matches("block table r").count(),
+        sv.step.block_tables.len()
+    );
 }

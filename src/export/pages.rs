@@ -24,7 +24,8 @@ pub fn render(sv: &ServeView) -> Result<String, ExportError> {
     let rows = cells.len().div_ceil(COLS);
     let (left, top) = (24.0, 92.0);
     let w = left * 2.0 + COLS as f32 * CELL + 240.0;
-    let h = top + rows as f32 * CELL + 110.0;
+    let tables = &s.block_tables;
+    let h = top + rows as f32 * CELL + 110.0 + 18.0 * tables.len() as f32;
     let mut svg = Svg::new(w, h);
     let m = &s.memory;
     let kind = match sv.cache {
@@ -96,6 +97,14 @@ pub fn render(sv: &ServeView) -> Result<String, ExportError> {
         let y = ly + 30.0 + (k / 12) as f32 * 20.0;
         svg.rect(x, y, 14.0, 14.0, &hex(request_rgb(*id as usize)), "");
         svg.text(x + 18.0, y + 11.0, 11.0, "start", &format!("r{id}"), 0.0);
+    }
+    // Each request's block table: its logical blocks in order, as the pages that hold them.
+    let owners_rows = g.owners().len().div_ceil(12) as f32;
+    for (k, (id, _)) in tables.iter().enumerate() {
+        let y = ly + 40.0 + owners_rows * 20.0 + 18.0 * k as f32;
+        let blocks = crate::views::pages::block_table(sv, *id);
+        let line = crate::views::pages::describe_table(*id, &blocks, ps);
+        svg.text(left, y, 11.0, "start", &line, 0.0);
     }
     Ok(svg.finish())
 }

@@ -63,6 +63,10 @@ pub struct ServeStep {
     pub tokens_scheduled: usize,
     /// Paged only: page → owners and fill.
     pub pages: Vec<PageView>,
+    /// Paged only: each request's block table, its logical blocks in order as the
+    /// physical pages that hold them (recordings made before it read as empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub block_tables: Vec<(ReqId, Vec<u32>)>,
     /// Contiguous only: (request, reserved slots, used slots).
     pub reservations: Vec<(ReqId, usize, usize)>,
     pub memory: MemoryStats,
@@ -100,7 +104,17 @@ pub fn step(
         .collect();
     active.sort_by_key(|a| a.id);
     let (memory, pages, reservations) = memory(s, bytes_per_token);
+    let block_tables = match &s.memory {
+        Memory::Paged(p) => {
+            let mut t: Vec<(ReqId, Vec<u32>)> =
+                p.requests().map(|(&id, t)| (id, t.pages.clone())).collect();
+            t.sort_by_key(|e| e.0);
+            t
+        }
+        Memory::Reserved(_) => Vec::new(),
+    };
     ServeStep {
+        block_tables,
         iteration: plan.iteration,
         active,
         queue: s.queue(),

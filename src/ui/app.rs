@@ -51,6 +51,8 @@ pub enum Action {
     ToggleGlossary,
     /// The logit lens in the attention pane's place, and back.
     ToggleLens,
+    /// The next request whose block table the serving pane shows.
+    NextRequest,
     /// The focused pane takes the body (the others shrink to one line), and back.
     ToggleZoom,
     /// Focus a pane and give it the body (a double click on its title), or give the
@@ -230,6 +232,8 @@ pub struct App {
     pub traffic_shown: bool,
     /// The logit lens holds the attention pane's place.
     pub lens_shown: bool,
+    /// The serving request whose block table is shown and whose pages are marked.
+    pub selected_req: Option<u64>,
     /// The focused pane has the body; the others are one-line summaries.
     pub zoomed: bool,
     /// This machine's measured limits, for the traffic pane (the engine measures them
@@ -285,6 +289,7 @@ impl App {
             sink: false,
             traffic_shown: false,
             lens_shown: false,
+            selected_req: None,
             zoomed: false,
             machine: None,
             replaying: false,
@@ -553,6 +558,20 @@ impl App {
             }
             Action::Set(Setting::Focus(p)) => self.focus_on(p),
             Action::ToggleZoom => self.zoomed = !self.zoomed,
+            Action::NextRequest => {
+                let ids: Vec<u64> = self
+                    .report
+                    .as_ref()
+                    .and_then(|r| r.serve.as_ref())
+                    .map(|s| s.step.block_tables.iter().map(|t| t.0).collect())
+                    .unwrap_or_default();
+                let next = match self.selected_req {
+                    Some(cur) => ids.iter().copied().find(|&i| i > cur),
+                    None => None,
+                };
+                self.selected_req = next.or_else(|| ids.first().copied());
+                self.focus_on(Pane::Serving);
+            }
             Action::ToggleLens => self.focus_on(if self.lens_shown {
                 Pane::Attention
             } else {

@@ -60,13 +60,14 @@ pub const BINDINGS: &[Binding] = &[
         on: &[(KeyCode::Char('f'), Action::ToggleKernel)],
     },
     Binding {
-        keys: "c b",
-        help: "serving: c paged ↔ contiguous KV, b continuous ↔ static batching",
+        keys: "c b u",
+        help: "c paged ↔ contiguous · b continuous ↔ static · u next block table",
         rank: 6,
         hint: "cache/batching",
         on: &[
             (KeyCode::Char('c'), Action::ToggleCache),
             (KeyCode::Char('b'), Action::TogglePolicy),
+            (KeyCode::Char('u'), Action::NextRequest),
         ],
     },
     Binding {

@@ -70,11 +70,14 @@ impl Grid {
         }
     }
 
-    /// A cell as one terminal character.
+    /// A cell as one terminal character; a shared page shows how many requests hold it.
     pub fn glyph(&self, c: &Cell) -> char {
         match (self.cache, c.owner) {
             (_, None) => '·',
-            (CacheKind::Paged, Some(_)) if c.shared > 1 => '▒',
+            (CacheKind::Paged, Some(_)) if c.shared > 9 => '+',
+            (CacheKind::Paged, Some(_)) if c.shared > 1 => {
+                char::from_digit(c.shared as u32, 10).unwrap_or('+')
+            }
             (CacheKind::Paged, Some(_)) if c.fill >= self.page_size => '█',
             (CacheKind::Paged, Some(_)) => '▄',
             (CacheKind::Contiguous, Some(_)) if c.fill > 0 => '█',
@@ -82,10 +85,41 @@ impl Grid {
         }
     }
 
+    /// A cell in four characters, for a grid with room: the fill glyph, then the slots
+    /// holding tokens (`▄14`) or, for a shared page, how many hold it (`█×6`).
+    pub fn wide(&self, c: &Cell) -> String {
+        if c.owner.is_none() {
+            return "·".into();
+        }
+        let g = if c.fill >= self.page_size {
+            '█'
+        } else {
+            '▄'
+        };
+        match (self.cache, c.shared) {
+            (CacheKind::Paged, n) if n > 1 => format!("{g}×{n}"),
+            (CacheKind::Contiguous, _) if c.fill == 0 => "░".into(),
+            _ => format!("{g}{}", c.fill),
+        }
+    }
+
+    /// The wide cells' meanings.
+    pub fn wide_legend(&self) -> String {
+        let ps = self.page_size;
+        match self.cache {
+            CacheKind::Paged => format!(
+                "one cell per page of {ps} slots: █{ps} full  ▄9 nine slots hold tokens  █×6 shared by six requests  · free"
+            ),
+            CacheKind::Contiguous => format!(
+                "one cell per {ps} reserved slots: █{ps} hold tokens  ▄9 nine do  ░ reserved, unused  · free"
+            ),
+        }
+    }
+
     /// The glyphs' meanings, for a one-line legend.
     pub fn legend(&self) -> &'static str {
         match self.cache {
-            CacheKind::Paged => "█ full page  ▄ partly filled  ▒ shared  · free",
+            CacheKind::Paged => "█ full page  ▄ partly filled  2-9 shared by that many  · free",
             CacheKind::Contiguous => "█ holds tokens  ░ reserved, unused  · free",
         }
     }
@@ -97,4 +131,57 @@ impl Grid {
         ids.dedup();
         ids
     }
+}
+
+/// One logical block of a request: the physical page holding it, how many of its slots
+/// hold tokens, and how many requests share that page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Block {
+    pub logical: usize,
+    pub page: u32,
+    pub fill: u32,
+    pub refs: usize,
+}
+
+/// Request `req`'s block table in a paged serving view (empty for the contiguous cache,
+/// or a request that holds no pages).
+pub fn block_table(sv: &ServeView, req: u64) -> Vec<Block> {
+    let Some((_, pages)) = sv.step.block_tables.iter().find(|(id, _)| *id == req) else {
+        return Vec::new();
+    };
+    pages
+        .iter()
+        .enumerate()
+        .filter_map(|(logical, &page)| {
+            let p = sv.step.pages.get(page as usize)?;
+            Some(Block {
+                logical,
+                page,
+                fill: p.fill,
+                refs: p.owners.len(),
+            })
+        })
+        .collect()
+}
+
+/// "r3 · 3 blocks: 0→p12 (2 share it) · 1→p13 · 2→p40 9/16", for a line of text.
+pub fn describe_table(req: u64, blocks: &[Block], page_size: usize) -> String {
+    let parts: Vec<String> = blocks
+        .iter()
+        .map(|b| {
+            let mut s = format!("{}→p{}", b.logical, b.page);
+            if (b.fill as usize) < page_size {
+                s.push_str(&format!(" {}/{page_size}", b.fill));
+            }
+            if b.refs > 1 {
+                s.push_str(&format!(" (shared ×{})", b.refs));
+            }
+            s
+        })
+        .collect();
+    format!(
+        "block table r{req} · {} block(s): {}",
+        blocks.len(),
+        parts.join(" · ")
+    )
 }

@@ -5,8 +5,9 @@ use super::{block, put};
 use crate::serve::ReqPhase;
 use crate::ui::app::{App, Pane};
 use crate::ui::theme::{ColorMode, Theme};
-use crate::views::pages::Grid;
+use crate::views::pages::{self, Grid};
 use crate::views::timeline;
+use crate::views::units::fit;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::Style;
@@ -74,7 +75,27 @@ fn render_view(
         return;
     };
     header(sv, inner, buf);
-    let y = draw_grid(&Grid::of(sv), theme, inner, buf);
+    // The chosen request's pages stand out, and its block table maps its logical blocks
+    // to them (paged cache only).
+    let req = app
+        .selected_req
+        .filter(|id| sv.step.block_tables.iter().any(|t| t.0 == *id))
+        .or_else(|| sv.step.block_tables.first().map(|t| t.0));
+    let blocks = req.map(|r| pages::block_table(sv, r)).unwrap_or_default();
+    let marked: Vec<u32> = blocks.iter().map(|b| b.page).collect();
+    let mut y = draw_grid(&Grid::of(sv), &marked, theme, inner, buf);
+    if let Some(r) = req {
+        let line = pages::describe_table(r, &blocks, sv.page_size);
+        put(
+            buf,
+            inner,
+            0,
+            y,
+            fit(&line, inner.width as usize),
+            theme.accent(),
+        );
+        y += 1;
+    }
     draw_timeline(
         sv.requests,
         timeline,
@@ -92,45 +113,66 @@ fn header(sv: &crate::worker::report::ServeView, inner: Rect, buf: &mut Buffer) 
         .iter()
         .filter(|a| a.phase != ReqPhase::Finished)
         .count();
+    let line = format!(
+        "iter {} · active {} · queue {} · KV util {:.0}% · preempted {}{}{}",
+        s.iteration,
+        running,
+        s.queue.len(),
+        s.memory.utilization_pct(),
+        sv.preemptions,
+        sv.tokens_per_s()
+            .map(|t| format!(" · {t:.0} tok/s"))
+            .unwrap_or_default(),
+        if sv.done { " · done" } else { "" }
+    );
     put(
         buf,
         inner,
         0,
         inner.y,
-        format!(
-            "iter {} · active {} · queue {} · KV util {:.0}% · preempted {}{}{}",
-            s.iteration,
-            running,
-            s.queue.len(),
-            s.memory.utilization_pct(),
-            sv.preemptions,
-            sv.tokens_per_s()
-                .map(|t| format!(" · {t:.0} tok/s"))
-                .unwrap_or_default(),
-            if sv.done { " · done" } else { "" }
-        ),
+        fit(&line, inner.width as usize),
         Style::default(),
     );
 }
 
-/// The KV grid on the rows after `inner`'s first, one character per cell, and its legend;
-/// returns the row after it.
-pub fn draw_grid(g: &Grid, theme: &Theme, inner: Rect, buf: &mut Buffer) -> u16 {
-    let w = (inner.width as usize).max(1);
+/// The KV grid on the rows after `inner`'s first, and its legend; returns the row after
+/// it. Each cell is one character, or, where the width allows, the character and the
+/// page's fill (`▄14`: 14 slots hold tokens).
+pub fn draw_grid(g: &Grid, marked: &[u32], theme: &Theme, inner: Rect, buf: &mut Buffer) -> u16 {
+    const WIDE: usize = 4;
+    let width = (inner.width as usize).max(1);
+    let cell_w = if g.cells.len() * WIDE <= width * 2 {
+        WIDE
+    } else {
+        1
+    };
+    let w = (width / cell_w).max(1);
     let y = inner.y + 1;
     for (i, c) in g.cells.iter().enumerate() {
-        let (x, yy) = (inner.x + (i % w) as u16, y + (i / w) as u16);
+        let (x, yy) = (inner.x + ((i % w) * cell_w) as u16, y + (i / w) as u16);
         if yy >= inner.y + inner.height {
             break;
         }
-        let st = match (c.owner, theme.mode) {
+        let mut st = match (c.owner, theme.mode) {
             (Some(o), m) if m != ColorMode::None => Style::default().fg(theme.request(o as usize)),
             _ => theme.dim(),
         };
-        buf[(x, yy)].set_char(g.glyph(c)).set_style(st);
+        if marked.contains(&(i as u32)) {
+            st = st.add_modifier(ratatui::style::Modifier::REVERSED);
+        }
+        if cell_w == WIDE {
+            buf.set_stringn(x, yy, g.wide(c), WIDE - 1, st);
+        } else {
+            buf[(x, yy)].set_char(g.glyph(c)).set_style(st);
+        }
     }
     let y = y + g.cells.len().div_ceil(w) as u16;
-    put(buf, inner, 0, y, g.legend(), theme.dim());
+    let legend = if cell_w == WIDE {
+        g.wide_legend()
+    } else {
+        g.legend().to_string()
+    };
+    put(buf, inner, 0, y, fit(&legend, width), theme.dim());
     y + 1
 }
 
