@@ -102,8 +102,11 @@ pub fn draw(v: &Heatmap, looks: &[String], theme: &Theme, inner: Rect, buf: &mut
         return;
     }
     let per_cell = if theme.mode == ColorMode::None { 1 } else { 2 };
-    key_ruler(v, theme, inner, buf);
-    cells(v, theme, inner, buf, per_cell);
+    // Few keys in a wide pane: each key gets up to four columns rather than a sliver.
+    let keys = v.end.saturating_sub(v.k0).max(1);
+    let cw = ((inner.width - LABEL_W) as usize / keys).clamp(1, 4) as u16;
+    key_ruler(v, cw, theme, inner, buf);
+    cells(v, cw, theme, inner, buf, per_cell);
     let ly = inner.y + inner.height - 2;
     put(buf, inner, 0, ly, format!("{:>8.3} ", v.lo), theme.dim());
     for i in 0..16u16 {
@@ -136,7 +139,7 @@ pub fn draw(v: &Heatmap, looks: &[String], theme: &Theme, inner: Rect, buf: &mut
 
 /// The key ruler: which columns are prompt keys and which generated ones, the boundary
 /// marked.
-fn key_ruler(v: &Heatmap, theme: &Theme, inner: Rect, buf: &mut Buffer) {
+fn key_ruler(v: &Heatmap, cw: u16, theme: &Theme, inner: Rect, buf: &mut Buffer) {
     let pl = v.prompt_len;
     put(buf, inner, 0, inner.y, "keys:", theme.dim());
     for (cx, kj) in (v.k0..v.end).enumerate() {
@@ -145,11 +148,13 @@ fn key_ruler(v: &Heatmap, theme: &Theme, inner: Rect, buf: &mut Buffer) {
             std::cmp::Ordering::Equal => '┃',
             std::cmp::Ordering::Greater => '━',
         };
-        buf[(inner.x + LABEL_W + cx as u16, inner.y)]
-            .set_char(ch)
-            .set_style(theme.dim());
+        for dx in 0..cw {
+            let x = inner.x + LABEL_W + cx as u16 * cw + dx;
+            let ch = if dx > 0 && ch == '┃' { '━' } else { ch };
+            buf[(x, inner.y)].set_char(ch).set_style(theme.dim());
+        }
     }
-    let gen_col = pl.saturating_sub(v.k0);
+    let gen_col = pl.saturating_sub(v.k0) * cw as usize;
     if pl > v.k0 && (pl >= v.end || gen_col >= 7) {
         put(buf, inner, LABEL_W, inner.y, "prompt", theme.dim());
     }
@@ -167,7 +172,7 @@ fn key_ruler(v: &Heatmap, theme: &Theme, inner: Rect, buf: &mut Buffer) {
 
 /// The cells, `per_cell` query rows per terminal row (two with half blocks), each row
 /// labelled with its token, the newest marked.
-fn cells(v: &Heatmap, theme: &Theme, inner: Rect, buf: &mut Buffer, per_cell: usize) {
+fn cells(v: &Heatmap, cw: u16, theme: &Theme, inner: Rect, buf: &mut Buffer, per_cell: usize) {
     let masked = theme.rgb(28, 28, 34);
     let color = |c: Option<f32>| c.map(|x| theme.ramp(x)).unwrap_or(masked);
     let char_rows = (inner.height - 3) as usize;
@@ -193,18 +198,20 @@ fn cells(v: &Heatmap, theme: &Theme, inner: Rect, buf: &mut Buffer, per_cell: us
         let st = if newest { theme.accent() } else { theme.dim() };
         put(buf, inner, 0, y, lab, st);
         for (cx, kj) in (v.k0..v.end).enumerate() {
-            let cell = &mut buf[(inner.x + LABEL_W + cx as u16, y)];
-            if theme.mode == ColorMode::None {
-                cell.set_char(v.cell(qi, kj).map_or('·', Theme::shade));
-            } else {
-                let top = color(v.cell(qi, kj));
-                let bottom = if qi + 1 < v.end {
-                    color(v.cell(qi + 1, kj))
+            for dx in 0..cw {
+                let cell = &mut buf[(inner.x + LABEL_W + cx as u16 * cw + dx, y)];
+                if theme.mode == ColorMode::None {
+                    cell.set_char(v.cell(qi, kj).map_or('·', Theme::shade));
                 } else {
-                    Color::Reset
-                };
-                cell.set_char('▀')
-                    .set_style(Style::default().fg(top).bg(bottom));
+                    let top = color(v.cell(qi, kj));
+                    let bottom = if qi + 1 < v.end {
+                        color(v.cell(qi + 1, kj))
+                    } else {
+                        Color::Reset
+                    };
+                    cell.set_char('▀')
+                        .set_style(Style::default().fg(top).bg(bottom));
+                }
             }
         }
     }
