@@ -1129,3 +1129,41 @@ fn the_serving_pane_shows_a_requests_block_table_and_marks_its_pages() {
         sv.step.block_tables.len()
     );
 }
+
+#[test]
+fn a_prediction_about_static_batching_waits_for_the_iteration_that_shows_it() {
+    use inferlab::serve::{CacheKind, Policy, ReqPhase};
+    use inferlab::worker::Command;
+    let mut a = lesson_app(
+        "?predict finished_row_static: What happens to the row of a member that finishes first?",
+    );
+    let cmds = a.update(Action::Answer(1));
+    assert!(
+        matches!(cmds.as_slice(), [Command::SetServe(s), Command::Step] if s.policy == Policy::Static),
+        "{cmds:?}"
+    );
+    // A real static run of the tiny engine: iterations before any member is padding
+    // leave the prediction open, the first with padding grades it.
+    let reports = common::fixture::serving_reports_with(Policy::Static, CacheKind::Paged, 30);
+    let first = reports
+        .iter()
+        .position(|r| {
+            r.serve
+                .as_ref()
+                .unwrap()
+                .step
+                .active
+                .iter()
+                .any(|e| e.phase == ReqPhase::Padding)
+        })
+        .expect("a static batch pads a finished member");
+    assert!(first > 0);
+    for (i, mut r) in reports.into_iter().enumerate().take(first + 1) {
+        r.iteration = 100 + i;
+        a.on_event(Event::Report(Box::new(r)));
+        let t = a.tutor.as_ref().unwrap();
+        assert_eq!(t.pending.is_some(), i < first, "iteration {i}");
+    }
+    let ans = a.tutor.as_ref().unwrap().answers[0].clone().unwrap();
+    assert!(ans.right && ans.why.contains("padding"), "{}", ans.why);
+}

@@ -244,11 +244,14 @@ pub enum Predict {
     /// In which part of the stack the next sampled token becomes the logit lens's top
     /// guess for good.
     LensLayer,
+    /// Switched to static batching (by the answer): what happens to the row of a batch
+    /// member that finishes first. Graded at the first iteration that shows it.
+    FinishedRowStatic,
 }
 
 impl Predict {
     /// Every kind with its name in lesson files.
-    pub const ALL: [(&'static str, Predict); 10] = [
+    pub const ALL: [(&'static str, Predict); 11] = [
         ("top_attended", Predict::TopAttended),
         ("pages_next", Predict::PagesNext),
         ("next_join", Predict::NextJoin),
@@ -259,6 +262,7 @@ impl Predict {
         ("kv_after_tiled", Predict::KvAfterTiled),
         ("util_after_contiguous", Predict::UtilAfterContiguous),
         ("lens_layer", Predict::LensLayer),
+        ("finished_row_static", Predict::FinishedRowStatic),
     ];
 }
 

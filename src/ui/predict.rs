@@ -33,6 +33,11 @@ const KV_AFTER_TILED: [&str; 3] = [
     "more: each tile keeps its own copy",
 ];
 const UTIL_AFTER: [&str; 3] = ["higher", "about the same (within 5 points)", "lower"];
+const FINISHED_ROW: [&str; 3] = [
+    "it is still computed, its output thrown away, until the batch ends",
+    "a waiting request takes its slot in the next iteration",
+    "it is freed and the batch runs one row smaller",
+];
 
 /// Fixed choices, valued by their index.
 fn labelled(labels: &[&str], subject: u64) -> LiveChoices {
@@ -79,7 +84,10 @@ fn dominant(chosen: u64, t: &Traffic, what: &str) -> (bool, String) {
 /// Why a prediction cannot be asked now.
 pub fn unavailable(kind: Predict) -> &'static str {
     match kind {
-        Predict::PagesNext | Predict::NextJoin | Predict::DominantBatch => {
+        Predict::PagesNext
+        | Predict::NextJoin
+        | Predict::DominantBatch
+        | Predict::FinishedRowStatic => {
             "this prediction needs the serving workload running: press space (g, c, b restart it)"
         }
         Predict::KvAfterMha => "this prediction starts from GQA or MQA: press m first",
@@ -106,6 +114,14 @@ pub fn action(kind: Predict, app: &App) -> (Vec<Setting>, bool) {
             vec![Setting::Serve(
                 app.policy,
                 CacheKind::Contiguous,
+                app.compare,
+            )],
+            true,
+        ),
+        Predict::FinishedRowStatic => (
+            vec![Setting::Serve(
+                crate::serve::Policy::Static,
+                app.cache,
                 app.compare,
             )],
             true,
@@ -237,6 +253,7 @@ pub fn choices_for(r: &StepReport, kind: Predict) -> Option<LiveChoices> {
                 *r.info.kv_bytes_per_token.get(&r.info.layout).unwrap_or(&0) as u64,
             )
         }),
+        Predict::FinishedRowStatic => r.serve.as_ref().map(|_| labelled(&FINISHED_ROW, 0)),
         Predict::LensLayer => {
             let n = r.cfg.n_layer as u64;
             if r.finished || n < 4 {
@@ -278,8 +295,45 @@ pub fn pages_of(sv: &crate::worker::report::ServeView, id: u64) -> usize {
         .count()
 }
 
-/// Whether prediction `p` (offered as `live`) came true in report `new`, and what happened.
-pub fn outcome(p: &Pending, live: &LiveChoices, app: &App, new: &StepReport) -> (bool, String) {
+/// Whether a prediction is graded by an event that may take several iterations to come
+/// (the report that follows its answer may not show it yet).
+pub fn waits_for_event(kind: Predict) -> bool {
+    kind == Predict::FinishedRowStatic
+}
+
+/// Whether prediction `p` (offered as `live`) came true in report `new`, and what
+/// happened; `None` while the event it is about has not happened yet.
+pub fn outcome(
+    p: &Pending,
+    live: &LiveChoices,
+    app: &App,
+    new: &StepReport,
+) -> Option<(bool, String)> {
+    if p.kind == Predict::FinishedRowStatic {
+        let sv = new.serve.as_ref()?;
+        let chosen = live.values[p.choice];
+        let padding = sv
+            .step
+            .active
+            .iter()
+            .find(|a| a.phase == crate::serve::ReqPhase::Padding);
+        return match padding {
+            Some(a) => Some((
+                chosen == 0,
+                format!(
+                    "request #{} has its answer, yet its row runs on as padding (░) until the last member of its batch is done",
+                    a.id
+                ),
+            )),
+            None if sv.done => Some((false, "no batch had a member finish early".into())),
+            None => None,
+        };
+    }
+    Some(outcome_now(p, live, app, new))
+}
+
+/// The outcome of a prediction graded by the very next report.
+fn outcome_now(p: &Pending, live: &LiveChoices, app: &App, new: &StepReport) -> (bool, String) {
     let chosen = live.values[p.choice];
     // "Another …" is right when the real answer is none of the listed values.
     let exact = |actual: u64| {
@@ -420,6 +474,8 @@ pub fn outcome(p: &Pending, live: &LiveChoices, app: &App, new: &StepReport) -> 
             };
             (right, why)
         }
+        // Graded in `outcome`, at the iteration that shows it.
+        Predict::FinishedRowStatic => (false, String::new()),
         Predict::LensLayer => match crate::views::lens::view(new) {
             Some(v) => {
                 let n = p.subject.max(1);

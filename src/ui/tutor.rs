@@ -433,7 +433,11 @@ pub fn grade(t: &mut Tutor, app: &App, new: &StepReport, old: Option<&StepReport
     let Some(live) = old.and_then(|o| super::predict::choices_for(o, p.kind)) else {
         return;
     };
-    let (right, why) = super::predict::outcome(&p, &live, app, new);
+    let Some((right, why)) = super::predict::outcome(&p, &live, app, new) else {
+        // Not yet: the event it is about has not happened; the next report may show it.
+        t.pending = Some(p);
+        return;
+    };
     t.record(
         app,
         p.question,

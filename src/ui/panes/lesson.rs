@@ -238,11 +238,13 @@ fn lines<'a>(t: &Tutor, live: &Live, theme: &Theme) -> Vec<Line<'a>> {
             };
             out.push(Line::styled(format!("  {}. {lab}", i + 1), style));
         }
-        if t.pending.as_ref().is_some_and(|p| p.question == qi) {
-            out.push(Line::styled(
-                "  running the next iteration to check…",
-                theme.dim(),
-            ));
+        if let Some(p) = t.pending.as_ref().filter(|p| p.question == qi) {
+            let wait = if predict::waits_for_event(p.kind) {
+                "  keep stepping (space, or r to run) until it happens…"
+            } else {
+                "  running the next iteration to check…"
+            };
+            out.push(Line::styled(wait, theme.dim()));
         }
         if let (Some(a), false) = (answer, predict) {
             out.push(verdict(a, live, theme));
