@@ -27,15 +27,16 @@ pub const OTHER: u64 = u64::MAX;
 
 /// Which read is bigger: the choices, by index.
 const DOMINANT: [&str; 3] = ["the weights", "the KV cache", "about the same (within 10%)"];
+// Choices of about equal length: the right one must not stand out by its length.
 const KV_AFTER_TILED: [&str; 3] = [
-    "fewer: the tiles need less cache",
-    "the same as now",
-    "more: each tile keeps its own copy",
+    "fewer: tiles compress it",
+    "the same as now, exactly",
+    "more: tiles keep copies",
 ];
 const UTIL_AFTER: [&str; 3] = ["higher", "about the same (within 5 points)", "lower"];
 const FINISHED_ROW: [&str; 3] = [
-    "it is still computed, its output thrown away, until the batch ends",
-    "a waiting request takes its slot in the next iteration",
+    "it keeps running as padding until the batch ends",
+    "a waiting request takes over its slot in the next iteration",
     "it is freed and the batch runs one row smaller",
 ];
 
