@@ -1,7 +1,7 @@
 //! Forward pass: embedding → layers → LM head → sampler for the step, with where the time
 //! went, the residual stream of the chosen layer, and the attention bytes moved.
 
-use super::{block, bytes, put};
+use super::{block, bytes, put_text};
 use crate::model::AttnKernel;
 use crate::ui::app::{App, Pane};
 use crate::ui::theme::Theme;
@@ -28,7 +28,7 @@ pub fn draw(r: &StepReport, layer: usize, theme: &Theme, inner: Rect, buf: &mut 
     let t = &r.info.timing;
     let layers: f64 = t.layers_ms.iter().sum();
     let total = t.embed_ms + layers + t.lm_head_ms + r.info.sample_ms;
-    put(
+    put_text(
         buf,
         inner,
         0,
@@ -51,7 +51,7 @@ pub fn draw(r: &StepReport, layer: usize, theme: &Theme, inner: Rect, buf: &mut 
         .iter()
         .map(|&ms| SPARK[((ms / max) * 7.0).round() as usize])
         .collect();
-    put(
+    put_text(
         buf,
         inner,
         0,
@@ -61,7 +61,7 @@ pub fn draw(r: &StepReport, layer: usize, theme: &Theme, inner: Rect, buf: &mut 
     );
     if let Some(c) = r.info.captures.iter().find(|c| c.layer == layer) {
         let last = c.t - 1;
-        put(
+        put_text(
             buf,
             inner,
             0,
@@ -77,7 +77,7 @@ pub fn draw(r: &StepReport, layer: usize, theme: &Theme, inner: Rect, buf: &mut 
         AttnKernel::Naive => "naive (full score matrix)".to_string(),
         AttnKernel::Tiled { sram_bytes } => format!("tiled, {} on-chip", bytes(sram_bytes)),
     };
-    put(
+    put_text(
         buf,
         inner,
         0,
@@ -107,7 +107,7 @@ pub fn draw(r: &StepReport, layer: usize, theme: &Theme, inner: Rect, buf: &mut 
             ),
         ];
         for (i, row) in rows.into_iter().enumerate() {
-            put(buf, inner, 0, inner.y + 5 + i as u16, row, Style::default());
+            put_text(buf, inner, 0, inner.y + 5 + i as u16, row, Style::default());
         }
         if !c.tile_schedule.is_empty() {
             let s: Vec<String> = c
@@ -116,7 +116,7 @@ pub fn draw(r: &StepReport, layer: usize, theme: &Theme, inner: Rect, buf: &mut 
                 .take(12)
                 .map(|(q, k)| format!("Q{q}·K{k}"))
                 .collect();
-            put(
+            put_text(
                 buf,
                 inner,
                 0,

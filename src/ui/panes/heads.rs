@@ -51,7 +51,7 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
 /// Draws a heads view into `inner`, query head `selected` highlighted.
 pub fn draw(v: &Heads, selected: usize, theme: &Theme, inner: Rect, buf: &mut Buffer) {
     let line = format!("{} query heads read {} KV head(s)", v.map.len(), v.n_kv);
-    put(buf, inner, 0, inner.y, line, Style::default());
+    super::put_text(buf, inner, 0, inner.y, line, Style::default());
     let row = inner.y + HEAD_ROW;
     for (h, &g) in v.map.iter().enumerate() {
         let kv_style = Style::default().fg(theme.request(g));
@@ -103,6 +103,6 @@ pub fn draw(v: &Heads, selected: usize, theme: &Theme, inner: Rect, buf: &mut Bu
             thousands(bpt),
             bytes(total)
         );
-        put(buf, inner, 0, row + 5 + i as u16, text, st);
+        super::put_text(buf, inner, 0, row + 5 + i as u16, text, st);
     }
 }

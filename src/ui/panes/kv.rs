@@ -1,6 +1,6 @@
 //! KV cache: the request's reserved slots, filled and empty, with utilization and bytes.
 
-use super::{block, bytes, put};
+use super::{block, bytes, put_text};
 use crate::ui::app::{App, Pane};
 use crate::ui::theme::{ColorMode, Theme};
 use crate::worker::report::KvView;
@@ -22,7 +22,7 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
 /// Draws a request's reservation into `inner`: its numbers, a cell per slot (or per run of
 /// slots), and the legend.
 pub fn draw(kv: &KvView, theme: &Theme, inner: Rect, buf: &mut Buffer) {
-    put(
+    put_text(
         buf,
         inner,
         0,
@@ -35,7 +35,7 @@ pub fn draw(kv: &KvView, theme: &Theme, inner: Rect, buf: &mut Buffer) {
         ),
         Style::default(),
     );
-    put(
+    put_text(
         buf,
         inner,
         0,
@@ -64,7 +64,7 @@ pub fn draw(kv: &KvView, theme: &Theme, inner: Rect, buf: &mut Buffer) {
         buf[(x, y)].set_char(ch).set_style(st);
     }
     if per_cell > 1 {
-        put(
+        put_text(
             buf,
             inner,
             0,
@@ -73,7 +73,7 @@ pub fn draw(kv: &KvView, theme: &Theme, inner: Rect, buf: &mut Buffer) {
             theme.dim(),
         );
     } else {
-        put(
+        put_text(
             buf,
             inner,
             0,

@@ -65,6 +65,27 @@ pub fn put(
     buf.set_stringn(inner.x + dx, y, s, (inner.width - dx) as usize, style);
 }
 
+/// [`put`] for text: a line longer than the room left ends in `…` instead of being cut
+/// at the border.
+pub fn put_text(
+    buf: &mut ratatui::buffer::Buffer,
+    inner: ratatui::layout::Rect,
+    dx: u16,
+    y: u16,
+    s: impl AsRef<str>,
+    style: ratatui::style::Style,
+) {
+    let room = inner.width.saturating_sub(dx) as usize;
+    put(
+        buf,
+        inner,
+        dx,
+        y,
+        crate::views::units::fit(s.as_ref(), room),
+        style,
+    );
+}
+
 /// A `w × h` box centred in `area` (clipped to it), for overlays.
 pub fn centered(area: ratatui::layout::Rect, w: u16, h: u16) -> ratatui::layout::Rect {
     let (w, h) = (w.min(area.width), h.min(area.height));
