@@ -72,7 +72,7 @@ pub const BINDINGS: &[Binding] = &[
     },
     Binding {
         keys: "s",
-        help: "side by side: same workload, other cache → other policy → off",
+        help: "side by side: other cache → other policy → one at a time → off",
         rank: 8,
         hint: "side by side",
         on: &[(KeyCode::Char('s'), Action::CycleCompare)],

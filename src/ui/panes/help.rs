@@ -16,7 +16,7 @@ pub fn render(theme: &Theme, area: Rect, buf: &mut Buffer) {
     let b = Block::default()
         .borders(Borders::ALL)
         .title(" help · keys (any key closes) ")
-        .title_bottom(" mouse: wheel on heatmap = layer · click a q head = select ");
+        .title_bottom(" mouse: wheel scrolls · click a head or a title · double-click zooms ");
     let inner = b.inner(r);
     b.render(r, buf);
     for (i, k) in rows.iter().enumerate() {
