@@ -8,7 +8,7 @@ use crate::lesson::Predict;
 use crate::model::traffic::Traffic;
 use crate::model::{AttnKernel, HeadLayout};
 use crate::serve::CacheKind;
-use crate::worker::report::StepReport;
+use crate::worker::report::{ServeView, StepReport};
 
 /// Choices of a prediction question, built from the live state when it is shown.
 #[derive(Debug, Clone, PartialEq)]
@@ -138,70 +138,11 @@ pub fn live_choices(app: &App, kind: Predict) -> Option<LiveChoices> {
 
 /// The choices of prediction `kind` as the state after report `r` offers them.
 pub fn choices_for(r: &StepReport, kind: Predict) -> Option<LiveChoices> {
+    let kv_now = *r.info.kv_bytes_per_token.get(&r.info.layout).unwrap_or(&0) as u64;
     match kind {
-        Predict::TopAttended => {
-            // The next decode query sits at the current length and may see 0..=len.
-            let p = r.pieces.len() as u64;
-            if p < 3 || r.finished {
-                return None;
-            }
-            let label = |pos: u64| {
-                let piece = r
-                    .pieces
-                    .get(pos as usize)
-                    .map(|s| super::panes::label(s, 12).trim_end().to_string())
-                    .unwrap_or_else(|| "the new token itself".into());
-                format!("position {pos}: {piece}")
-            };
-            let mut values = vec![0, p - 1, p];
-            let mid = p / 2;
-            if mid != 0 && mid != p - 1 {
-                values.insert(1, mid);
-            }
-            let mut labels: Vec<String> = values.iter().map(|&v| label(v)).collect();
-            labels[0] = format!("{} (the very first token)", labels[0]);
-            let last = labels.len() - 1;
-            labels[last] = format!("position {p}: the new token itself");
-            labels.push("another position".into());
-            values.push(OTHER);
-            Some(LiveChoices {
-                labels,
-                values,
-                subject: p,
-                before: Vec::new(),
-            })
-        }
-        Predict::PagesNext => {
-            let sv = r.serve.as_ref()?;
-            let a = sv.step.active.first()?;
-            let held = pages_of(sv, a.id) as u64;
-            let values = vec![held, held + 1, held + 2, OTHER];
-            let labels = vec![
-                format!("{held} pages (no new page)"),
-                format!("{} pages (one new page)", held + 1),
-                format!("{} pages", held + 2),
-                "another number (it leaves, is preempted, or prefills many pages)".into(),
-            ];
-            Some(LiveChoices {
-                labels,
-                values,
-                subject: a.id,
-                before: Vec::new(),
-            })
-        }
-        Predict::NextJoin => {
-            let sv = r.serve.as_ref()?;
-            let mut values: Vec<u64> = sv.step.queue.iter().take(3).copied().collect();
-            let mut labels: Vec<String> = values.iter().map(|q| format!("request #{q}")).collect();
-            labels.push("none joins".into());
-            values.push(OTHER);
-            Some(LiveChoices {
-                labels,
-                values,
-                subject: 0,
-                before: sv.step.active.iter().map(|a| a.id).collect(),
-            })
-        }
+        Predict::TopAttended => top_attended_choices(r),
+        Predict::PagesNext => pages_choices(r.serve.as_ref()?),
+        Predict::NextJoin => join_choices(r.serve.as_ref()?),
         Predict::DominantLive => {
             (!r.finished && r.info.traffic.flops > 0).then(|| labelled(&DOMINANT, 0))
         }
@@ -210,85 +151,153 @@ pub fn choices_for(r: &StepReport, kind: Predict) -> Option<LiveChoices> {
             .as_ref()
             .filter(|s| !s.done)
             .map(|_| labelled(&DOMINANT, 0)),
-        Predict::NextReadMb => {
-            let mb = traffic_mb(&r.info.traffic);
-            if r.finished || mb <= 0.0 {
-                return None;
-            }
-            // Around what this step moved: the right one is a question of what changes.
-            let values: Vec<u64> = [0.1, 0.3, 1.0, 3.0]
-                .iter()
-                .map(|f| (f * mb).round().max(1.0) as u64)
-                .collect();
-            Some(LiveChoices {
-                labels: values.iter().map(|v| format!("about {v} MB")).collect(),
-                values,
-                subject: 0,
-                before: Vec::new(),
-            })
+        Predict::NextReadMb => read_mb_choices(r),
+        Predict::KvAfterMha => mha_choices(r),
+        Predict::KvAfterTiled => {
+            matches!(r.run.kernel, AttnKernel::Naive).then(|| labelled(&KV_AFTER_TILED, kv_now))
         }
-        Predict::KvAfterMha => {
-            let now = *r.info.kv_bytes_per_token.get(&r.info.layout)? as u64;
-            let mha = *r.info.kv_bytes_per_token.get(&HeadLayout::Mha)? as u64;
-            if r.info.layout == HeadLayout::Mha || now == 0 {
-                return None;
-            }
-            let k = mha / now;
-            let values = vec![1000 / k, 1000, 1000 * k, 1000 * k * k];
-            let labels = vec![
-                format!("1/{k} of now"),
-                "the same as now".into(),
-                format!("{k}× now"),
-                format!("{}× now", k * k),
-            ];
-            Some(LiveChoices {
-                labels,
-                values,
-                subject: now,
-                before: Vec::new(),
-            })
-        }
-        Predict::KvAfterTiled => matches!(r.run.kernel, AttnKernel::Naive).then(|| {
-            labelled(
-                &KV_AFTER_TILED,
-                *r.info.kv_bytes_per_token.get(&r.info.layout).unwrap_or(&0) as u64,
-            )
-        }),
         Predict::FinishedRowStatic => r.serve.as_ref().map(|_| labelled(&FINISHED_ROW, 0)),
-        Predict::LensLayer => {
-            let n = r.cfg.n_layer as u64;
-            if r.finished || n < 4 {
-                return None;
-            }
-            let (a, b) = (n / 3, 2 * n / 3);
-            Some(LiveChoices {
-                labels: vec![
-                    format!("in the first third (layers 0–{})", a - 1),
-                    format!("in the middle third ({a}–{})", b - 1),
-                    format!("in the last third ({b}–{})", n - 2),
-                    format!("only at the very last layer ({})", n - 1),
-                ],
-                values: vec![0, 1, 2, 3],
-                subject: n,
-                before: Vec::new(),
-            })
-        }
-        Predict::UtilAfterContiguous => {
-            let sv = r
-                .serve
-                .as_ref()
-                .filter(|s| s.cache == CacheKind::Paged && !s.done)?;
-            let u = sv.step.memory.utilization_pct().round() as u64;
-            let mut c = labelled(&UTIL_AFTER, u);
-            c.labels[0] = format!("higher than the paged cache's {u}%");
-            c.labels[2] = format!("lower than the paged cache's {u}%");
-            Some(c)
+        Predict::LensLayer => lens_choices(r),
+        Predict::UtilAfterContiguous => util_choices(r),
+    }
+}
+
+impl LiveChoices {
+    /// Choices whose state before needs no more than `subject`.
+    fn new(labels: Vec<String>, values: Vec<u64>, subject: u64) -> Self {
+        Self {
+            labels,
+            values,
+            subject,
+            before: Vec::new(),
         }
     }
 }
 
+/// The first token, the middle, the previous token, the new token itself, another.
+fn top_attended_choices(r: &StepReport) -> Option<LiveChoices> {
+    // The next decode query sits at the current length and may see 0..=len.
+    let p = r.pieces.len() as u64;
+    if p < 3 || r.finished {
+        return None;
+    }
+    let label = |pos: u64| {
+        let piece = r
+            .pieces
+            .get(pos as usize)
+            .map(|s| super::panes::label(s, 12).trim_end().to_string())
+            .unwrap_or_else(|| "the new token itself".into());
+        format!("position {pos}: {piece}")
+    };
+    let mut values = vec![0, p - 1, p];
+    let mid = p / 2;
+    if mid != 0 && mid != p - 1 {
+        values.insert(1, mid);
+    }
+    let mut labels: Vec<String> = values.iter().map(|&v| label(v)).collect();
+    labels[0] = format!("{} (the very first token)", labels[0]);
+    let last = labels.len() - 1;
+    labels[last] = format!("position {p}: the new token itself");
+    labels.push("another position".into());
+    values.push(OTHER);
+    Some(LiveChoices::new(labels, values, p))
+}
+
+/// The pages the first active request holds now, one or two more, another number.
+fn pages_choices(sv: &ServeView) -> Option<LiveChoices> {
+    let a = sv.step.active.first()?;
+    let held = pages_of(sv, a.id) as u64;
+    let labels = vec![
+        format!("{held} pages (no new page)"),
+        format!("{} pages (one new page)", held + 1),
+        format!("{} pages", held + 2),
+        "another number (it leaves, is preempted, or prefills many pages)".into(),
+    ];
+    Some(LiveChoices::new(
+        labels,
+        vec![held, held + 1, held + 2, OTHER],
+        a.id,
+    ))
+}
+
+/// The first three waiting requests, or none.
+fn join_choices(sv: &ServeView) -> Option<LiveChoices> {
+    let mut values: Vec<u64> = sv.step.queue.iter().take(3).copied().collect();
+    let mut labels: Vec<String> = values.iter().map(|q| format!("request #{q}")).collect();
+    labels.push("none joins".into());
+    values.push(OTHER);
+    Some(LiveChoices {
+        before: sv.step.active.iter().map(|a| a.id).collect(),
+        ..LiveChoices::new(labels, values, 0)
+    })
+}
+
+/// Around what this step moved: the right one is a question of what changes.
+fn read_mb_choices(r: &StepReport) -> Option<LiveChoices> {
+    let mb = traffic_mb(&r.info.traffic);
+    if r.finished || mb <= 0.0 {
+        return None;
+    }
+    let values: Vec<u64> = [0.1, 0.3, 1.0, 3.0]
+        .iter()
+        .map(|f| (f * mb).round().max(1.0) as u64)
+        .collect();
+    let labels = values.iter().map(|v| format!("about {v} MB")).collect();
+    Some(LiveChoices::new(labels, values, 0))
+}
+
+/// Ratios of KV bytes per token after the switch to MHA, in thousandths.
+fn mha_choices(r: &StepReport) -> Option<LiveChoices> {
+    let now = *r.info.kv_bytes_per_token.get(&r.info.layout)? as u64;
+    let mha = *r.info.kv_bytes_per_token.get(&HeadLayout::Mha)? as u64;
+    if r.info.layout == HeadLayout::Mha || now == 0 {
+        return None;
+    }
+    let k = mha / now;
+    let labels = vec![
+        format!("1/{k} of now"),
+        "the same as now".into(),
+        format!("{k}× now"),
+        format!("{}× now", k * k),
+    ];
+    Some(LiveChoices::new(
+        labels,
+        vec![1000 / k, 1000, 1000 * k, 1000 * k * k],
+        now,
+    ))
+}
+
+/// The thirds of the stack, and its last layer.
+fn lens_choices(r: &StepReport) -> Option<LiveChoices> {
+    let n = r.cfg.n_layer as u64;
+    if r.finished || n < 4 {
+        return None;
+    }
+    let (a, b) = (n / 3, 2 * n / 3);
+    let labels = vec![
+        format!("in the first third (layers 0–{})", a - 1),
+        format!("in the middle third ({a}–{})", b - 1),
+        format!("in the last third ({b}–{})", n - 2),
+        format!("only at the very last layer ({})", n - 1),
+    ];
+    Some(LiveChoices::new(labels, vec![0, 1, 2, 3], n))
+}
+
+/// Higher, about the same or lower than the paged cache's utilization now.
+fn util_choices(r: &StepReport) -> Option<LiveChoices> {
+    let sv = r
+        .serve
+        .as_ref()
+        .filter(|s| s.cache == CacheKind::Paged && !s.done)?;
+    let u = sv.step.memory.utilization_pct().round() as u64;
+    let mut c = labelled(&UTIL_AFTER, u);
+    c.labels[0] = format!("higher than the paged cache's {u}%");
+    c.labels[2] = format!("lower than the paged cache's {u}%");
+    Some(c)
+}
+
 /// Pages request `id` holds in a serving view (shared pages count for each holder).
-pub fn pages_of(sv: &crate::worker::report::ServeView, id: u64) -> usize {
+pub fn pages_of(sv: &ServeView, id: u64) -> usize {
     sv.step
         .pages
         .iter()
@@ -310,212 +319,216 @@ pub fn outcome(
     app: &App,
     new: &StepReport,
 ) -> Option<(bool, String)> {
-    if p.kind == Predict::FinishedRowStatic {
-        let sv = new.serve.as_ref()?;
-        let chosen = live.values[p.choice];
-        let padding = sv
-            .step
-            .active
-            .iter()
-            .find(|a| a.phase == crate::serve::ReqPhase::Padding);
-        return match padding {
-            Some(a) => Some((
-                chosen == 0,
-                format!(
-                    "request #{} has its answer, yet its row runs on as padding (░) until the last member of its batch is done",
-                    a.id
-                ),
-            )),
-            None if sv.done => Some((false, "no batch had a member finish early".into())),
-            None => None,
-        };
-    }
-    Some(outcome_now(p, live, app, new))
+    let chosen = live.values[p.choice];
+    let serve = |msg: &str, f: &dyn Fn(&ServeView) -> (bool, String)| {
+        new.serve
+            .as_ref()
+            .map_or_else(|| (false, msg.to_string()), f)
+    };
+    const NO_VIEW: &str = "no serving view";
+    const NO_ITERATION: &str = "the serving workload ran no iteration";
+    Some(match p.kind {
+        Predict::TopAttended => top_attended_outcome(live, chosen, app, new),
+        Predict::PagesNext => serve(NO_VIEW, &|sv| pages_outcome(p, live, chosen, sv)),
+        Predict::NextJoin => serve(NO_VIEW, &|sv| join_outcome(p, chosen, sv)),
+        Predict::DominantLive => dominant(chosen, &new.info.traffic, "the step"),
+        Predict::DominantBatch => serve(NO_ITERATION, &|sv| {
+            dominant(chosen, &sv.step.traffic, "the serving iteration")
+        }),
+        Predict::NextReadMb => read_mb_outcome(live, chosen, new),
+        Predict::KvAfterMha | Predict::KvAfterTiled => kv_outcome(p, chosen, new),
+        Predict::LensLayer => lens_outcome(p, chosen, new),
+        Predict::UtilAfterContiguous => serve(NO_ITERATION, &|sv| util_outcome(p, chosen, sv)),
+        Predict::FinishedRowStatic => return padding_outcome(chosen, new.serve.as_ref()?),
+    })
 }
 
-/// The outcome of a prediction graded by the very next report.
-fn outcome_now(p: &Pending, live: &LiveChoices, app: &App, new: &StepReport) -> (bool, String) {
-    let chosen = live.values[p.choice];
-    // "Another …" is right when the real answer is none of the listed values.
-    let exact = |actual: u64| {
-        if chosen == OTHER {
-            !live.values.iter().any(|&v| v == actual && v != OTHER)
-        } else {
-            chosen == actual
-        }
+/// Whether `actual` is the chosen value; "another …" is right when it is none of the
+/// listed ones.
+fn exact(live: &LiveChoices, chosen: u64, actual: u64) -> bool {
+    if chosen == OTHER {
+        !live.values.iter().any(|&v| v == actual && v != OTHER)
+    } else {
+        chosen == actual
+    }
+}
+
+/// Where the focused head of the focused layer looked most in the decode row.
+fn top_attended_outcome(
+    live: &LiveChoices,
+    chosen: u64,
+    app: &App,
+    new: &StepReport,
+) -> (bool, String) {
+    let head = app.head;
+    let row = new
+        .info
+        .captures
+        .iter()
+        .find(|c| c.layer == app.layer && c.t == 1)
+        .map(|c| c.weights[head * c.kv_len..(head + 1) * c.kv_len].to_vec());
+    let Some(w) = row else {
+        return (false, "the step produced no decode row to grade".into());
     };
-    match p.kind {
-        Predict::TopAttended => {
-            let head = app.head;
-            let row = new
-                .info
-                .captures
-                .iter()
-                .find(|c| c.layer == app.layer && c.t == 1)
-                .map(|c| c.weights[head * c.kv_len..(head + 1) * c.kv_len].to_vec());
-            match row {
-                Some(w) => {
-                    let (best, wt) =
-                        w.iter()
-                            .enumerate()
-                            .fold((0, f32::MIN), |b, (i, &x)| if x > b.1 { (i, x) } else { b });
-                    let piece = new
-                        .pieces
-                        .get(best)
-                        .map(|s| super::panes::label(s, 12).trim_end().to_string())
-                        .unwrap_or_default();
-                    (
-                        exact(best as u64),
-                        format!(
-                            "layer {} head {} put {:.0}% of its weight on position {best} ({piece})",
-                            app.layer,
-                            head,
-                            100.0 * wt
-                        ),
-                    )
-                }
-                None => (false, "the step produced no decode row to grade".into()),
-            }
-        }
-        Predict::PagesNext => match new.serve.as_ref() {
-            Some(sv) => {
-                let n = pages_of(sv, p.subject);
-                let len = sv
-                    .step
-                    .active
-                    .iter()
-                    .find(|a| a.id == p.subject)
-                    .map(|a| a.len);
-                (
-                    exact(n as u64),
-                    match len {
-                        Some(len) => format!(
-                            "request #{} now holds {len} tokens in {n} pages of {} slots",
-                            p.subject, sv.page_size
-                        ),
-                        None => format!("request #{} left the active set", p.subject),
-                    },
-                )
-            }
-            None => (false, "no serving view".into()),
-        },
-        Predict::NextJoin => match new.serve.as_ref() {
-            Some(sv) => {
-                let joined: Vec<u64> = sv
-                    .step
-                    .active
-                    .iter()
-                    .map(|a| a.id)
-                    .filter(|id| !p.before.contains(id))
-                    .collect();
-                let why = if joined.is_empty() {
-                    "no request joined this iteration".into()
-                } else {
-                    format!(
-                        "joined: {}",
-                        joined
-                            .iter()
-                            .map(|j| format!("#{j}"))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    )
-                };
-                let right = if chosen == OTHER {
-                    joined.is_empty()
-                } else {
-                    joined.contains(&chosen)
-                };
-                (right, why)
-            }
-            None => (false, "no serving view".into()),
-        },
-        Predict::DominantLive => dominant(chosen, &new.info.traffic, "the step"),
-        Predict::DominantBatch => match new.serve.as_ref() {
-            Some(sv) => dominant(chosen, &sv.step.traffic, "the serving iteration"),
-            None => (false, "the serving workload ran no iteration".into()),
-        },
-        Predict::NextReadMb => {
-            let mb = traffic_mb(&new.info.traffic);
-            // The nearest choice on a log scale: 140 MB is "about 150", not "about 45".
-            let nearest = live
-                .values
-                .iter()
-                .copied()
-                .min_by(|a, b| {
-                    let d = |v: u64| ((v as f64).ln() - mb.max(1e-9).ln()).abs();
-                    d(*a).total_cmp(&d(*b))
-                })
-                .unwrap_or(0);
-            (
-                chosen == nearest,
-                format!(
-                    "the step moved {mb:.0} MB: {:.0} MB of weights, {:.1} MB of KV read, {:.1} MB of scores",
-                    new.info.traffic.weight_bytes as f64 / 1e6,
-                    new.info.traffic.kv_read_bytes as f64 / 1e6,
-                    new.info.traffic.score_bytes as f64 / 1e6
-                ),
-            )
-        }
-        Predict::KvAfterMha | Predict::KvAfterTiled => {
-            let before = p.subject.max(1);
-            let after = *new
-                .info
-                .kv_bytes_per_token
-                .get(&new.info.layout)
-                .unwrap_or(&0) as u64;
-            let why = format!(
-                "under {} with {} attention each token now stores {} bytes of K and V (before: {before})",
-                new.info.layout,
-                kernel_name(new.run.kernel),
-                super::panes::thousands(after as usize)
-            );
-            let right = match p.kind {
-                Predict::KvAfterMha => chosen == 1000 * after / before,
-                _ => chosen == (after > before) as u64 * 2 + (after == before) as u64,
-            };
-            (right, why)
-        }
-        // Graded in `outcome`, at the iteration that shows it.
-        Predict::FinishedRowStatic => (false, String::new()),
-        Predict::LensLayer => match crate::views::lens::view(new) {
-            Some(v) => {
-                let n = p.subject.max(1);
-                let actual = match v.forms_at.map(|f| f as u64) {
-                    Some(f) if f == n - 1 => 3,
-                    Some(f) if f >= 2 * n / 3 => 2,
-                    Some(f) if f >= n / 3 => 1,
-                    Some(_) => 0,
-                    None => 3,
-                };
-                (chosen == actual, v.headline())
-            }
-            None => (
-                false,
-                "the logit lens did not run for that step (o shows it, and it runs while shown)"
-                    .into(),
+    let (best, wt) = w
+        .iter()
+        .enumerate()
+        .fold((0, f32::MIN), |b, (i, &x)| if x > b.1 { (i, x) } else { b });
+    let piece = new
+        .pieces
+        .get(best)
+        .map(|s| super::panes::label(s, 12).trim_end().to_string())
+        .unwrap_or_default();
+    (
+        exact(live, chosen, best as u64),
+        format!(
+            "layer {} head {} put {:.0}% of its weight on position {best} ({piece})",
+            app.layer,
+            head,
+            100.0 * wt
+        ),
+    )
+}
+
+/// The pages the request holds after the iteration.
+fn pages_outcome(p: &Pending, live: &LiveChoices, chosen: u64, sv: &ServeView) -> (bool, String) {
+    let n = pages_of(sv, p.subject);
+    let len = sv
+        .step
+        .active
+        .iter()
+        .find(|a| a.id == p.subject)
+        .map(|a| a.len);
+    let why = match len {
+        Some(len) => format!(
+            "request #{} now holds {len} tokens in {n} pages of {} slots",
+            p.subject, sv.page_size
+        ),
+        None => format!("request #{} left the active set", p.subject),
+    };
+    (exact(live, chosen, n as u64), why)
+}
+
+/// The requests that joined the active set in the iteration.
+fn join_outcome(p: &Pending, chosen: u64, sv: &ServeView) -> (bool, String) {
+    let joined: Vec<u64> = sv
+        .step
+        .active
+        .iter()
+        .map(|a| a.id)
+        .filter(|id| !p.before.contains(id))
+        .collect();
+    let why = if joined.is_empty() {
+        "no request joined this iteration".into()
+    } else {
+        let ids: Vec<String> = joined.iter().map(|j| format!("#{j}")).collect();
+        format!("joined: {}", ids.join(", "))
+    };
+    let right = if chosen == OTHER {
+        joined.is_empty()
+    } else {
+        joined.contains(&chosen)
+    };
+    (right, why)
+}
+
+/// The nearest choice on a log scale to what the step moved: 140 MB is "about 150", not
+/// "about 45".
+fn read_mb_outcome(live: &LiveChoices, chosen: u64, new: &StepReport) -> (bool, String) {
+    let t = &new.info.traffic;
+    let mb = traffic_mb(t);
+    let d = |v: u64| ((v as f64).ln() - mb.max(1e-9).ln()).abs();
+    let nearest = live
+        .values
+        .iter()
+        .copied()
+        .min_by(|a, b| d(*a).total_cmp(&d(*b)))
+        .unwrap_or(0);
+    (
+        chosen == nearest,
+        format!(
+            "the step moved {mb:.0} MB: {:.0} MB of weights, {:.1} MB of KV read, {:.1} MB of scores",
+            t.weight_bytes as f64 / 1e6,
+            t.kv_read_bytes as f64 / 1e6,
+            t.score_bytes as f64 / 1e6
+        ),
+    )
+}
+
+/// The KV bytes per token after the switch, against `p.subject`, those before it.
+fn kv_outcome(p: &Pending, chosen: u64, new: &StepReport) -> (bool, String) {
+    let before = p.subject.max(1);
+    let after = *new
+        .info
+        .kv_bytes_per_token
+        .get(&new.info.layout)
+        .unwrap_or(&0) as u64;
+    let why = format!(
+        "under {} with {} attention each token now stores {} bytes of K and V (before: {before})",
+        new.info.layout,
+        kernel_name(new.run.kernel),
+        super::panes::thousands(after as usize)
+    );
+    let right = match p.kind {
+        Predict::KvAfterMha => chosen == 1000 * after / before,
+        _ => chosen == (after > before) as u64 * 2 + (after == before) as u64,
+    };
+    (right, why)
+}
+
+/// Which part of the stack (of `p.subject` layers) the sampled token formed in.
+fn lens_outcome(p: &Pending, chosen: u64, new: &StepReport) -> (bool, String) {
+    let Some(v) = crate::views::lens::view(new) else {
+        return (
+            false,
+            "the logit lens did not run for that step (o shows it, and it runs while shown)".into(),
+        );
+    };
+    let n = p.subject.max(1);
+    let actual = match v.forms_at.map(|f| f as u64) {
+        Some(f) if f == n - 1 => 3,
+        Some(f) if f >= 2 * n / 3 => 2,
+        Some(f) if f >= n / 3 => 1,
+        Some(_) => 0,
+        None => 3,
+    };
+    (chosen == actual, v.headline())
+}
+
+/// The contiguous cache's utilization after an iteration, against the paged cache's.
+fn util_outcome(p: &Pending, chosen: u64, sv: &ServeView) -> (bool, String) {
+    let now = sv.step.memory.utilization_pct();
+    let was = p.subject as f64;
+    let actual = if (now - was).abs() <= 5.0 {
+        1
+    } else if now > was {
+        0
+    } else {
+        2
+    };
+    let why = format!(
+        "the {:?} cache holds tokens in {now:.0}% of the slots it has set aside (paged: {was:.0}%)",
+        sv.cache
+    );
+    (chosen == actual, why.to_lowercase())
+}
+
+/// A member of a static batch running on as padding; `None` until one does.
+fn padding_outcome(chosen: u64, sv: &ServeView) -> Option<(bool, String)> {
+    let padding = sv
+        .step
+        .active
+        .iter()
+        .find(|a| a.phase == crate::serve::ReqPhase::Padding);
+    match padding {
+        Some(a) => Some((
+            chosen == 0,
+            format!(
+                "request #{} has its answer, yet its row runs on as padding (░) until the last member of its batch is done",
+                a.id
             ),
-        },
-        Predict::UtilAfterContiguous => match new.serve.as_ref() {
-            Some(sv) => {
-                let now = sv.step.memory.utilization_pct();
-                let was = p.subject as f64;
-                let actual = if (now - was).abs() <= 5.0 {
-                    1
-                } else if now > was {
-                    0
-                } else {
-                    2
-                };
-                (
-                    chosen == actual,
-                    format!(
-                        "the {:?} cache holds tokens in {now:.0}% of the slots it has set aside (paged: {was:.0}%)",
-                        sv.cache
-                    )
-                    .to_lowercase(),
-                )
-            }
-            None => (false, "the serving workload ran no iteration".into()),
-        },
+        )),
+        None if sv.done => Some((false, "no batch had a member finish early".into())),
+        None => None,
     }
 }
