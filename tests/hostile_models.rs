@@ -71,9 +71,20 @@ fn dims_whose_product_wraps_past_u64_are_refused_before_the_kernel() {
     );
     // The kernel itself refuses the same shape rather than trusting it.
     let data = vec![0u8; 64 * 34];
-    let r = inferlab::kernels::q8_0::BatchedQ8::from_q8_0(&data, (1 << 59) + 64, 32, false);
+    let r = inferlab::kernels::q8_0::BatchedQ8::from_q8_0(
+        &data,
+        (1 << 59) + 64,
+        32,
+        inferlab::kernels::q8_0::Kernel::Scalar,
+    );
     assert!(r.is_err());
-    let ok = inferlab::kernels::q8_0::BatchedQ8::from_q8_0(&data, 64, 32, false).unwrap();
+    let ok = inferlab::kernels::q8_0::BatchedQ8::from_q8_0(
+        &data,
+        64,
+        32,
+        inferlab::kernels::q8_0::Kernel::best(),
+    )
+    .unwrap();
     assert!(
         ok.matmul(&[0.0; 31], 1).is_err(),
         "a short input is an error"

@@ -1,7 +1,11 @@
 //! The Q8_0 matrix multiply: int8 weights (a scale per block of 32) times activations
-//! quantized to int8 the same way, each weight block read once for all activation rows.
-//! The SIMD paths (AVX2, AVX-512 VNNI) live in their own files; [`scalar_dot_rows`] is the
-//! portable reference every path is tested against.
+//! quantized to int8 the same way. Each weight block is read once for all activation rows,
+//! which is why a batch of B rows costs far less than B single rows.
+//!
+//! Three kernels compute the same thing ([`Kernel`]): the portable scalar reference
+//! ([`scalar_dot_rows`]), AVX2 dot products, and the register-blocked AVX-512 VNNI kernel
+//! (in `q8_0/avx512.rs`) that lays the weights out in panels of 16 rows. The tests run
+//! every kernel this CPU has against the scalar reference.
 
 use candle_core::Result;
 use rayon::prelude::*;
@@ -13,94 +17,127 @@ mod avx512;
 
 const QK: usize = 32;
 
-/// Blocks per interleaved group of the AVX-512 kernel: one 64-byte vector holds four bytes
-/// of each of 16 blocks, so each of its 16 int32 lanes sums one block's products and a
-/// group needs a single int → float conversion per activation row (not one per block pair).
-const GROUP: usize = 16;
+/// Rows per panel of the AVX-512 layout (one per 32-bit lane of a 512-bit vector).
+const LANES: usize = 16;
 
-/// A weight matrix in Q8_0 laid out for the batched kernel: per block a scale and 32 int8.
+/// Which kernel a matrix runs on; its layout follows from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kernel {
+    /// Plain Rust, one block at a time: the reference.
+    Scalar,
+    /// `maddubs` dot products, one weight row against four activation rows at a time.
+    Avx2,
+    /// `vpdpbusd` on panels of 16 weight rows, a register tile of up to 2 panels × 6 rows.
+    Avx512Vnni,
+}
+
+impl Kernel {
+    /// The kernels this CPU can run, the reference first.
+    pub fn available() -> Vec<Kernel> {
+        let mut out = vec![Kernel::Scalar];
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::is_x86_feature_detected as has;
+            if has!("avx2") && has!("fma") {
+                out.push(Kernel::Avx2);
+            }
+            if has!("avx512f") && has!("avx512bw") && has!("avx512vnni") && has!("f16c") {
+                out.push(Kernel::Avx512Vnni);
+            }
+        }
+        out
+    }
+
+    /// The fastest kernel here. `INFERLAB_KERNEL=scalar|avx2` picks a slower one to compare.
+    pub fn best() -> Kernel {
+        static BEST: std::sync::OnceLock<Kernel> = std::sync::OnceLock::new();
+        *BEST.get_or_init(|| {
+            let have = Kernel::available();
+            let wanted = match std::env::var("INFERLAB_KERNEL").as_deref() {
+                Ok("scalar") => Some(Kernel::Scalar),
+                Ok("avx2") => Some(Kernel::Avx2),
+                _ => None,
+            };
+            match wanted {
+                Some(k) if have.contains(&k) => k,
+                _ => *have.last().unwrap_or(&Kernel::Scalar),
+            }
+        })
+    }
+}
+
+/// A weight matrix in Q8_0, laid out for one kernel.
 pub struct BatchedQ8 {
     pub n: usize,
     pub k: usize,
-    /// Per row, block scales in block order.
-    scales: Vec<f32>,
-    /// Per row, the blocks' bytes: in block order, or (when `interleaved`) whole groups of
-    /// `GROUP` blocks interleaved four bytes at a time and the remaining blocks as they are.
-    qs: Vec<i8>,
-    interleaved: bool,
+    kernel: Kernel,
+    layout: Layout,
 }
 
-/// Reorders one row's bytes for the AVX-512 kernel: within each group of `GROUP` blocks,
-/// chunk `c` holds bytes `4c..4c + 4` of every block in turn. Blocks after the last whole
-/// group keep their order. `flip` is XORed into every byte (0x80 turns i8 into `i8 + 128`).
-fn interleave(src: &[u8], dst: &mut [u8], flip: u8) {
-    let kb = src.len() / QK;
-    let main = kb / GROUP * GROUP * QK;
-    let flip4 = u32::from_ne_bytes([flip; 4]);
-    // Four bytes move together, as one u32.
-    let word = |b: &[u8], i: usize| u32::from_ne_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
-    for g in 0..kb / GROUP {
-        let s = &src[g * GROUP * QK..][..GROUP * QK];
-        let d = &mut dst[g * GROUP * QK..][..GROUP * QK];
-        for (n, out) in d.chunks_exact_mut(4).enumerate() {
-            // Output word n is chunk c = n / GROUP of block j = n % GROUP.
-            let (c, j) = (n / GROUP, n % GROUP);
-            out.copy_from_slice(&(word(s, j * QK + c * 4) ^ flip4).to_ne_bytes());
+enum Layout {
+    /// Row by row: each row's block scales, and its bytes in block order.
+    Rows { scales: Vec<f32>, qs: Vec<i8> },
+    /// Panels of 16 rows for the AVX-512 kernel.
+    Panels(Panels),
+}
+
+/// 64 bytes on a cache-line boundary, so no vector load of the panels straddles two lines.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
+
+/// Weights in panels of 16 rows (the last one padded with zero rows). Per panel and
+/// block: eight 64-byte lines, where line c holds bytes `4c..4c + 4` of each row in turn
+/// (stored as `w + 128`), and 16 f16 scales. Panels follow each other, blocks in order.
+struct Panels {
+    lines: Vec<Line>,
+    scales: Vec<u16>,
+    count: usize,
+    kb: usize,
+}
+
+impl Panels {
+    /// From GGUF Q8_0 blocks (34 bytes each: f16 scale, 32 int8), `kb` per row.
+    fn new(data: &[u8], n: usize, kb: usize) -> Panels {
+        let count = n.div_ceil(LANES);
+        // Padding rows: w = 0 (stored 128) with scale 0.
+        let mut lines = vec![Line([0x80; 64]); count * kb * QK / 4];
+        let mut scales = vec![0u16; count * kb * LANES];
+        for (bi, blk) in data.chunks_exact(34).enumerate() {
+            let (row, b) = (bi / kb, bi % kb);
+            let (p, lane) = (row / LANES, row % LANES);
+            let at = p * kb + b;
+            scales[at * LANES + lane] = u16::from_le_bytes([blk[0], blk[1]]);
+            for (c, four) in blk[2..].chunks_exact(4).enumerate() {
+                let line = &mut lines[at * QK / 4 + c].0[lane * 4..][..4];
+                for (d, s) in line.iter_mut().zip(four) {
+                    *d = s ^ 0x80;
+                }
+            }
+        }
+        Panels {
+            lines,
+            scales,
+            count,
+            kb,
         }
     }
-    for (d, s) in dst[main..].iter_mut().zip(&src[main..]) {
-        *d = s ^ flip;
+
+    /// Bytes of panels `p..p + r`.
+    fn bytes(&self, p: usize, r: usize) -> &[u8] {
+        let per = self.kb * QK / 4;
+        let lines = &self.lines[p * per..(p + r) * per];
+        // SAFETY: a Line is 64 plain bytes with no padding.
+        unsafe { std::slice::from_raw_parts(lines.as_ptr() as *const u8, lines.len() * 64) }
     }
 }
 
-/// Activations quantized to Q8_0, row by row (as candle does for its own dot products).
+/// Activations quantized to Q8_0 row by row, as candle does for its own dot products.
 struct QActs {
     scales: Vec<f32>,
     qs: Vec<i8>,
-    /// The same activations in the form the AVX-512 VNNI kernel wants, when the CPU has it.
-    wide: Option<WideActs>,
-}
-
-/// Activations for the AVX-512 kernel: offset to unsigned (`q + 128`, what `vpdpbusd`
-/// multiplies) and interleaved as the weights are; per row the scales of the whole groups
-/// in block order, then each remaining block's scale repeated eight times (one 64-byte
-/// load then feeds a two-block dot product).
-struct WideActs {
-    offset: Vec<u8>,
-    scales: Vec<f32>,
-    /// Floats of `scales` per row.
-    s_stride: usize,
-}
-
-#[cfg(target_arch = "x86_64")]
-impl WideActs {
-    /// Rows `r0..r0 + m` (of `kb` blocks each) as the AVX-512 kernel reads them.
-    fn rows(&self, r0: usize, m: usize, kb: usize) -> avx512::Acts<'_> {
-        avx512::Acts {
-            q: &self.offset[r0 * kb * QK..(r0 + m) * kb * QK],
-            s: &self.scales[r0 * self.s_stride..(r0 + m) * self.s_stride],
-            q_stride: kb * QK,
-            s_stride: self.s_stride,
-        }
-    }
-}
-
-/// Whether the AVX-512 VNNI kernel runs; `INFERLAB_NO_AVX512` turns it off to compare.
-fn use_avx512_vnni() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            std::is_x86_feature_detected!("avx512f")
-                && std::is_x86_feature_detected!("avx512bw")
-                && std::is_x86_feature_detected!("avx512vnni")
-                && std::env::var_os("INFERLAB_NO_AVX512").is_none()
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            false
-        }
-    })
+    /// Per row and block `-128 · Σq`: what the AVX-512 kernel's unsigned weights add.
+    neg_corr: Vec<i32>,
 }
 
 /// One block of 32 activations to int8 with scale `max|x| / 127`; returns the scale.
@@ -116,63 +153,75 @@ fn quantize_block(chunk: &[f32], out: &mut [i8]) -> f32 {
     d
 }
 
-fn quantize_rows(x: &[f32], m: usize, k: usize, wide: bool) -> QActs {
-    let kb = k / QK;
-    let mut scales = vec![0.0; m * kb];
-    let mut qs = vec![0i8; m * k];
-    let simd = use_avx512_vnni();
-    for (bi, (chunk, out)) in x.chunks_exact(QK).zip(qs.chunks_exact_mut(QK)).enumerate() {
+/// Quantizes `m` rows of `k` activations. A big batch is split over the threads: done on
+/// one, it was an eighth of a 32-row step while the other core waited.
+fn quantize_rows(x: &[f32], m: usize, k: usize, kernel: Kernel) -> QActs {
+    const PER_TASK: usize = 256;
+    let blocks = m * (k / QK);
+    let mut a = QActs {
+        scales: vec![0.0; blocks],
+        qs: vec![0i8; m * k],
+        neg_corr: vec![0; blocks],
+    };
+    if blocks < 2 * PER_TASK {
+        quantize_blocks(x, &mut a.qs, &mut a.scales, &mut a.neg_corr, kernel);
+        return a;
+    }
+    x.par_chunks(PER_TASK * QK)
+        .zip(a.qs.par_chunks_mut(PER_TASK * QK))
+        .zip(a.scales.par_chunks_mut(PER_TASK))
+        .zip(a.neg_corr.par_chunks_mut(PER_TASK))
+        .for_each(|(((x, q), s), c)| quantize_blocks(x, q, s, c, kernel));
+    a
+}
+
+/// Blocks of 32 activations: their bytes, scales and `-128 · Σq`.
+fn quantize_blocks(
+    x: &[f32],
+    qs: &mut [i8],
+    scales: &mut [f32],
+    neg_corr: &mut [i32],
+    kernel: Kernel,
+) {
+    let blocks = x.chunks_exact(QK).zip(qs.chunks_exact_mut(QK));
+    for ((chunk, out), (s, c)) in blocks.zip(scales.iter_mut().zip(neg_corr.iter_mut())) {
         #[cfg(target_arch = "x86_64")]
-        let d = if simd {
-            // SAFETY: the AVX-512 features were detected.
+        let (d, sum) = if kernel == Kernel::Avx512Vnni {
+            // SAFETY: this kernel is only chosen where its features were detected.
             unsafe { avx512::quantize_block(chunk, out) }
         } else {
-            quantize_block(chunk, out)
+            let d = quantize_block(chunk, out);
+            (d, out.iter().map(|&q| q as i32).sum())
         };
         #[cfg(not(target_arch = "x86_64"))]
-        let d = quantize_block(chunk, out);
+        let (d, sum) = {
+            let _ = kernel;
+            let d = quantize_block(chunk, out);
+            (d, out.iter().map(|&q| q as i32).sum::<i32>())
+        };
         // candle stores the scale as f16; round the same way so results agree.
-        scales[bi] = half::f16::from_f32(d).to_f32();
+        *s = half::f16::from_f32(d).to_f32();
+        *c = -128 * sum;
     }
-    let wide = wide.then(|| {
-        let main = kb / GROUP * GROUP;
-        let s_stride = main + (kb - main) * 8;
-        let mut offset = vec![0u8; m * k];
-        let mut wide_scales = Vec::with_capacity(m * s_stride);
-        for r in 0..m {
-            // SAFETY: i8 and u8 have the same size and alignment.
-            let row: &[u8] =
-                unsafe { std::slice::from_raw_parts(qs[r * k..].as_ptr() as *const u8, k) };
-            interleave(row, &mut offset[r * k..(r + 1) * k], 0x80);
-            let rs = &scales[r * kb..(r + 1) * kb];
-            wide_scales.extend_from_slice(&rs[..main]);
-            wide_scales.extend(rs[main..].iter().flat_map(|&s| [s; 8]));
-        }
-        WideActs {
-            offset,
-            scales: wide_scales,
-            s_stride,
-        }
-    });
-    QActs { scales, qs, wide }
 }
 
 impl BatchedQ8 {
-    /// From GGUF Q8_0 bytes, in the layout of the fastest kernel this CPU runs.
+    /// From GGUF Q8_0 bytes, laid out for the fastest kernel this CPU runs.
     pub fn for_this_cpu(data: &[u8], n: usize, k: usize) -> Result<Self> {
-        Self::from_q8_0(data, n, k, use_avx512_vnni())
+        Self::from_q8_0(data, n, k, Kernel::best())
     }
 
-    /// From GGUF Q8_0 bytes (per block an f16 scale and 32 int8) of an `(n, k)` matrix.
-    /// `interleaved` lays the bytes out for the AVX-512 VNNI kernel, and needs that CPU.
-    /// Sizes are checked, not trusted: they come from a model file.
-    pub fn from_q8_0(data: &[u8], n: usize, k: usize, interleaved: bool) -> Result<Self> {
-        assert!(!interleaved || use_avx512_vnni());
+    /// From GGUF Q8_0 bytes (per block an f16 scale and 32 int8) of an `(n, k)` matrix,
+    /// for `kernel`, which must be one this CPU has. Sizes are checked, not trusted: they
+    /// come from a model file.
+    pub fn from_q8_0(data: &[u8], n: usize, k: usize, kernel: Kernel) -> Result<Self> {
+        if !Kernel::available().contains(&kernel) {
+            candle_core::bail!("this CPU cannot run the {kernel:?} kernel");
+        }
         if n == 0 || k == 0 || !k.is_multiple_of(QK) {
             candle_core::bail!("Q8_0 matrix ({n}, {k}): rows must be whole blocks of {QK}");
         }
-        let blocks = n
-            .checked_mul(k / QK)
+        n.checked_mul(k / QK)
             .filter(|b| b.checked_mul(34) == Some(data.len()))
             .ok_or_else(|| {
                 candle_core::Error::Msg(format!(
@@ -180,26 +229,40 @@ impl BatchedQ8 {
                     data.len()
                 ))
             })?;
-        let mut scales = Vec::with_capacity(blocks);
-        let mut bytes = Vec::with_capacity(blocks * QK);
-        for b in data.chunks_exact(34) {
-            scales.push(half::f16::from_le_bytes([b[0], b[1]]).to_f32());
-            bytes.extend_from_slice(&b[2..]);
-        }
-        if interleaved {
-            let mut out = vec![0u8; bytes.len()];
-            for (src, dst) in bytes.chunks_exact(k).zip(out.chunks_exact_mut(k)) {
-                interleave(src, dst, 0);
+        let layout = if kernel == Kernel::Avx512Vnni {
+            Layout::Panels(Panels::new(data, n, k / QK))
+        } else {
+            let scales = data.chunks_exact(34);
+            Layout::Rows {
+                scales: scales
+                    .clone()
+                    .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+                    .collect(),
+                qs: scales
+                    .flat_map(|b| b[2..].iter().map(|&x| x as i8))
+                    .collect(),
             }
-            bytes = out;
-        }
+        };
         Ok(Self {
             n,
             k,
-            scales,
-            qs: bytes.into_iter().map(|x| x as i8).collect(),
-            interleaved,
+            kernel,
+            layout,
         })
+    }
+
+    /// The kernel this matrix runs on.
+    pub fn kernel(&self) -> Kernel {
+        self.kernel
+    }
+
+    /// Bytes one pass over the matrix reads: per block of 32 weights the 32 int8 and the
+    /// scale (f16 in panels, f32 in rows), padding rows included.
+    pub fn bytes(&self) -> usize {
+        match &self.layout {
+            Layout::Rows { scales, qs } => scales.len() * 4 + qs.len(),
+            Layout::Panels(p) => p.lines.len() * 64 + p.scales.len() * 2,
+        }
     }
 
     /// `(m, k) × (n, k)ᵀ → (m, n)`. The unsafe writes below rely on these sizes, so they
@@ -215,58 +278,36 @@ impl BatchedQ8 {
                 self.k
             );
         }
-        debug_assert!(self.k.is_multiple_of(QK) && self.scales.len() * QK == self.qs.len());
-        let a = quantize_rows(x, m, self.k, self.interleaved);
-        let kb = self.k / QK;
-        // Output rows of W in chunks per task. Each task computes a (rows × m) slab and
-        // writes it straight into its own columns of the (m, n) result. 64 rows rather than
-        // 32: on two cores fewer tasks mean fewer rayon wake-ups, measured at 30 layers of
-        // the model's shapes as 15.5 → 12.3 ms at 8 rows and 4.7 → 4.6 ms at one (minima).
-        const CHUNK: usize = 64;
-        let n = self.n;
-        let mut out = vec![0.0f32; m * n];
+        let a = quantize_rows(x, m, self.k, self.kernel);
+        let mut out = vec![0.0f32; m * self.n];
         let dst = OutPtr(out.as_mut_ptr());
+        match &self.layout {
+            Layout::Rows { scales, qs } => self.by_rows(scales, qs, &a, m, &dst),
+            #[cfg(target_arch = "x86_64")]
+            Layout::Panels(p) => by_panels(p, &a, m, self.n, &dst),
+            #[cfg(not(target_arch = "x86_64"))]
+            Layout::Panels(_) => unreachable!("panels are only built for the AVX-512 kernel"),
+        }
+        Ok(out)
+    }
+
+    /// The row kernels: tasks of 64 weight rows, each row against every activation row.
+    fn by_rows(&self, w_s: &[f32], w_q: &[i8], a: &QActs, m: usize, dst: &OutPtr) {
+        // 64 rows rather than 32: on two cores fewer tasks mean fewer rayon wake-ups.
+        const CHUNK: usize = 64;
+        let (n, kb) = (self.n, self.k / QK);
         (0..n.div_ceil(CHUNK)).into_par_iter().for_each(|c| {
-            let n0 = c * CHUNK;
-            let rows = CHUNK.min(n - n0);
-            let mut slab = [0.0f32; CHUNK * 32];
-            let mut r0 = 0;
-            // Activation rows in groups of 32 so the slab stays on the stack.
-            while r0 < m {
-                let g = (m - r0).min(32);
-                let mut i = 0;
-                while i < rows {
-                    // Below eight activation rows, two weight rows at a time share every
-                    // activation load on the AVX-512 kernel and keep two weight streams in
-                    // flight (measured: B=1 steps 10% faster). From eight rows on, the
-                    // sixteen accumulators of a pair spill registers and it is slower.
-                    let pair = a.wide.is_some() && i + 1 < rows && g < 8;
-                    let w = if pair { 2 } else { 1 };
-                    let (row, out) = (n0 + i, &mut slab[i * g..(i + w) * g]);
-                    let wr = |r: usize| {
-                        (
-                            &self.scales[r * kb..(r + 1) * kb],
-                            &self.qs[r * self.k..(r + 1) * self.k],
-                        )
-                    };
-                    if w == 2 {
-                        dot_rows_pair(wr(row), wr(row + 1), &a, r0, g, kb, out);
-                    } else {
-                        let (ws, wq) = wr(row);
-                        dot_rows(ws, wq, &a, r0, g, kb, out);
-                    }
-                    i += w;
+            let mut col = vec![0.0f32; m];
+            for row in c * CHUNK..(c * CHUNK + CHUNK).min(n) {
+                let ws = &w_s[row * kb..(row + 1) * kb];
+                let wq = &w_q[row * self.k..(row + 1) * self.k];
+                dot_rows(self.kernel, ws, wq, a, m, kb, &mut col);
+                for (r, v) in col.iter().enumerate() {
+                    // SAFETY: column `row` belongs to this task alone and r < m.
+                    unsafe { *dst.at(r * n + row) = *v };
                 }
-                for r in 0..g {
-                    for i in 0..rows {
-                        // SAFETY: column n0 + i belongs to this task alone and r0 + r < m.
-                        unsafe { *dst.at((r0 + r) * n + n0 + i) = slab[i * g + r] };
-                    }
-                }
-                r0 += g;
             }
         });
-        Ok(out)
     }
 }
 
@@ -282,73 +323,118 @@ impl OutPtr {
     }
 }
 
-/// One weight row against activation rows `r0..r0 + m`.
-#[allow(clippy::too_many_arguments)]
-fn dot_rows(w_s: &[f32], w_q: &[i8], a: &QActs, r0: usize, m: usize, kb: usize, dst: &mut [f32]) {
-    let a_s = &a.scales[r0 * kb..(r0 + m) * kb];
-    let a_q = &a.qs[r0 * kb * QK..(r0 + m) * kb * QK];
-    #[cfg(target_arch = "x86_64")]
-    {
-        if let Some(wide) = &a.wide {
-            let view = wide.rows(r0, m, kb);
-            // SAFETY: `wide` only exists when the AVX-512 features were detected.
-            unsafe { avx512::dot_rows(w_s, w_q, &view, m, dst) };
-            odd_block(w_s, w_q, a, r0, m, kb, dst);
-            return;
-        }
-        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
-            // SAFETY: the features were just detected; slices are sized by the caller.
-            unsafe { avx2::dot_rows(w_s, w_q, a_s, a_q, m, kb, dst) };
-            return;
-        }
-    }
-    scalar_dot_rows(w_s, w_q, a_s, a_q, m, kb, dst);
+/// The AVX-512 kernel over all panels: tasks of a few panels each, and in a task register
+/// tiles of R panels × G activation rows. One activation row (a single decode step) is
+/// bound by reading the weights, so it takes four panels at a time to keep more loads in
+/// flight; from two rows on, 2 × 6 tiles make the most of the 32 vector registers.
+#[cfg(target_arch = "x86_64")]
+fn by_panels(p: &Panels, a: &QActs, m: usize, n: usize, dst: &OutPtr) {
+    // Enough tasks for both cores to share the work evenly, few enough that waking
+    // them costs little; an even count so two-panel tiles fit.
+    let per_task = (p.count.div_ceil(16).clamp(2, 8) + 1) & !1;
+    (0..p.count.div_ceil(per_task))
+        .into_par_iter()
+        .for_each(|t| {
+            let end = ((t + 1) * per_task).min(p.count);
+            let mut at = t * per_task;
+            while at < end {
+                let r = match (m, end - at) {
+                    (1..=3, 4..) => 4,
+                    (_, 2..) => 2,
+                    _ => 1,
+                };
+                match r {
+                    4 => panel_rows::<4>(p, at, a, m, n, dst),
+                    2 => panel_rows::<2>(p, at, a, m, n, dst),
+                    _ => panel_rows::<1>(p, at, a, m, n, dst),
+                }
+                at += r;
+            }
+        });
 }
 
-/// Two weight rows against activation rows `r0..r0 + m` on the AVX-512 kernel (the caller
-/// checked it runs); `dst` holds row one's `m` results, then row two's.
-#[allow(clippy::too_many_arguments)]
-fn dot_rows_pair(
-    w1: (&[f32], &[i8]),
-    w2: (&[f32], &[i8]),
+/// Panels `at..at + R` against every activation row, in tiles of up to six rows of
+/// nearly equal size (8 rows: 4 + 4, not 6 + 2). While the first tile computes, the next
+/// panels are fetched: the tiles after it hide that memory read behind their arithmetic.
+#[cfg(target_arch = "x86_64")]
+fn panel_rows<const R: usize>(p: &Panels, at: usize, a: &QActs, m: usize, n: usize, dst: &OutPtr) {
+    let tiles = m.div_ceil(6);
+    let next = (m > 1 && at + 2 * R <= p.count).then(|| p.bytes(at + R, R));
+    let mut j0 = 0;
+    for t in 0..tiles {
+        let g = m / tiles + usize::from(t < m % tiles);
+        let pre = if t == 0 { next } else { None };
+        match g {
+            1 => tile::<R, 1>(p, at, a, j0, n, pre, dst),
+            2 => tile::<R, 2>(p, at, a, j0, n, pre, dst),
+            3 => tile::<R, 3>(p, at, a, j0, n, pre, dst),
+            4 => tile::<R, 4>(p, at, a, j0, n, pre, dst),
+            5 => tile::<R, 5>(p, at, a, j0, n, pre, dst),
+            _ => tile::<R, 6>(p, at, a, j0, n, pre, dst),
+        }
+        j0 += g;
+    }
+}
+
+/// One register tile: panels `at..at + R` × activation rows `j0..j0 + G`, written into
+/// the tile's own columns of the result (the padding rows of a last panel are dropped).
+#[cfg(target_arch = "x86_64")]
+fn tile<const R: usize, const G: usize>(
+    p: &Panels,
+    at: usize,
     a: &QActs,
-    r0: usize,
+    j0: usize,
+    n: usize,
+    prefetch: Option<&[u8]>,
+    dst: &OutPtr,
+) {
+    let kb = p.kb;
+    let k = kb * QK;
+    let w = avx512::PanelTile {
+        q: p.bytes(at, R),
+        scales: &p.scales[at * kb * LANES..(at + R) * kb * LANES],
+        kb,
+        prefetch,
+    };
+    let acts = avx512::ActTile {
+        q: &a.qs[j0 * k..(j0 + G) * k],
+        scales: &a.scales[j0 * kb..(j0 + G) * kb],
+        neg_corr: &a.neg_corr[j0 * kb..(j0 + G) * kb],
+        k,
+    };
+    let mut out = [[[0.0f32; LANES]; G]; R];
+    // SAFETY: panels exist only where the AVX-512 features were detected.
+    unsafe { avx512::tile::<R, G>(&w, &acts, &mut out) };
+    for (r, panel) in out.iter().enumerate() {
+        let row0 = (at + r) * LANES;
+        let valid = LANES.min(n.saturating_sub(row0));
+        for (j, lanes) in panel.iter().enumerate() {
+            // SAFETY: columns row0..row0 + valid belong to this task; j0 + j < m.
+            unsafe {
+                std::ptr::copy_nonoverlapping(lanes.as_ptr(), dst.at((j0 + j) * n + row0), valid)
+            };
+        }
+    }
+}
+
+/// One weight row (in row layout) against all `m` activation rows.
+fn dot_rows(
+    kernel: Kernel,
+    w_s: &[f32],
+    w_q: &[i8],
+    a: &QActs,
     m: usize,
     kb: usize,
     dst: &mut [f32],
 ) {
     #[cfg(target_arch = "x86_64")]
-    if let Some(wide) = &a.wide {
-        let view = wide.rows(r0, m, kb);
-        let (d1, d2) = dst.split_at_mut(m);
-        // SAFETY: `wide` only exists when the AVX-512 features were detected.
-        unsafe {
-            avx512::dot_rows_w::<2>([w1.0, w2.0], [w1.1, w2.1], &view, m, [&mut *d1, &mut *d2])
-        };
-        for (w, d) in [(w1, d1), (w2, d2)] {
-            odd_block(w.0, w.1, a, r0, m, kb, d);
-        }
+    if kernel == Kernel::Avx2 {
+        // SAFETY: this kernel is only chosen where its features were detected.
+        unsafe { avx2::dot_rows(w_s, w_q, &a.scales, &a.qs, m, kb, dst) };
         return;
     }
-    let (d1, d2) = dst.split_at_mut(m);
-    dot_rows(w1.0, w1.1, a, r0, m, kb, d1);
-    dot_rows(w2.0, w2.1, a, r0, m, kb, d2);
-}
-
-/// The AVX-512 kernel's two-block tail leaves out an odd last block: added here.
-fn odd_block(w_s: &[f32], w_q: &[i8], a: &QActs, r0: usize, m: usize, kb: usize, dst: &mut [f32]) {
-    if (kb % GROUP).is_multiple_of(2) {
-        return;
-    }
-    let a_s = &a.scales[r0 * kb..(r0 + m) * kb];
-    let a_q = &a.qs[r0 * kb * QK..(r0 + m) * kb * QK];
-    let b = kb - 1;
-    for (r, d) in dst.iter_mut().enumerate().take(m) {
-        let wq = &w_q[b * QK..][..QK];
-        let aq = &a_q[(r * kb + b) * QK..][..QK];
-        let dot: i32 = wq.iter().zip(aq).map(|(&x, &y)| x as i32 * y as i32).sum();
-        *d += dot as f32 * w_s[b] * a_s[r * kb + b];
-    }
+    let _ = kernel;
+    scalar_dot_rows(w_s, w_q, &a.scales, &a.qs, m, kb, dst);
 }
 
 /// Portable reference: per block an exact int32 dot, scaled by both block scales.
@@ -380,24 +466,85 @@ mod tests {
     use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
     use candle_core::{Device, Module, Tensor};
 
+    /// Raw Q8_0 bytes for an `(n, k)` matrix: every int8 value occurs, -128 included
+    /// (which a quantizer never writes but a file may hold), with scales of both signs.
+    fn raw_q8(n: usize, k: usize, seed: u64) -> Vec<u8> {
+        let noise = pseudo_random(n * k / QK * 33, seed);
+        let mut data = Vec::with_capacity(n * k / QK * 34);
+        for blk in noise.chunks_exact(33) {
+            data.extend_from_slice(&half::f16::from_f32(blk[0] * 0.02).to_le_bytes());
+            data.extend(
+                blk[1..]
+                    .iter()
+                    .map(|v| ((v * 128.0).floor() as i32).clamp(-128, 127) as u8),
+            );
+        }
+        data
+    }
+
+    /// The reference result of row `row` for activation row `r`, and the sum of the
+    /// magnitudes of its terms (what bounds the rounding of a different summation order).
+    fn reference(w: &BatchedQ8, a: &QActs, row: usize, r: usize) -> (f32, f32) {
+        let Layout::Rows { scales, qs } = &w.layout else {
+            panic!("the reference reads rows")
+        };
+        let kb = w.k / QK;
+        let mut out = [0.0f32];
+        let ws = &scales[row * kb..][..kb];
+        let wq = &qs[row * w.k..][..w.k];
+        let (a_s, a_q) = (&a.scales[r * kb..][..kb], &a.qs[r * w.k..][..w.k]);
+        scalar_dot_rows(ws, wq, a_s, a_q, 1, kb, &mut out);
+        let mag = (0..kb)
+            .map(|b| {
+                let d: i32 = (0..QK)
+                    .map(|i| wq[b * QK + i] as i32 * a_q[b * QK + i] as i32)
+                    .sum();
+                (d as f32 * ws[b] * a_s[b]).abs()
+            })
+            .sum();
+        (out[0], mag)
+    }
+
     #[test]
-    fn batched_kernel_matches_candle_and_the_scalar_reference() {
-        // Block counts: 18 = one interleaved group + a pair, 19 = group + pair + odd block,
-        // 33 = two groups + odd block, 48 = three groups and no tail; 41 rows leave one
-        // weight row without a partner for the two-row kernel.
-        for (n, k) in [(96, 576), (41, 576), (40, 608), (24, 1056), (20, 1536)] {
+    fn every_kernel_matches_the_scalar_reference_over_odd_shapes() {
+        // Rows that fill no panel, one panel and one row over, two and a half panels, an
+        // odd panel count; one to nineteen blocks per row.
+        for (n, kb) in [(1, 1), (15, 2), (17, 3), (40, 18), (48, 19), (81, 7)] {
+            let k = kb * QK;
+            let data = raw_q8(n, k, (n * 31 + kb) as u64);
+            let reference_w = BatchedQ8::from_q8_0(&data, n, k, Kernel::Scalar).unwrap();
+            for kernel in Kernel::available() {
+                let w = BatchedQ8::from_q8_0(&data, n, k, kernel).unwrap();
+                for m in (1..=20).chain([31, 32, 33, 47, 64, 67]) {
+                    let x = pseudo_random(m * k, (m * 7 + n) as u64);
+                    let a = quantize_rows(&x, m, k, Kernel::Scalar);
+                    let ours = w.matmul(&x, m).unwrap();
+                    for r in 0..m {
+                        for row in 0..n {
+                            let (want, mag) = reference(&reference_w, &a, row, r);
+                            let got = ours[r * n + row];
+                            // f32 sums of kb terms in another order and with fused
+                            // multiply-adds: within a few ulps of the terms' magnitude.
+                            let tol = 1e-5 * mag + 1e-7;
+                            assert!(
+                                (got - want).abs() <= tol,
+                                "{kernel:?} n={n} kb={kb} m={m} r={r} row={row}: {got} vs {want}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_kernel_matches_candle() {
+        for (n, k) in [(96, 576), (41, 576), (20, 1536)] {
             let w = Tensor::from_vec(pseudo_random(n * k, 3), (n, k), &Device::Cpu).unwrap();
             let qt = QTensor::quantize(&w, GgmlDType::Q8_0).unwrap();
             let data = qt.data().unwrap().to_vec();
             let q = QMatMul::from_qtensor(qt).unwrap();
-            let plain = BatchedQ8::from_q8_0(&data, n, k, false).unwrap();
-            let mut layouts = vec![&plain];
-            let wide;
-            if use_avx512_vnni() {
-                wide = BatchedQ8::from_q8_0(&data, n, k, true).unwrap();
-                layouts.push(&wide);
-            }
-            for m in [1usize, 2, 3, 5, 9, 16, 19] {
+            for m in [1usize, 3, 9, 19] {
                 let x = Tensor::from_vec(pseudo_random(m * k, m as u64 + 9), (m, k), &Device::Cpu)
                     .unwrap();
                 let theirs: Vec<f32> = q
@@ -408,33 +555,17 @@ mod tests {
                     .to_vec1()
                     .unwrap();
                 let xs: Vec<f32> = x.flatten_all().unwrap().to_vec1().unwrap();
-                for f in &layouts {
-                    let ours = f.matmul(&xs, m).unwrap();
+                for kernel in Kernel::available() {
+                    let ours = BatchedQ8::from_q8_0(&data, n, k, kernel)
+                        .unwrap()
+                        .matmul(&xs, m)
+                        .unwrap();
                     let d = ours
                         .iter()
                         .zip(&theirs)
                         .map(|(a, b)| (a - b).abs())
                         .fold(0.0, f32::max);
-                    assert!(d < 1e-3, "n={n} k={k} m={m} wide={}: {d}", f.interleaved);
-                }
-                // Scalar fallback on the same quantized data.
-                let a = quantize_rows(&xs, m, k, false);
-                let kb = k / QK;
-                let reference = plain.matmul(&xs, m).unwrap();
-                for row in [0usize, 17, n - 1] {
-                    let mut s = vec![0.0; m];
-                    scalar_dot_rows(
-                        &plain.scales[row * kb..][..kb],
-                        &plain.qs[row * k..][..k],
-                        &a.scales,
-                        &a.qs,
-                        m,
-                        kb,
-                        &mut s,
-                    );
-                    for r in 0..m {
-                        assert!((s[r] - reference[r * n + row]).abs() < 1e-3);
-                    }
+                    assert!(d < 1e-3, "{kernel:?} n={n} k={k} m={m}: {d}");
                 }
             }
         }
@@ -447,36 +578,53 @@ mod tests {
         x[3] = 0.0;
         x[40..72].fill(0.0);
         x[100] = -x[101] * 0.5;
-        for chunk in x.chunks_exact(QK) {
-            let (mut a, mut b) = ([0i8; QK], [0i8; QK]);
-            let da = quantize_block(chunk, &mut a);
-            #[cfg(target_arch = "x86_64")]
-            if use_avx512_vnni() {
-                // SAFETY: detected.
-                let db = unsafe { avx512::quantize_block(chunk, &mut b) };
-                assert_eq!(da.to_bits(), db.to_bits());
-                assert_eq!(a, b);
-            }
-            let _ = &mut b;
-            assert!(a.iter().any(|&q| q.unsigned_abs() == 127) || da == 0.0);
+        for kernel in Kernel::available() {
+            let ours = quantize_rows(&x, 4, QK * 16, kernel);
+            let plain = quantize_rows(&x, 4, QK * 16, Kernel::Scalar);
+            assert_eq!(ours.qs, plain.qs, "{kernel:?}");
+            assert_eq!(ours.scales, plain.scales, "{kernel:?}");
+            assert_eq!(ours.neg_corr, plain.neg_corr, "{kernel:?}");
         }
+        let a = quantize_rows(&x, 4, QK * 16, Kernel::Scalar);
+        for (blk, s) in a.qs.chunks_exact(QK).zip(&a.scales) {
+            assert!(blk.iter().any(|&q| q.unsigned_abs() == 127) || *s == 0.0);
+        }
+        let sum: i32 = a.qs[..QK].iter().map(|&q| q as i32).sum();
+        assert_eq!(a.neg_corr[0], -128 * sum);
     }
 
     #[test]
-    fn interleaving_puts_each_block_in_its_own_lane() {
-        // Two groups and a tail of three blocks; byte value = block index.
-        let kb = 2 * GROUP + 3;
-        let src: Vec<u8> = (0..kb * QK).map(|i| (i / QK) as u8).collect();
-        let mut dst = vec![0u8; src.len()];
-        interleave(&src, &mut dst, 0);
-        for g in 0..2 {
-            for c in 0..QK / 4 {
-                let chunk = &dst[(g * GROUP * QK + c * 64)..][..64];
-                for (lane, four) in chunk.chunks_exact(4).enumerate() {
-                    assert!(four.iter().all(|&b| b as usize == g * GROUP + lane));
+    fn a_panel_lane_holds_one_row_four_bytes_at_a_time() {
+        // Row r, block b, byte i holds (r * 7 + b * 3 + i) as a byte; 20 rows: one whole
+        // panel and one padded.
+        let (n, kb) = (20, 3);
+        let mut data = Vec::new();
+        for r in 0..n {
+            for b in 0..kb {
+                data.extend_from_slice(&half::f16::from_f32((r * 10 + b) as f32).to_le_bytes());
+                data.extend((0..QK).map(|i| (r * 7 + b * 3 + i) as u8));
+            }
+        }
+        let p = Panels::new(&data, n, kb);
+        assert_eq!(p.count, 2);
+        for r in 0..2 * LANES {
+            let (panel, lane) = (r / LANES, r % LANES);
+            for b in 0..kb {
+                let at = panel * kb + b;
+                let scale = half::f16::from_bits(p.scales[at * LANES + lane]).to_f32();
+                let bytes: Vec<u8> = (0..QK / 4)
+                    .flat_map(|c| p.lines[at * QK / 4 + c].0[lane * 4..][..4].to_vec())
+                    .collect();
+                if r < n {
+                    assert_eq!(scale, (r * 10 + b) as f32);
+                    let want: Vec<u8> = (0..QK).map(|i| (r * 7 + b * 3 + i) as u8 ^ 0x80).collect();
+                    assert_eq!(bytes, want, "row {r} block {b}");
+                } else {
+                    // Padding: weight 0 (stored 128) with scale 0.
+                    assert_eq!(scale, 0.0);
+                    assert!(bytes.iter().all(|&x| x == 0x80));
                 }
             }
         }
-        assert_eq!(&dst[2 * GROUP * QK..], &src[2 * GROUP * QK..]);
     }
 }

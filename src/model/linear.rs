@@ -65,10 +65,10 @@ impl Linear {
     }
 
     /// Bytes one pass over the matrix reads, as stored for the kernel that runs it (our
-    /// Q8_0 layout: a 4-byte scale and 32 int8 per block of 32 weights).
+    /// Q8_0 layouts: 32 int8 and a scale per block of 32 weights).
     pub fn bytes(&self) -> usize {
         match (&self.fast, &self.q) {
-            (Some(w), _) => w.n * w.k / 32 * (4 + 32),
+            (Some(w), _) => w.bytes(),
             (None, QMatMul::QTensor(t)) => t.storage_size_in_bytes(),
             (None, QMatMul::Tensor(t) | QMatMul::TensorF16(t)) => {
                 t.elem_count() * t.dtype().size_in_bytes()
