@@ -179,3 +179,38 @@ fn a_request_that_could_never_fit_is_rejected_at_arrival() {
     assert_eq!(s.requests[2].phase, ReqPhase::Decode);
     assert!(Scheduler::new(cfg(Policy::Static, CacheKind::Paged, 2), Vec::new(), 2048).is_err());
 }
+
+#[test]
+fn a_contiguous_cache_strands_free_slots_in_gaps_too_short_for_the_next_request() {
+    // 64 slots: r0 takes 0..20, r1 20..52 (long-lived), r2 52..64. r3 needs 24 in one run.
+    let reqs = vec![
+        Request::new(0, vec![1; 10], 10, 0),
+        Request::new(1, vec![1; 2], 30, 0),
+        Request::new(2, vec![1; 10], 2, 0),
+        Request::new(3, vec![1; 4], 20, 1),
+    ];
+    let mut s = Scheduler::new(
+        cfg(Policy::Continuous, CacheKind::Contiguous, 64),
+        reqs,
+        2048,
+    )
+    .unwrap();
+    let mut seen = false;
+    while !s.done() {
+        let (plan, done) = iterate(&mut s);
+        s.check_memory().unwrap();
+        let step = inferlab::serve::view::step(&s, &plan, &done, 1, 0.0);
+        let free: usize = step.gaps.iter().map(|g| g.1).sum();
+        assert_eq!(free, s.free_capacity(), "the gaps are the free slots");
+        if s.queue() == vec![3] && s.running() == [1] && free >= 24 {
+            // r0 and r2 have left, r1 still runs: 32 slots free, in gaps of 20 and 12.
+            seen = true;
+            assert_eq!(step.gaps, vec![(0, 20), (52, 12)]);
+            assert_eq!((step.memory.largest_gap, step.memory.head_need), (20, 24));
+        }
+    }
+    assert!(seen, "r3 waited with enough free slots in all");
+    assert!(s.fragmentation_waits > 0);
+    // It ran once r1 left and the arena was whole again.
+    assert_eq!(s.requests[3].generated.len(), 20);
+}

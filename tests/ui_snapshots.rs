@@ -802,21 +802,25 @@ fn panes_draw_a_small_view_without_an_app() {
                 owner: Some(0),
                 fill: 4,
                 shared: 1,
+                stranded: false,
             },
             Cell {
                 owner: Some(1),
                 fill: 2,
                 shared: 1,
+                stranded: false,
             },
             Cell {
                 owner: Some(0),
                 fill: 4,
                 shared: 2,
+                stranded: false,
             },
             Cell {
                 owner: None,
                 fill: 0,
                 shared: 0,
+                stranded: false,
             },
         ],
     };

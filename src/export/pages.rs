@@ -106,6 +106,25 @@ pub fn render(sv: &ServeView) -> Result<String, ExportError> {
         let line = crate::views::pages::describe_table(*id, &blocks, ps);
         svg.text(left, y, 11.0, "start", &line, 0.0);
     }
+    // A contiguous cache's gaps, and external fragmentation when the next request waits.
+    if let Some(line) = crate::views::pages::describe_gaps(sv) {
+        let y = ly + 40.0 + owners_rows * 20.0;
+        svg.text(
+            left,
+            y,
+            11.0,
+            "start",
+            &format!(
+                "{line}{}",
+                if line.contains("external") {
+                    "  (× marks those gaps)"
+                } else {
+                    ""
+                }
+            ),
+            0.0,
+        );
+    }
     Ok(svg.finish())
 }
 
@@ -120,6 +139,9 @@ fn cell(svg: &mut Svg, x: f32, y: f32, c: &Cell, ps: usize) {
     };
     let Some(id) = c.owner else {
         svg.rect(x, y, cw, ch, "#f4f4f6", outline);
+        if c.stranded {
+            svg.text(x + cw / 2.0, y + ch / 2.0 + 5.0, 14.0, "middle", "×", 0.0);
+        }
         return;
     };
     let rgb = request_rgb(id as usize);

@@ -3,11 +3,13 @@
 //! The forward pass talks to the cache only through [`KvStore`], so the layout
 //! (contiguous reservation, or pages) changes memory, never the math.
 
+pub mod arena;
 pub mod contiguous;
 pub mod paged;
 pub mod pool;
 pub mod window;
 
+pub use arena::Arena;
 pub use contiguous::Contiguous;
 pub use paged::PagedKv;
 pub use pool::{KvError, PagePool, PoolStats, ReqId};

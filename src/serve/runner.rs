@@ -121,12 +121,13 @@ impl Runner {
     /// scheduler counts as computed (a rewound padding row). Pages need nothing: the
     /// allocator is the scheduler's, and a page's bytes are simply overwritten.
     pub fn sync(&mut self, s: &Scheduler) {
-        let (Store::Contiguous(stores), Memory::Reserved(reserved)) = (&mut self.store, &s.memory)
+        let (Store::Contiguous(stores), Memory::Reserved(arena)) = (&mut self.store, &s.memory)
         else {
             return;
         };
-        stores.retain(|id, _| reserved.contains_key(id));
-        for (&id, &slots) in reserved {
+        stores.retain(|&id, _| arena.get(id).is_some());
+        for (id, run) in arena.runs() {
+            let slots = run.len;
             let c = stores.entry(id).or_insert_with(|| {
                 Contiguous::new(
                     self.model.cfg.n_layer,

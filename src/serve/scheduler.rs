@@ -6,8 +6,9 @@
 //! finished requests out), as in nano-vllm.
 
 use crate::kv::pool::{KvError, PagePool, ReqId};
+use crate::kv::Arena;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 /// Request-level (static) or iteration-level (continuous) batching.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -182,8 +183,8 @@ impl Request {
 pub enum Memory {
     /// The page allocator: block tables, free list, ref counts, prefix hashes.
     Paged(Box<PagePool>),
-    /// Contiguous reservations: slots reserved per running request.
-    Reserved(BTreeMap<ReqId, usize>),
+    /// Contiguous reservations: one run of slots per running request, placed in an arena.
+    Reserved(Arena),
 }
 
 /// One request's share of an iteration: tokens `from..from + n` run through the model.
@@ -222,6 +223,9 @@ pub struct Scheduler {
     pub preemptions: usize,
     /// Rows run for requests already finished (static batching's padding), all iterations.
     pub padding_rows: usize,
+    /// Contiguous only: iterations in which the queue's head waited although the free
+    /// slots added up to its reservation, because no single gap was long enough.
+    pub fragmentation_waits: usize,
 }
 
 impl Scheduler {
@@ -246,7 +250,7 @@ impl Scheduler {
                 pool.prefix_sharing = cfg.prefix_sharing;
                 Memory::Paged(Box::new(pool))
             }
-            CacheKind::Contiguous => Memory::Reserved(BTreeMap::new()),
+            CacheKind::Contiguous => Memory::Reserved(Arena::new(cfg.capacity_tokens())),
         };
         Ok(Self {
             cfg,
@@ -258,6 +262,7 @@ impl Scheduler {
             iteration: 0,
             preemptions: 0,
             padding_rows: 0,
+            fragmentation_waits: 0,
         })
     }
 
@@ -276,10 +281,16 @@ impl Scheduler {
         self.queue.iter().copied().collect()
     }
 
+    /// KV slots the queue's head needs to be admitted (its reservation, or its tokens).
+    pub fn head_need(&self) -> Option<usize> {
+        let &id = self.queue.front()?;
+        Some(self.footprint(&self.requests[id as usize]))
+    }
+
     /// Slots reserved by contiguous requests (0 for pages).
     pub fn reserved(&self) -> usize {
         match &self.memory {
-            Memory::Reserved(m) => m.values().sum(),
+            Memory::Reserved(a) => a.reserved(),
             Memory::Paged(_) => 0,
         }
     }
@@ -288,7 +299,7 @@ impl Scheduler {
     pub fn free_capacity(&self) -> usize {
         match &self.memory {
             Memory::Paged(p) => p.free_pages(),
-            Memory::Reserved(_) => self.cfg.kv_budget_tokens - self.reserved(),
+            Memory::Reserved(a) => a.free(),
         }
     }
 
@@ -296,12 +307,7 @@ impl Scheduler {
     pub fn check_memory(&self) -> Result<(), String> {
         match &self.memory {
             Memory::Paged(p) => p.check(),
-            Memory::Reserved(_) if self.reserved() > self.cfg.kv_budget_tokens => Err(format!(
-                "reserved {} > budget {}",
-                self.reserved(),
-                self.cfg.kv_budget_tokens
-            )),
-            Memory::Reserved(_) => Ok(()),
+            Memory::Reserved(a) => a.check(),
         }
     }
 
@@ -438,7 +444,13 @@ impl Scheduler {
             let Some(&head) = self.queue.front() else {
                 break;
             };
-            if !self.can_admit(&self.requests[head as usize]) {
+            let r = &self.requests[head as usize];
+            if !self.can_admit(r) {
+                if let Memory::Reserved(a) = &self.memory {
+                    if a.free() >= self.reservation(r) {
+                        self.fragmentation_waits += 1;
+                    }
+                }
                 break;
             }
             self.queue.pop_front();
@@ -466,9 +478,8 @@ impl Scheduler {
 
     fn can_admit(&self, r: &Request) -> bool {
         let p = match &self.memory {
-            Memory::Reserved(_) => {
-                return self.reserved() + self.reservation(r) <= self.cfg.capacity_tokens()
-            }
+            // One free run as long as the whole reservation, not just enough free slots.
+            Memory::Reserved(a) => return a.largest_gap() >= self.reservation(r),
             Memory::Paged(p) => p,
         };
         // Room for the tokens to recompute, one page to grow into, and one page of
@@ -501,8 +512,12 @@ impl Scheduler {
         let computed = match &mut self.memory {
             // A prefix already in the pool counts as computed.
             Memory::Paged(p) => p.admit(id, &r.tokens(0, r.len()))?,
-            Memory::Reserved(m) => {
-                m.insert(id, reserve);
+            Memory::Reserved(a) => {
+                let free = a.largest_gap();
+                a.place(id, reserve).ok_or(KvError::OutOfPages {
+                    need: reserve,
+                    free,
+                })?;
                 0
             }
         };
@@ -521,9 +536,7 @@ impl Scheduler {
             Memory::Paged(p) => {
                 let _ = p.free(id);
             }
-            Memory::Reserved(m) => {
-                m.remove(&id);
-            }
+            Memory::Reserved(a) => a.free_run(id),
         }
         self.running.retain(|&r| r != id);
     }

@@ -38,6 +38,13 @@ pub struct MemoryStats {
     pub internal_fragmentation: usize,
     pub shared_pages: usize,
     pub bytes_per_token: usize,
+    /// Contiguous: the longest free run, and what the queue's head needs (0: no queue).
+    /// Free slots beyond the largest gap that the head cannot use are external
+    /// fragmentation (recordings made before these read as zero).
+    #[serde(default)]
+    pub largest_gap: usize,
+    #[serde(default)]
+    pub head_need: usize,
 }
 
 impl MemoryStats {
@@ -67,8 +74,11 @@ pub struct ServeStep {
     /// physical pages that hold them (recordings made before it read as empty).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub block_tables: Vec<(ReqId, Vec<u32>)>,
-    /// Contiguous only: (request, reserved slots, used slots).
+    /// Contiguous only: (request, reserved slots, used slots), in address order.
     pub reservations: Vec<(ReqId, usize, usize)>,
+    /// Contiguous only: the free gaps between reservations, (first slot, length).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gaps: Vec<(usize, usize)>,
     pub memory: MemoryStats,
     pub wall_ms: f64,
     /// What the iteration's forward pass moved and computed (recordings made before it
@@ -113,7 +123,12 @@ pub fn step(
         }
         Memory::Reserved(_) => Vec::new(),
     };
+    let gaps = match &s.memory {
+        Memory::Reserved(a) => a.gaps().iter().map(|g| (g.start, g.len)).collect(),
+        Memory::Paged(_) => Vec::new(),
+    };
     ServeStep {
+        gaps,
         block_tables,
         iteration: plan.iteration,
         active,
@@ -161,25 +176,30 @@ pub fn memory(
                 internal_fragmentation: st.internal_fragmentation,
                 shared_pages: st.shared_pages,
                 bytes_per_token,
+                largest_gap: 0,
+                head_need: 0,
             };
             (m, pages, Vec::new())
         }
-        Memory::Reserved(slots) => {
+        Memory::Reserved(arena) => {
             // A reservation holds the request's computed tokens; the rest is reserved air.
-            let res: Vec<(ReqId, usize, usize)> = slots
+            let res: Vec<(ReqId, usize, usize)> = arena
+                .runs()
                 .iter()
-                .map(|(&id, &n)| (id, n, s.requests[id as usize].computed.min(n)))
+                .map(|&(id, r)| (id, r.len, s.requests[id as usize].computed.min(r.len)))
                 .collect();
             let used: usize = res.iter().map(|r| r.2).sum();
             let reserved = s.reserved();
             let m = MemoryStats {
-                capacity_tokens: s.cfg.kv_budget_tokens,
+                capacity_tokens: arena.capacity(),
                 token_slots: used,
                 allocated_slots: reserved,
                 reserved_unused: reserved - used,
                 internal_fragmentation: 0,
                 shared_pages: 0,
                 bytes_per_token,
+                largest_gap: arena.largest_gap(),
+                head_need: s.head_need().unwrap_or(0),
             };
             (m, Vec::new(), res)
         }

@@ -2,6 +2,7 @@
 //! page-sized run of a reservation (contiguous), each with its owner, the slots holding
 //! tokens and how many requests share it. The serving pane and the exported grid draw it.
 
+use crate::serve::view::ServeStep;
 use crate::serve::CacheKind;
 use crate::worker::report::ServeView;
 
@@ -14,6 +15,9 @@ pub struct Cell {
     pub fill: usize,
     /// Requests holding it (more than one: a prefix-shared page).
     pub shared: usize,
+    /// Contiguous: free, but in a gap too short for the request waiting at the head of
+    /// the queue (external fragmentation).
+    pub stranded: bool,
 }
 
 /// The grid of one serving iteration.
@@ -36,32 +40,10 @@ impl Grid {
                     owner: p.owners.first().copied(),
                     fill: p.fill as usize,
                     shared: p.owners.len(),
+                    stranded: false,
                 })
                 .collect(),
-            CacheKind::Contiguous => {
-                let mut v: Vec<Cell> = s
-                    .reservations
-                    .iter()
-                    .flat_map(|&(id, reserved, used)| {
-                        (0..reserved.div_ceil(ps)).map(move |c| Cell {
-                            owner: Some(id),
-                            fill: used.saturating_sub(c * ps).min(ps),
-                            shared: 1,
-                        })
-                    })
-                    .collect();
-                let m = &s.memory;
-                let free = m.capacity_tokens.saturating_sub(m.allocated_slots) / ps;
-                v.extend(std::iter::repeat_n(
-                    Cell {
-                        owner: None,
-                        fill: 0,
-                        shared: 0,
-                    },
-                    free,
-                ));
-                v
-            }
+            CacheKind::Contiguous => contiguous_cells(s, ps),
         };
         Self {
             cache: sv.cache,
@@ -73,6 +55,7 @@ impl Grid {
     /// A cell as one terminal character; a shared page shows how many requests hold it.
     pub fn glyph(&self, c: &Cell) -> char {
         match (self.cache, c.owner) {
+            (_, None) if c.stranded => '×',
             (_, None) => '·',
             (CacheKind::Paged, Some(_)) if c.shared > 9 => '+',
             (CacheKind::Paged, Some(_)) if c.shared > 1 => {
@@ -89,7 +72,7 @@ impl Grid {
     /// holding tokens (`▄14`) or, for a shared page, how many hold it (`█×6`).
     pub fn wide(&self, c: &Cell) -> String {
         if c.owner.is_none() {
-            return "·".into();
+            return if c.stranded { "×" } else { "·" }.into();
         }
         let g = if c.fill >= self.page_size {
             '█'
@@ -111,7 +94,7 @@ impl Grid {
                 "one cell per page of {ps} slots: █{ps} full  ▄9 nine slots hold tokens  █×6 shared by six requests  · free"
             ),
             CacheKind::Contiguous => format!(
-                "one cell per {ps} reserved slots: █{ps} hold tokens  ▄9 nine do  ░ reserved, unused  · free"
+                "one cell per {ps} slots, in address order: █{ps} hold tokens  ▄9 nine do  ░ reserved, unused  · free  × free but too short a gap for the next request"
             ),
         }
     }
@@ -120,7 +103,9 @@ impl Grid {
     pub fn legend(&self) -> &'static str {
         match self.cache {
             CacheKind::Paged => "█ full page  ▄ partly filled  2-9 shared by that many  · free",
-            CacheKind::Contiguous => "█ holds tokens  ░ reserved, unused  · free",
+            CacheKind::Contiguous => {
+                "█ holds tokens  ░ reserved, unused  · free  × a gap too short for the next request"
+            }
         }
     }
 
@@ -184,4 +169,88 @@ pub fn describe_table(req: u64, blocks: &[Block], page_size: usize) -> String {
         blocks.len(),
         parts.join(" · ")
     )
+}
+
+/// A contiguous cache's cells in address order: each reservation, then the gap after it.
+/// A gap shorter than what the queue's head needs is marked stranded. Recordings made
+/// before gaps were reported show the free memory after the reservations.
+fn contiguous_cells(s: &ServeStep, ps: usize) -> Vec<Cell> {
+    let need = s.memory.head_need;
+    let free = |len: usize| {
+        std::iter::repeat_n(
+            Cell {
+                owner: None,
+                fill: 0,
+                shared: 0,
+                stranded: need > 0 && len < need,
+            },
+            len.div_ceil(ps),
+        )
+    };
+    let run = |&(id, reserved, used): &(u64, usize, usize)| {
+        (0..reserved.div_ceil(ps)).map(move |c| Cell {
+            owner: Some(id),
+            fill: used.saturating_sub(c * ps).min(ps),
+            shared: 1,
+            stranded: false,
+        })
+    };
+    let mut cells: Vec<Cell> = Vec::new();
+    if s.gaps.is_empty() {
+        cells.extend(s.reservations.iter().flat_map(run));
+        let m = &s.memory;
+        let rest = m.capacity_tokens.saturating_sub(m.allocated_slots) / ps;
+        cells.extend(free(rest * ps).map(|c| Cell {
+            stranded: false,
+            ..c
+        }));
+        return cells;
+    }
+    let mut gaps = s.gaps.iter().peekable();
+    let mut at = 0;
+    for r in &s.reservations {
+        while let Some(&&(start, len)) = gaps.peek() {
+            if start > at {
+                break;
+            }
+            cells.extend(free(len));
+            at = start + len;
+            gaps.next();
+        }
+        cells.extend(run(r));
+        at += r.1;
+    }
+    for &(_, len) in gaps {
+        cells.extend(free(len));
+    }
+    cells
+}
+
+/// A contiguous cache's free gaps in words, with external fragmentation named when the
+/// queue's head waits although enough slots are free in all; `None` for pages.
+pub fn describe_gaps(sv: &ServeView) -> Option<String> {
+    let s = &sv.step;
+    if sv.cache != CacheKind::Contiguous || s.gaps.is_empty() && s.memory.head_need == 0 {
+        return None;
+    }
+    let m = &s.memory;
+    let free: usize = s.gaps.iter().map(|g| g.1).sum();
+    let sizes: Vec<String> = s.gaps.iter().map(|g| g.1.to_string()).collect();
+    let mut line = format!(
+        "free gaps (slots): {}",
+        if sizes.is_empty() {
+            "none".into()
+        } else {
+            sizes.join(", ")
+        }
+    );
+    if m.head_need > 0 && free >= m.head_need && m.largest_gap < m.head_need {
+        line.push_str(&format!(
+            " · the next request needs {} in one run: {free} free in all, but no gap is that long (external fragmentation)",
+            m.head_need
+        ));
+    } else if m.head_need > 0 {
+        line.push_str(&format!(" · the next request needs {}", m.head_need));
+    }
+    Some(line)
 }

@@ -95,6 +95,16 @@ fn render_view(
             theme.accent(),
         );
         y += 1;
+    } else if let Some(line) = pages::describe_gaps(sv) {
+        put(
+            buf,
+            inner,
+            0,
+            y,
+            fit(&line, inner.width as usize),
+            theme.accent(),
+        );
+        y += 1;
     }
     draw_timeline(
         sv.requests,
