@@ -47,3 +47,77 @@ pub fn peak_active(t: &VecDeque<Vec<(u64, ReqPhase)>>) -> usize {
         .max()
         .unwrap_or(0)
 }
+
+/// Columns per iteration: a short timeline in a wide pane stretches to fill it, up to
+/// three columns per iteration, so a few iterations do not huddle at the left edge.
+pub fn col_width(iterations: usize, cols: usize) -> usize {
+    (cols / iterations.max(1)).clamp(1, 3)
+}
+
+/// The rows of a pane of `rows` rows for a workload of `total` requests, in id order:
+/// every request when they fit; otherwise, above a last row that counts the rest, those
+/// in play in the newest iteration (running, padded, preempted, then waiting) before
+/// those finished or not yet arrived, since those are what the batch is doing now.
+/// Returns the ids and how many were left out.
+pub fn rows_shown(
+    t: &VecDeque<Vec<(u64, ReqPhase)>>,
+    total: usize,
+    rows: usize,
+) -> (Vec<u64>, usize) {
+    let n = requests(t).max(total);
+    if n <= rows {
+        return ((0..n as u64).collect(), 0);
+    }
+    let rows = rows.saturating_sub(1).max(1);
+    let newest = t.back().cloned().unwrap_or_default();
+    let rank = |id: u64| match newest.iter().find(|(r, _)| *r == id).map(|x| x.1) {
+        Some(ReqPhase::Prefill | ReqPhase::Decode | ReqPhase::Padding) => 0,
+        Some(ReqPhase::Preempted) => 1,
+        Some(ReqPhase::Waiting) => 2,
+        _ => 3,
+    };
+    let mut ids: Vec<u64> = (0..n as u64).collect();
+    ids.sort_by_key(|&id| (rank(id), id));
+    ids.truncate(rows);
+    ids.sort_unstable();
+    (ids, n - rows)
+}
+
+/// A cell `width` columns wide: bar glyphs repeat, letters and marks stand once.
+pub fn cell(p: ReqPhase, width: usize) -> String {
+    let g = glyph(p);
+    if matches!(g, '█' | '░' | '·') {
+        std::iter::repeat_n(g, width).collect()
+    } else {
+        format!("{g:<width$}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_short_timeline_stretches_and_a_tall_one_keeps_the_requests_in_play() {
+        assert_eq!(col_width(10, 60), 3);
+        assert_eq!(col_width(25, 60), 2);
+        assert_eq!(col_width(200, 60), 1);
+        assert_eq!(col_width(0, 60), 3);
+        assert_eq!(cell(ReqPhase::Decode, 3), "███");
+        assert_eq!(cell(ReqPhase::Prefill, 3), "P  ");
+        // Six requests, four rows: the newest iteration has 1 and 4 decoding, 5 waiting.
+        let mut t = VecDeque::new();
+        t.push_back(vec![
+            (0, ReqPhase::Finished),
+            (1, ReqPhase::Decode),
+            (4, ReqPhase::Decode),
+            (5, ReqPhase::Waiting),
+            (2, ReqPhase::Finished),
+            (3, ReqPhase::Finished),
+        ]);
+        assert_eq!(rows_shown(&t, 6, 5), (vec![0, 1, 4, 5], 2));
+        assert_eq!(rows_shown(&t, 6, 6).1, 0);
+        // Requests not yet arrived still get their rows when there is room.
+        assert_eq!(rows_shown(&t, 8, 9).0.len(), 8);
+    }
+}

@@ -60,8 +60,7 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         return;
     }
     let per_cell = if theme.mode == ColorMode::None { 1 } else { 2 };
-    // One line for the key ruler on top, two for the legend below.
-    let char_rows = (inner.height - 3) as usize;
+    let char_rows = cell_rows(inner);
     let src = Source {
         report: r,
         rows,
@@ -107,6 +106,9 @@ pub fn draw(v: &Heatmap, looks: &[String], theme: &Theme, inner: Rect, buf: &mut
     let cw = ((inner.width - LABEL_W) as usize / keys).clamp(1, 4) as u16;
     key_ruler(v, cw, theme, inner, buf);
     cells(v, cw, theme, inner, buf, per_cell);
+    if footer_rows(inner) == 3 {
+        key_axis(v, cw, theme, inner, inner.y + inner.height - 3, buf);
+    }
     let ly = inner.y + inner.height - 2;
     put(buf, inner, 0, ly, format!("{:>8.3} ", v.lo), theme.dim());
     for i in 0..16u16 {
@@ -137,11 +139,47 @@ pub fn draw(v: &Heatmap, looks: &[String], theme: &Theme, inner: Rect, buf: &mut
     }
 }
 
+/// Rows under the cells: the key axis when the pane has room for it, and the legend's two.
+fn footer_rows(inner: Rect) -> u16 {
+    if inner.height >= 14 {
+        3
+    } else {
+        2
+    }
+}
+
+/// Terminal rows left for cells: all but the key ruler on top and the footer.
+fn cell_rows(inner: Rect) -> usize {
+    inner.height.saturating_sub(1 + footer_rows(inner)) as usize
+}
+
+/// The key axis under the cells: each key's token where columns are wide enough to hold
+/// one, else the key positions at round intervals.
+fn key_axis(v: &Heatmap, cw: u16, theme: &Theme, inner: Rect, y: u16, buf: &mut Buffer) {
+    put(buf, inner, 0, y, "key →", theme.dim());
+    let x0 = |kj: usize| LABEL_W + (kj - v.k0) as u16 * cw;
+    if cw >= 3 {
+        for kj in v.k0..v.end {
+            let piece = label(v.piece(kj), cw as usize - 1);
+            put(buf, inner, x0(kj), y, piece, theme.dim());
+        }
+        return;
+    }
+    // Room for a number of up to four digits and a space between neighbours.
+    let step = [2, 5, 10, 20, 50, 100]
+        .into_iter()
+        .find(|s| s * cw as usize >= 6)
+        .unwrap_or(100);
+    for kj in (v.k0..v.end).filter(|k| k % step == 0) {
+        put(buf, inner, x0(kj), y, kj.to_string(), theme.dim());
+    }
+}
+
 /// The key ruler: which columns are prompt keys and which generated ones, the boundary
 /// marked.
 fn key_ruler(v: &Heatmap, cw: u16, theme: &Theme, inner: Rect, buf: &mut Buffer) {
     let pl = v.prompt_len;
-    put(buf, inner, 0, inner.y, "keys:", theme.dim());
+    put(buf, inner, 0, inner.y, "q↓ keys→", theme.dim());
     for (cx, kj) in (v.k0..v.end).enumerate() {
         let ch = match kj.cmp(&pl) {
             std::cmp::Ordering::Less => '─',
@@ -175,7 +213,7 @@ fn key_ruler(v: &Heatmap, cw: u16, theme: &Theme, inner: Rect, buf: &mut Buffer)
 fn cells(v: &Heatmap, cw: u16, theme: &Theme, inner: Rect, buf: &mut Buffer, per_cell: usize) {
     let masked = theme.rgb(28, 28, 34);
     let color = |c: Option<f32>| c.map(|x| theme.ramp(x)).unwrap_or(masked);
-    let char_rows = (inner.height - 3) as usize;
+    let char_rows = cell_rows(inner);
     for (cy, qi) in (v.q0..v.end).step_by(per_cell).enumerate().take(char_rows) {
         let y = inner.y + 1 + cy as u16;
         // Row label: the query token (both rows of the cell when halved, newest marked).

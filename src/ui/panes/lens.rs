@@ -1,7 +1,7 @@
 //! The logit lens (o): for the live request's newest position, what each layer would
 //! predict if the stack stopped there, and where the token finally sampled takes over.
 
-use super::{block, label, put};
+use super::{block, label, put_text};
 use crate::ui::app::{App, Pane};
 use crate::ui::theme::Theme;
 use crate::views::lens::{self, LensView};
@@ -22,7 +22,7 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     b.render(area, buf);
     match app.report.as_deref().and_then(lens::view) {
         Some(v) => draw(&v, theme, inner, buf),
-        None => put(
+        None => put_text(
             buf,
             inner,
             0,
@@ -35,9 +35,9 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
 
 /// Draws a lens view into `inner`: the headline, then one row per layer shown.
 pub fn draw(v: &LensView, theme: &Theme, inner: Rect, buf: &mut Buffer) {
-    put(buf, inner, 0, inner.y, v.headline(), theme.accent());
+    put_text(buf, inner, 0, inner.y, v.headline(), theme.accent());
     let chosen = label(&v.chosen, 10).trim_end().to_string();
-    put(
+    put_text(
         buf,
         inner,
         0,
@@ -53,7 +53,7 @@ pub fn draw(v: &LensView, theme: &Theme, inner: Rect, buf: &mut Buffer) {
             "  layers 0–{} above (z gives the pane more room)",
             hidden - 1
         );
-        put(buf, inner, 0, y, line, theme.dim());
+        put_text(buf, inner, 0, y, line, theme.dim());
         y += 1;
     }
     for (i, r) in rows.iter().enumerate() {
@@ -71,6 +71,6 @@ pub fn draw(v: &LensView, theme: &Theme, inner: Rect, buf: &mut Buffer) {
         } else {
             Style::default()
         };
-        put(buf, inner, 0, y + i as u16, line, style);
+        put_text(buf, inner, 0, y + i as u16, line, style);
     }
 }

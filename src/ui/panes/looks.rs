@@ -3,7 +3,7 @@
 //! how its attention splits between the prompt and the generated text, and where every
 //! other head of the layer looks.
 
-use super::{block, label, put};
+use super::{block, label, put_text};
 use crate::ui::app::{App, Pane};
 use crate::ui::theme::Theme;
 use crate::views::looks::Looks;
@@ -47,7 +47,7 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     match &view {
         Some(v) => draw(v, theme, inner, buf),
         None if app.report.is_some() => {}
-        None => put(
+        None => put_text(
             buf,
             inner,
             1,
@@ -73,7 +73,7 @@ pub fn draw(v: &Looks, theme: &Theme, inner: Rect, buf: &mut Buffer) {
         "softmax mass on the prompt {:.2} · on generated tokens {:.2} · on position 0 {:.2}",
         v.on_prompt, v.on_generated, v.on_first
     );
-    put(buf, inner, 0, inner.y, mass, Style::default());
+    put_text(buf, inner, 0, inner.y, mass, Style::default());
     let bar_w = 24usize;
     let list_rows = (inner.height as usize).saturating_sub(4).clamp(1, 12);
     for (k, key) in v.keys.iter().take(list_rows).enumerate() {
@@ -91,14 +91,14 @@ pub fn draw(v: &Looks, theme: &Theme, inner: Rect, buf: &mut Buffer) {
             label(&key.piece, 12),
             kind(key.generated)
         );
-        put(buf, inner, 0, inner.y + 2 + k as u16, line, st);
+        put_text(buf, inner, 0, inner.y + 2 + k as u16, line, st);
     }
     // Every head of this layer: its favourite key for the same query row.
     let y = inner.y + 3 + list_rows as u16;
     if y >= inner.y + inner.height {
         return;
     }
-    put(
+    put_text(
         buf,
         inner,
         0,
@@ -119,7 +119,7 @@ pub fn draw(v: &Looks, theme: &Theme, inner: Rect, buf: &mut Buffer) {
         if !line.is_empty()
             && line.chars().count() + item.chars().count() + 2 > inner.width as usize
         {
-            put(buf, inner, 0, yy, &line, theme.dim());
+            put_text(buf, inner, 0, yy, &line, theme.dim());
             yy += 1;
             line.clear();
         }
@@ -128,5 +128,5 @@ pub fn draw(v: &Looks, theme: &Theme, inner: Rect, buf: &mut Buffer) {
         }
         line.push_str(&item);
     }
-    put(buf, inner, 0, yy, &line, theme.dim());
+    put_text(buf, inner, 0, yy, &line, theme.dim());
 }

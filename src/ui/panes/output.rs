@@ -1,6 +1,6 @@
 //! Output: the generated text and the next-token distribution (top-k) as bars.
 
-use super::{block, label, put};
+use super::{block, label, put, put_text};
 use crate::ui::app::{App, Pane};
 use crate::ui::theme::Theme;
 use crate::worker::report::StepReport;
@@ -29,19 +29,18 @@ pub fn draw(r: &StepReport, theme: &Theme, inner: Rect, buf: &mut Buffer) {
     let k = r.info.top_k.len() as u16;
     let text_h = inner.height.saturating_sub(k + 1);
     let text = format!("> {}\n{}", r.prompt, r.generated);
-    let lines = text.lines().count() as u16;
-    Paragraph::new(text)
-        .wrap(Wrap { trim: false })
-        .scroll((lines.saturating_sub(text_h), 0))
-        .render(
-            Rect {
-                height: text_h,
-                ..inner
-            },
-            buf,
-        );
+    let para = Paragraph::new(text).wrap(Wrap { trim: false });
+    // Wrapped rows, not text lines: the newest words stay in view however long a line is.
+    let lines = para.line_count(inner.width).min(u16::MAX as usize) as u16;
+    para.scroll((lines.saturating_sub(text_h), 0)).render(
+        Rect {
+            height: text_h,
+            ..inner
+        },
+        buf,
+    );
     let y0 = inner.y + text_h;
-    put(
+    put_text(
         buf,
         inner,
         0,

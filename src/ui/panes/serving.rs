@@ -187,7 +187,9 @@ pub fn draw_grid(g: &Grid, marked: &[u32], theme: &Theme, inner: Rect, buf: &mut
 }
 
 /// A row per request, a column per iteration (newest on the right), and the phases' key
-/// under the rows when there is a row to spare.
+/// under the rows when there is a row to spare. It scales to the area: a short history
+/// stretches to up to three columns per iteration, and when the rows run out the requests
+/// in play now are the ones shown, with a count of the rest.
 pub fn draw_timeline(
     requests: usize,
     timeline: &std::collections::VecDeque<Vec<(u64, ReqPhase)>>,
@@ -195,28 +197,39 @@ pub fn draw_timeline(
     area: Rect,
     buf: &mut Buffer,
 ) {
-    let key_row = area.y + requests as u16;
+    let (ids, hidden) = timeline::rows_shown(timeline, requests, area.height as usize);
+    let cols = (area.width as usize).saturating_sub(4);
+    let cw = timeline::col_width(timeline.len(), cols);
+    for (i, &id) in ids.iter().enumerate() {
+        let row = area.y + i as u16;
+        let st = Style::default().fg(theme.request(id as usize));
+        put(buf, area, 0, row, format!("r{id:<2} "), st);
+        for (c, col) in timeline::window(timeline, cols / cw).enumerate() {
+            if let Some(&(_, ph)) = col.iter().find(|(r, _)| *r == id) {
+                let x = 4 + (c * cw) as u16;
+                put(buf, area, x, row, timeline::cell(ph, cw), st);
+            }
+        }
+    }
+    let key_row = area.y + ids.len() as u16;
     if key_row < area.y + area.height {
         let key: Vec<String> = timeline::PHASES
             .iter()
             .map(|&(_, g, name)| format!("{g} {name}"))
             .collect();
-        put(buf, area, 0, key_row, key.join(" "), theme.dim());
-    }
-    let cols = (area.width as usize).saturating_sub(4);
-    for id in 0..requests as u64 {
-        let row = area.y + id as u16;
-        if row >= area.y + area.height {
-            break;
-        }
-        let st = Style::default().fg(theme.request(id as usize));
-        put(buf, area, 0, row, format!("r{id:<2} "), st);
-        for (c, col) in timeline::window(timeline, cols).enumerate() {
-            if let Some(&(_, ph)) = col.iter().find(|(r, _)| *r == id) {
-                buf[(area.x + 4 + c as u16, row)]
-                    .set_char(timeline::glyph(ph))
-                    .set_style(st);
-            }
-        }
+        let more = if hidden > 0 {
+            format!("+{hidden} more · ")
+        } else {
+            String::new()
+        };
+        let line = format!("{more}{}", key.join(" "));
+        put(
+            buf,
+            area,
+            0,
+            key_row,
+            fit(&line, area.width as usize),
+            theme.dim(),
+        );
     }
 }

@@ -2,7 +2,7 @@
 //! window, and the window that keeps the first page; per cache, its perplexity, what it
 //! predicts next, and which pages it still holds.
 
-use super::{block, label, put};
+use super::{block, label, put_text};
 use crate::sink::{SinkLane, SinkView};
 use crate::ui::app::{App, Pane};
 use crate::ui::theme::{ColorMode, Theme};
@@ -31,7 +31,7 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     b.render(area, buf);
     match view {
         Some(v) => draw(v, theme, inner, buf),
-        None => put(
+        None => put_text(
             buf,
             inner,
             0,
@@ -54,7 +54,7 @@ pub fn draw(v: &SinkView, theme: &Theme, inner: Rect, buf: &mut Buffer) {
     };
     let mut y = inner.y;
     if read_line {
-        put(
+        put_text(
             buf,
             inner,
             0,
@@ -78,7 +78,7 @@ pub fn draw(v: &SinkView, theme: &Theme, inner: Rect, buf: &mut Buffer) {
             .iter()
             .map(|(p, pr)| format!("{} {:.2}", label(p, 8).trim_end(), pr))
             .collect();
-        put(
+        put_text(
             buf,
             inner,
             0,
@@ -102,7 +102,7 @@ pub fn draw(v: &SinkView, theme: &Theme, inner: Rect, buf: &mut Buffer) {
         y += 2 + gap;
     }
     if legend {
-        put(
+        put_text(
             buf,
             inner,
             0,
@@ -116,7 +116,7 @@ pub fn draw(v: &SinkView, theme: &Theme, inner: Rect, buf: &mut Buffer) {
 /// One cell per page of the text (held, being filled, evicted, not yet read), then what
 /// the lane holds, on the first row of `row`.
 fn page_cells(v: &SinkView, l: &SinkLane, k: usize, theme: &Theme, row: Rect, buf: &mut Buffer) {
-    put(buf, row, 0, row.y, "  pages ", theme.dim());
+    put_text(buf, row, 0, row.y, "  pages ", theme.dim());
     let pages = lane_pages(v, l);
     let held_style = match theme.mode {
         ColorMode::None => Style::default(),
@@ -137,7 +137,7 @@ fn page_cells(v: &SinkView, l: &SinkLane, k: usize, theme: &Theme, row: Rect, bu
             .set_char(ch)
             .set_style(st);
     }
-    put(
+    put_text(
         buf,
         row,
         9 + pages.len().min(200) as u16,
