@@ -133,15 +133,28 @@ fn shared_prefix_and_copy_on_write() {
     let prompt: Vec<u32> = (0..10).collect();
     assert_eq!(pool.admit(1, &prompt).unwrap(), 0);
     pool.append(1, &prompt).unwrap();
-    // Same prompt: the two full pages are shared, the last two tokens are not.
-    assert_eq!(pool.admit(2, &prompt).unwrap(), 8);
+    // Same prompt: the two full pages are shared, and the partly filled third page for
+    // its first token; the last token must still run to give logits.
+    assert_eq!(pool.admit(2, &prompt).unwrap(), 9);
     let t1 = pool.table(1).unwrap().pages.clone();
     let t2 = pool.table(2).unwrap().pages.clone();
-    assert_eq!(t1[..2], t2[..2]);
+    assert_eq!(t1, t2);
     assert_eq!(pool.ref_count(t1[0]), 2);
-    assert_eq!(pool.stats().shared_pages, 2);
-    // A prompt of exactly two pages shares at most len - 1 tokens: one page.
-    assert_eq!(pool.admit(3, &prompt[..8]).unwrap(), 4);
+    assert_eq!(pool.stats().shared_pages, 3);
+    // Writing the last prompt token into the shared third page copies it first; the log
+    // says so once, and the first request's page keeps both its tokens.
+    let plan = pool.append(2, &prompt[9..]).unwrap();
+    assert_eq!(plan.copies, vec![(t1[2], plan.copies[0].1)]);
+    assert_eq!(
+        std::mem::take(&mut pool.copied),
+        vec![(2, t1[2], plan.copies[0].1)]
+    );
+    assert_eq!((pool.fill(t1[2]), pool.ref_count(t1[2])), (2, 1));
+    assert_eq!(pool.fill(plan.copies[0].1), 2);
+    pool.check().unwrap();
+    // A prompt of exactly two pages shares at most len - 1 tokens: the first page, and
+    // three tokens of the second (which the first request filled).
+    assert_eq!(pool.admit(3, &prompt[..8]).unwrap(), 7);
     // Fork, then append to the child: its shared partial page is copied first.
     pool.fork(1, 4).unwrap();
     let last = *pool.table(1).unwrap().pages.last().unwrap();
@@ -206,7 +219,8 @@ fn prefix_sharing_on_equals_off() {
         for req in [1u64, 2] {
             let cached = pool.admit(req, &prompt).unwrap();
             if sharing && req == 2 {
-                assert_eq!(cached, 24);
+                // Six full pages and two tokens of the seventh: all but the last token.
+                assert_eq!(cached, 26);
             }
             let rest = &prompt[cached..];
             let mut seq =

@@ -295,3 +295,31 @@ fn soak_ten_thousand_iterations_ends_with_every_page_free() {
     assert_eq!(e.free_capacity(), 20, "every page returned");
     assert!(e.requests().iter().all(|r| r.phase == ReqPhase::Finished));
 }
+
+#[test]
+fn the_app_chat_workload_shows_a_copy_on_write_when_the_repeated_question_runs() {
+    use inferlab::model::{LoadOptions, Model};
+    let model = Model::load(&common::real_model(), &LoadOptions::default()).unwrap();
+    let (cfg, reqs) =
+        inferlab::worker::chat_serving(&model, Policy::Continuous, CacheKind::Paged).unwrap();
+    let (last, before) = (reqs.len() as u64 - 1, reqs.len() as u64 - 3);
+    assert_eq!(reqs[last as usize].prompt, reqs[before as usize].prompt);
+    let mut e = ServeEngine::new(&model, cfg, reqs).unwrap();
+    let mut copies = Vec::new();
+    while !e.done() {
+        let s = e.step().unwrap();
+        e.check_pool().unwrap();
+        copies.extend(s.copies.iter().copied());
+    }
+    // The repeated question shared the partly filled page after the full ones, and its
+    // first write (its last prompt token) copied it.
+    assert!(
+        copies.iter().any(|c| c.0 == last),
+        "no copy-on-write for r{last}: {copies:?}"
+    );
+    let out = |id: u64| e.requests()[id as usize].generated.clone();
+    assert_eq!(
+        out(last),
+        out(before)[..out(last).len().min(out(before).len())].to_vec()
+    );
+}

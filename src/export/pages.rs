@@ -106,8 +106,11 @@ pub fn render(sv: &ServeView) -> Result<String, ExportError> {
         let line = crate::views::pages::describe_table(*id, &blocks, ps);
         svg.text(left, y, 11.0, "start", &line, 0.0);
     }
-    // A contiguous cache's gaps, and external fragmentation when the next request waits.
-    if let Some(line) = crate::views::pages::describe_gaps(sv) {
+    // A contiguous cache's gaps, and external fragmentation when the next request waits;
+    // a paged cache's copies on write.
+    let note =
+        crate::views::pages::describe_gaps(sv).or_else(|| crate::views::pages::describe_copies(sv));
+    if let Some(line) = note {
         let y = ly + 40.0 + owners_rows * 20.0;
         svg.text(
             left,

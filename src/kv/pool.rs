@@ -94,8 +94,12 @@ pub struct PagePool {
     hasher: fn(u64, &[u32]) -> u64,
     free: VecDeque<u32>,
     tables: HashMap<ReqId, BlockTable>,
-    /// Sharing of full prompt pages between live requests.
+    /// Sharing of prompt pages between live requests: full pages by their prefix hash,
+    /// and the partly filled page after them when another request's table holds the same
+    /// tokens there (the same prompt asked twice).
     pub prefix_sharing: bool,
+    /// Copies made on write since the caller last took them: (request, from, to).
+    pub copied: Vec<(ReqId, u32, u32)>,
 }
 
 impl PagePool {
@@ -122,6 +126,7 @@ impl PagePool {
             free: (0..n_pages as u32).collect(),
             tables: HashMap::new(),
             prefix_sharing: true,
+            copied: Vec::new(),
         })
     }
 
@@ -232,10 +237,36 @@ impl PagePool {
                 table.tokens.extend_from_slice(chunk);
                 parent = h;
             }
+            if table.pages.len() == shareable {
+                self.share_partial(&mut table, &prompt[..prompt.len() - 1]);
+            }
         }
         let cached = table.tokens.len();
         self.tables.insert(req, table);
         Ok(cached)
+    }
+
+    /// After the shared full pages, shares the partly filled page that follows when a
+    /// live request holds the same pages before it and the same `shareable` tokens in it.
+    /// The page stays shared until one of its holders writes into it: that write copies
+    /// it first (copy-on-write), since the other holder's slots must not change.
+    fn share_partial(&mut self, table: &mut BlockTable, shareable: &[u32]) {
+        let (k, ps) = (table.pages.len(), self.page_size);
+        let rest = &shareable[k * ps..];
+        if rest.is_empty() {
+            return;
+        }
+        let found = self.tables.values().find_map(|t| {
+            let same = t.pages.len() > k
+                && t.pages[..k] == table.pages[..]
+                && t.tokens.get(k * ps..k * ps + rest.len()) == Some(rest);
+            same.then(|| t.pages[k])
+        });
+        if let Some(p) = found {
+            self.ref_count[p as usize] += 1;
+            table.pages.push(p);
+            table.tokens.extend_from_slice(rest);
+        }
     }
 
     /// Pages an append of `n` tokens to `req` would take from the free list.
@@ -273,10 +304,13 @@ impl PagePool {
             let last = *table.pages.last().expect("a partial page exists");
             if self.ref_count[last as usize] > 1 {
                 let copy = self.take_page();
-                self.fill[copy as usize] = self.fill[last as usize];
+                // The copy holds this request's tokens; the other holder may have
+                // written more into the original since they shared it.
+                self.fill[copy as usize] = (len % ps) as u32;
                 self.release(last);
                 *table.pages.last_mut().expect("non-empty") = copy;
                 plan.copies.push((last, copy));
+                self.copied.push((req, last, copy));
             }
         }
         for (i, &tok) in tokens.iter().enumerate() {

@@ -132,11 +132,13 @@ pub enum Var {
     Sink,
     /// The serving workload: chat or long.
     Workload,
+    /// Pages the serving engine has copied on write since it started.
+    Copies,
 }
 
 impl Var {
     /// Every variable with its name in lesson files.
-    pub const ALL: [(&'static str, Var); 15] = [
+    pub const ALL: [(&'static str, Var); 16] = [
         ("steps", Var::Steps),
         ("decode_steps", Var::DecodeSteps),
         ("generated", Var::Generated),
@@ -152,13 +154,14 @@ impl Var {
         ("head", Var::Head),
         ("sink", Var::Sink),
         ("workload", Var::Workload),
+        ("copies", Var::Copies),
     ];
 
     /// True for variables compared as numbers.
     pub fn numeric(self) -> bool {
         matches!(
             self,
-            Var::Steps | Var::DecodeSteps | Var::Generated | Var::Layer | Var::Head
+            Var::Steps | Var::DecodeSteps | Var::Generated | Var::Layer | Var::Head | Var::Copies
         )
     }
 }

@@ -2,7 +2,7 @@
 //! the scheduler's bookkeeping of the tokens that came out, and a report of it all.
 
 use super::runner::Runner;
-use super::scheduler::{Request, Scheduler, ServeConfig};
+use super::scheduler::{Memory, Request, Scheduler, ServeConfig};
 use super::view::{self, MemoryStats, PageView, ServeStep};
 use crate::kv::pool::ReqId;
 use crate::model::Model;
@@ -32,6 +32,10 @@ impl ServeEngine {
         let t0 = Instant::now();
         let plan = self.scheduler.schedule(self.now())?;
         let (tokens, traffic) = self.runner.run(&mut self.scheduler, &plan)?;
+        let copies = match &mut self.scheduler.memory {
+            Memory::Paged(p) => std::mem::take(&mut p.copied),
+            Memory::Reserved(_) => Vec::new(),
+        };
         let eos = self.runner.model().tokenizer.eos;
         let finished = self.scheduler.postprocess(&plan, &tokens, eos, self.now());
         // Finished requests' contiguous stores go now, not at the next iteration.
@@ -45,6 +49,7 @@ impl ServeEngine {
             wall_ms,
         );
         step.traffic = traffic;
+        step.copies = copies;
         Ok(step)
     }
 

@@ -76,6 +76,10 @@ pub struct ServeStep {
     pub block_tables: Vec<(ReqId, Vec<u32>)>,
     /// Contiguous only: (request, reserved slots, used slots), in address order.
     pub reservations: Vec<(ReqId, usize, usize)>,
+    /// Paged only: the copies made on write this iteration, (request, from page, to
+    /// page): a request wrote into a page another request also held, so it got its own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub copies: Vec<(ReqId, u32, u32)>,
     /// Contiguous only: the free gaps between reservations, (first slot, length).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gaps: Vec<(usize, usize)>,
@@ -128,6 +132,7 @@ pub fn step(
         Memory::Paged(_) => Vec::new(),
     };
     ServeStep {
+        copies: Vec::new(),
         gaps,
         block_tables,
         iteration: plan.iteration,

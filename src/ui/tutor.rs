@@ -261,6 +261,9 @@ pub fn holds(app: &App, t: &Tutor, c: &Cond) -> bool {
             .map(|r| r.pieces.len().saturating_sub(r.prompt_len))
             .unwrap_or(0))),
         Var::Layer => Some(num(app.layer)),
+        Var::Copies => Some(num(r
+            .and_then(|r| r.serve.as_ref())
+            .map_or(0, |s| s.copies_total))),
         Var::Head => Some(num(app.head)),
         _ => None,
     };

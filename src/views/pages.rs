@@ -254,3 +254,19 @@ pub fn describe_gaps(sv: &ServeView) -> Option<String> {
     }
     Some(line)
 }
+
+/// This iteration's copies on write in words, `None` when there were none.
+pub fn describe_copies(sv: &ServeView) -> Option<String> {
+    let c = &sv.step.copies;
+    if c.is_empty() {
+        return None;
+    }
+    let each: Vec<String> = c
+        .iter()
+        .map(|&(id, from, to)| format!("r{id}: page {from} → {to}"))
+        .collect();
+    Some(format!(
+        "copy-on-write this iteration ({}): a request wrote into a page it shared, so it got its own copy first",
+        each.join(", ")
+    ))
+}

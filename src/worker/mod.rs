@@ -385,6 +385,7 @@ struct Served {
     engine: ServeEngine,
     generated: usize,
     ms: f64,
+    copies: usize,
 }
 
 impl From<ServeEngine> for Served {
@@ -393,6 +394,7 @@ impl From<ServeEngine> for Served {
             engine,
             generated: 0,
             ms: 0.0,
+            copies: 0,
         }
     }
 }
@@ -406,7 +408,9 @@ fn serve_step(s: &mut Served) -> Result<Option<ServeView>, String> {
     let step = e.step()?;
     s.generated += step.tokens_generated;
     s.ms += step.wall_ms;
+    s.copies += step.copies.len();
     Ok(Some(ServeView {
+        copies_total: s.copies,
         generated_total: s.generated,
         elapsed_ms: s.ms,
         policy: e.cfg().policy,
@@ -512,7 +516,12 @@ pub fn long_parts() -> Vec<String> {
 
 /// The app's chat workload: ten chat requests from the shipped prompts, arriving a few
 /// iterations apart, in a KV budget of 1,024 tokens.
-fn chat_serving(
+/// The app's chat workload: ten requests, each a question from `assets/prompts.txt`
+/// after the shared system prompt, arriving a few iterations apart. The last asks again
+/// the question of the third from last (a story summary, whose answer runs long), as users
+/// do: admitted while that request still runs, its prompt shares every page with it, the
+/// partly filled last one too, until its first write copies that page (copy-on-write).
+pub fn chat_serving(
     model: &Model,
     policy: Policy,
     cache: CacheKind,
@@ -532,12 +541,17 @@ fn chat_serving(
         .filter(|l| !l.trim().is_empty())
         .collect();
     let mut reqs = w.generate(&[0]);
+    let n = reqs.len();
     for (i, r) in reqs.iter_mut().enumerate() {
+        let asked = if i + 1 == n { n - 3 } else { i };
         r.prompt = model
             .tokenizer
-            .encode(&TextTokenizer::chat_prompt(prompts[i % prompts.len()]))
+            .encode(&TextTokenizer::chat_prompt(prompts[asked % prompts.len()]))
             .map_err(|e| e.to_string())?;
     }
+    // The first asker may write its whole answer, so it still runs when the repeat is
+    // admitted (finished requests free their pages, and with them what could be shared).
+    reqs[n - 3].max_new = w.output_max;
     let cfg = ServeConfig {
         policy,
         cache,

@@ -185,6 +185,9 @@ pub struct ServeView {
     pub generated_total: usize,
     #[serde(default)]
     pub elapsed_ms: f64,
+    /// Pages copied on write since the run started (zero in older recordings).
+    #[serde(default)]
+    pub copies_total: usize,
 }
 
 impl ServeView {

@@ -230,6 +230,7 @@ pub fn serving_reports_with(
                 preemptions: e.preemptions(),
                 done: e.done(),
                 generated_total: generated,
+                copies_total: 0,
                 // A fixed 5 ms per iteration: pictures must not depend on this machine.
                 elapsed_ms: 5.0 * i as f64,
             });

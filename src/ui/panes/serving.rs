@@ -84,6 +84,17 @@ fn render_view(
     let blocks = req.map(|r| pages::block_table(sv, r)).unwrap_or_default();
     let marked: Vec<u32> = blocks.iter().map(|b| b.page).collect();
     let mut y = draw_grid(&Grid::of(sv), &marked, theme, inner, buf);
+    if let Some(line) = pages::describe_copies(sv) {
+        put(
+            buf,
+            inner,
+            0,
+            y,
+            fit(&line, inner.width as usize),
+            theme.accent(),
+        );
+        y += 1;
+    }
     if let Some(r) = req {
         let line = pages::describe_table(r, &blocks, sv.page_size);
         put(
