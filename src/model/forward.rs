@@ -291,20 +291,20 @@ impl Model {
             let head = &self.weights.lm_head;
             p.traffic.add(Traffic::matrix(head.bytes(), out, inp, rows));
             if !lens_rows.is_empty() {
-                p.lens_probs = Some(self.logit_lens(&lens_rows)?);
+                p.lens_logits = Some(self.logit_lens(&lens_rows)?);
             }
         }
         Ok(logits)
     }
 
     /// The logit lens: each layer's residual read out as if it were the last layer's —
-    /// final RMSNorm, LM head, softmax — all layers in one batched call. Row `l` is what
-    /// the model would predict if it stopped after layer `l`.
+    /// final RMSNorm and LM head — all layers in one batched call. Row `l` holds the logits
+    /// the model would give if it stopped after layer `l` (the session turns each row into
+    /// its top token and probabilities without a full softmax).
     pub fn logit_lens(&self, rows: &[Tensor]) -> Result<Tensor> {
         let x = Tensor::cat(rows, 0)?;
         let x = candle_nn::ops::rms_norm(&x, &self.weights.final_norm, self.cfg.rms_eps as f32)?;
-        let logits = self.weights.lm_head.forward(&x)?.to_dtype(DType::F32)?;
-        Ok(candle_nn::ops::softmax(&logits, D::Minus1)?)
+        Ok(self.weights.lm_head.forward(&x)?.to_dtype(DType::F32)?)
     }
 
     /// One transformer layer on every row of the batch: the attention block, then the MLP

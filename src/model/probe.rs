@@ -109,8 +109,8 @@ pub struct Probe {
     /// Run the logit lens: every layer's newest residual (of the first sequence) through
     /// the final RMSNorm and the LM head.
     pub lens: bool,
-    /// The lens of the last call: one row of next-token probabilities per layer.
-    pub lens_probs: Option<candle_core::Tensor>,
+    /// The lens of the last call: one row of next-token logits per layer.
+    pub lens_logits: Option<candle_core::Tensor>,
 }
 
 /// Wall time of the stages of one forward call, in milliseconds.
@@ -136,7 +136,7 @@ impl Probe {
         self.attn_io = crate::model::flash::IoCount::default();
         self.timing = Timing::default();
         self.traffic = Default::default();
-        self.lens_probs = None;
+        self.lens_logits = None;
     }
 }
 

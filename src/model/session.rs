@@ -73,28 +73,38 @@ pub struct LensRow {
     pub chosen_prob: f32,
 }
 
-/// The lens rows of a `(layers, vocab)` probability tensor, against the sampled token.
+/// The lens rows of a `(layers, vocab)` logits tensor, against the sampled token. A row
+/// needs only its top logit and the softmax's denominator, not every probability: the top
+/// token's probability is `1 / Σ exp(x − max)`, the chosen one's `exp(x_c − max)` times
+/// that. Rows run in parallel.
 fn lens_rows(
-    probs: &candle_core::Tensor,
+    logits: &candle_core::Tensor,
     chosen: u32,
     tok: &super::tokenizer::TextTokenizer,
 ) -> Result<Vec<LensRow>> {
-    let probs: Vec<Vec<f32>> = probs.to_vec2()?;
-    Ok(probs
-        .iter()
+    use rayon::prelude::*;
+    let logits: Vec<Vec<f32>> = logits.to_vec2()?;
+    let stats: Vec<(usize, f32, f32)> = logits
+        .par_iter()
+        .map(|x| {
+            let (id, max) = x
+                .iter()
+                .enumerate()
+                .fold((0, f32::NEG_INFINITY), |b, (i, &v)| if v > b.1 { (i, v) } else { b });
+            let sum: f32 = x.iter().map(|&v| (v - max).exp()).sum();
+            let chosen = x.get(chosen as usize).map_or(0.0, |&v| (v - max).exp() / sum);
+            (id, 1.0 / sum, chosen)
+        })
+        .collect();
+    Ok(stats
+        .into_iter()
         .enumerate()
-        .map(|(layer, p)| {
-            let (id, prob) =
-                p.iter()
-                    .enumerate()
-                    .fold((0, f32::MIN), |b, (i, &x)| if x > b.1 { (i, x) } else { b });
-            LensRow {
-                layer,
-                id: id as u32,
-                token: tok.piece(id as u32),
-                prob,
-                chosen_prob: p.get(chosen as usize).copied().unwrap_or(0.0),
-            }
+        .map(|(layer, (id, prob, chosen_prob))| LensRow {
+            layer,
+            id: id as u32,
+            token: tok.piece(id as u32),
+            prob,
+            chosen_prob,
         })
         .collect())
 }
@@ -153,7 +163,7 @@ impl Session {
         let ts = std::time::Instant::now();
         let id = self.sampler.sample(&row);
         let sample_ms = ts.elapsed().as_secs_f64() * 1e3;
-        let logit_lens = match self.probe.lens_probs.take() {
+        let logit_lens = match self.probe.lens_logits.take() {
             Some(p) => lens_rows(&p, id, &self.model.tokenizer)?,
             None => Vec::new(),
         };
