@@ -291,6 +291,59 @@ impl BatchedQ8 {
         Ok(out)
     }
 
+    /// Several matrices of the same input width on the same activations, in one parallel
+    /// pass: the rows are quantized once, and the cores work through all the matrices'
+    /// panels together (Q, K and V share their input, as do the MLP's gate and up), so
+    /// they are woken once instead of once per matrix. Each result as [`Self::matmul`].
+    pub fn matmul_many(ws: &[&BatchedQ8], x: &[f32], m: usize) -> Result<Vec<Vec<f32>>> {
+        #[cfg(not(target_arch = "x86_64"))]
+        return ws.iter().map(|w| w.matmul(x, m)).collect();
+        #[cfg(target_arch = "x86_64")]
+        Self::matmul_many_panels(ws, x, m)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    fn matmul_many_panels(ws: &[&BatchedQ8], x: &[f32], m: usize) -> Result<Vec<Vec<f32>>> {
+        let Some(first) = ws.first() else {
+            return Ok(Vec::new());
+        };
+        let same = ws
+            .iter()
+            .all(|w| w.k == first.k && w.kernel == first.kernel);
+        let panels: Vec<&Panels> = ws
+            .iter()
+            .filter_map(|w| match &w.layout {
+                Layout::Panels(p) => Some(p),
+                Layout::Rows { .. } => None,
+            })
+            .collect();
+        if !same || panels.len() != ws.len() {
+            return ws.iter().map(|w| w.matmul(x, m)).collect();
+        }
+        if m.checked_mul(first.k) != Some(x.len())
+            || ws.iter().any(|w| m.checked_mul(w.n).is_none())
+        {
+            candle_core::bail!(
+                "batched matmul: {} inputs are not {m} rows of {}",
+                x.len(),
+                first.k
+            );
+        }
+        let a = quantize_rows(x, m, first.k, first.kernel);
+        let mut outs: Vec<Vec<f32>> = ws.iter().map(|w| vec![0.0f32; m * w.n]).collect();
+        let dsts: Vec<OutPtr> = outs.iter_mut().map(|o| OutPtr(o.as_mut_ptr())).collect();
+        let tasks: Vec<(usize, usize, usize)> = panels
+            .iter()
+            .enumerate()
+            .flat_map(|(i, p)| panel_tasks(p).map(move |(s, e)| (i, s, e)))
+            .collect();
+        tasks.into_par_iter().for_each(|(i, s, e)| {
+            panel_range(panels[i], s, e, &a, m, ws[i].n, &dsts[i]);
+        });
+        drop(dsts);
+        Ok(outs)
+    }
+
     /// The row kernels: tasks of 64 weight rows, each row against every activation row.
     fn by_rows(&self, w_s: &[f32], w_q: &[i8], a: &QActs, m: usize, dst: &OutPtr) {
         // 64 rows rather than 32: on two cores fewer tasks mean fewer rayon wake-ups.
@@ -329,28 +382,37 @@ impl OutPtr {
 /// flight; from two rows on, 2 × 6 tiles make the most of the 32 vector registers.
 #[cfg(target_arch = "x86_64")]
 fn by_panels(p: &Panels, a: &QActs, m: usize, n: usize, dst: &OutPtr) {
-    // Enough tasks for both cores to share the work evenly, few enough that waking
-    // them costs little; an even count so two-panel tiles fit.
-    let per_task = (p.count.div_ceil(16).clamp(2, 8) + 1) & !1;
-    (0..p.count.div_ceil(per_task))
+    let tasks: Vec<(usize, usize)> = panel_tasks(p).collect();
+    tasks
         .into_par_iter()
-        .for_each(|t| {
-            let end = ((t + 1) * per_task).min(p.count);
-            let mut at = t * per_task;
-            while at < end {
-                let r = match (m, end - at) {
-                    (1..=3, 4..) => 4,
-                    (_, 2..) => 2,
-                    _ => 1,
-                };
-                match r {
-                    4 => panel_rows::<4>(p, at, a, m, n, dst),
-                    2 => panel_rows::<2>(p, at, a, m, n, dst),
-                    _ => panel_rows::<1>(p, at, a, m, n, dst),
-                }
-                at += r;
-            }
-        });
+        .for_each(|(start, end)| panel_range(p, start, end, a, m, n, dst));
+}
+
+/// A matrix's panels in tasks: enough for both cores to share the work evenly, few
+/// enough that waking them costs little; an even count per task so two-panel tiles fit.
+#[cfg(target_arch = "x86_64")]
+fn panel_tasks(p: &Panels) -> impl Iterator<Item = (usize, usize)> + Send + '_ {
+    let per_task = (p.count.div_ceil(16).clamp(2, 8) + 1) & !1;
+    (0..p.count.div_ceil(per_task)).map(move |t| (t * per_task, ((t + 1) * per_task).min(p.count)))
+}
+
+/// Panels `start..end` against every activation row.
+#[cfg(target_arch = "x86_64")]
+fn panel_range(p: &Panels, start: usize, end: usize, a: &QActs, m: usize, n: usize, dst: &OutPtr) {
+    let mut at = start;
+    while at < end {
+        let r = match (m, end - at) {
+            (1..=3, 4..) => 4,
+            (_, 2..) => 2,
+            _ => 1,
+        };
+        match r {
+            4 => panel_rows::<4>(p, at, a, m, n, dst),
+            2 => panel_rows::<2>(p, at, a, m, n, dst),
+            _ => panel_rows::<1>(p, at, a, m, n, dst),
+        }
+        at += r;
+    }
 }
 
 /// Panels `at..at + R` against every activation row, in tiles of up to six rows of
@@ -534,6 +596,27 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    #[test]
+    fn several_matrices_in_one_pass_equal_each_alone() {
+        // Q, K and V of different heights (one not a whole number of panels) on one input.
+        let (k, heights) = (96, [48, 17, 33]);
+        for kernel in Kernel::available() {
+            let ws: Vec<BatchedQ8> = heights
+                .iter()
+                .map(|&n| BatchedQ8::from_q8_0(&raw_q8(n, k, n as u64), n, k, kernel).unwrap())
+                .collect();
+            let refs: Vec<&BatchedQ8> = ws.iter().collect();
+            for m in [1, 5, 13] {
+                let x = pseudo_random(m * k, m as u64);
+                let together = BatchedQ8::matmul_many(&refs, &x, m).unwrap();
+                for (w, out) in ws.iter().zip(&together) {
+                    assert_eq!(out, &w.matmul(&x, m).unwrap(), "{kernel:?} m={m}");
+                }
+            }
+            assert!(BatchedQ8::matmul_many(&refs, &[0.0; 95], 1).is_err());
         }
     }
 

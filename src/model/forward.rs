@@ -323,10 +323,12 @@ impl Model {
         // Attention block: RMSNorm, then Q, K and V for every row at once.
         let h = candle_nn::ops::rms_norm(x, &w.attn_norm, eps)?;
         look.entering(x, &h)?;
-        let q = w.wq.forward(&h)?;
-        // K and V come from the current layout's projections (GQA: the trained ones).
+        // K and V come from the current layout's projections (GQA: the trained ones). The
+        // three share their input, so they run as one pass.
         let (wk, wv) = &self.kv_proj[layer];
-        let (k, v) = (wk.forward(&h)?, wv.forward(&h)?);
+        let [q, k, v]: [Tensor; 3] = Linear::forward_many(&[&w.wq, wk, wv], &h)?
+            .try_into()
+            .map_err(|_| candle_core::Error::Msg("three projections in, three out".into()))?;
         // RoPE, the cache and attention itself, per sequence.
         let att = attention::attend(
             &self.attention_setup(layer),
@@ -342,9 +344,11 @@ impl Model {
         look.after_attention(&x)?;
         // MLP block: RMSNorm, then SwiGLU: down(silu(gate(h)) · up(h)).
         let h = candle_nn::ops::rms_norm(&x, &w.ffn_norm, eps)?;
-        let gate = candle_nn::ops::silu(&w.w_gate.forward(&h)?)?;
+        let [gate, up]: [Tensor; 2] = Linear::forward_many(&[&w.w_gate, &w.w_up], &h)?
+            .try_into()
+            .map_err(|_| candle_core::Error::Msg("two projections in, two out".into()))?;
+        let gate = candle_nn::ops::silu(&gate)?;
         look.gate(&gate)?;
-        let up = w.w_up.forward(&h)?;
         let x = (x + w.w_down.forward(&(gate * up)?)?)?;
         // Every matrix of the layer was read once, for all the batch's rows.
         let rows = x.dim(0)?;

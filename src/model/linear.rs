@@ -55,6 +55,28 @@ impl Linear {
         }
     }
 
+    /// Several layers on the same input, `x` `(m, k)`: one pass of our kernel when every
+    /// one runs on it (the input quantized once, the cores woken once), else one by one.
+    pub fn forward_many(ls: &[&Linear], x: &Tensor) -> Result<Vec<Tensor>> {
+        let fast: Vec<&BatchedQ8> = ls.iter().filter_map(|l| l.fast.as_deref()).collect();
+        if fast.len() != ls.len() || !x.device().is_cpu() {
+            return ls.iter().map(|l| l.forward(x)).collect();
+        }
+        let (m, k) = x.dims2()?;
+        if let Some(w) = fast.iter().find(|w| w.k != k) {
+            candle_core::bail!("linear: input has {k} columns, the weight expects {}", w.k);
+        }
+        let xs = x
+            .to_dtype(candle_core::DType::F32)?
+            .flatten_all()?
+            .to_vec1::<f32>()?;
+        BatchedQ8::matmul_many(&fast, &xs, m)?
+            .into_iter()
+            .zip(&fast)
+            .map(|(out, w)| Tensor::from_vec(out, (m, w.n), x.device()))
+            .collect()
+    }
+
     /// `(out, in)`: the matrix's shape.
     pub fn dims(&self) -> (usize, usize) {
         match (&self.fast, &self.q) {

@@ -87,12 +87,15 @@ fn lens_rows(
     let stats: Vec<(usize, f32, f32)> = logits
         .par_iter()
         .map(|x| {
-            let (id, max) = x
-                .iter()
-                .enumerate()
-                .fold((0, f32::NEG_INFINITY), |b, (i, &v)| if v > b.1 { (i, v) } else { b });
+            let (id, max) =
+                x.iter().enumerate().fold(
+                    (0, f32::NEG_INFINITY),
+                    |b, (i, &v)| if v > b.1 { (i, v) } else { b },
+                );
             let sum: f32 = x.iter().map(|&v| (v - max).exp()).sum();
-            let chosen = x.get(chosen as usize).map_or(0.0, |&v| (v - max).exp() / sum);
+            let chosen = x
+                .get(chosen as usize)
+                .map_or(0.0, |&v| (v - max).exp() / sum);
             (id, 1.0 / sum, chosen)
         })
         .collect();
