@@ -416,23 +416,20 @@ fn panel_range(p: &Panels, start: usize, end: usize, a: &QActs, m: usize, n: usi
 }
 
 /// Panels `at..at + R` against every activation row, in tiles of up to six rows of
-/// nearly equal size (8 rows: 4 + 4, not 6 + 2). While the first tile computes, the next
-/// panels are fetched: the tiles after it hide that memory read behind their arithmetic.
+/// nearly equal size (8 rows: 4 + 4, not 6 + 2).
 #[cfg(target_arch = "x86_64")]
 fn panel_rows<const R: usize>(p: &Panels, at: usize, a: &QActs, m: usize, n: usize, dst: &OutPtr) {
     let tiles = m.div_ceil(6);
-    let next = (m > 1 && at + 2 * R <= p.count).then(|| p.bytes(at + R, R));
     let mut j0 = 0;
     for t in 0..tiles {
         let g = m / tiles + usize::from(t < m % tiles);
-        let pre = if t == 0 { next } else { None };
         match g {
-            1 => tile::<R, 1>(p, at, a, j0, n, pre, dst),
-            2 => tile::<R, 2>(p, at, a, j0, n, pre, dst),
-            3 => tile::<R, 3>(p, at, a, j0, n, pre, dst),
-            4 => tile::<R, 4>(p, at, a, j0, n, pre, dst),
-            5 => tile::<R, 5>(p, at, a, j0, n, pre, dst),
-            _ => tile::<R, 6>(p, at, a, j0, n, pre, dst),
+            1 => tile::<R, 1>(p, at, a, j0, n, dst),
+            2 => tile::<R, 2>(p, at, a, j0, n, dst),
+            3 => tile::<R, 3>(p, at, a, j0, n, dst),
+            4 => tile::<R, 4>(p, at, a, j0, n, dst),
+            5 => tile::<R, 5>(p, at, a, j0, n, dst),
+            _ => tile::<R, 6>(p, at, a, j0, n, dst),
         }
         j0 += g;
     }
@@ -447,7 +444,6 @@ fn tile<const R: usize, const G: usize>(
     a: &QActs,
     j0: usize,
     n: usize,
-    prefetch: Option<&[u8]>,
     dst: &OutPtr,
 ) {
     let kb = p.kb;
@@ -456,7 +452,6 @@ fn tile<const R: usize, const G: usize>(
         q: p.bytes(at, R),
         scales: &p.scales[at * kb * LANES..(at + R) * kb * LANES],
         kb,
-        prefetch,
     };
     let acts = avx512::ActTile {
         q: &a.qs[j0 * k..(j0 + G) * k],

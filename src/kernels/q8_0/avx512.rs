@@ -58,9 +58,6 @@ pub struct PanelTile<'a> {
     pub q: &'a [u8],
     pub scales: &'a [u16],
     pub kb: usize,
-    /// The next panels' bytes, fetched into the cache while this tile computes, so the
-    /// next tile finds them there instead of waiting on memory.
-    pub prefetch: Option<&'a [u8]>,
 }
 
 /// `G` activation rows: signed bytes, per block a scale and `-128 · Σa`, row j at j·stride.
@@ -100,14 +97,6 @@ pub unsafe fn tile<const R: usize, const G: usize>(
                 let start = _mm512_set1_epi32(*a.neg_corr.get_unchecked(j * kb + b));
                 for r in 0..R {
                     dot[r][j] = start;
-                }
-            }
-            if let Some(next) = w.prefetch {
-                // Each block's lines of the next panels; beyond `next` nothing is touched.
-                for at in (((b * R) * QK / 4)..((b + 1) * R * QK / 4)).map(|l| l * 64) {
-                    if at < next.len() {
-                        _mm_prefetch::<_MM_HINT_T0>(next.as_ptr().add(at) as *const i8);
-                    }
                 }
             }
             for c in 0..QK / 4 {
