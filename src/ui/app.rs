@@ -971,6 +971,10 @@ fn push_timeline(
         })
         .collect();
     col.extend(sv.step.queue.iter().map(|&q| (q, ReqPhase::Waiting)));
+    // A finished run's view comes again with every step; it is one column, not many.
+    if sv.done && t.back() == Some(&col) {
+        return;
+    }
     t.push_back(col);
     if t.len() > TIMELINE {
         t.pop_front();

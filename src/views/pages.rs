@@ -255,11 +255,16 @@ pub fn describe_gaps(sv: &ServeView) -> Option<String> {
     Some(line)
 }
 
-/// This iteration's copies on write in words, `None` when there were none.
+/// This iteration's copies on write in words; after one, how many so far and the last;
+/// `None` before the first.
 pub fn describe_copies(sv: &ServeView) -> Option<String> {
     let c = &sv.step.copies;
     if c.is_empty() {
-        return None;
+        let (it, id, from, to) = sv.last_copy?;
+        return Some(format!(
+            "copies on write so far: {} (the last: r{id}, page {from} → {to}, iteration {it})",
+            sv.copies_total
+        ));
     }
     let each: Vec<String> = c
         .iter()

@@ -386,6 +386,9 @@ struct Served {
     generated: usize,
     ms: f64,
     copies: usize,
+    last_copy: Option<(usize, u64, u32, u32)>,
+    /// The last iteration's view, shown again once the run is done.
+    last: Option<ServeView>,
 }
 
 impl From<ServeEngine> for Served {
@@ -395,22 +398,29 @@ impl From<ServeEngine> for Served {
             generated: 0,
             ms: 0.0,
             copies: 0,
+            last_copy: None,
+            last: None,
         }
     }
 }
 
-/// One iteration of a serving engine as the app shows it (`None` once it is done).
+/// One iteration of a serving engine as the app shows it; once the run is done, its
+/// last view again, so the pane keeps the finished run on screen.
 fn serve_step(s: &mut Served) -> Result<Option<ServeView>, String> {
     let e = &mut s.engine;
     if e.done() {
-        return Ok(None);
+        return Ok(s.last.clone());
     }
     let step = e.step()?;
     s.generated += step.tokens_generated;
     s.ms += step.wall_ms;
     s.copies += step.copies.len();
-    Ok(Some(ServeView {
+    if let Some(&(id, from, to)) = step.copies.last() {
+        s.last_copy = Some((step.iteration, id, from, to));
+    }
+    let view = ServeView {
         copies_total: s.copies,
+        last_copy: s.last_copy,
         generated_total: s.generated,
         elapsed_ms: s.ms,
         policy: e.cfg().policy,
@@ -420,7 +430,9 @@ fn serve_step(s: &mut Served) -> Result<Option<ServeView>, String> {
         step,
         preemptions: e.preemptions(),
         done: e.done(),
-    }))
+    };
+    s.last = Some(view.clone());
+    Ok(Some(view))
 }
 
 /// The serving engine of a setup, and its comparison when the setup names one.

@@ -185,9 +185,12 @@ pub struct ServeView {
     pub generated_total: usize,
     #[serde(default)]
     pub elapsed_ms: f64,
-    /// Pages copied on write since the run started (zero in older recordings).
+    /// Pages copied on write since the run started (zero in older recordings), and the
+    /// last copy: (iteration, request, from page, to page).
     #[serde(default)]
     pub copies_total: usize,
+    #[serde(default)]
+    pub last_copy: Option<(usize, u64, u32, u32)>,
 }
 
 impl ServeView {

@@ -231,6 +231,7 @@ pub fn serving_reports_with(
                 done: e.done(),
                 generated_total: generated,
                 copies_total: 0,
+                last_copy: None,
                 // A fixed 5 ms per iteration: pictures must not depend on this machine.
                 elapsed_ms: 5.0 * i as f64,
             });
