@@ -57,6 +57,8 @@ pub fn features() -> Vec<String> {
             ("avx512f", std::is_x86_feature_detected!("avx512f")),
             ("avx512bw", std::is_x86_feature_detected!("avx512bw")),
             ("avx512vnni", std::is_x86_feature_detected!("avx512vnni")),
+            ("avxvnni", std::is_x86_feature_detected!("avxvnni")),
+            ("f16c", std::is_x86_feature_detected!("f16c")),
         ];
         out.extend(have.iter().filter(|h| h.1).map(|h| h.0.to_string()));
     }

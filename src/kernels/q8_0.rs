@@ -14,11 +14,13 @@ use rayon::prelude::*;
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod avxvnni;
 
 const QK: usize = 32;
 
-/// Rows per panel of the AVX-512 layout (one per 32-bit lane of a 512-bit vector).
-const LANES: usize = 16;
+/// Rows per panel of the widest layout (one per 32-bit lane of a 512-bit vector).
+const MAX_LANES: usize = 16;
 
 /// Which kernel a matrix runs on; its layout follows from it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,6 +29,9 @@ pub enum Kernel {
     Scalar,
     /// `maddubs` dot products, one weight row against four activation rows at a time.
     Avx2,
+    /// `vpdpbusd` on 256-bit vectors (CPUs with AVX-VNNI but no AVX-512): panels of 8
+    /// weight rows, a register tile of up to 2 panels × 3 rows (16 vector registers).
+    AvxVnni,
     /// `vpdpbusd` on panels of 16 weight rows, a register tile of up to 2 panels × 6 rows.
     Avx512Vnni,
 }
@@ -41,6 +46,9 @@ impl Kernel {
             if has!("avx2") && has!("fma") {
                 out.push(Kernel::Avx2);
             }
+            if has!("avx2") && has!("fma") && has!("f16c") && has!("avxvnni") {
+                out.push(Kernel::AvxVnni);
+            }
             if has!("avx512f") && has!("avx512bw") && has!("avx512vnni") && has!("f16c") {
                 out.push(Kernel::Avx512Vnni);
             }
@@ -48,7 +56,8 @@ impl Kernel {
         out
     }
 
-    /// The fastest kernel here. `INFERLAB_KERNEL=scalar|avx2` picks a slower one to compare.
+    /// The fastest kernel here. `INFERLAB_KERNEL=scalar|avx2|avxvnni` picks a slower one
+    /// to compare.
     pub fn best() -> Kernel {
         static BEST: std::sync::OnceLock<Kernel> = std::sync::OnceLock::new();
         *BEST.get_or_init(|| {
@@ -56,6 +65,7 @@ impl Kernel {
             let wanted = match std::env::var("INFERLAB_KERNEL").as_deref() {
                 Ok("scalar") => Some(Kernel::Scalar),
                 Ok("avx2") => Some(Kernel::Avx2),
+                Ok("avxvnni") => Some(Kernel::AvxVnni),
                 _ => None,
             };
             match wanted {
@@ -77,7 +87,7 @@ pub struct BatchedQ8 {
 enum Layout {
     /// Row by row: each row's block scales, and its bytes in block order.
     Rows { scales: Vec<f32>, qs: Vec<i8> },
-    /// Panels of 16 rows for the AVX-512 kernel.
+    /// Panels of 16 rows (AVX-512) or 8 (AVX-VNNI) for the `vpdpbusd` kernels.
     Panels(Panels),
 }
 
@@ -86,31 +96,39 @@ enum Layout {
 #[repr(C, align(64))]
 struct Line([u8; 64]);
 
-/// Weights in panels of 16 rows (the last one padded with zero rows). Per panel and
-/// block: eight 64-byte lines, where line c holds bytes `4c..4c + 4` of each row in turn
-/// (stored as `w + 128`), and 16 f16 scales. Panels follow each other, blocks in order.
+/// Weights in panels of `lanes` rows (the last one padded with zero rows). Per panel and
+/// block: eight chunks of `4 · lanes` bytes, where chunk c holds bytes `4c..4c + 4` of
+/// each row in turn (stored as `w + 128`), and `lanes` f16 scales. Panels follow each
+/// other, blocks in order.
 struct Panels {
     lines: Vec<Line>,
     scales: Vec<u16>,
+    lanes: usize,
     count: usize,
     kb: usize,
 }
 
 impl Panels {
-    /// From GGUF Q8_0 blocks (34 bytes each: f16 scale, 32 int8), `kb` per row.
-    fn new(data: &[u8], n: usize, kb: usize) -> Panels {
-        let count = n.div_ceil(LANES);
-        // Padding rows: w = 0 (stored 128) with scale 0.
-        let mut lines = vec![Line([0x80; 64]); count * kb * QK / 4];
-        let mut scales = vec![0u16; count * kb * LANES];
+    /// From GGUF Q8_0 blocks (34 bytes each: f16 scale, 32 int8), `kb` per row, for a
+    /// kernel with `lanes` 32-bit lanes (8 or 16).
+    fn new(data: &[u8], n: usize, kb: usize, lanes: usize) -> Panels {
+        let count = n.div_ceil(lanes);
+        // Padding rows: w = 0 (stored 128) with scale 0. A panel is a whole number of
+        // lines: kb · lanes · 32 bytes, and lanes is 8 or 16.
+        let mut lines = vec![Line([0x80; 64]); count * kb * lanes * QK / 64];
+        let mut scales = vec![0u16; count * kb * lanes];
+        // SAFETY: a Line is 64 plain bytes with no padding.
+        let bytes: &mut [u8] = unsafe {
+            std::slice::from_raw_parts_mut(lines.as_mut_ptr() as *mut u8, lines.len() * 64)
+        };
         for (bi, blk) in data.chunks_exact(34).enumerate() {
             let (row, b) = (bi / kb, bi % kb);
-            let (p, lane) = (row / LANES, row % LANES);
+            let (p, lane) = (row / lanes, row % lanes);
             let at = p * kb + b;
-            scales[at * LANES + lane] = u16::from_le_bytes([blk[0], blk[1]]);
+            scales[at * lanes + lane] = u16::from_le_bytes([blk[0], blk[1]]);
             for (c, four) in blk[2..].chunks_exact(4).enumerate() {
-                let line = &mut lines[at * QK / 4 + c].0[lane * 4..][..4];
-                for (d, s) in line.iter_mut().zip(four) {
+                let chunk = &mut bytes[((at * QK / 4 + c) * lanes + lane) * 4..][..4];
+                for (d, s) in chunk.iter_mut().zip(four) {
                     *d = s ^ 0x80;
                 }
             }
@@ -118,6 +136,7 @@ impl Panels {
         Panels {
             lines,
             scales,
+            lanes,
             count,
             kb,
         }
@@ -125,12 +144,36 @@ impl Panels {
 
     /// Bytes of panels `p..p + r`.
     fn bytes(&self, p: usize, r: usize) -> &[u8] {
-        let per = self.kb * QK / 4;
-        let lines = &self.lines[p * per..(p + r) * per];
+        let per = self.kb * self.lanes * QK;
         // SAFETY: a Line is 64 plain bytes with no padding.
-        unsafe { std::slice::from_raw_parts(lines.as_ptr() as *const u8, lines.len() * 64) }
+        let all = unsafe {
+            std::slice::from_raw_parts(self.lines.as_ptr() as *const u8, self.lines.len() * 64)
+        };
+        &all[p * per..(p + r) * per]
     }
 }
+
+/// `R` consecutive panels of weights for a tile: per panel and block, the bytes
+/// (`w + 128`, four per lane per vector) and the f16 scales.
+struct PanelTile<'a> {
+    q: &'a [u8],
+    scales: &'a [u16],
+    kb: usize,
+}
+
+/// `G` activation rows for a tile: signed bytes, per block a scale and `-128 · Σa`, row j
+/// at `j · k`.
+struct ActTile<'a> {
+    q: &'a [i8],
+    scales: &'a [f32],
+    neg_corr: &'a [i32],
+    /// Bytes per row of `q`; the scales and corrections have `k / 32` per row.
+    k: usize,
+}
+
+/// A tile's results: `out[r][j]` holds the rows of panel `r` for activation row `j` (the
+/// first 8 lanes only, for the 256-bit kernel).
+type TileOut<const R: usize, const G: usize> = [[[f32; MAX_LANES]; G]; R];
 
 /// Activations quantized to Q8_0 row by row, as candle does for its own dot products.
 struct QActs {
@@ -230,7 +273,9 @@ impl BatchedQ8 {
                 ))
             })?;
         let layout = if kernel == Kernel::Avx512Vnni {
-            Layout::Panels(Panels::new(data, n, k / QK))
+            Layout::Panels(Panels::new(data, n, k / QK, 16))
+        } else if kernel == Kernel::AvxVnni {
+            Layout::Panels(Panels::new(data, n, k / QK, 8))
         } else {
             let scales = data.chunks_exact(34);
             Layout::Rows {
@@ -376,10 +421,11 @@ impl OutPtr {
     }
 }
 
-/// The AVX-512 kernel over all panels: tasks of a few panels each, and in a task register
-/// tiles of R panels × G activation rows. One activation row (a single decode step) is
-/// bound by reading the weights, so it takes four panels at a time to keep more loads in
-/// flight; from two rows on, 2 × 6 tiles make the most of the 32 vector registers.
+/// The `vpdpbusd` kernels over all panels: tasks of a few panels each, and in a task
+/// register tiles of R panels × G activation rows. One activation row (a single decode
+/// step) is bound by reading the weights, so it takes four panels at a time to keep more
+/// loads in flight; from two rows on, 2 × 6 tiles make the most of AVX-512's 32 vector
+/// registers (2 × 3 of AVX-VNNI's 16).
 #[cfg(target_arch = "x86_64")]
 fn by_panels(p: &Panels, a: &QActs, m: usize, n: usize, dst: &OutPtr) {
     let tasks: Vec<(usize, usize)> = panel_tasks(p).collect();
@@ -401,9 +447,9 @@ fn panel_tasks(p: &Panels) -> impl Iterator<Item = (usize, usize)> + Send + '_ {
 fn panel_range(p: &Panels, start: usize, end: usize, a: &QActs, m: usize, n: usize, dst: &OutPtr) {
     let mut at = start;
     while at < end {
-        let r = match (m, end - at) {
-            (1..=3, 4..) => 4,
-            (_, 2..) => 2,
+        let r = match (p.lanes, m, end - at) {
+            (16, 1..=3, 4..) | (_, 1, 4..) => 4,
+            (_, _, 2..) => 2,
             _ => 1,
         };
         match r {
@@ -415,11 +461,18 @@ fn panel_range(p: &Panels, start: usize, end: usize, a: &QActs, m: usize, n: usi
     }
 }
 
-/// Panels `at..at + R` against every activation row, in tiles of up to six rows of
-/// nearly equal size (8 rows: 4 + 4, not 6 + 2).
+/// Panels `at..at + R` against every activation row, in tiles of as many rows as the
+/// registers hold, of nearly equal size (8 rows: 4 + 4, not 6 + 2).
 #[cfg(target_arch = "x86_64")]
 fn panel_rows<const R: usize>(p: &Panels, at: usize, a: &QActs, m: usize, n: usize, dst: &OutPtr) {
-    let tiles = m.div_ceil(6);
+    // Accumulators: two per tile cell (int32 block sums and the float total), plus R
+    // weight vectors and one broadcast, within 32 registers (16 for 256-bit vectors).
+    let most = match (p.lanes, R) {
+        (16, _) | (_, 1) => 6,
+        (_, 2) => 3,
+        _ => 1,
+    };
+    let tiles = m.div_ceil(most);
     let mut j0 = 0;
     for t in 0..tiles {
         let g = m / tiles + usize::from(t < m % tiles);
@@ -448,23 +501,30 @@ fn tile<const R: usize, const G: usize>(
 ) {
     let kb = p.kb;
     let k = kb * QK;
-    let w = avx512::PanelTile {
+    let lanes = p.lanes;
+    let w = PanelTile {
         q: p.bytes(at, R),
-        scales: &p.scales[at * kb * LANES..(at + R) * kb * LANES],
+        scales: &p.scales[at * kb * lanes..(at + R) * kb * lanes],
         kb,
     };
-    let acts = avx512::ActTile {
+    let acts = ActTile {
         q: &a.qs[j0 * k..(j0 + G) * k],
         scales: &a.scales[j0 * kb..(j0 + G) * kb],
         neg_corr: &a.neg_corr[j0 * kb..(j0 + G) * kb],
         k,
     };
-    let mut out = [[[0.0f32; LANES]; G]; R];
-    // SAFETY: panels exist only where the AVX-512 features were detected.
-    unsafe { avx512::tile::<R, G>(&w, &acts, &mut out) };
+    let mut out = [[[0.0f32; MAX_LANES]; G]; R];
+    // SAFETY: panels of each width exist only where that kernel's features were detected.
+    unsafe {
+        if lanes == 16 {
+            avx512::tile::<R, G>(&w, &acts, &mut out)
+        } else {
+            avxvnni::tile::<R, G>(&w, &acts, &mut out)
+        }
+    };
     for (r, panel) in out.iter().enumerate() {
-        let row0 = (at + r) * LANES;
-        let valid = LANES.min(n.saturating_sub(row0));
+        let row0 = (at + r) * lanes;
+        let valid = lanes.min(n.saturating_sub(row0));
         for (j, lanes) in panel.iter().enumerate() {
             // SAFETY: columns row0..row0 + valid belong to this task; j0 + j < m.
             unsafe {
@@ -683,24 +743,28 @@ mod tests {
                 data.extend((0..QK).map(|i| (r * 7 + b * 3 + i) as u8));
             }
         }
-        let p = Panels::new(&data, n, kb);
-        assert_eq!(p.count, 2);
-        for r in 0..2 * LANES {
-            let (panel, lane) = (r / LANES, r % LANES);
-            for b in 0..kb {
-                let at = panel * kb + b;
-                let scale = half::f16::from_bits(p.scales[at * LANES + lane]).to_f32();
-                let bytes: Vec<u8> = (0..QK / 4)
-                    .flat_map(|c| p.lines[at * QK / 4 + c].0[lane * 4..][..4].to_vec())
-                    .collect();
-                if r < n {
-                    assert_eq!(scale, (r * 10 + b) as f32);
-                    let want: Vec<u8> = (0..QK).map(|i| (r * 7 + b * 3 + i) as u8 ^ 0x80).collect();
-                    assert_eq!(bytes, want, "row {r} block {b}");
-                } else {
-                    // Padding: weight 0 (stored 128) with scale 0.
-                    assert_eq!(scale, 0.0);
-                    assert!(bytes.iter().all(|&x| x == 0x80));
+        for lanes in [8, 16] {
+            let p = Panels::new(&data, n, kb, lanes);
+            assert_eq!(p.count, n.div_ceil(lanes));
+            let all = p.bytes(0, p.count);
+            for r in 0..p.count * lanes {
+                let (panel, lane) = (r / lanes, r % lanes);
+                for b in 0..kb {
+                    let at = panel * kb + b;
+                    let scale = half::f16::from_bits(p.scales[at * lanes + lane]).to_f32();
+                    let bytes: Vec<u8> = (0..QK / 4)
+                        .flat_map(|c| all[((at * QK / 4 + c) * lanes + lane) * 4..][..4].to_vec())
+                        .collect();
+                    if r < n {
+                        assert_eq!(scale, (r * 10 + b) as f32);
+                        let want: Vec<u8> =
+                            (0..QK).map(|i| (r * 7 + b * 3 + i) as u8 ^ 0x80).collect();
+                        assert_eq!(bytes, want, "row {r} block {b}");
+                    } else {
+                        // Padding: weight 0 (stored 128) with scale 0.
+                        assert_eq!(scale, 0.0);
+                        assert!(bytes.iter().all(|&x| x == 0x80));
+                    }
                 }
             }
         }

@@ -13,11 +13,11 @@
 //! `128 · Σa` per block; it depends on the activations only and is taken off by starting
 //! each block's sum at `-128 · Σa`, computed once when the activations are quantized.
 
-use super::QK;
+use super::{ActTile, PanelTile, TileOut, QK};
 use std::arch::x86_64::*;
 
 /// Rows per panel: one per 32-bit lane of a 512-bit vector.
-pub const LANES: usize = 16;
+const LANES: usize = 16;
 
 /// [`super::quantize_block`] on 16 lanes, with the same operations in the same order so
 /// the bytes come out identical. Also returns the sum of the bytes.
@@ -52,33 +52,12 @@ pub unsafe fn quantize_block(chunk: &[f32], out: &mut [i8]) -> (f32, i32) {
     }
 }
 
-/// `R` consecutive panels of weights: per panel and block, 512 bytes (`w + 128`, lane i
-/// = row i, four bytes per lane per vector) and 16 f16 scales.
-pub struct PanelTile<'a> {
-    pub q: &'a [u8],
-    pub scales: &'a [u16],
-    pub kb: usize,
-}
-
-/// `G` activation rows: signed bytes, per block a scale and `-128 · Σa`, row j at j·stride.
-pub struct ActTile<'a> {
-    pub q: &'a [i8],
-    pub scales: &'a [f32],
-    pub neg_corr: &'a [i32],
-    /// Bytes per row of `q`; the scales and corrections have `kb` per row.
-    pub k: usize,
-}
-
-/// A tile's results: `out[r][j]` holds rows `16r..16r + 16` of the tile's panels for
-/// activation row `j`.
-pub type TileOut<const R: usize, const G: usize> = [[[f32; LANES]; G]; R];
-
 /// `R` panels × `G` activation rows over all `kb` blocks.
 // Indices `r` (panel) and `j` (activation row) name the register tile; iterators over two
 // arrays at once would hide which accumulator is which.
 #[allow(clippy::needless_range_loop)]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-pub unsafe fn tile<const R: usize, const G: usize>(
+pub(super) unsafe fn tile<const R: usize, const G: usize>(
     w: &PanelTile,
     a: &ActTile,
     out: &mut TileOut<R, G>,
