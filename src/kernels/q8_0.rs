@@ -2,10 +2,11 @@
 //! quantized to int8 the same way. Each weight block is read once for all activation rows,
 //! which is why a batch of B rows costs far less than B single rows.
 //!
-//! Three kernels compute the same thing ([`Kernel`]): the portable scalar reference
-//! ([`scalar_dot_rows`]), AVX2 dot products, and the register-blocked AVX-512 VNNI kernel
-//! (in `q8_0/avx512.rs`) that lays the weights out in panels of 16 rows. The tests run
-//! every kernel this CPU has against the scalar reference.
+//! Four kernels compute the same thing ([`Kernel`]): the portable scalar reference
+//! ([`scalar_dot_rows`]), AVX2 dot products, and the register-blocked `vpdpbusd` kernels
+//! that lay the weights out in panels, one row per vector lane: 16 rows on AVX-512 VNNI
+//! (`q8_0/avx512.rs`), 8 on AVX-VNNI (`q8_0/avxvnni.rs`). The tests run every kernel this
+//! CPU has against the scalar reference.
 
 use candle_core::Result;
 use rayon::prelude::*;
@@ -20,6 +21,7 @@ mod avxvnni;
 const QK: usize = 32;
 
 /// Rows per panel of the widest layout (one per 32-bit lane of a 512-bit vector).
+#[cfg(target_arch = "x86_64")]
 const MAX_LANES: usize = 16;
 
 /// Which kernel a matrix runs on; its layout follows from it.
@@ -155,6 +157,7 @@ impl Panels {
 
 /// `R` consecutive panels of weights for a tile: per panel and block, the bytes
 /// (`w + 128`, four per lane per vector) and the f16 scales.
+#[cfg(target_arch = "x86_64")]
 struct PanelTile<'a> {
     q: &'a [u8],
     scales: &'a [u16],
@@ -163,6 +166,7 @@ struct PanelTile<'a> {
 
 /// `G` activation rows for a tile: signed bytes, per block a scale and `-128 · Σa`, row j
 /// at `j · k`.
+#[cfg(target_arch = "x86_64")]
 struct ActTile<'a> {
     q: &'a [i8],
     scales: &'a [f32],
@@ -173,6 +177,7 @@ struct ActTile<'a> {
 
 /// A tile's results: `out[r][j]` holds the rows of panel `r` for activation row `j` (the
 /// first 8 lanes only, for the 256-bit kernel).
+#[cfg(target_arch = "x86_64")]
 type TileOut<const R: usize, const G: usize> = [[[f32; MAX_LANES]; G]; R];
 
 /// Activations quantized to Q8_0 row by row, as candle does for its own dot products.
