@@ -256,12 +256,18 @@ impl PagePool {
         if rest.is_empty() {
             return;
         }
-        let found = self.tables.values().find_map(|t| {
-            let same = t.pages.len() > k
-                && t.pages[..k] == table.pages[..]
-                && t.tokens.get(k * ps..k * ps + rest.len()) == Some(rest);
-            same.then(|| t.pages[k])
-        });
+        // The lowest request id among the candidates, so the choice does not depend on
+        // the map's order.
+        let found = self
+            .tables
+            .iter()
+            .filter(|(_, t)| {
+                t.pages.len() > k
+                    && t.pages[..k] == table.pages[..]
+                    && t.tokens.get(k * ps..k * ps + rest.len()) == Some(rest)
+            })
+            .min_by_key(|(id, _)| **id)
+            .map(|(_, t)| t.pages[k]);
         if let Some(p) = found {
             self.ref_count[p as usize] += 1;
             table.pages.push(p);
