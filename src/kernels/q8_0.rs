@@ -315,11 +315,11 @@ impl BatchedQ8 {
         }
     }
 
-    /// `(m, k) × (n, k)ᵀ → (m, n)`. The unsafe writes below rely on these sizes, so they
-    /// are checked here, where a wrong shape becomes an error instead of a stray write.
-    pub fn matmul(&self, x: &[f32], m: usize) -> Result<Vec<f32>> {
-        let out_len = m.checked_mul(self.n);
-        if m.checked_mul(self.k) != Some(x.len()) || out_len.is_none() {
+    /// Whether `x` is `m` rows of this matrix's width and the `(m, n)` result fits. The
+    /// unsafe writes of the kernels rely on these sizes, so they are checked here, where a
+    /// wrong shape becomes an error instead of a stray write.
+    fn check_input(&self, x: &[f32], m: usize) -> Result<()> {
+        if m.checked_mul(self.k) != Some(x.len()) || m.checked_mul(self.n).is_none() {
             candle_core::bail!(
                 "batched matmul: {} inputs are not {m} rows of {} (weight {}×{})",
                 x.len(),
@@ -328,13 +328,19 @@ impl BatchedQ8 {
                 self.k
             );
         }
+        Ok(())
+    }
+
+    /// `(m, k) × (n, k)ᵀ → (m, n)`.
+    pub fn matmul(&self, x: &[f32], m: usize) -> Result<Vec<f32>> {
+        self.check_input(x, m)?;
         let a = quantize_rows(x, m, self.k, self.kernel);
         let mut out = vec![0.0f32; m * self.n];
         let dst = OutPtr(out.as_mut_ptr());
         match &self.layout {
             Layout::Rows { scales, qs } => self.by_rows(scales, qs, &a, m, &dst),
             #[cfg(target_arch = "x86_64")]
-            Layout::Panels(p) => by_panels(p, &a, m, self.n, &dst),
+            Layout::Panels(p) => by_panels(&[(p, self.n, &dst)], &a, m),
             #[cfg(not(target_arch = "x86_64"))]
             Layout::Panels(_) => unreachable!("panels are only built for the AVX-512 kernel"),
         }
@@ -370,27 +376,19 @@ impl BatchedQ8 {
         if !same || panels.len() != ws.len() {
             return ws.iter().map(|w| w.matmul(x, m)).collect();
         }
-        if m.checked_mul(first.k) != Some(x.len())
-            || ws.iter().any(|w| m.checked_mul(w.n).is_none())
-        {
-            candle_core::bail!(
-                "batched matmul: {} inputs are not {m} rows of {}",
-                x.len(),
-                first.k
-            );
+        for w in ws {
+            w.check_input(x, m)?;
         }
         let a = quantize_rows(x, m, first.k, first.kernel);
         let mut outs: Vec<Vec<f32>> = ws.iter().map(|w| vec![0.0f32; m * w.n]).collect();
         let dsts: Vec<OutPtr> = outs.iter_mut().map(|o| OutPtr(o.as_mut_ptr())).collect();
-        let tasks: Vec<(usize, usize, usize)> = panels
+        let jobs: Vec<(&Panels, usize, &OutPtr)> = panels
             .iter()
-            .enumerate()
-            .flat_map(|(i, p)| panel_tasks(p).map(move |(s, e)| (i, s, e)))
+            .zip(ws)
+            .zip(&dsts)
+            .map(|((p, w), d)| (*p, w.n, d))
             .collect();
-        tasks.into_par_iter().for_each(|(i, s, e)| {
-            panel_range(panels[i], s, e, &a, m, ws[i].n, &dsts[i]);
-        });
-        drop(dsts);
+        by_panels(&jobs, &a, m);
         Ok(outs)
     }
 
@@ -426,17 +424,23 @@ impl OutPtr {
     }
 }
 
-/// The `vpdpbusd` kernels over all panels: tasks of a few panels each, and in a task
-/// register tiles of R panels × G activation rows. One activation row (a single decode
+/// The `vpdpbusd` kernels over all panels of one or more matrices, each `(panels, n,
+/// result)`: tasks of a few panels each, and in a task register tiles of R panels × G
+/// activation rows. One activation row (a single decode
 /// step) is bound by reading the weights, so it takes four panels at a time to keep more
 /// loads in flight; from two rows on, 2 × 6 tiles make the most of AVX-512's 32 vector
 /// registers (2 × 3 of AVX-VNNI's 16).
 #[cfg(target_arch = "x86_64")]
-fn by_panels(p: &Panels, a: &QActs, m: usize, n: usize, dst: &OutPtr) {
-    let tasks: Vec<(usize, usize)> = panel_tasks(p).collect();
-    tasks
-        .into_par_iter()
-        .for_each(|(start, end)| panel_range(p, start, end, a, m, n, dst));
+fn by_panels(jobs: &[(&Panels, usize, &OutPtr)], a: &QActs, m: usize) {
+    let tasks: Vec<(usize, usize, usize)> = jobs
+        .iter()
+        .enumerate()
+        .flat_map(|(i, (p, _, _))| panel_tasks(p).map(move |(s, e)| (i, s, e)))
+        .collect();
+    tasks.into_par_iter().for_each(|(i, start, end)| {
+        let (p, n, dst) = jobs[i];
+        panel_range(p, start, end, a, m, n, dst);
+    });
 }
 
 /// A matrix's panels in tasks: enough for both cores to share the work evenly, few

@@ -39,18 +39,7 @@ impl Linear {
     /// `x` is `(m, k)`; returns `(m, n)`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         match &self.fast {
-            Some(w) if x.device().is_cpu() => {
-                let (m, k) = x.dims2()?;
-                if k != w.k {
-                    candle_core::bail!("linear: input has {k} columns, the weight expects {}", w.k);
-                }
-                let xs = x
-                    .to_dtype(candle_core::DType::F32)?
-                    .flatten_all()?
-                    .to_vec1::<f32>()?;
-                let out = w.matmul(&xs, m)?;
-                Tensor::from_vec(out, (m, w.n), x.device())
-            }
+            Some(w) if x.device().is_cpu() => Ok(on_kernel(&[w], x)?.remove(0)),
             _ => self.q.forward(x),
         }
     }
@@ -62,19 +51,7 @@ impl Linear {
         if fast.len() != ls.len() || !x.device().is_cpu() {
             return ls.iter().map(|l| l.forward(x)).collect();
         }
-        let (m, k) = x.dims2()?;
-        if let Some(w) = fast.iter().find(|w| w.k != k) {
-            candle_core::bail!("linear: input has {k} columns, the weight expects {}", w.k);
-        }
-        let xs = x
-            .to_dtype(candle_core::DType::F32)?
-            .flatten_all()?
-            .to_vec1::<f32>()?;
-        BatchedQ8::matmul_many(&fast, &xs, m)?
-            .into_iter()
-            .zip(&fast)
-            .map(|(out, w)| Tensor::from_vec(out, (m, w.n), x.device()))
-            .collect()
+        on_kernel(&fast, x)
     }
 
     /// `(out, in)`: the matrix's shape.
@@ -97,4 +74,21 @@ impl Linear {
             }
         }
     }
+}
+
+/// `x` `(m, k)` through our kernel's matrices, all in one pass; each result `(m, n)`.
+fn on_kernel(ws: &[&BatchedQ8], x: &Tensor) -> Result<Vec<Tensor>> {
+    let (m, k) = x.dims2()?;
+    if let Some(w) = ws.iter().find(|w| w.k != k) {
+        candle_core::bail!("linear: input has {k} columns, the weight expects {}", w.k);
+    }
+    let xs = x
+        .to_dtype(candle_core::DType::F32)?
+        .flatten_all()?
+        .to_vec1::<f32>()?;
+    BatchedQ8::matmul_many(ws, &xs, m)?
+        .into_iter()
+        .zip(ws)
+        .map(|(out, w)| Tensor::from_vec(out, (m, w.n), x.device()))
+        .collect()
 }
