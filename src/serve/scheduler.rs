@@ -513,10 +513,10 @@ impl Scheduler {
             // A prefix already in the pool counts as computed.
             Memory::Paged(p) => p.admit(id, &r.tokens(0, r.len()))?,
             Memory::Reserved(a) => {
-                let free = a.largest_gap();
-                a.place(id, reserve).ok_or(KvError::OutOfPages {
+                // The longest gap is looked up only when placing fails.
+                a.place(id, reserve).ok_or_else(|| KvError::OutOfPages {
                     need: reserve,
-                    free,
+                    free: a.largest_gap(),
                 })?;
                 0
             }

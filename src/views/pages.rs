@@ -176,17 +176,18 @@ pub fn describe_table(req: u64, blocks: &[Block], page_size: usize) -> String {
 /// before gaps were reported show the free memory after the reservations.
 fn contiguous_cells(s: &ServeStep, ps: usize) -> Vec<Cell> {
     let need = s.memory.head_need;
-    let free = |len: usize| {
+    let free = |len: usize, stranded: bool| {
         std::iter::repeat_n(
             Cell {
                 owner: None,
                 fill: 0,
                 shared: 0,
-                stranded: need > 0 && len < need,
+                stranded,
             },
             len.div_ceil(ps),
         )
     };
+    let gap = |len: usize| free(len, need > 0 && len < need);
     let run = |&(id, reserved, used): &(u64, usize, usize)| {
         (0..reserved.div_ceil(ps)).map(move |c| Cell {
             owner: Some(id),
@@ -200,10 +201,7 @@ fn contiguous_cells(s: &ServeStep, ps: usize) -> Vec<Cell> {
         cells.extend(s.reservations.iter().flat_map(run));
         let m = &s.memory;
         let rest = m.capacity_tokens.saturating_sub(m.allocated_slots) / ps;
-        cells.extend(free(rest * ps).map(|c| Cell {
-            stranded: false,
-            ..c
-        }));
+        cells.extend(free(rest * ps, false));
         return cells;
     }
     let mut gaps = s.gaps.iter().peekable();
@@ -213,7 +211,7 @@ fn contiguous_cells(s: &ServeStep, ps: usize) -> Vec<Cell> {
             if start > at {
                 break;
             }
-            cells.extend(free(len));
+            cells.extend(gap(len));
             at = start + len;
             gaps.next();
         }
@@ -221,7 +219,7 @@ fn contiguous_cells(s: &ServeStep, ps: usize) -> Vec<Cell> {
         at += r.1;
     }
     for &(_, len) in gaps {
-        cells.extend(free(len));
+        cells.extend(gap(len));
     }
     cells
 }

@@ -1,13 +1,12 @@
 //! Serving: the batch engine's real KV pages (or contiguous reservations) coloured by
 //! request, and the active set per iteration as a timeline.
 
-use super::{block, put};
+use super::{block, put, put_text};
 use crate::serve::ReqPhase;
 use crate::ui::app::{App, Pane};
 use crate::ui::theme::{ColorMode, Theme};
 use crate::views::pages::{self, Grid};
 use crate::views::timeline;
-use crate::views::units::fit;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::Style;
@@ -84,37 +83,15 @@ fn render_view(
     let blocks = req.map(|r| pages::block_table(sv, r)).unwrap_or_default();
     let marked: Vec<u32> = blocks.iter().map(|b| b.page).collect();
     let mut y = draw_grid(&Grid::of(sv), &marked, theme, inner, buf);
-    if let Some(line) = pages::describe_copies(sv) {
-        put(
-            buf,
-            inner,
-            0,
-            y,
-            fit(&line, inner.width as usize),
-            theme.accent(),
-        );
-        y += 1;
-    }
-    if let Some(r) = req {
-        let line = pages::describe_table(r, &blocks, sv.page_size);
-        put(
-            buf,
-            inner,
-            0,
-            y,
-            fit(&line, inner.width as usize),
-            theme.accent(),
-        );
-        y += 1;
-    } else if let Some(line) = pages::describe_gaps(sv) {
-        put(
-            buf,
-            inner,
-            0,
-            y,
-            fit(&line, inner.width as usize),
-            theme.accent(),
-        );
+    // Under the grid: this run's copies on write, then the chosen request's block table
+    // (pages) or the free gaps (a contiguous cache).
+    let table = req.map(|r| pages::describe_table(r, &blocks, sv.page_size));
+    let notes = [
+        pages::describe_copies(sv),
+        table.or_else(|| pages::describe_gaps(sv)),
+    ];
+    for line in notes.into_iter().flatten() {
+        put_text(buf, inner, 0, y, line, theme.accent());
         y += 1;
     }
     draw_timeline(
@@ -146,14 +123,7 @@ fn header(sv: &crate::worker::report::ServeView, inner: Rect, buf: &mut Buffer) 
             .unwrap_or_default(),
         if sv.done { " · done" } else { "" }
     );
-    put(
-        buf,
-        inner,
-        0,
-        inner.y,
-        fit(&line, inner.width as usize),
-        Style::default(),
-    );
+    put_text(buf, inner, 0, inner.y, &line, Style::default());
 }
 
 /// The KV grid on the rows after `inner`'s first, and its legend; returns the row after
@@ -193,7 +163,7 @@ pub fn draw_grid(g: &Grid, marked: &[u32], theme: &Theme, inner: Rect, buf: &mut
     } else {
         g.legend().to_string()
     };
-    put(buf, inner, 0, y, fit(&legend, width), theme.dim());
+    put_text(buf, inner, 0, y, &legend, theme.dim());
     y + 1
 }
 
@@ -234,13 +204,6 @@ pub fn draw_timeline(
             String::new()
         };
         let line = format!("{more}{}", key.join(" "));
-        put(
-            buf,
-            area,
-            0,
-            key_row,
-            fit(&line, area.width as usize),
-            theme.dim(),
-        );
+        put_text(buf, area, 0, key_row, &line, theme.dim());
     }
 }
