@@ -4,7 +4,7 @@
 use super::svg::{hex, Svg};
 use super::ExportError;
 use crate::serve::CacheKind;
-use crate::views::pages::{Cell, Grid};
+use crate::views::pages::{self, Cell, Grid};
 use crate::views::palette::request_rgb;
 use crate::worker::report::ServeView;
 
@@ -25,7 +25,8 @@ pub fn render(sv: &ServeView) -> Result<String, ExportError> {
     let (left, top) = (24.0, 92.0);
     let w = left * 2.0 + COLS as f32 * CELL + 240.0;
     let tables = &s.block_tables;
-    let h = top + rows as f32 * CELL + 110.0 + 18.0 * tables.len() as f32;
+    // The legend, the owners, a line per block table and one for the note under them.
+    let h = top + rows as f32 * CELL + 128.0 + 18.0 * tables.len() as f32;
     let mut svg = Svg::new(w, h);
     let m = &s.memory;
     let kind = match sv.cache {
@@ -75,7 +76,14 @@ pub fn render(sv: &ServeView) -> Result<String, ExportError> {
         let y = top + (i / COLS) as f32 * CELL;
         cell(&mut svg, x, y, c, ps);
     }
-    let ly = top + rows as f32 * CELL + 24.0;
+    footer(&mut svg, sv, &g, left, top + rows as f32 * CELL + 24.0);
+    Ok(svg.finish())
+}
+
+/// Under the grid, from `ly` down: the legend, which request each colour is, each
+/// request's block table, and a note: a contiguous cache's gaps (external fragmentation
+/// when the next request waits) or a paged cache's copies on write.
+fn footer(svg: &mut Svg, sv: &ServeView, g: &Grid, left: f32, ly: f32) {
     let legend: [(&str, &str, &str); 4] = [
         ("#56b4e9", "", "slots holding tokens"),
         ("#d5ecf9", "", "allocated or reserved, empty"),
@@ -91,44 +99,30 @@ pub fn render(sv: &ServeView) -> Result<String, ExportError> {
         ),
     ];
     svg.legend(left, ly, &legend);
-    // Which request each colour is.
-    for (k, id) in g.owners().iter().enumerate() {
+    let owners = g.owners();
+    for (k, id) in owners.iter().enumerate() {
         let x = left + (k % 12) as f32 * 56.0;
         let y = ly + 30.0 + (k / 12) as f32 * 20.0;
         svg.rect(x, y, 14.0, 14.0, &hex(request_rgb(*id as usize)), "");
         svg.text(x + 18.0, y + 11.0, 11.0, "start", &format!("r{id}"), 0.0);
     }
     // Each request's block table: its logical blocks in order, as the pages that hold them.
-    let owners_rows = g.owners().len().div_ceil(12) as f32;
+    let y0 = ly + 40.0 + owners.len().div_ceil(12) as f32 * 20.0;
+    let tables = &sv.step.block_tables;
     for (k, (id, _)) in tables.iter().enumerate() {
-        let y = ly + 40.0 + owners_rows * 20.0 + 18.0 * k as f32;
-        let blocks = crate::views::pages::block_table(sv, *id);
-        let line = crate::views::pages::describe_table(*id, &blocks, ps);
-        svg.text(left, y, 11.0, "start", &line, 0.0);
+        let blocks = pages::block_table(sv, *id);
+        let line = pages::describe_table(*id, &blocks, g.page_size);
+        svg.text(left, y0 + 18.0 * k as f32, 11.0, "start", &line, 0.0);
     }
-    // A contiguous cache's gaps, and external fragmentation when the next request waits;
-    // a paged cache's copies on write.
-    let note =
-        crate::views::pages::describe_gaps(sv).or_else(|| crate::views::pages::describe_copies(sv));
-    if let Some(line) = note {
-        let y = ly + 40.0 + owners_rows * 20.0;
-        svg.text(
-            left,
-            y,
-            11.0,
-            "start",
-            &format!(
-                "{line}{}",
-                if line.contains("external") {
-                    "  (× marks those gaps)"
-                } else {
-                    ""
-                }
-            ),
-            0.0,
-        );
+    if let Some(line) = pages::describe_gaps(sv).or_else(|| pages::describe_copies(sv)) {
+        let mark = if g.cells.iter().any(|c| c.stranded) {
+            "  (× marks the gaps too short for it)"
+        } else {
+            ""
+        };
+        let y = y0 + 18.0 * tables.len() as f32;
+        svg.text(left, y, 11.0, "start", &format!("{line}{mark}"), 0.0);
     }
-    Ok(svg.finish())
 }
 
 /// One cell at `(x, y)`: free, or the owner's colour filled from the bottom as far as
