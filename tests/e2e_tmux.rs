@@ -33,6 +33,20 @@ impl Tmux {
         Self { name }
     }
 
+    /// Starts the app on the real model in a `w × h` terminal, `env` set before the
+    /// command and `args` after `--model`, and waits until it is ready.
+    fn start_app(w: u16, h: u16, env: &str, args: &str) -> Self {
+        let t = Self::start(w, h);
+        let cmd = format!(
+            "{env} {} --model {} {args}",
+            common::bin().display(),
+            common::real_model().display()
+        );
+        t.keys(&[&cmd, "Enter"]);
+        t.wait_for("ready: press space", 60);
+        t
+    }
+
     fn keys(&self, keys: &[&str]) {
         let mut args = vec!["send-keys", "-t", &self.name];
         args.extend_from_slice(keys);
@@ -114,11 +128,7 @@ fn kv_line(screen: &str) -> String {
 
 #[test]
 fn app_steps_toggles_resizes_and_quits_cleanly() {
-    let model = common::real_model();
-    let t = Tmux::start(160, 48);
-    let cmd = format!("{} --model {}", common::bin().display(), model.display());
-    t.keys(&[&cmd, "Enter"]);
-    t.wait_for("ready: press space", 60);
+    let t = Tmux::start_app(160, 48, "", "");
     t.keys(&["Space"]);
     let s1 = t.wait_for("iteration 1 ·", 30);
     let kv1 = kv_line(&s1);
@@ -201,17 +211,9 @@ fn a_model_that_fails_to_load_is_shown_and_exits_non_zero() {
 
 #[test]
 fn a_failed_command_is_shown_and_the_next_one_works() {
-    let model = common::real_model();
-    let t = Tmux::start(160, 48);
     // The first request fits the 8,192-token context with 8,150 to generate; a new prompt
     // of a few words plus the chat template does not.
-    let cmd = format!(
-        "{} --model {} --max-tokens 8150",
-        common::bin().display(),
-        model.display()
-    );
-    t.keys(&[&cmd, "Enter"]);
-    t.wait_for("ready: press space", 60);
+    let t = Tmux::start_app(160, 48, "", "--max-tokens 8150");
     t.keys(&["a"]);
     t.keys(&[
         "-l",
@@ -226,15 +228,7 @@ fn a_failed_command_is_shown_and_the_next_one_works() {
 
 #[test]
 fn an_engine_that_dies_is_shown_and_exits_non_zero_with_the_terminal_back() {
-    let model = common::real_model();
-    let t = Tmux::start(160, 40);
-    let cmd = format!(
-        "INFERLAB_FAULT=engine-panic {} --model {}; echo RC=$?",
-        common::bin().display(),
-        model.display()
-    );
-    t.keys(&[&cmd, "Enter"]);
-    t.wait_for("ready: press space", 60);
+    let t = Tmux::start_app(160, 40, "INFERLAB_FAULT=engine-panic", "; echo RC=$?");
     t.keys(&["Space"]);
     t.wait_for_all(&["the engine stopped", "injected fault"], 30);
     t.keys(&["q"]);
@@ -250,16 +244,8 @@ fn an_engine_that_dies_is_shown_and_exits_non_zero_with_the_terminal_back() {
 
 #[test]
 fn closing_the_terminal_ends_the_app() {
-    let model = common::real_model();
     let marker = format!("hangup-{}", std::process::id());
-    let t = Tmux::start(160, 40);
-    let cmd = format!(
-        "{} --model {} --prompt {marker}",
-        common::bin().display(),
-        model.display()
-    );
-    t.keys(&[&cmd, "Enter"]);
-    t.wait_for("ready: press space", 60);
+    let t = Tmux::start_app(160, 40, "", &format!("--prompt {marker}"));
     t.keys(&["r"]);
     drop(t); // kills the tmux session: the app gets SIGHUP
     let alive = || {
@@ -323,18 +309,9 @@ fn a_lesson_opens_beside_the_panes_moves_with_n_and_saves_progress() {
 
 #[test]
 fn a_recorded_session_replays_without_the_model_and_scrubs() {
-    let model = common::real_model();
     let dir = tempfile::tempdir().unwrap();
     let rec = dir.path().join("session.jsonl");
-    let t = Tmux::start(220, 44);
-    let cmd = format!(
-        "{} --model {} --record {}",
-        common::bin().display(),
-        model.display(),
-        rec.display()
-    );
-    t.keys(&[&cmd, "Enter"]);
-    t.wait_for("ready: press space", 60);
+    let t = Tmux::start_app(220, 44, "", &format!("--record {}", rec.display()));
     for i in 1..=3 {
         t.keys(&["Space"]);
         t.wait_for(&format!("iteration {i} ·"), 30);
@@ -379,17 +356,13 @@ fn a_recorded_session_replays_without_the_model_and_scrubs() {
 
 #[test]
 fn look_at_view_sink_experiment_and_export_on_the_real_model() {
-    let model = common::real_model();
     let dir = tempfile::tempdir().unwrap();
-    let t = Tmux::start(160, 48);
-    let cmd = format!(
-        "INFERLAB_EXPORT_DIR={} {} --model {} --max-tokens 4",
-        dir.path().display(),
-        common::bin().display(),
-        model.display()
+    let t = Tmux::start_app(
+        160,
+        48,
+        &format!("INFERLAB_EXPORT_DIR={}", dir.path().display()),
+        "--max-tokens 4",
     );
-    t.keys(&[&cmd, "Enter"]);
-    t.wait_for("ready: press space", 60);
     t.keys(&["Space"]);
     t.wait_for("iteration 1 ·", 30);
     t.keys(&["Space"]);
@@ -435,17 +408,13 @@ fn cached_line(screen: &str) -> String {
 
 #[test]
 fn the_traffic_pane_watches_the_long_workload_pass_the_weights() {
-    let model = common::real_model();
     let data = tempfile::tempdir().unwrap();
-    let t = Tmux::start(200, 60);
-    let cmd = format!(
-        "INFERLAB_DATA_DIR={} {} --model {}",
-        data.path().display(),
-        common::bin().display(),
-        model.display()
+    let t = Tmux::start_app(
+        200,
+        60,
+        &format!("INFERLAB_DATA_DIR={}", data.path().display()),
+        "",
     );
-    t.keys(&[&cmd, "Enter"]);
-    t.wait_for("ready: press space", 60);
     // t: the traffic pane takes the forward pane's place, against this machine's limits
     // (measured at start into the data folder).
     t.keys(&["t", "Space"]);
@@ -498,17 +467,13 @@ fn the_traffic_pane_watches_the_long_workload_pass_the_weights() {
 
 #[test]
 fn z_gives_the_focused_pane_the_body_at_80x24() {
-    let model = common::real_model();
     let data = tempfile::tempdir().unwrap();
-    let t = Tmux::start(80, 24);
-    let cmd = format!(
-        "INFERLAB_DATA_DIR={} {} --model {}",
-        data.path().display(),
-        common::bin().display(),
-        model.display()
+    let t = Tmux::start_app(
+        80,
+        24,
+        &format!("INFERLAB_DATA_DIR={}", data.path().display()),
+        "",
     );
-    t.keys(&[&cmd, "Enter"]);
-    t.wait_for("ready: press space", 60);
     t.keys(&["Space"]);
     t.wait_for("iteration 1 ·", 30);
     // In the grid the attention pane shares its row with the output pane.
