@@ -383,24 +383,14 @@ fn sink_run(model: &Model) -> Result<SinkRun, String> {
 /// A serving engine and what it has done since it started.
 struct Served {
     engine: ServeEngine,
-    generated: usize,
-    ms: f64,
-    copies: usize,
-    last_copy: Option<(usize, u64, u32, u32)>,
-    /// The last iteration's view, shown again once the run is done.
+    /// The last iteration's view: the running totals the next one adds to, and what is
+    /// shown again once the run is done.
     last: Option<ServeView>,
 }
 
 impl From<ServeEngine> for Served {
     fn from(engine: ServeEngine) -> Self {
-        Self {
-            engine,
-            generated: 0,
-            ms: 0.0,
-            copies: 0,
-            last_copy: None,
-            last: None,
-        }
+        Self { engine, last: None }
     }
 }
 
@@ -412,17 +402,16 @@ fn serve_step(s: &mut Served) -> Result<Option<ServeView>, String> {
         return Ok(s.last.clone());
     }
     let step = e.step()?;
-    s.generated += step.tokens_generated;
-    s.ms += step.wall_ms;
-    s.copies += step.copies.len();
-    if let Some(&(id, from, to)) = step.copies.last() {
-        s.last_copy = Some((step.iteration, id, from, to));
-    }
+    let prev = s.last.as_ref();
+    let last_copy = step
+        .copies
+        .last()
+        .map(|&(id, from, to)| (step.iteration, id, from, to));
     let view = ServeView {
-        copies_total: s.copies,
-        last_copy: s.last_copy,
-        generated_total: s.generated,
-        elapsed_ms: s.ms,
+        copies_total: prev.map_or(0, |v| v.copies_total) + step.copies.len(),
+        last_copy: last_copy.or(prev.and_then(|v| v.last_copy)),
+        generated_total: prev.map_or(0, |v| v.generated_total) + step.tokens_generated,
+        elapsed_ms: prev.map_or(0.0, |v| v.elapsed_ms) + step.wall_ms,
         policy: e.cfg().policy,
         cache: e.cfg().cache,
         page_size: e.cfg().page_size,
