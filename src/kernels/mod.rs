@@ -2,8 +2,23 @@
 //! computed (`model/linear.rs` is `y = x Wᵀ`), these files say how to do it fast on this
 //! CPU. Each SIMD path is checked against a plain scalar reference in its tests.
 
+pub mod elementwise;
 pub mod peak;
 pub mod q8_0;
+
+/// Asks the CPU to bring `row` into the cache ahead of its use: a hint that changes no
+/// result and never faults. A no-op where there is no such instruction.
+#[inline(always)]
+pub fn prefetch(row: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    for line in row.chunks(16) {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: a prefetch reads nothing architecturally; any address is allowed.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = row;
+}
 
 /// Deterministic pseudo-random values in [-1, 1) (xorshift): the same inputs on every
 /// machine, for the attention benchmark and the kernel tests.

@@ -511,6 +511,46 @@ fn decode_core(
     v: &[f32],
     at: impl Fn(usize, usize) -> usize,
 ) -> Vec<f32> {
+    // The same loops compiled for 256-bit vectors with FMA where the CPU has them: a
+    // portable build targets SSE2 only, and this loop is a large share of a batched
+    // step. No sum is reordered or fused (Rust never contracts a·b + c into an FMA on its
+    // own), so both give the same bits.
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU has the features this function is compiled for.
+        return unsafe { decode_core_avx2(qv, n_head, n_kv, d, kv_len, k, v, at) };
+    }
+    decode_loops(qv, n_head, n_kv, d, kv_len, k, v, at)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn decode_core_avx2(
+    qv: &[f32],
+    n_head: usize,
+    n_kv: usize,
+    d: usize,
+    kv_len: usize,
+    k: &[f32],
+    v: &[f32],
+    at: impl Fn(usize, usize) -> usize,
+) -> Vec<f32> {
+    decode_loops(qv, n_head, n_kv, d, kv_len, k, v, at)
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn decode_loops(
+    qv: &[f32],
+    n_head: usize,
+    n_kv: usize,
+    d: usize,
+    kv_len: usize,
+    k: &[f32],
+    v: &[f32],
+    at: impl Fn(usize, usize) -> usize,
+) -> Vec<f32> {
     let group = n_head / n_kv;
     let scale = 1.0 / (d as f32).sqrt();
     let mut out = vec![0.0f32; n_head * d];
@@ -520,25 +560,22 @@ fn decode_core(
         let h0 = g * group;
         for j in 0..kv_len {
             let kr = &k[at(g, j)..][..d];
+            if j + AHEAD < kv_len {
+                crate::kernels::prefetch(&k[at(g, j + AHEAD)..][..d]);
+            }
             for i in 0..group {
                 w[i * kv_len + j] = dot(&qv[(h0 + i) * d..][..d], kr) * scale;
             }
         }
         for wi in w.chunks_exact_mut(kv_len) {
-            let mx = wi.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let mut sum = 0.0;
-            for x in wi.iter_mut() {
-                *x = (*x - mx).exp();
-                sum += *x;
-            }
-            let inv = 1.0 / sum;
-            for x in wi.iter_mut() {
-                *x *= inv;
-            }
+            softmax_in_place(wi);
         }
         let og = &mut out[h0 * d..(h0 + group) * d];
         for j in 0..kv_len {
             let vr = &v[at(g, j)..][..d];
+            if j + AHEAD < kv_len {
+                crate::kernels::prefetch(&v[at(g, j + AHEAD)..][..d]);
+            }
             for (i, oh) in og.chunks_exact_mut(d).enumerate() {
                 let p = w[i * kv_len + j];
                 for (o, x) in oh.iter_mut().zip(vr) {
@@ -550,8 +587,38 @@ fn decode_core(
     out
 }
 
+/// How many rows ahead the decode loops ask for the cache's rows. One request's rows for
+/// a layer sit in several short runs (per KV head; per page when paged), too short for
+/// the hardware prefetcher to get going: asking 16 rows ahead measured 1.4–1.8× faster
+/// than not asking, over 8 and 28 requests of 200 cached tokens.
+const AHEAD: usize = 16;
+
+/// Softmax of one head's scores, in place. The exponentials run as their own loop over
+/// [`exp`](crate::kernels::elementwise::exp), which becomes vector code (the standard
+/// library's is a call per value); the sum then runs in eight lanes, like [`dot`].
+#[inline(always)]
+fn softmax_in_place(w: &mut [f32]) {
+    let mx = w.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    for x in w.iter_mut() {
+        *x = crate::kernels::elementwise::exp(*x - mx);
+    }
+    let mut lanes = [0.0f32; 8];
+    let chunks = w.chunks_exact(8);
+    let tail: f32 = chunks.remainder().iter().sum();
+    for c in chunks {
+        for i in 0..8 {
+            lanes[i] += c[i];
+        }
+    }
+    let inv = 1.0 / (lanes.iter().sum::<f32>() + tail);
+    for x in w.iter_mut() {
+        *x *= inv;
+    }
+}
+
 /// A dot product in eight independent lanes, so the compiler can keep it in one SIMD
 /// register instead of one long dependent chain of adds.
+#[inline(always)]
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0.0f32; 8];
     let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));

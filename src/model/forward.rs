@@ -347,9 +347,8 @@ impl Model {
         let [gate, up]: [Tensor; 2] = Linear::forward_many(&[&w.w_gate, &w.w_up], &h)?
             .try_into()
             .map_err(|_| candle_core::Error::Msg("two projections in, two out".into()))?;
-        let gate = candle_nn::ops::silu(&gate)?;
-        look.gate(&gate)?;
-        let x = (x + w.w_down.forward(&(gate * up)?)?)?;
+        let gu = self.swiglu(gate, &up, look)?;
+        let x = (x + w.w_down.forward(&gu)?)?;
         // Every matrix of the layer was read once, for all the batch's rows.
         let rows = x.dim(0)?;
         let mut traffic = att.traffic;
@@ -358,6 +357,23 @@ impl Model {
             traffic.add(Traffic::matrix(l.bytes(), out, inp, rows));
         }
         Ok((x, att.io, traffic))
+    }
+
+    /// SwiGLU's gate, `silu(gate) · up`: one vectorized pass over host memory on the CPU,
+    /// candle's ops on the reference path and on devices. The probe, when it looks at this
+    /// layer, gets `silu(gate)` on its own.
+    fn swiglu(&self, gate: Tensor, up: &Tensor, look: &mut LayerLook) -> Result<Tensor> {
+        if look.capture_rows() > 0 {
+            look.gate(&candle_nn::ops::silu(&gate)?)?;
+        }
+        if self.reference || !gate.device().is_cpu() {
+            return Ok((candle_nn::ops::silu(&gate)? * up)?);
+        }
+        let (m, n) = gate.dims2()?;
+        let mut g = gate.flatten_all()?.to_vec1::<f32>()?;
+        let u = up.flatten_all()?.to_vec1::<f32>()?;
+        crate::kernels::elementwise::swiglu_in_place(&mut g, &u);
+        Ok(Tensor::from_vec(g, (m, n), gate.device())?)
     }
 
     /// How attention runs in `layer` under this model's layout and kernel.
