@@ -474,16 +474,15 @@ pub fn decode_slices(qv: &[f32], n_head: usize, k: &Tensor, v: &Tensor) -> Resul
     let kv_ = k.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
     let vv = v.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
     // (n_kv, kv_len, d): head-major rows.
-    Ok(decode_core(
-        qv,
+    Ok(decode_core(DecodeRow {
+        q: qv,
         n_head,
         n_kv,
-        d,
         kv_len,
-        &kv_,
-        &vv,
-        |g, j| (g * kv_len + j) * d,
-    ))
+        k: &kv_,
+        v: &vv,
+        at: |g, j| (g * kv_len + j) * d,
+    }))
 }
 
 /// One decode row's attention read in place, as PagedAttention's kernel does: through
@@ -491,90 +490,81 @@ pub fn decode_slices(qv: &[f32], n_head: usize, k: &Tensor, v: &Tensor) -> Resul
 /// copied.
 pub fn decode_in_place(qv: &[f32], n_head: usize, n_kv: usize, r: KvRows) -> Vec<f32> {
     let d = qv.len() / n_head;
-    decode_core(qv, n_head, n_kv, d, r.layout.len(), r.k, r.v, |g, j| {
-        r.layout.at(n_kv, d, g, j)
+    decode_core(DecodeRow {
+        q: qv,
+        n_head,
+        n_kv,
+        kv_len: r.layout.len(),
+        k: r.k,
+        v: r.v,
+        at: |g, j| r.layout.at(n_kv, d, g, j),
     })
+}
+
+/// What one decode row's attention reads: its query (`n_head × d`, rotated) and the
+/// cached keys and values. `at(g, j)` is where KV head `g`'s row for position `j` starts
+/// in `k` and `v`, which is all that differs between the contiguous and the paged layout.
+struct DecodeRow<'a, F> {
+    q: &'a [f32],
+    n_head: usize,
+    n_kv: usize,
+    kv_len: usize,
+    k: &'a [f32],
+    v: &'a [f32],
+    at: F,
+}
+
+/// [`decode_loops`] compiled for 256-bit vectors where the CPU has them: a portable build
+/// targets SSE2 only, and this loop is a large share of a batched step. Both run the same
+/// operations in the same order (no sum is reordered, nothing is fused into an FMA), so
+/// both give the same bits. (512-bit vectors, or 16 lanes, measured no faster here.)
+fn decode_core<F: Fn(usize, usize) -> usize>(r: DecodeRow<F>) -> Vec<f32> {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has the feature this function is compiled for.
+        return unsafe { decode_avx2(r) };
+    }
+    decode_loops(r)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn decode_avx2<F: Fn(usize, usize) -> usize>(r: DecodeRow<F>) -> Vec<f32> {
+    decode_loops(r)
 }
 
 /// Attention of one query row, KV head by KV head: every cached key and value row is read
 /// once for all the query heads that share it (GQA's saving, in the loop structure).
-/// `at(g, j)` is where KV head `g`'s row for position `j` starts in `k` and `v`, which is
-/// all that differs between the contiguous and the paged layout.
-#[allow(clippy::too_many_arguments)]
-fn decode_core(
-    qv: &[f32],
-    n_head: usize,
-    n_kv: usize,
-    d: usize,
-    kv_len: usize,
-    k: &[f32],
-    v: &[f32],
-    at: impl Fn(usize, usize) -> usize,
-) -> Vec<f32> {
-    // The same loops compiled for 256-bit vectors with FMA where the CPU has them: a
-    // portable build targets SSE2 only, and this loop is a large share of a batched
-    // step. No sum is reordered or fused (Rust never contracts a·b + c into an FMA on its
-    // own), so both give the same bits.
-    #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
-        // SAFETY: the CPU has the features this function is compiled for.
-        return unsafe { decode_core_avx2(qv, n_head, n_kv, d, kv_len, k, v, at) };
-    }
-    decode_loops(qv, n_head, n_kv, d, kv_len, k, v, at)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn decode_core_avx2(
-    qv: &[f32],
-    n_head: usize,
-    n_kv: usize,
-    d: usize,
-    kv_len: usize,
-    k: &[f32],
-    v: &[f32],
-    at: impl Fn(usize, usize) -> usize,
-) -> Vec<f32> {
-    decode_loops(qv, n_head, n_kv, d, kv_len, k, v, at)
-}
-
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn decode_loops(
-    qv: &[f32],
-    n_head: usize,
-    n_kv: usize,
-    d: usize,
-    kv_len: usize,
-    k: &[f32],
-    v: &[f32],
-    at: impl Fn(usize, usize) -> usize,
-) -> Vec<f32> {
-    let group = n_head / n_kv;
+fn decode_loops<F: Fn(usize, usize) -> usize>(r: DecodeRow<F>) -> Vec<f32> {
+    let (n_head, kv_len, at) = (r.n_head, r.kv_len, &r.at);
+    let d = r.q.len() / n_head;
+    let group = n_head / r.n_kv;
     let scale = 1.0 / (d as f32).sqrt();
     let mut out = vec![0.0f32; n_head * d];
     // Weights of the group's heads, head-major: w[i * kv_len + j].
     let mut w = vec![0.0f32; group * kv_len];
-    for g in 0..n_kv {
+    for g in 0..r.n_kv {
         let h0 = g * group;
+        // Scores: each key row against the group's query heads.
         for j in 0..kv_len {
-            let kr = &k[at(g, j)..][..d];
+            let kr = &r.k[at(g, j)..][..d];
             if j + AHEAD < kv_len {
-                crate::kernels::prefetch(&k[at(g, j + AHEAD)..][..d]);
+                crate::kernels::prefetch(&r.k[at(g, j + AHEAD)..][..d]);
             }
             for i in 0..group {
-                w[i * kv_len + j] = dot(&qv[(h0 + i) * d..][..d], kr) * scale;
+                w[i * kv_len + j] = dot(&r.q[(h0 + i) * d..][..d], kr) * scale;
             }
         }
         for wi in w.chunks_exact_mut(kv_len) {
             softmax_in_place(wi);
         }
+        // Weighted sum: each value row added into the group's outputs.
         let og = &mut out[h0 * d..(h0 + group) * d];
         for j in 0..kv_len {
-            let vr = &v[at(g, j)..][..d];
+            let vr = &r.v[at(g, j)..][..d];
             if j + AHEAD < kv_len {
-                crate::kernels::prefetch(&v[at(g, j + AHEAD)..][..d]);
+                crate::kernels::prefetch(&r.v[at(g, j + AHEAD)..][..d]);
             }
             for (i, oh) in og.chunks_exact_mut(d).enumerate() {
                 let p = w[i * kv_len + j];
@@ -593,20 +583,23 @@ fn decode_loops(
 /// than not asking, over 8 and 28 requests of 200 cached tokens.
 const AHEAD: usize = 16;
 
+/// Independent lanes of the sums below: one 256-bit vector.
+const LANES: usize = 8;
+
 /// Softmax of one head's scores, in place. The exponentials run as their own loop over
 /// [`exp`](crate::kernels::elementwise::exp), which becomes vector code (the standard
-/// library's is a call per value); the sum then runs in eight lanes, like [`dot`].
+/// library's is a call per value); the sum then runs in lanes, like [`dot`].
 #[inline(always)]
 fn softmax_in_place(w: &mut [f32]) {
     let mx = w.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     for x in w.iter_mut() {
         *x = crate::kernels::elementwise::exp(*x - mx);
     }
-    let mut lanes = [0.0f32; 8];
-    let chunks = w.chunks_exact(8);
-    let tail: f32 = chunks.remainder().iter().sum();
+    let mut lanes = [0.0f32; LANES];
+    let (chunks, rest) = w.as_chunks::<LANES>();
+    let tail: f32 = rest.iter().sum();
     for c in chunks {
-        for i in 0..8 {
+        for i in 0..LANES {
             lanes[i] += c[i];
         }
     }
@@ -616,20 +609,15 @@ fn softmax_in_place(w: &mut [f32]) {
     }
 }
 
-/// A dot product in eight independent lanes, so the compiler can keep it in one SIMD
-/// register instead of one long dependent chain of adds.
+/// A dot product in independent lanes, so the compiler keeps it in vector registers
+/// instead of one long dependent chain of adds.
 #[inline(always)]
 fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0.0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ca
-        .remainder()
-        .iter()
-        .zip(cb.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in ca.zip(cb) {
-        for i in 0..8 {
+    let mut acc = [0.0f32; LANES];
+    let ((ca, ta), (cb, tb)) = (a.as_chunks::<LANES>(), b.as_chunks::<LANES>());
+    let tail: f32 = ta.iter().zip(tb).map(|(x, y)| x * y).sum();
+    for (x, y) in ca.iter().zip(cb) {
+        for i in 0..LANES {
             acc[i] += x[i] * y[i];
         }
     }
