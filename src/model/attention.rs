@@ -13,6 +13,7 @@ use super::traffic::Traffic;
 use crate::kv::{BatchKv, KvRows};
 use candle_core::{Result, Tensor};
 use rayon::prelude::*;
+use std::ops::Range;
 
 /// Which attention kernel runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -238,27 +239,39 @@ fn decode_rows(
         s.rope.rotate(&mut q, p.pos0);
         q
     };
+    let width = h.q_width;
+    // Each result with where it starts in `out`.
     let from_copies: Vec<(usize, Vec<f32>)> = copied
         .par_iter()
         .map(|(p, k_all, v_all)| {
-            decode_slices(&query(*p), s.n_head, k_all, v_all).map(|o| (p.off, o))
+            decode_slices(&query(*p), s.n_head, k_all, v_all).map(|o| (p.off * width, o))
         })
         .collect::<Result<_>>()?;
-    let views: Vec<(Span, KvRows)> = in_place
+    let views: Vec<(Span, KvRows, Vec<f32>)> = in_place
         .iter()
         .map(|&(i, p)| {
             kv.rows(i, s.layer)
-                .map(|r| (p, r))
+                .map(|r| (p, r, query(p)))
                 .ok_or_else(|| candle_core::Error::Msg("paged rows vanished".into()))
         })
         .collect::<Result<_>>()?;
-    let from_pages: Vec<(usize, Vec<f32>)> = views
-        .par_iter()
-        .map(|&(p, r)| (p.off, decode_in_place(&query(p), s.n_head, s.n_kv_head, r)))
+    // One task per request and KV head: a group's query heads share its cached rows, so
+    // that is the finest split that reads each row once, and it keeps both cores busy
+    // even for a single request.
+    let group_width = width / s.n_kv_head;
+    let tasks: Vec<(usize, usize)> = (0..views.len())
+        .flat_map(|i| (0..s.n_kv_head).map(move |g| (i, g)))
         .collect();
-    let width = h.q_width;
-    for (off, o) in from_copies.into_iter().chain(from_pages) {
-        out[off * width..][..width].copy_from_slice(&o);
+    let from_pages: Vec<(usize, Vec<f32>)> = tasks
+        .par_iter()
+        .map(|&(i, g)| {
+            let (p, r, q) = &views[i];
+            let o = decode_in_place(q, s.n_head, s.n_kv_head, *r, g..g + 1);
+            (p.off * width + g * group_width, o)
+        })
+        .collect();
+    for (start, o) in from_copies.into_iter().chain(from_pages) {
+        out[start..][..o.len()].copy_from_slice(&o);
     }
     Ok(())
 }
@@ -478,6 +491,7 @@ pub fn decode_slices(qv: &[f32], n_head: usize, k: &Tensor, v: &Tensor) -> Resul
         q: qv,
         n_head,
         n_kv,
+        kv_heads: 0..n_kv,
         kv_len,
         k: &kv_,
         v: &vv,
@@ -487,13 +501,21 @@ pub fn decode_slices(qv: &[f32], n_head: usize, k: &Tensor, v: &Tensor) -> Resul
 
 /// One decode row's attention read in place, as PagedAttention's kernel does: through
 /// the block table of the page pool, or straight from a contiguous reservation. No K/V is
-/// copied.
-pub fn decode_in_place(qv: &[f32], n_head: usize, n_kv: usize, r: KvRows) -> Vec<f32> {
+/// copied. Only the query heads of KV heads `kv_heads` are computed: their outputs,
+/// `kv_heads.len() × (n_head / n_kv) × d` values.
+pub fn decode_in_place(
+    qv: &[f32],
+    n_head: usize,
+    n_kv: usize,
+    r: KvRows,
+    kv_heads: Range<usize>,
+) -> Vec<f32> {
     let d = qv.len() / n_head;
     decode_core(DecodeRow {
         q: qv,
         n_head,
         n_kv,
+        kv_heads,
         kv_len: r.layout.len(),
         k: r.k,
         v: r.v,
@@ -502,12 +524,14 @@ pub fn decode_in_place(qv: &[f32], n_head: usize, n_kv: usize, r: KvRows) -> Vec
 }
 
 /// What one decode row's attention reads: its query (`n_head × d`, rotated) and the
-/// cached keys and values. `at(g, j)` is where KV head `g`'s row for position `j` starts
-/// in `k` and `v`, which is all that differs between the contiguous and the paged layout.
+/// cached keys and values, of which the KV heads `kv_heads` are wanted. `at(g, j)` is
+/// where KV head `g`'s row for position `j` starts in `k` and `v`, which is all that
+/// differs between the contiguous and the paged layout.
 struct DecodeRow<'a, F> {
     q: &'a [f32],
     n_head: usize,
     n_kv: usize,
+    kv_heads: Range<usize>,
     kv_len: usize,
     k: &'a [f32],
     v: &'a [f32],
@@ -541,10 +565,10 @@ fn decode_loops<F: Fn(usize, usize) -> usize>(r: DecodeRow<F>) -> Vec<f32> {
     let d = r.q.len() / n_head;
     let group = n_head / r.n_kv;
     let scale = 1.0 / (d as f32).sqrt();
-    let mut out = vec![0.0f32; n_head * d];
+    let mut out = vec![0.0f32; r.kv_heads.len() * group * d];
     // Weights of the group's heads, head-major: w[i * kv_len + j].
     let mut w = vec![0.0f32; group * kv_len];
-    for g in 0..r.n_kv {
+    for (o, g) in r.kv_heads.clone().enumerate() {
         let h0 = g * group;
         // Scores: each key row against the group's query heads.
         for j in 0..kv_len {
@@ -560,7 +584,7 @@ fn decode_loops<F: Fn(usize, usize) -> usize>(r: DecodeRow<F>) -> Vec<f32> {
             softmax_in_place(wi);
         }
         // Weighted sum: each value row added into the group's outputs.
-        let og = &mut out[h0 * d..(h0 + group) * d];
+        let og = &mut out[o * group * d..][..group * d];
         for j in 0..kv_len {
             let vr = &r.v[at(g, j)..][..d];
             if j + AHEAD < kv_len {
