@@ -21,6 +21,7 @@ use crate::kv::{BatchKv, KvStore};
 use candle_core::quantized::QMatMul;
 use candle_core::{DType, Device, Tensor, D};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// Which positions get logits. The LM head is the single biggest matrix, so during
@@ -240,7 +241,14 @@ impl Model {
         // The pass runs on one of rayon's own threads, so each of the ~200 parallel
         // matmuls per pass is split between workers directly instead of waking them from
         // a foreign thread and sleeping until they finish (measured: 9 → 7 ms at one row).
-        rayon::scope(|_| self.forward_batch_here(seqs, kv, probe, which))
+        let done = &AtomicBool::new(false);
+        rayon::scope(|scope| {
+            let driver = rayon::current_thread_index();
+            scope.spawn(move |_| keep_awake(driver, done));
+            let out = self.forward_batch_here(seqs, kv, probe, which);
+            done.store(true, Ordering::Release);
+            out
+        })
     }
 
     fn forward_batch_here(
@@ -451,6 +459,23 @@ impl Model {
     /// Softmax of a logits row, in f32.
     pub fn probs(logits: &Tensor) -> Result<Tensor> {
         Ok(candle_nn::ops::softmax(logits, D::Minus1)?)
+    }
+}
+
+/// Keeps another worker taking the pass's parallel work until `done`. Between two
+/// parallel sections (a norm, a residual add, the attention bookkeeping) an idle rayon
+/// worker soon goes to sleep, and waking it costs more than a one-row matmul saves; a pass
+/// has about 200 such sections. Running on the driving thread itself (which happens if
+/// no other worker took this job first), it returns at once: that thread has the pass to
+/// finish.
+fn keep_awake(driver: Option<usize>, done: &AtomicBool) {
+    if rayon::current_thread_index() == driver {
+        return;
+    }
+    while !done.load(Ordering::Acquire) {
+        if rayon::yield_now() != Some(rayon::Yield::Executed) {
+            std::hint::spin_loop();
+        }
     }
 }
 
