@@ -187,6 +187,8 @@ fn inferlab_export_draws_any_iteration_of_a_recording() {
             .arg(&rec)
             .args(args)
             .current_dir(dir.path())
+            // Another test in this process sets the export folder; default names land here.
+            .env_remove("INFERLAB_EXPORT_DIR")
             .output()
             .unwrap()
     };

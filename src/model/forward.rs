@@ -241,14 +241,7 @@ impl Model {
         // The pass runs on one of rayon's own threads, so each of the ~200 parallel
         // matmuls per pass is split between workers directly instead of waking them from
         // a foreign thread and sleeping until they finish (measured: 9 → 7 ms at one row).
-        let done = &AtomicBool::new(false);
-        rayon::scope(|scope| {
-            let driver = rayon::current_thread_index();
-            scope.spawn(move |_| keep_awake(driver, done));
-            let out = self.forward_batch_here(seqs, kv, probe, which);
-            done.store(true, Ordering::Release);
-            out
-        })
+        on_pool_kept_awake(|| self.forward_batch_here(seqs, kv, probe, which))
     }
 
     fn forward_batch_here(
@@ -462,6 +455,20 @@ impl Model {
     }
 }
 
+/// Runs `f` on one of rayon's threads while another worker keeps taking its parallel
+/// work ([`keep_awake`]); returns what `f` returns, and a panic in `f` unwinds out of it
+/// as from a plain call.
+fn on_pool_kept_awake<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    let done = &AtomicBool::new(false);
+    rayon::scope(|scope| {
+        let driver = rayon::current_thread_index();
+        scope.spawn(move |_| keep_awake(driver, done));
+        // Set on the way out, a panic included: the scope waits for `keep_awake`.
+        let _stop = SetOnDrop(done);
+        f()
+    })
+}
+
 /// Keeps another worker taking the pass's parallel work until `done`. Between two
 /// parallel sections (a norm, a residual add, the attention bookkeeping) an idle rayon
 /// worker soon goes to sleep, and waking it costs more than a one-row matmul saves; a pass
@@ -479,6 +486,15 @@ fn keep_awake(driver: Option<usize>, done: &AtomicBool) {
     }
 }
 
+/// Sets its flag when dropped.
+struct SetOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
 /// A stopwatch that reads the time since its last reading.
 struct Lap(std::time::Instant);
 
@@ -493,5 +509,52 @@ impl Lap {
         let ms = (now - self.0).as_secs_f64() * 1e3;
         self.0 = now;
         ms
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rayon::prelude::*;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// Runs `f` on its own thread; None if it has not finished within 20 s.
+    fn within_time<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> Option<R> {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(Duration::from_secs(20)).ok()
+    }
+
+    #[test]
+    fn kept_awake_returns_what_the_work_returns() {
+        let got = within_time(|| {
+            on_pool_kept_awake(|| (0..10_000u64).into_par_iter().map(|i| i * i).sum::<u64>())
+        });
+        assert_eq!(got, Some((0..10_000u64).map(|i| i * i).sum()));
+    }
+
+    #[test]
+    fn kept_awake_lets_a_panic_out_instead_of_hanging() {
+        let got = within_time(|| {
+            std::panic::catch_unwind(|| on_pool_kept_awake(|| -> u32 { panic!("inside the pass") }))
+                .is_err()
+        });
+        assert_eq!(got, Some(true), "the panic did not come out within 20 s");
+    }
+
+    #[test]
+    fn kept_awake_nests() {
+        // A pass inside a pass (as when tests run passes from rayon tasks) still ends.
+        let got = within_time(|| {
+            (0..8u32)
+                .into_par_iter()
+                .map(|i| on_pool_kept_awake(|| (0..1000u32).into_par_iter().map(|j| j ^ i).max()))
+                .filter_map(|m| m)
+                .count()
+        });
+        assert_eq!(got, Some(8));
     }
 }
