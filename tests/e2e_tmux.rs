@@ -37,8 +37,13 @@ impl Tmux {
     /// command and `args` after `--model`, and waits until it is ready.
     fn start_app(w: u16, h: u16, env: &str, args: &str) -> Self {
         let t = Self::start(w, h);
+        // The app measures this machine once and caches it in its data folder; measured
+        // beside the other tests it would come out low, so that folder is the tests' own
+        // (an `env` naming another one comes later and wins).
+        let data = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("e2e-data");
         let cmd = format!(
-            "{env} {} --model {} {args}",
+            "INFERLAB_DATA_DIR={} {env} {} --model {} {args}",
+            data.display(),
             common::bin().display(),
             common::real_model().display()
         );

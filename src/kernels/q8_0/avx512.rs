@@ -37,7 +37,11 @@ pub unsafe fn quantize_block(chunk: &[f32], out: &mut [i8]) -> (f32, i32) {
         for (i, v) in [lo, hi].into_iter().enumerate() {
             let x = _mm512_mul_ps(v, id);
             // 0.5 with x's sign, then truncation: half away from zero.
-            let h = _mm512_or_ps(half, _mm512_and_ps(x, sign));
+            // (Integer and/or: the float forms need AVX-512 DQ and were not inlined.)
+            let h = _mm512_castsi512_ps(_mm512_or_si512(
+                _mm512_castps_si512(half),
+                _mm512_and_si512(_mm512_castps_si512(x), _mm512_castps_si512(sign)),
+            ));
             let q = _mm512_cvttps_epi32(_mm512_add_ps(x, h));
             // Saturated to int8 as the store does, so the sum matches the bytes.
             let q = _mm512_max_epi32(
