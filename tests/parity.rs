@@ -142,3 +142,12 @@ fn all_position_logits_end_with_the_last_position() {
     let d = max_abs_diff(&a, &b);
     assert!(d < 1e-4, "{d}");
 }
+
+#[test]
+fn only_passes_on_our_kernel_keep_a_worker_awake() {
+    let (_d, p) = tiny_file(&Tiny::default());
+    assert!(ours(&p, Requant::Q8_0).runs_on_our_kernels());
+    // candle's matmuls bring worker threads of their own, which a spinning one would slow.
+    assert!(!ours(&p, Requant::Keep).runs_on_our_kernels());
+    assert!(!ours(&p, Requant::F32).runs_on_our_kernels());
+}
