@@ -67,6 +67,11 @@ pub fn features() -> Vec<String> {
     out
 }
 
+/// Said under the benchmarks that divide by these limits: they come from a cache that a
+/// measurement on a busy machine would leave too low until measured again.
+pub const CACHED_NOTE: &str = "(machine limits as cached by `inferlab bench machine`; \
+     `inferlab bench machine --fresh` measures them again on a quiet machine)\n";
+
 /// Where the measurement is kept: `$INFERLAB_DATA_DIR/machine.json`, else the user data dir.
 pub fn cache_path() -> Option<PathBuf> {
     if let Some(d) = std::env::var_os("INFERLAB_DATA_DIR") {

@@ -74,6 +74,7 @@ impl DecodeReport {
             100.0 * self.decode_read_bandwidth_fraction,
             self.read_gb_per_s
         );
+        s += crate::machine::CACHED_NOTE;
         s
     }
 }

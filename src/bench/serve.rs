@@ -143,6 +143,7 @@ impl ServeReport {
             s += &format!("  B={b}: {g:.1} GMAC/s ({:.0}%)", 100.0 * f);
         }
         s += "\n";
+        s += crate::machine::CACHED_NOTE;
         s
     }
 }
