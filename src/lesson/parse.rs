@@ -43,6 +43,14 @@ struct Parser<'a> {
     check_seen: bool,
 }
 
+/// What the parser holds while it reads a lesson: the lesson so far, and the step and
+/// question still open.
+struct Reading {
+    lesson: Lesson,
+    step: Option<Step>,
+    question: Option<OpenQuestion>,
+}
+
 /// A `? question` being read, until its choices end.
 struct OpenQuestion {
     line: usize,
@@ -60,128 +68,148 @@ impl Parser<'_> {
     }
 
     fn lesson(&mut self, text: &str) -> Lesson {
-        let mut lesson = Lesson {
-            file: self.file.to_string(),
-            title: String::new(),
-            intro: String::new(),
-            steps: Vec::new(),
+        let mut r = Reading {
+            lesson: Lesson {
+                file: self.file.to_string(),
+                title: String::new(),
+                intro: String::new(),
+                steps: Vec::new(),
+            },
+            step: None,
+            question: None,
         };
-        let mut step: Option<Step> = None;
-        let mut question: Option<OpenQuestion> = None;
         for (i, raw) in text.lines().enumerate() {
-            let n = i + 1;
-            let line = raw.trim_end();
-            self.figures(n, line);
-            // Choices belong to the question just above them.
-            if let Some(q) = question.as_mut() {
-                if let Some(rest) = line.strip_prefix("- ").or_else(|| line.strip_prefix("* ")) {
-                    self.choice(n, q, rest, line.starts_with('*'));
-                    continue;
-                }
-                let q = question.take().expect("checked above");
-                self.close_question(q, step.as_mut());
-            }
-            if let Some(title) = line.strip_prefix("## ") {
-                if let Some(s) = step.take() {
-                    self.close_step(s, &mut lesson);
-                }
-                if lesson.title.is_empty() {
-                    self.err(n, "the file must start with a `# Title` line");
-                }
-                if title.trim().is_empty() {
-                    self.err(n, "a step needs a title after `## `");
-                }
-                step = Some(Step {
-                    title: title.trim().to_string(),
-                    line: n,
-                    ..Step::default()
-                });
-                continue;
-            }
-            if let Some(title) = line.strip_prefix("# ") {
-                if !lesson.title.is_empty() || step.is_some() {
-                    self.err(n, "only one `# Title` per lesson, at the top");
-                } else if title.trim().is_empty() {
-                    self.err(n, "the title is empty");
-                } else {
-                    lesson.title = title.trim().to_string();
-                }
-                continue;
-            }
-            if lesson.title.is_empty() {
-                if !line.trim().is_empty() {
-                    self.err(n, "the file must start with a `# Title` line");
-                    // Say it once, then read the rest as if the title were there.
-                    lesson.title = "(untitled)".into();
-                }
-                continue;
-            }
-            if let Some(rest) = line.strip_prefix("?predict") {
-                if step.is_none() {
-                    self.err(n, "questions belong to a step (`## ` heading first)");
-                    continue;
-                }
-                question = self.predict(n, rest);
-                continue;
-            }
-            if let Some(text) = line.strip_prefix("? ") {
-                if step.is_none() {
-                    self.err(n, "questions belong to a step (`## ` heading first)");
-                    continue;
-                }
-                if text.trim().is_empty() {
-                    self.err(n, "the question is empty");
-                }
-                question = Some(OpenQuestion {
-                    line: n,
-                    text: text.trim().to_string(),
-                    kind: QuestionKind::Choice(Vec::new()),
-                });
-                continue;
-            }
-            if let Some((key, value)) = key_line(line) {
-                let Some(s) = step.as_mut() else {
-                    self.err(
-                        n,
-                        format!("`{key}:` belongs to a step (`## ` heading first)"),
-                    );
-                    continue;
-                };
-                self.step_key(n, key, value.trim(), s);
-                continue;
-            }
-            // Prose.
-            let target = match step.as_mut() {
-                Some(s) => &mut s.prose,
-                None => &mut lesson.intro,
-            };
-            target.push_str(line);
-            target.push('\n');
+            self.line(i + 1, raw.trim_end(), &mut r);
         }
-        if let Some(q) = question.take() {
-            self.close_question(q, step.as_mut());
+        self.finish(r)
+    }
+
+    /// One line of the file, `n` counting from 1.
+    fn line(&mut self, n: usize, line: &str, r: &mut Reading) {
+        self.figures(n, line);
+        // Choices belong to the question just above them.
+        if let Some(q) = r.question.as_mut() {
+            if let Some(rest) = line.strip_prefix("- ").or_else(|| line.strip_prefix("* ")) {
+                self.choice(n, q, rest, line.starts_with('*'));
+                return;
+            }
+            let q = r.question.take().expect("checked above");
+            self.close_question(q, r.step.as_mut());
         }
-        if let Some(s) = step.take() {
-            self.close_step(s, &mut lesson);
+        if let Some(title) = line.strip_prefix("## ") {
+            return self.step_heading(n, title, r);
         }
+        if let Some(title) = line.strip_prefix("# ") {
+            return self.title(n, title, r);
+        }
+        if r.lesson.title.is_empty() {
+            if !line.trim().is_empty() {
+                self.err(n, "the file must start with a `# Title` line");
+                // Say it once, then read the rest as if the title were there.
+                r.lesson.title = "(untitled)".into();
+            }
+            return;
+        }
+        let question = line.strip_prefix("?predict").map(|q| (true, q));
+        if let Some((predict, text)) = question.or(line.strip_prefix("? ").map(|q| (false, q))) {
+            return self.open_question(n, predict, text, r);
+        }
+        if let Some((key, value)) = key_line(line) {
+            match r.step.as_mut() {
+                Some(s) => self.step_key(n, key, value.trim(), s),
+                None => self.err(
+                    n,
+                    format!("`{key}:` belongs to a step (`## ` heading first)"),
+                ),
+            }
+            return;
+        }
+        // Prose.
+        let target = match r.step.as_mut() {
+            Some(s) => &mut s.prose,
+            None => &mut r.lesson.intro,
+        };
+        target.push_str(line);
+        target.push('\n');
+    }
+
+    /// A `## ` line: the step before it ends, a new one begins.
+    fn step_heading(&mut self, n: usize, title: &str, r: &mut Reading) {
+        if let Some(s) = r.step.take() {
+            self.close_step(s, &mut r.lesson);
+        }
+        if r.lesson.title.is_empty() {
+            self.err(n, "the file must start with a `# Title` line");
+        }
+        if title.trim().is_empty() {
+            self.err(n, "a step needs a title after `## `");
+        }
+        r.step = Some(Step {
+            title: title.trim().to_string(),
+            line: n,
+            ..Step::default()
+        });
+    }
+
+    /// A `# ` line: the lesson's title, once, before any step.
+    fn title(&mut self, n: usize, title: &str, r: &mut Reading) {
+        if !r.lesson.title.is_empty() || r.step.is_some() {
+            self.err(n, "only one `# Title` per lesson, at the top");
+        } else if title.trim().is_empty() {
+            self.err(n, "the title is empty");
+        } else {
+            r.lesson.title = title.trim().to_string();
+        }
+    }
+
+    /// A `? ` (choice) or `?predict` line: a question opens; its choices follow.
+    fn open_question(&mut self, n: usize, predict: bool, text: &str, r: &mut Reading) {
+        if r.step.is_none() {
+            self.err(n, "questions belong to a step (`## ` heading first)");
+            return;
+        }
+        if predict {
+            r.question = self.predict(n, text);
+            return;
+        }
+        if text.trim().is_empty() {
+            self.err(n, "the question is empty");
+        }
+        r.question = Some(OpenQuestion {
+            line: n,
+            text: text.trim().to_string(),
+            kind: QuestionKind::Choice(Vec::new()),
+        });
+    }
+
+    /// The end of the file: what is still open closes, and the whole lesson is checked.
+    fn finish(&mut self, mut r: Reading) -> Lesson {
+        if let Some(q) = r.question.take() {
+            self.close_question(q, r.step.as_mut());
+        }
+        if let Some(s) = r.step.take() {
+            self.close_step(s, &mut r.lesson);
+        }
+        let mut lesson = r.lesson;
         if lesson.title.is_empty() {
             self.err(1, "the file must start with a `# Title` line");
         } else if lesson.steps.is_empty() {
             self.err(1, "a lesson needs at least one `## ` step");
         }
-        let choice_questions = lesson
-            .steps
-            .iter()
-            .flat_map(|s| &s.questions)
+        self.answers_by_length(&lesson);
+        lesson.intro = lesson.intro.trim().to_string();
+        lesson
+    }
+
+    /// A lesson whose every right answer is its longest (or shortest) choice can be passed
+    /// without reading it: refused, once there are two choice questions to go by.
+    fn answers_by_length(&mut self, lesson: &Lesson) {
+        let questions = || lesson.steps.iter().flat_map(|s| &s.questions);
+        let choice_questions = questions()
             .filter(|q| matches!(q.kind, QuestionKind::Choice(_)))
             .count();
         let all = |f: fn(&Question) -> Option<bool>| {
-            choice_questions >= 2
-                && lesson
-                    .steps
-                    .iter()
-                    .flat_map(|s| &s.questions)
-                    .all(|q| f(q) != Some(false))
+            choice_questions >= 2 && questions().all(|q| f(q) != Some(false))
         };
         for (f, which) in [
             (
@@ -197,8 +225,6 @@ impl Parser<'_> {
                 );
             }
         }
-        lesson.intro = lesson.intro.trim().to_string();
-        lesson
     }
 
     /// A `- ` or `* ` line under a question: a choice, `* ` marking a right one.
