@@ -110,9 +110,14 @@ impl Parser<'_> {
             }
             return;
         }
-        let question = line.strip_prefix("?predict").map(|q| (true, q));
-        if let Some((predict, text)) = question.or(line.strip_prefix("? ").map(|q| (false, q))) {
-            return self.open_question(n, predict, text, r);
+        if let Some(rest) = line.strip_prefix("?predict") {
+            if self.in_step(n, r) {
+                r.question = self.predict(n, rest);
+            }
+            return;
+        }
+        if let Some(text) = line.strip_prefix("? ") {
+            return self.open_question(n, text, r);
         }
         if let Some((key, value)) = key_line(line) {
             match r.step.as_mut() {
@@ -162,14 +167,17 @@ impl Parser<'_> {
         }
     }
 
-    /// A `? ` (choice) or `?predict` line: a question opens; its choices follow.
-    fn open_question(&mut self, n: usize, predict: bool, text: &str, r: &mut Reading) {
+    /// Whether a question at line `n` has a step to belong to; says so when not.
+    fn in_step(&mut self, n: usize, r: &Reading) -> bool {
         if r.step.is_none() {
             self.err(n, "questions belong to a step (`## ` heading first)");
-            return;
         }
-        if predict {
-            r.question = self.predict(n, text);
+        r.step.is_some()
+    }
+
+    /// A `? ` line: a choice question opens; its choices follow.
+    fn open_question(&mut self, n: usize, text: &str, r: &mut Reading) {
+        if !self.in_step(n, r) {
             return;
         }
         if text.trim().is_empty() {
