@@ -255,8 +255,8 @@ impl Model {
     /// their own.
     pub fn runs_on_our_kernels(&self) -> bool {
         let ours = |l: &Linear| l.fast.is_some();
+        // (The reference path's matrices are candle's alone, so it needs no check of its own.)
         self.device.is_cpu()
-            && !self.reference
             && self
                 .weights
                 .layers
