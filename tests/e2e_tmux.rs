@@ -86,6 +86,18 @@ impl Tmux {
         }
     }
 
+    /// Waits until no capture holds `needle`. Keys sent right after Esc must wait for
+    /// this: an Esc and the next key read together arrive as one Alt-chord.
+    fn wait_gone(&self, needle: &str, secs: u64) {
+        let t = Instant::now();
+        while self.screen().contains(needle) {
+            if t.elapsed() > Duration::from_secs(secs) {
+                panic!("{needle:?} is still on screen:\n{}", self.screen());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// Quits the app and waits until its screen is gone, so keys typed next reach the
     /// shell rather than an app still shutting down.
     fn quit(&self) {
@@ -180,6 +192,7 @@ fn app_steps_toggles_resizes_and_quits_cleanly() {
         10,
     );
     t.keys(&["Escape"]);
+    t.wait_gone("help · keys", 10);
     // Resize small, then back.
     t.resize(60, 20);
     t.wait_for("needs a terminal of at least 80×24", 10);
@@ -302,6 +315,7 @@ fn a_lesson_opens_beside_the_panes_moves_with_n_and_saves_progress() {
     t.keys(&["L"]);
     t.wait_for("lessons · j k choose", 10);
     t.keys(&["Escape"]);
+    t.wait_gone("lessons · j k choose", 10);
     t.quit();
     t.keys(&["echo DONE-$((1+1))", "Enter"]);
     t.wait_for("DONE-2", 10);
