@@ -196,15 +196,15 @@ fn a_lesson_step_sets_the_app_and_notices_the_task() {
     // n: step 2, whose task is "switch to MHA".
     assert!(a.update(Action::NextStep).is_empty());
     assert_eq!(a.tutor.as_ref().unwrap().step, 1);
-    assert!(!inferlab::ui::tutor::task_done(&a));
+    assert!(!a.task_done());
     // m cycles GQA → MQA → MHA; only then is the task done.
     assert!(matches!(
         a.update(Action::CycleLayout).as_slice(),
         [Command::SetRun(_)]
     ));
-    assert!(!inferlab::ui::tutor::task_done(&a));
+    assert!(!a.task_done());
     a.update(Action::CycleLayout);
-    assert!(inferlab::ui::tutor::task_done(&a));
+    assert!(a.task_done());
     // The last step sets GQA back: going there sends the run change.
     a.update(Action::NextStep);
     let c = a.update(Action::NextStep);
@@ -247,7 +247,8 @@ fn a_prediction_runs_the_next_step_and_is_graded_by_what_the_model_did() {
     }
     // Choice 1 is position 0, the first token.
     let live =
-        inferlab::ui::predict::live_choices(&a, inferlab::lesson::Predict::TopAttended).unwrap();
+        inferlab::ui::predict::live_choices(&a.live(), inferlab::lesson::Predict::TopAttended)
+            .unwrap();
     assert_eq!(live.values[0], 0);
     assert!(matches!(
         a.update(Action::Answer(1)).as_slice(),
@@ -959,7 +960,8 @@ fn a_traffic_prediction_is_graded_by_the_bytes_of_the_next_step() {
     use inferlab::worker::Command;
     let mut a = lesson_app("?predict dominant_live: Which read is larger?");
     let live =
-        inferlab::ui::predict::live_choices(&a, inferlab::lesson::Predict::DominantLive).unwrap();
+        inferlab::ui::predict::live_choices(&a.live(), inferlab::lesson::Predict::DominantLive)
+            .unwrap();
     assert_eq!(live.labels[0], "the weights");
     // Answer "the KV cache": the app runs the next iteration to grade it.
     assert!(matches!(
@@ -986,7 +988,8 @@ fn a_prediction_before_a_toggle_applies_the_toggle_and_grades_what_follows() {
     use inferlab::worker::Command;
     let mut a = lesson_app("?predict kv_after_mha: How many KV bytes per token under MHA?");
     let live =
-        inferlab::ui::predict::live_choices(&a, inferlab::lesson::Predict::KvAfterMha).unwrap();
+        inferlab::ui::predict::live_choices(&a.live(), inferlab::lesson::Predict::KvAfterMha)
+            .unwrap();
     // The fixture's tiny model: 4 query heads over 2 KV heads, so MHA doubles the cache.
     assert_eq!(
         live.labels,

@@ -314,6 +314,26 @@ pub const FIGURES: [(&str, &str); 19] = [
     ),
 ];
 
+/// The `{name}`s of a line: identifiers in braces.
+pub fn figure_names(line: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = line;
+    while let Some(open) = rest.find('{') {
+        let after = &rest[open + 1..];
+        let Some(close) = after.find('}') else { break };
+        let name = &after[..close];
+        if !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        {
+            out.push(name);
+        }
+        rest = &after[close + 1..];
+    }
+    out
+}
+
 /// Names of panes, for settings and checks.
 pub const PANES: [(&str, Pane); 8] = [
     ("attention", Pane::Attention),

@@ -531,26 +531,6 @@ impl Parser<'_> {
     }
 }
 
-/// The `{name}`s of a line: identifiers in braces.
-pub fn figure_names(line: &str) -> Vec<&str> {
-    let mut out = Vec::new();
-    let mut rest = line;
-    while let Some(open) = rest.find('{') {
-        let after = &rest[open + 1..];
-        let Some(close) = after.find('}') else { break };
-        let name = &after[..close];
-        if !name.is_empty()
-            && name
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
-        {
-            out.push(name);
-        }
-        rest = &after[close + 1..];
-    }
-    out
-}
-
 /// `key: value` when the line starts with a lowercase identifier, a colon and a space.
 fn key_line(line: &str) -> Option<(&str, &str)> {
     let (key, value) = line.split_once(':')?;

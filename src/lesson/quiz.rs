@@ -121,7 +121,7 @@ pub fn stats(lessons: &[Lesson]) -> QuizStats {
         live_figures: texts
             .map(|t| {
                 t.lines()
-                    .map(|l| super::parse::figure_names(l).len())
+                    .map(|l| super::format::figure_names(l).len())
                     .sum::<usize>()
             })
             .sum(),

@@ -72,23 +72,6 @@ pub enum Action {
     Quit,
 }
 
-/// A setting a lesson step (or anything else) can ask for by value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Setting {
-    Layout(HeadLayout),
-    Kernel(AttnKernel),
-    Serve(Policy, CacheKind, Compare),
-    Sink(bool),
-    Workload(AppWorkload),
-    Focus(Pane),
-    /// The focused pane has the body (`true`) or the grid of panes is shown.
-    Zoom(bool),
-    /// Raw scores (true) or softmax weights.
-    Values(bool),
-    Layer(usize),
-    Head(usize),
-}
-
 /// Lesson actions: with no lesson open they only say how to open one.
 fn is_lesson_action(a: Action) -> bool {
     matches!(
@@ -133,20 +116,7 @@ fn flip_policy(p: Policy) -> Policy {
     }
 }
 
-/// What the side-by-side view varies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Compare {
-    Off,
-    /// The other cache kind, same policy.
-    Cache,
-    /// The other policy, same cache kind.
-    Policy,
-    /// The same requests one at a time (FIFO, batch of one): the baseline continuous
-    /// batching is measured against.
-    OneAtATime,
-}
-
-pub use crate::screen::Pane;
+pub use super::live::{Compare, LiveState, Pane, Setting};
 
 /// Iterations of the batching timeline kept for drawing.
 pub const TIMELINE: usize = 240;
@@ -315,6 +285,31 @@ impl App {
             tutor: None,
             quit: false,
         }
+    }
+
+    /// The app's state as the lessons and predictions read it.
+    pub fn live(&self) -> LiveState<'_> {
+        LiveState {
+            report: self.report.as_deref(),
+            layer: self.layer,
+            head: self.head,
+            layout: self.run.layout,
+            kernel: self.run.kernel,
+            policy: self.policy,
+            cache: self.cache,
+            compare: self.compare,
+            workload: self.workload,
+            focus: self.focus,
+            show_scores: self.show_scores,
+            sink: self.sink,
+        }
+    }
+
+    /// Whether the open lesson step's task holds now (false with no lesson open).
+    pub fn task_done(&self) -> bool {
+        self.tutor
+            .as_ref()
+            .is_some_and(|t| t.task_done(&self.live()))
     }
 
     /// Layers and heads of the model once a report has arrived.
@@ -761,11 +756,11 @@ impl App {
     /// Runs the lesson runtime on its own state with a read-only view of the app, then
     /// carries out its reply: its settings through the same actions keys give, its prompt,
     /// an iteration, its status line. Progress is noted once the settings are in place.
-    fn with_tutor(&mut self, f: impl FnOnce(&mut Tutor, &App) -> Reply) -> Vec<Command> {
+    fn with_tutor(&mut self, f: impl FnOnce(&mut Tutor, &LiveState) -> Reply) -> Vec<Command> {
         let Some(mut t) = self.tutor.take() else {
             return Vec::new();
         };
-        let reply = f(&mut t, self);
+        let reply = f(&mut t, &self.live());
         self.tutor = Some(t);
         let mut out: Vec<Command> = reply
             .settings
@@ -789,7 +784,7 @@ impl App {
     /// Lets the lesson runtime record a finished step.
     fn note_progress(&mut self) {
         if let Some(mut t) = self.tutor.take() {
-            t.note_progress(self);
+            t.note_progress(&self.live());
             self.tutor = Some(t);
         }
     }
@@ -880,7 +875,7 @@ impl App {
                 }
                 let old = self.report.take();
                 if let Some(mut t) = self.tutor.take() {
-                    super::tutor::grade(&mut t, self, &r, old.as_deref());
+                    super::tutor::grade(&mut t, &self.live(), &r, old.as_deref());
                     self.tutor = Some(t);
                 }
                 self.report = old;

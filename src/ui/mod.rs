@@ -5,6 +5,7 @@ pub mod app;
 pub mod draw;
 pub mod figures;
 pub mod keys;
+pub mod live;
 pub mod panes;
 pub mod predict;
 pub mod theme;

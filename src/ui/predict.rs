@@ -2,8 +2,7 @@
 //! state, what answering it sets off (the next iteration, or the toggle it asks about),
 //! and, from the report that follows, whether the prediction came true and why.
 
-use super::app::{App, Setting};
-use super::tutor::Pending;
+use super::live::{LiveState, Setting};
 use crate::lesson::Predict;
 use crate::model::traffic::Traffic;
 use crate::model::{AttnKernel, HeadLayout};
@@ -39,6 +38,18 @@ const FINISHED_ROW: [&str; 3] = [
     "a waiting request takes over its slot in the next iteration",
     "it is freed and the batch runs one row smaller",
 ];
+
+/// A prediction waiting for the next iteration to grade it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pending {
+    pub question: usize,
+    pub choice: usize,
+    pub kind: Predict,
+    /// What the prediction is about: a request id, or the query position.
+    pub subject: u64,
+    /// The state it was asked in: the active request ids before the step.
+    pub before: Vec<u64>,
+}
 
 /// Fixed choices, valued by their index.
 fn labelled(labels: &[&str], subject: u64) -> LiveChoices {
@@ -102,7 +113,7 @@ pub fn unavailable(kind: Predict) -> &'static str {
 
 /// What answering sets off: the toggle the question is about (then its report grades
 /// it), and whether an iteration must run.
-pub fn action(kind: Predict, app: &App) -> (Vec<Setting>, bool) {
+pub fn action(kind: Predict, app: &LiveState) -> (Vec<Setting>, bool) {
     match kind {
         Predict::KvAfterMha => (vec![Setting::Layout(HeadLayout::Mha)], false),
         Predict::KvAfterTiled => (
@@ -132,8 +143,8 @@ pub fn action(kind: Predict, app: &App) -> (Vec<Setting>, bool) {
 }
 
 /// The choices of prediction `kind` in the app's current state.
-pub fn live_choices(app: &App, kind: Predict) -> Option<LiveChoices> {
-    choices_for(app.report.as_deref()?, kind)
+pub fn live_choices(app: &LiveState, kind: Predict) -> Option<LiveChoices> {
+    choices_for(app.report?, kind)
 }
 
 /// The choices of prediction `kind` as the state after report `r` offers them.
@@ -185,7 +196,7 @@ fn top_attended_choices(r: &StepReport) -> Option<LiveChoices> {
         let piece = r
             .pieces
             .get(pos as usize)
-            .map(|s| super::panes::label(s, 12).trim_end().to_string())
+            .map(|s| crate::views::units::label(s, 12).trim_end().to_string())
             .unwrap_or_else(|| "the new token itself".into());
         format!("position {pos}: {piece}")
     };
@@ -316,7 +327,7 @@ pub fn waits_for_event(kind: Predict) -> bool {
 pub fn outcome(
     p: &Pending,
     live: &LiveChoices,
-    app: &App,
+    app: &LiveState,
     new: &StepReport,
 ) -> Option<(bool, String)> {
     let chosen = live.values[p.choice];
@@ -357,7 +368,7 @@ fn exact(live: &LiveChoices, chosen: u64, actual: u64) -> bool {
 fn top_attended_outcome(
     live: &LiveChoices,
     chosen: u64,
-    app: &App,
+    app: &LiveState,
     new: &StepReport,
 ) -> (bool, String) {
     let head = app.head;
@@ -377,7 +388,7 @@ fn top_attended_outcome(
     let piece = new
         .pieces
         .get(best)
-        .map(|s| super::panes::label(s, 12).trim_end().to_string())
+        .map(|s| crate::views::units::label(s, 12).trim_end().to_string())
         .unwrap_or_default();
     (
         exact(live, chosen, best as u64),
@@ -467,7 +478,7 @@ fn kv_outcome(p: &Pending, chosen: u64, new: &StepReport) -> (bool, String) {
         "under {} with {} attention each token now stores {} bytes of K and V (before: {before})",
         new.info.layout,
         kernel_name(new.run.kernel),
-        super::panes::thousands(after as usize)
+        crate::views::units::thousands(after as usize)
     );
     let right = match p.kind {
         Predict::KvAfterMha => chosen == 1000 * after / before,

@@ -2,7 +2,8 @@
 //! done, and how the user answered. It reads the app's live state; it never computes
 //! figures of its own.
 
-use super::app::{App, Compare, Setting};
+use super::live::{Compare, LiveState, Setting};
+use super::predict::Pending;
 use crate::lesson::progress::Progress;
 use crate::lesson::*;
 use crate::model::AttnKernel;
@@ -16,18 +17,6 @@ pub struct Answer {
     pub right: bool,
     /// Why, in words: the choice's explanation, or what the model really did.
     pub why: String,
-}
-
-/// A prediction waiting for the next iteration to grade it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Pending {
-    pub question: usize,
-    pub choice: usize,
-    pub kind: Predict,
-    /// What the prediction is about: a request id, or the query position.
-    pub subject: u64,
-    /// The state it was asked in: the active request ids before the step.
-    pub before: Vec<u64>,
 }
 
 /// The open lesson.
@@ -150,7 +139,7 @@ impl Reply {
 
 impl Tutor {
     /// Moves to another step (or lesson); the reply carries what the step sets.
-    pub fn goto(&mut self, app: &App, lesson: usize, step: usize) -> Reply {
+    pub fn goto(&mut self, app: &LiveState, lesson: usize, step: usize) -> Reply {
         let Some(l) = self.lessons.get(lesson) else {
             return Reply::default();
         };
@@ -162,13 +151,13 @@ impl Tutor {
         self.pending = None;
         self.scroll = 0;
         self.answers = vec![None; s.questions.len()];
-        self.iter_at_open = app.report.as_ref().map_or(0, |r| r.iteration);
+        self.iter_at_open = app.report.map_or(0, |r| r.iteration);
         self.save();
         settings_of(app, &s)
     }
 
     /// Next step, or the next lesson's first step after the last one.
-    pub fn next(&mut self, app: &App) -> Reply {
+    pub fn next(&mut self, app: &LiveState) -> Reply {
         let (l, s) = (self.lesson, self.step);
         let n = self.lessons[l].steps.len();
         let id = self.lessons[l].id().to_string();
@@ -186,7 +175,7 @@ impl Tutor {
     }
 
     /// Previous step, or the previous lesson's last step.
-    pub fn prev(&mut self, app: &App) -> Reply {
+    pub fn prev(&mut self, app: &LiveState) -> Reply {
         let (l, s) = (self.lesson, self.step);
         if s > 0 {
             self.goto(app, l, s - 1)
@@ -200,7 +189,7 @@ impl Tutor {
 }
 
 /// The settings a step asks for, as the actions a user's keys would give, and its prompt.
-fn settings_of(app: &App, s: &Step) -> Reply {
+fn settings_of(app: &LiveState, s: &Step) -> Reply {
     let set = &s.set;
     let mut acts: Vec<Setting> = Vec::new();
     acts.extend(set.focus.map(Setting::Focus));
@@ -215,7 +204,7 @@ fn settings_of(app: &App, s: &Step) -> Reply {
     acts.extend(set.head.map(|h| Setting::Head(h.min(n_head - 1))));
     acts.extend(set.layout.map(Setting::Layout));
     if let Some(k) = set.attention {
-        acts.push(Setting::Kernel(match (k, app.run.kernel) {
+        acts.push(Setting::Kernel(match (k, app.kernel) {
             (Kernel::Naive, _) => AttnKernel::Naive,
             (Kernel::Tiled, tiled @ AttnKernel::Tiled { .. }) => tiled,
             (Kernel::Tiled, _) => AttnKernel::Tiled {
@@ -247,9 +236,9 @@ fn settings_of(app: &App, s: &Step) -> Reply {
 }
 
 /// Whether one condition holds in the live app.
-pub fn holds(app: &App, t: &Tutor, c: &Cond) -> bool {
+pub fn holds(app: &LiveState, t: &Tutor, c: &Cond) -> bool {
     let t = Some(t);
-    let r = app.report.as_ref();
+    let r = app.report;
     let num = |x: usize| x as f64;
     let n = match c.var {
         Var::Steps => Some(num(r
@@ -272,7 +261,7 @@ pub fn holds(app: &App, t: &Tutor, c: &Cond) -> bool {
     }
     let word = match c.var {
         Var::Finished => r.is_some_and(|r| r.finished).to_string(),
-        Var::Layout => app.run.layout.to_string().to_ascii_lowercase(),
+        Var::Layout => app.layout.to_string().to_ascii_lowercase(),
         Var::Cache => match app.cache {
             CacheKind::Paged => "paged",
             CacheKind::Contiguous => "contiguous",
@@ -283,7 +272,7 @@ pub fn holds(app: &App, t: &Tutor, c: &Cond) -> bool {
             Policy::Static => "static",
         }
         .into(),
-        Var::Attention => match app.run.kernel {
+        Var::Attention => match app.kernel {
             AttnKernel::Naive => "naive",
             AttnKernel::Tiled { .. } => "tiled",
         }
@@ -319,14 +308,9 @@ pub fn holds(app: &App, t: &Tutor, c: &Cond) -> bool {
     }
 }
 
-/// Whether the open lesson's current task is done (a step without a task counts as done).
-pub fn task_done(app: &App) -> bool {
-    app.tutor.as_ref().is_some_and(|t| t.task_done(app))
-}
-
 impl Tutor {
     /// Whether the current step's task holds in `app` (a step without a task counts as done).
-    pub fn task_done(&self, app: &App) -> bool {
+    pub fn task_done(&self, app: &LiveState) -> bool {
         let Some(s) = self.step() else {
             return false;
         };
@@ -339,7 +323,7 @@ impl Tutor {
     /// Records a finished step in the progress file, once: its task holds (if it has one)
     /// and every question is answered right. A step with neither is done once shown, so
     /// the last step of a lesson counts without pressing `n` past it.
-    pub fn note_progress(&mut self, app: &App) {
+    pub fn note_progress(&mut self, app: &LiveState) {
         let answered = self
             .answers
             .iter()
@@ -361,7 +345,7 @@ impl Tutor {
 impl Tutor {
     /// The user pressed digit `d` (1-based): answers the open question. A prediction also
     /// asks for the next iteration, which grades it.
-    pub fn answer(&mut self, app: &App, d: usize) -> Reply {
+    pub fn answer(&mut self, app: &LiveState, d: usize) -> Reply {
         if self.pending.is_some() {
             return Reply::status("waiting for the iteration that grades your prediction");
         }
@@ -410,7 +394,7 @@ impl Tutor {
         }
     }
 
-    fn record(&mut self, app: &App, qi: usize, a: Answer) {
+    fn record(&mut self, app: &LiveState, qi: usize, a: Answer) {
         let key = format!("{}.{}", self.step, qi);
         if let Some(id) = self.current().map(|l| l.id().to_string()) {
             let p = self.progress.of(&id);
@@ -428,7 +412,7 @@ impl Tutor {
 }
 
 /// Grades a pending prediction against the iteration that just ran.
-pub fn grade(t: &mut Tutor, app: &App, new: &StepReport, old: Option<&StepReport>) {
+pub fn grade(t: &mut Tutor, app: &LiveState, new: &StepReport, old: Option<&StepReport>) {
     let Some(p) = t.pending.take() else {
         return;
     };

@@ -1,4 +1,4 @@
-//! Numbers as people read them.
+//! Numbers and token pieces as people read them.
 
 /// Bytes in the most readable unit.
 pub fn bytes(n: usize) -> String {
@@ -23,6 +23,25 @@ pub fn thousands(n: usize) -> String {
             out.push(',');
         }
         out.push(c);
+    }
+    out
+}
+
+/// A printable, fixed-width label for a token piece.
+pub fn label(piece: &str, width: usize) -> String {
+    let clean: String = piece
+        .chars()
+        .map(|c| match c {
+            '\n' => '⏎',
+            '\t' => '⇥',
+            ' ' => '·',
+            c if c.is_control() => '�',
+            c => c,
+        })
+        .collect();
+    let mut out: String = clean.chars().take(width).collect();
+    while out.chars().count() < width {
+        out.push(' ');
     }
     out
 }

@@ -35,10 +35,10 @@ impl Live {
                 .collect()
         });
         Self {
-            task_done: t.task_done(app),
+            task_done: t.task_done(&app.live()),
             choices: kinds
                 .into_iter()
-                .map(|k| (k, predict::live_choices(app, k)))
+                .map(|k| (k, predict::live_choices(&app.live(), k)))
                 .collect(),
             figures: quoted(t)
                 .into_iter()
@@ -84,7 +84,7 @@ fn quoted(t: &Tutor) -> Vec<String> {
     let mut names: Vec<String> = texts
         .iter()
         .flat_map(|t| t.lines())
-        .flat_map(crate::lesson::parse::figure_names)
+        .flat_map(crate::lesson::figure_names)
         .map(str::to_string)
         .collect();
     names.sort();

@@ -29,26 +29,7 @@ pub fn block<'a>(app: &App, theme: &Theme, pane: Pane, title: String) -> Block<'
     }
 }
 
-/// A printable, fixed-width label for a token piece.
-pub fn label(piece: &str, width: usize) -> String {
-    let clean: String = piece
-        .chars()
-        .map(|c| match c {
-            '\n' => '⏎',
-            '\t' => '⇥',
-            ' ' => '·',
-            c if c.is_control() => '�',
-            c => c,
-        })
-        .collect();
-    let mut out: String = clean.chars().take(width).collect();
-    while out.chars().count() < width {
-        out.push(' ');
-    }
-    out
-}
-
-pub use crate::views::units::{bytes, thousands};
+pub use crate::views::units::{bytes, label, thousands};
 
 /// Writes `s` at column `dx` of row `y` inside `inner`, clipped to `inner`'s width.
 pub fn put(
