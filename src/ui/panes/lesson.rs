@@ -1,6 +1,6 @@
 //! The lesson panel beside the live panes, and the lesson list overlay.
 
-use crate::lesson::{Predict, QuestionKind};
+use crate::lesson::{Predict, Question, QuestionKind};
 use crate::ui::app::App;
 use crate::ui::figures;
 use crate::ui::predict::{self, LiveChoices};
@@ -137,7 +137,8 @@ pub fn draw(t: &Tutor, live: &Live, theme: &Theme, area: Rect, buf: &mut Buffer)
     );
 }
 
-/// The text of the current step, top to bottom.
+/// The text of the current step, top to bottom: the lesson and step titles, the prose,
+/// the notice, the task, then each question.
 fn lines<'a>(t: &Tutor, live: &Live, theme: &Theme) -> Vec<Line<'a>> {
     let l = t.current().expect("caller checked");
     let s = t.step().expect("caller checked");
@@ -163,100 +164,133 @@ fn lines<'a>(t: &Tutor, live: &Live, theme: &Theme) -> Vec<Line<'a>> {
         ]));
     }
     if let Some(task) = &s.task {
-        let done = live.task_done;
         out.push(Line::raw(""));
-        out.push(Line::from(vec![
-            Span::styled(
-                if done { "[x] Task: " } else { "[ ] Task: " },
-                if done {
-                    theme.focused()
-                } else {
-                    theme.accent()
-                },
-            ),
-            Span::raw(live.fill(&task.text)),
-        ]));
-        if done {
-            let what = if t.step + 1 < l.steps.len() {
-                "    done: press n for the next step"
-            } else if t.lesson + 1 < t.lessons.len() {
-                "    done: press n for the next lesson"
-            } else {
-                "    done: that was the last step of the last lesson"
-            };
-            out.push(Line::styled(what, theme.dim()));
-        }
+        out.extend(task_lines(t, &live.fill(&task.text), live.task_done, theme));
     }
     let open = t.open_question();
     for (qi, q) in s.questions.iter().enumerate() {
         out.push(Line::raw(""));
-        let mark = match &t.answers[qi] {
-            Some(a) if a.right => "✓ ",
-            Some(_) => "✗ ",
-            None => "? ",
+        out.extend(question_lines(t, live, theme, qi, q, open == Some(qi)));
+    }
+    out
+}
+
+/// The step's task with its box ticked or not, and once done, what `n` leads to.
+fn task_lines<'a>(t: &Tutor, text: &str, done: bool, theme: &Theme) -> Vec<Line<'a>> {
+    let (mark, style) = if done {
+        ("[x] Task: ", theme.focused())
+    } else {
+        ("[ ] Task: ", theme.accent())
+    };
+    let mut out = vec![Line::from(vec![
+        Span::styled(mark, style),
+        Span::raw(text.to_string()),
+    ])];
+    if done {
+        let steps = t.current().map_or(0, |l| l.steps.len());
+        let what = if t.step + 1 < steps {
+            "    done: press n for the next step"
+        } else if t.lesson + 1 < t.lessons.len() {
+            "    done: press n for the next lesson"
+        } else {
+            "    done: that was the last step of the last lesson"
         };
-        out.push(Line::from(vec![
-            Span::styled(mark, theme.accent()),
-            Span::styled(live.fill(&q.text), Style::default()),
-        ]));
-        // Only the open question (and answered ones) show their choices.
-        if open != Some(qi) && t.answers[qi].is_none() {
-            continue;
+        out.push(Line::styled(what, theme.dim()));
+    }
+    out
+}
+
+/// One question: its mark and text; then, while it is open or once answered, its
+/// choices, the verdict and what to do next.
+fn question_lines<'a>(
+    t: &Tutor,
+    live: &Live,
+    theme: &Theme,
+    qi: usize,
+    q: &Question,
+    open: bool,
+) -> Vec<Line<'a>> {
+    let answer = t.answers[qi].as_ref();
+    let mark = match answer {
+        Some(a) if a.right => "✓ ",
+        Some(_) => "✗ ",
+        None => "? ",
+    };
+    let mut out = vec![Line::from(vec![
+        Span::styled(mark, theme.accent()),
+        Span::styled(live.fill(&q.text), Style::default()),
+    ])];
+    // Only the open question (and answered ones) show their choices.
+    if !open && answer.is_none() {
+        return out;
+    }
+    let predict = matches!(q.kind, QuestionKind::Predict(_));
+    // A graded prediction is about an iteration that has passed: its verdict comes
+    // first, and a wrong one is followed by fresh choices for the next iteration.
+    if let (Some(a), true) = (answer, predict) {
+        out.push(verdict(a, live, theme));
+        if a.right {
+            return out;
         }
-        let answer = t.answers[qi].as_ref();
-        let predict = matches!(q.kind, QuestionKind::Predict(_));
-        // A graded prediction is about an iteration that has passed: its verdict comes
-        // first, and a wrong one is followed by fresh choices for the next iteration.
-        if predict {
-            if let Some(a) = answer {
-                out.push(verdict(a, live, theme));
-                if a.right {
-                    continue;
-                }
-                out.push(Line::styled(
-                    "  That iteration has passed. Predict the next one:",
-                    theme.dim(),
-                ));
-            }
-        }
-        let labels: Vec<String> = match &q.kind {
-            QuestionKind::Choice(c) => c.iter().map(|c| live.fill(&c.text)).collect(),
-            QuestionKind::Predict(kind) => match live.choices(*kind) {
-                Some(c) => c.labels.clone(),
-                None => vec![format!("({})", predict::unavailable(*kind))],
-            },
+        out.push(Line::styled(
+            "  That iteration has passed. Predict the next one:",
+            theme.dim(),
+        ));
+    }
+    out.extend(choice_lines(t, live, theme, qi, q));
+    if let Some(p) = t.pending.as_ref().filter(|p| p.question == qi) {
+        let wait = if predict::waits_for_event(p.kind) {
+            "  keep stepping (space, or r to run) until it happens…"
+        } else {
+            "  running the next iteration to check…"
         };
-        for (i, lab) in labels.iter().enumerate() {
+        out.push(Line::styled(wait, theme.dim()));
+    }
+    if let (Some(a), false) = (answer, predict) {
+        out.push(verdict(a, live, theme));
+        if !a.right {
+            out.push(Line::styled(
+                "  (press another number to try again)",
+                theme.dim(),
+            ));
+        }
+    }
+    out
+}
+
+/// The numbered choices: the lesson's own, or for a prediction the ones the live app
+/// offers now; the one chosen (or waiting to be graded) is highlighted.
+fn choice_lines<'a>(
+    t: &Tutor,
+    live: &Live,
+    theme: &Theme,
+    qi: usize,
+    q: &Question,
+) -> Vec<Line<'a>> {
+    let predict = matches!(q.kind, QuestionKind::Predict(_));
+    let labels: Vec<String> = match &q.kind {
+        QuestionKind::Choice(c) => c.iter().map(|c| live.fill(&c.text)).collect(),
+        QuestionKind::Predict(kind) => match live.choices(*kind) {
+            Some(c) => c.labels.clone(),
+            None => vec![format!("({})", predict::unavailable(*kind))],
+        },
+    };
+    let answer = t.answers[qi].as_ref();
+    let pending = t.pending.as_ref().filter(|p| p.question == qi);
+    labels
+        .iter()
+        .enumerate()
+        .map(|(i, lab)| {
             let chosen = (!predict && answer.is_some_and(|a| a.choice == i))
-                || t.pending
-                    .as_ref()
-                    .is_some_and(|p| p.question == qi && p.choice == i);
+                || pending.is_some_and(|p| p.choice == i);
             let style = if chosen {
                 theme.focused()
             } else {
                 Style::default()
             };
-            out.push(Line::styled(format!("  {}. {lab}", i + 1), style));
-        }
-        if let Some(p) = t.pending.as_ref().filter(|p| p.question == qi) {
-            let wait = if predict::waits_for_event(p.kind) {
-                "  keep stepping (space, or r to run) until it happens…"
-            } else {
-                "  running the next iteration to check…"
-            };
-            out.push(Line::styled(wait, theme.dim()));
-        }
-        if let (Some(a), false) = (answer, predict) {
-            out.push(verdict(a, live, theme));
-            if !a.right {
-                out.push(Line::styled(
-                    "  (press another number to try again)",
-                    theme.dim(),
-                ));
-            }
-        }
-    }
-    out
+            Line::styled(format!("  {}. {lab}", i + 1), style)
+        })
+        .collect()
 }
 
 /// "Right: …" or "Not quite: …" with the answer's explanation.
