@@ -2,6 +2,7 @@
 //! went, the residual stream of the chosen layer, and the attention bytes moved.
 
 use super::{block, bytes, put_text};
+use crate::model::probe::LayerCapture;
 use crate::model::AttnKernel;
 use crate::ui::app::{App, Pane};
 use crate::ui::theme::Theme;
@@ -25,25 +26,33 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
 
 /// Draws where a report's step spent its time, and `layer`'s residual stream, into `inner`.
 pub fn draw(r: &StepReport, layer: usize, theme: &Theme, inner: Rect, buf: &mut Buffer) {
+    let mut rows = timing_rows(r, theme);
+    rows.push((3, attention_row(r), Style::default()));
+    if let Some(c) = r.info.captures.iter().find(|c| c.layer == layer) {
+        rows.extend(layer_rows(r, c, theme));
+    }
+    for (y, text, style) in rows {
+        put_text(buf, inner, 0, inner.y + y, text, style);
+    }
+}
+
+/// A pane row: its line inside the pane, its text and style.
+type Row = (u16, String, Style);
+
+/// Rows 0 and 1: the stages of the pass with their times, and a sparkline of the layers.
+fn timing_rows(r: &StepReport, theme: &Theme) -> Vec<Row> {
     let t = &r.info.timing;
     let layers: f64 = t.layers_ms.iter().sum();
     let total = t.embed_ms + layers + t.lm_head_ms + r.info.sample_ms;
-    put_text(
-        buf,
-        inner,
-        0,
-        inner.y,
-        format!(
-            "{} token(s) in → embed {:.2} ms → {} layers {:.1} ms → LM head {:.1} ms → sample {:.2} ms = {:.1} ms",
-            r.info.input_len,
-            t.embed_ms,
-            t.layers_ms.len(),
-            layers,
-            t.lm_head_ms,
-            r.info.sample_ms,
-            total
-        ),
-        Style::default(),
+    let stages = format!(
+        "{} token(s) in → embed {:.2} ms → {} layers {:.1} ms → LM head {:.1} ms → sample {:.2} ms = {:.1} ms",
+        r.info.input_len,
+        t.embed_ms,
+        t.layers_ms.len(),
+        layers,
+        t.lm_head_ms,
+        r.info.sample_ms,
+        total
     );
     let max = t.layers_ms.iter().copied().fold(0.0, f64::max).max(1e-9);
     let spark: String = t
@@ -51,79 +60,67 @@ pub fn draw(r: &StepReport, layer: usize, theme: &Theme, inner: Rect, buf: &mut 
         .iter()
         .map(|&ms| SPARK[((ms / max) * 7.0).round() as usize])
         .collect();
-    put_text(
-        buf,
-        inner,
-        0,
-        inner.y + 1,
-        format!("per layer  {spark}"),
-        theme.accent(),
-    );
-    if let Some(c) = r.info.captures.iter().find(|c| c.layer == layer) {
-        let last = c.t - 1;
-        put_text(
-            buf,
-            inner,
-            0,
-            inner.y + 2,
-            format!(
-                "layer {} residual ‖x‖: in {:.1} → +attention {:.1} → +SwiGLU MLP {:.1}",
-                c.layer, c.resid_norm_in[last], c.resid_norm_attn[last], c.resid_norm_out[last]
-            ),
-            theme.dim(),
-        );
-    }
+    vec![
+        (0, stages, Style::default()),
+        (1, format!("per layer  {spark}"), theme.accent()),
+    ]
+}
+
+/// The attention kernel and the bytes it moved in this pass.
+fn attention_row(r: &StepReport) -> String {
     let kernel = match r.run.kernel {
         AttnKernel::Naive => "naive (full score matrix)".to_string(),
         AttnKernel::Tiled { sram_bytes } => format!("tiled, {} on-chip", bytes(sram_bytes)),
     };
-    put_text(
-        buf,
-        inner,
-        0,
-        inner.y + 3,
+    format!(
+        "attention {kernel}: {} moved (read {} · written {})",
+        bytes(r.info.attn_io.total() as usize),
+        bytes(r.info.attn_io.read as usize),
+        bytes(r.info.attn_io.written as usize)
+    )
+}
+
+/// Rows 2 and 4–7 for the chosen layer: its residual stream, the tile order (tiled
+/// kernel only), and what RoPE, RMSNorm and SwiGLU did to the newest token.
+fn layer_rows(r: &StepReport, c: &LayerCapture, theme: &Theme) -> Vec<Row> {
+    let last = c.t - 1;
+    let mut rows = vec![(
+        2,
         format!(
-            "attention {kernel}: {} moved (read {} · written {})",
-            bytes(r.info.attn_io.total() as usize),
-            bytes(r.info.attn_io.read as usize),
-            bytes(r.info.attn_io.written as usize)
+            "layer {} residual ‖x‖: in {:.1} → +attention {:.1} → +SwiGLU MLP {:.1}",
+            c.layer, c.resid_norm_in[last], c.resid_norm_attn[last], c.resid_norm_out[last]
         ),
-        Style::default(),
-    );
-    if let Some(c) = r.info.captures.iter().find(|c| c.layer == layer) {
-        let b = &c.block;
-        let rows = [
-            format!(
-                "RoPE   q head 0 ‖q‖ {:.2} → {:.2} after rotation · first pair turned {:.0} rad",
-                b.q_norm_pre_rope, b.q_norm_post_rope, b.rope_angle0
-            ),
-            format!(
-                "RMSNorm  residual RMS {:.2} → {:.2} into attention (divide by RMS, times gain)",
-                b.rms_in, b.rms_normed
-            ),
-            format!(
-                "SwiGLU   {:.0}% of the {} silu(gate) values nearly closed (|g| < 0.1)",
-                b.gate_closed_pct, r.cfg.ffn
-            ),
-        ];
-        for (i, row) in rows.into_iter().enumerate() {
-            put_text(buf, inner, 0, inner.y + 5 + i as u16, row, Style::default());
-        }
-        if !c.tile_schedule.is_empty() {
-            let s: Vec<String> = c
-                .tile_schedule
-                .iter()
-                .take(12)
-                .map(|(q, k)| format!("Q{q}·K{k}"))
-                .collect();
-            put_text(
-                buf,
-                inner,
-                0,
-                inner.y + 4,
-                format!("tiles (head 0): {}", s.join(" ")),
-                theme.dim(),
-            );
-        }
+        theme.dim(),
+    )];
+    if !c.tile_schedule.is_empty() {
+        let s: Vec<String> = c
+            .tile_schedule
+            .iter()
+            .take(12)
+            .map(|(q, k)| format!("Q{q}·K{k}"))
+            .collect();
+        rows.push((4, format!("tiles (head 0): {}", s.join(" ")), theme.dim()));
     }
+    let b = &c.block;
+    let block = [
+        format!(
+            "RoPE   q head 0 ‖q‖ {:.2} → {:.2} after rotation · first pair turned {:.0} rad",
+            b.q_norm_pre_rope, b.q_norm_post_rope, b.rope_angle0
+        ),
+        format!(
+            "RMSNorm  residual RMS {:.2} → {:.2} into attention (divide by RMS, times gain)",
+            b.rms_in, b.rms_normed
+        ),
+        format!(
+            "SwiGLU   {:.0}% of the {} silu(gate) values nearly closed (|g| < 0.1)",
+            b.gate_closed_pct, r.cfg.ffn
+        ),
+    ];
+    rows.extend(
+        block
+            .into_iter()
+            .zip(5..)
+            .map(|(text, y)| (y, text, Style::default())),
+    );
+    rows
 }
