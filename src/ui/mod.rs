@@ -101,47 +101,88 @@ fn event_loop(
     if let Some(t) = tutor {
         send(app.open_lesson(t));
     }
-    // The engine keeps long contexts' captures to the layer on screen: tell it which.
-    let mut focus_sent = usize::MAX;
-    let mut lens_sent = false;
+    let mut pace = Pace::new();
     let frame = Duration::from_millis(33);
-    let mut last_step = Instant::now() - Duration::from_secs(10);
     let mut dirty = true;
-    // The last title clicked and when: a second click soon after is a double click.
-    let mut last_click: Option<(app::Pane, Instant)> = None;
     while !app.quit {
         // Engine events: every report is absorbed (the heatmap history needs them all),
         // but the screen is drawn once per frame.
         dirty |= absorb_events(&mut app, &rx, record.as_ref(), &mut recorder, replaying)?;
-        if app.layer != focus_sent && !replaying {
-            focus_sent = app.layer;
-            send(vec![Command::Focus(app.layer)]);
-        }
-        // The lens costs an LM head pass per layer: the engine runs it only while shown.
-        let lens = app.lens_shown || app.focus == app::Pane::Lens;
-        if lens != lens_sent && !replaying {
-            lens_sent = lens;
-            send(vec![Command::SetLens(lens)]);
-        }
-        if app.running && !app.in_flight {
-            let speed = SPEEDS[app.speed];
-            if speed == 0.0 || last_step.elapsed().as_secs_f64() >= 1.0 / speed {
-                let c = app.request_step();
-                if c.is_some() {
-                    last_step = Instant::now();
-                }
-                send(c.into_iter().collect());
-            }
-        }
+        send(pace.engine_commands(&mut app, replaying));
         if dirty {
             terminal.draw(|f| draw::draw(&app, &theme, f.area(), f.buffer_mut()))?;
             dirty = false;
         }
-        if !event::poll(frame)? {
-            continue;
+        if event::poll(frame)? {
+            pace.terminal_events(terminal, &mut app, &send)?;
+            dirty = true;
         }
-        // Collapse a burst of events (resize storms, key repeat) into one redraw. Keys,
-        // typed text and the mouse all become actions, and only actions change the app.
+    }
+    let _ = tx.send(Command::Quit);
+    // A model that failed to load was shown in the app; the exit status says so too.
+    match app.fatal {
+        Some(e) => Err(std::io::Error::other(e)),
+        None => Ok(()),
+    }
+}
+
+/// What the event loop remembers between frames: what the engine was last told, when
+/// the last iteration was asked for, and the last title clicked.
+struct Pace {
+    /// The engine keeps long contexts' captures to the layer on screen.
+    focus_sent: usize,
+    lens_sent: bool,
+    last_step: Instant,
+    /// The last title clicked and when: a second click soon after is a double click.
+    last_click: Option<(app::Pane, Instant)>,
+}
+
+impl Pace {
+    fn new() -> Self {
+        Self {
+            focus_sent: usize::MAX,
+            lens_sent: false,
+            last_step: Instant::now() - Duration::from_secs(10),
+            last_click: None,
+        }
+    }
+
+    /// What the engine must hear before the next frame: the layer on screen, whether
+    /// the lens is shown, and, while running, the next iteration when its time has come.
+    fn engine_commands(&mut self, app: &mut App, replaying: bool) -> Vec<Command> {
+        let mut out = Vec::new();
+        if app.layer != self.focus_sent && !replaying {
+            self.focus_sent = app.layer;
+            out.push(Command::Focus(app.layer));
+        }
+        // The lens costs an LM head pass per layer: the engine runs it only while shown.
+        let lens = app.lens_shown || app.focus == app::Pane::Lens;
+        if lens != self.lens_sent && !replaying {
+            self.lens_sent = lens;
+            out.push(Command::SetLens(lens));
+        }
+        if app.running && !app.in_flight {
+            let speed = SPEEDS[app.speed];
+            if speed == 0.0 || self.last_step.elapsed().as_secs_f64() >= 1.0 / speed {
+                let c = app.request_step();
+                if c.is_some() {
+                    self.last_step = Instant::now();
+                }
+                out.extend(c);
+            }
+        }
+        out
+    }
+
+    /// Reads a burst of terminal events (resize storms, key repeat) before the next
+    /// redraw. Keys, typed text and the mouse all become actions, and only actions
+    /// change the app; their commands go out as they come.
+    fn terminal_events(
+        &mut self,
+        terminal: &ratatui::DefaultTerminal,
+        app: &mut App,
+        send: &dyn Fn(Vec<Command>),
+    ) -> std::io::Result<()> {
         loop {
             let size = terminal.size()?;
             let screen = ratatui::layout::Rect::new(0, 0, size.width, size.height);
@@ -150,28 +191,21 @@ fn event_loop(
                     keys::action_for(k, app.input.is_some())
                 }
                 TermEvent::Mouse(m) => {
-                    double_click(draw::mouse_action(m, screen, &app), &mut last_click)
+                    double_click(draw::mouse_action(m, screen, app), &mut self.last_click)
                 }
                 _ => None,
             };
             if let Some(a) = action {
                 let cmds = app.update(a);
                 if cmds.iter().any(|c| matches!(c, Command::Step)) {
-                    last_step = Instant::now();
+                    self.last_step = Instant::now();
                 }
                 send(cmds);
             }
-            dirty = true;
             if !event::poll(Duration::ZERO)? {
-                break;
+                return Ok(());
             }
         }
-    }
-    let _ = tx.send(Command::Quit);
-    // A model that failed to load was shown in the app; the exit status says so too.
-    match app.fatal {
-        Some(e) => Err(std::io::Error::other(e)),
-        None => Ok(()),
     }
 }
 
