@@ -55,45 +55,7 @@ pub enum Cmd {
         json: bool,
     },
     /// Static vs continuous batching and contiguous vs paged KV on one seeded workload.
-    Serve {
-        #[command(flatten)]
-        model: ModelArgs,
-        #[arg(long, default_value_t = 32)]
-        requests: usize,
-        #[arg(long, default_value_t = 16)]
-        prompt_min: usize,
-        #[arg(long, default_value_t = 128)]
-        prompt_max: usize,
-        #[arg(long, default_value_t = 8)]
-        output_min: usize,
-        #[arg(long, default_value_t = 256)]
-        output_max: usize,
-        /// How max output lengths spread over their range: uniform, or log-uniform (many
-        /// short answers and a few long ones, the skew of real chat traffic, which is where
-        /// a rigid static batch loses most).
-        #[arg(long, value_enum, default_value_t = LengthDist::Uniform)]
-        output_dist: LengthDist,
-        /// KV memory, in tokens, for every configuration. The default is below what the
-        /// workload's 32 requests need at once, so memory, not the request count, limits
-        /// the uncapped pair.
-        #[arg(long, default_value_t = 2560)]
-        kv_tokens: usize,
-        #[arg(long, default_value_t = 16)]
-        page_size: usize,
-        /// What the contiguous cache reserves per request: prompt + max new tokens, or the
-        /// model's whole context (as servers sized for the longest request did).
-        #[arg(long, value_enum, default_value_t = Reserve::PromptPlusMaxNew)]
-        reserve: Reserve,
-        /// Most requests per iteration in the static vs continuous pair (below the request
-        /// count, so static batches must wait); the contiguous vs paged pair has no cap.
-        #[arg(long, default_value_t = 8)]
-        max_batch: usize,
-        #[arg(long, default_value_t = 7)]
-        seed: u64,
-        /// Print one JSON object (snake_case keys) instead of the table.
-        #[arg(long)]
-        json: bool,
-    },
+    Serve(ServeArgs),
     /// This machine's limits: memory read bandwidth (one and all threads) and the compute
     /// peaks of our kernels' instruction mix; cached per CPU for the other benchmarks.
     Machine {
@@ -142,6 +104,48 @@ pub enum Cmd {
     },
 }
 
+/// `bench serve`'s options: the seeded workload, the KV budget and the batch cap.
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[arg(long, default_value_t = 32)]
+    requests: usize,
+    #[arg(long, default_value_t = 16)]
+    prompt_min: usize,
+    #[arg(long, default_value_t = 128)]
+    prompt_max: usize,
+    #[arg(long, default_value_t = 8)]
+    output_min: usize,
+    #[arg(long, default_value_t = 256)]
+    output_max: usize,
+    /// How max output lengths spread over their range: uniform, or log-uniform (many
+    /// short answers and a few long ones, the skew of real chat traffic, which is where
+    /// a rigid static batch loses most).
+    #[arg(long, value_enum, default_value_t = LengthDist::Uniform)]
+    output_dist: LengthDist,
+    /// KV memory, in tokens, for every configuration. The default is below what the
+    /// workload's 32 requests need at once, so memory, not the request count, limits
+    /// the uncapped pair.
+    #[arg(long, default_value_t = 2560)]
+    kv_tokens: usize,
+    #[arg(long, default_value_t = 16)]
+    page_size: usize,
+    /// What the contiguous cache reserves per request: prompt + max new tokens, or the
+    /// model's whole context (as servers sized for the longest request did).
+    #[arg(long, value_enum, default_value_t = Reserve::PromptPlusMaxNew)]
+    reserve: Reserve,
+    /// Most requests per iteration in the static vs continuous pair (below the request
+    /// count, so static batches must wait); the contiguous vs paged pair has no cap.
+    #[arg(long, default_value_t = 8)]
+    max_batch: usize,
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
+    /// Print one JSON object (snake_case keys) instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
 /// Runs a benchmark.
 pub fn run(cmd: &Cmd) -> Result<()> {
     match cmd {
@@ -168,42 +172,17 @@ pub fn run(cmd: &Cmd) -> Result<()> {
             let r = heads::run(&model, budget, *tokens)?;
             emit(*json, &r, r.table())?;
         }
-        Cmd::Serve {
-            model: margs,
-            requests,
-            prompt_min,
-            prompt_max,
-            output_min,
-            output_max,
-            output_dist,
-            kv_tokens,
-            page_size,
-            reserve,
-            max_batch,
-            seed,
-            json,
-        } => {
-            anyhow::ensure!(*requests > 0, "--requests must be at least 1");
-            anyhow::ensure!(
-                prompt_min <= prompt_max
-                    && output_min <= output_max
-                    && *prompt_min > 0
-                    && *output_min > 0,
-                "length ranges must be non-empty and start at 1 or more"
-            );
-            let w = inferlab::serve::workload::Workload {
-                requests: *requests,
-                prompt_min: *prompt_min,
-                prompt_max: *prompt_max,
-                output_min: *output_min,
-                output_max: *output_max,
-                output_dist: *output_dist,
-                mean_gap: 0.0,
-                seed: *seed,
-            };
-            let model = load_model(margs)?;
-            let r = serve::run(&model, &w, *kv_tokens, *page_size, *reserve, *max_batch)?;
-            emit(*json, &r, r.table())?;
+        Cmd::Serve(a) => {
+            let w = workload(
+                a.requests,
+                (a.prompt_min, a.prompt_max),
+                (a.output_min, a.output_max),
+                a.output_dist,
+                a.seed,
+            )?;
+            let model = load_model(&a.model)?;
+            let r = serve::run(&model, &w, a.kv_tokens, a.page_size, a.reserve, a.max_batch)?;
+            emit(a.json, &r, r.table())?;
         }
         Cmd::Sink {
             model: margs,
@@ -247,10 +226,7 @@ pub fn run(cmd: &Cmd) -> Result<()> {
             no_causal,
             json,
         } => {
-            let lengths: Vec<usize> = std::iter::successors(Some(128usize), |n| Some(n * 2))
-                .take_while(|n| n <= max_len)
-                .collect();
-            anyhow::ensure!(!lengths.is_empty(), "--max-len must be at least 128");
+            let lengths = attention_lengths(*max_len)?;
             let tiles = match (block_q, block_k) {
                 (Some(q), Some(k)) => {
                     Some(inferlab::model::flash::Tiles::explicit(*q, *k, lengths[0])?)
@@ -262,6 +238,40 @@ pub fn run(cmd: &Cmd) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `bench serve`'s seeded workload, its length ranges checked.
+fn workload(
+    requests: usize,
+    (prompt_min, prompt_max): (usize, usize),
+    (output_min, output_max): (usize, usize),
+    output_dist: LengthDist,
+    seed: u64,
+) -> Result<inferlab::serve::workload::Workload> {
+    anyhow::ensure!(requests > 0, "--requests must be at least 1");
+    anyhow::ensure!(
+        prompt_min <= prompt_max && output_min <= output_max && prompt_min > 0 && output_min > 0,
+        "length ranges must be non-empty and start at 1 or more"
+    );
+    Ok(inferlab::serve::workload::Workload {
+        requests,
+        prompt_min,
+        prompt_max,
+        output_min,
+        output_max,
+        output_dist,
+        mean_gap: 0.0,
+        seed,
+    })
+}
+
+/// `bench attention`'s sequence lengths: doubling from 128 up to `max_len`.
+fn attention_lengths(max_len: usize) -> Result<Vec<usize>> {
+    let lengths: Vec<usize> = std::iter::successors(Some(128usize), |n| n.checked_mul(2))
+        .take_while(|&n| n <= max_len)
+        .collect();
+    anyhow::ensure!(!lengths.is_empty(), "--max-len must be at least 128");
+    Ok(lengths)
 }
 
 /// Prints a bench result: one JSON object for scripts, or the table for people.
