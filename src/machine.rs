@@ -31,6 +31,10 @@ pub struct Machine {
     pub q8_kernel_gmac_per_s: f64,
     /// The SIMD features our kernels use that this CPU has.
     pub features: Vec<String>,
+    /// When it was measured, seconds since the Unix epoch (absent in caches and
+    /// recordings written before it was kept).
+    #[serde(default)]
+    pub measured_at_unix_s: Option<u64>,
 }
 
 /// The CPU's name from `/proc/cpuinfo` (or the architecture where there is none).
@@ -67,10 +71,34 @@ pub fn features() -> Vec<String> {
     out
 }
 
-/// Said under the benchmarks that divide by these limits: they come from a cache that a
-/// measurement on a busy machine would leave too low until measured again.
-pub const CACHED_NOTE: &str = "(machine limits as cached by `inferlab bench machine`; \
-     `inferlab bench machine --fresh` measures them again on a quiet machine)\n";
+/// Said under the benchmarks that divide by these limits, with how old they are: they
+/// come from a cache that a measurement on a busy machine would leave too low until
+/// measured again.
+pub fn cached_note(age_s: Option<u64>) -> String {
+    let when = age_s.map_or("at an unknown time".to_string(), |a| {
+        format!("{} ago", age(a))
+    });
+    format!(
+        "(machine limits measured {when} by `inferlab bench machine`; \
+         `inferlab bench machine --fresh` measures them again on a quiet machine)\n"
+    )
+}
+
+/// A duration as people say it: seconds, minutes, hours or days, rounded down.
+pub fn age(s: u64) -> String {
+    match s {
+        0..120 => format!("{s} s"),
+        120..7200 => format!("{} min", s / 60),
+        7200..172_800 => format!("{} h", s / 3600),
+        _ => format!("{} days", s / 86_400),
+    }
+}
+
+fn now_unix_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
 
 /// Where the measurement is kept: `$INFERLAB_DATA_DIR/machine.json`, else the user data dir.
 pub fn cache_path() -> Option<PathBuf> {
@@ -80,11 +108,12 @@ pub fn cache_path() -> Option<PathBuf> {
     dirs::data_dir().map(|d| d.join("inferlab").join("machine.json"))
 }
 
-/// The cached measurement, if it was made on this CPU.
+/// The cached measurement, if it was made on this CPU with as many threads: a name like
+/// "AMD EPYC" covers machines of any size, and the figures are for all threads.
 pub fn cached() -> Option<Machine> {
     let text = std::fs::read_to_string(cache_path()?).ok()?;
     let m: Machine = serde_json::from_str(&text).ok()?;
-    (m.cpu == cpu_name() && m.read_gb_per_s > 0.0).then_some(m)
+    m.fits_here().then_some(m)
 }
 
 /// Measures this machine (a few seconds) and caches the result.
@@ -99,6 +128,7 @@ pub fn measure() -> Result<Machine> {
         f32_gflop_per_s: best_of(5, || on_every_thread(crate::kernels::peak::f32_flops)),
         q8_kernel_gmac_per_s: best_of(5, q8_kernel_gmac_per_s),
         features: features(),
+        measured_at_unix_s: Some(now_unix_s()),
     };
     if let Some(p) = cache_path() {
         if let Some(dir) = p.parent() {
@@ -119,10 +149,27 @@ pub fn get() -> Result<Machine> {
 }
 
 impl Machine {
+    /// Whether it was measured on this CPU with as many threads, and its figures are
+    /// numbers a measurement can give.
+    pub fn fits_here(&self) -> bool {
+        self.cpu == cpu_name()
+            && self.threads == rayon::current_num_threads()
+            && self.is_plausible()
+    }
+
+    /// Seconds since it was measured, when known.
+    pub fn age_s(&self) -> Option<u64> {
+        self.measured_at_unix_s
+            .map(|t| now_unix_s().saturating_sub(t))
+    }
+
     /// A table for people.
     pub fn table(&self) -> String {
+        let when = self.age_s().map_or("at an unknown time".to_string(), |a| {
+            format!("{} ago", age(a))
+        });
         format!(
-            "{}\n{} threads · SIMD: {}\n\
+            "{}\n{} threads · SIMD: {} · measured {when}\n\
              memory read bandwidth   {:>8.1} GB/s (all threads)  {:>8.1} GB/s (one thread)\n\
              int8 peak (in registers){:>8.1} GMAC/s   our Q8_0 kernel reaches {:.1} GMAC/s\n\
              f32 peak (in registers) {:>8.1} GFLOP/s\n\
@@ -216,4 +263,68 @@ fn q8_kernel_gmac_per_s() -> f64 {
         std::hint::black_box(w.matmul(&x, m).ok());
     }
     (reps * n * k * m) as f64 / t.elapsed().as_secs_f64() / 1e9
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn here() -> Machine {
+        Machine {
+            cpu: cpu_name(),
+            threads: rayon::current_num_threads(),
+            read_gb_per_s: 30.0,
+            read_gb_per_s_one_thread: 20.0,
+            int8_gmac_per_s: 400.0,
+            f32_gflop_per_s: 200.0,
+            q8_kernel_gmac_per_s: 150.0,
+            features: vec![],
+            measured_at_unix_s: Some(now_unix_s() - 7200),
+        }
+    }
+
+    #[test]
+    fn a_cache_is_used_only_on_the_same_cpu_with_as_many_threads() {
+        assert!(here().fits_here());
+        let more = Machine {
+            threads: here().threads + 1,
+            ..here()
+        };
+        assert!(!more.fits_here());
+        let other = Machine {
+            cpu: format!("{} (another)", cpu_name()),
+            ..here()
+        };
+        assert!(!other.fits_here());
+        let broken = Machine {
+            int8_gmac_per_s: f64::NAN,
+            ..here()
+        };
+        assert!(!broken.fits_here());
+    }
+
+    #[test]
+    fn a_cache_written_before_the_date_was_kept_still_reads_and_says_so() {
+        let mut v = serde_json::to_value(here()).unwrap();
+        v.as_object_mut().unwrap().remove("measured_at_unix_s");
+        let old: Machine = serde_json::from_value(v).unwrap();
+        assert_eq!(old.age_s(), None);
+        assert!(old.table().contains("measured at an unknown time"));
+        assert!(cached_note(old.age_s()).contains("at an unknown time"));
+    }
+
+    #[test]
+    fn the_age_is_said_in_the_unit_people_use() {
+        let a = here().age_s().unwrap();
+        assert!((7200..7300).contains(&a), "{a}");
+        assert!(
+            here().table().contains("measured 2 h ago"),
+            "{}",
+            here().table()
+        );
+        assert_eq!(age(59), "59 s");
+        assert_eq!(age(600), "10 min");
+        assert_eq!(age(3 * 86_400 + 5), "3 days");
+        assert!(cached_note(Some(90)).contains("measured 90 s ago"));
+    }
 }

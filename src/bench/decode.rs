@@ -38,6 +38,8 @@ pub struct DecodeReport {
     pub weight_bytes_per_token: usize,
     /// This machine's memory read bandwidth (`bench machine`), GB/s.
     pub read_gb_per_s: f64,
+    /// How long ago that bandwidth was measured, seconds (absent when unknown).
+    pub machine_age_s: Option<u64>,
     /// `ours` decode: weight bytes per token × tokens per second ÷ read bandwidth.
     pub decode_read_bandwidth_fraction: f64,
 }
@@ -74,7 +76,7 @@ impl DecodeReport {
             100.0 * self.decode_read_bandwidth_fraction,
             self.read_gb_per_s
         );
-        s += crate::machine::CACHED_NOTE;
+        s += &crate::machine::cached_note(self.machine_age_s);
         s
     }
 }
@@ -187,7 +189,8 @@ pub fn run(
         })
         .collect();
     let weight_bytes_per_token = q8.matrix_cost().0;
-    let read_gb_per_s = crate::machine::get()?.read_gb_per_s;
+    let machine = crate::machine::get()?;
+    let read_gb_per_s = machine.read_gb_per_s;
     let ours = configs.get("ours").map_or(0.0, |s| s.decode_tok_per_s);
     Ok(DecodeReport {
         prompt_tokens: prompt.len(),
@@ -196,6 +199,7 @@ pub fn run(
         configs,
         weight_bytes_per_token,
         read_gb_per_s,
+        machine_age_s: machine.age_s(),
         decode_read_bandwidth_fraction: weight_bytes_per_token as f64 * ours
             / (read_gb_per_s * 1e9).max(1.0),
     })

@@ -67,6 +67,8 @@ pub struct ServeReport {
     pub int8_peak_fraction_by_batch: BTreeMap<usize, f64>,
     /// This machine's int8 peak for our kernel (`bench machine`), GMAC/s.
     pub int8_gmac_per_s: f64,
+    /// How long ago that peak was measured, seconds (absent when unknown).
+    pub machine_age_s: Option<u64>,
 }
 
 impl ServeReport {
@@ -143,7 +145,7 @@ impl ServeReport {
             s += &format!("  B={b}: {g:.1} GMAC/s ({:.0}%)", 100.0 * f);
         }
         s += "\n";
-        s += crate::machine::CACHED_NOTE;
+        s += &crate::machine::cached_note(self.machine_age_s);
         s
     }
 }
@@ -297,7 +299,8 @@ pub fn run(
         .iter()
         .map(|(&b, &ms)| (b, b as f64 * macs / (ms / 1e3) / 1e9))
         .collect();
-    let int8_gmac_per_s = crate::machine::get()?.int8_gmac_per_s;
+    let machine = crate::machine::get()?;
+    let int8_gmac_per_s = machine.int8_gmac_per_s;
     let int8_peak_fraction_by_batch = gmac_per_s_by_batch
         .iter()
         .map(|(&b, &g)| (b, g / int8_gmac_per_s.max(f64::MIN_POSITIVE)))
@@ -309,6 +312,7 @@ pub fn run(
         gmac_per_s_by_batch,
         int8_peak_fraction_by_batch,
         int8_gmac_per_s,
+        machine_age_s: machine.age_s(),
         workload: w.clone(),
         kv_budget_tokens,
         max_batch,

@@ -281,6 +281,7 @@ pub fn machine() -> inferlab::machine::Machine {
         f32_gflop_per_s: 400.0,
         q8_kernel_gmac_per_s: 100.0,
         features: vec!["avx2".into()],
+        measured_at_unix_s: None,
     }
 }
 
