@@ -163,66 +163,84 @@ pub fn draw_pane(app: &App, theme: &Theme, pane: Pane, area: Rect, buf: &mut Buf
 /// Draws the whole screen.
 pub fn draw(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     if area.width < MIN_W || area.height < MIN_H {
-        let msg = format!(
-            "inferlab needs a terminal of at least {MIN_W}×{MIN_H}; this one is {}×{}. Enlarge it, or press q to quit.",
-            area.width, area.height
-        );
-        Paragraph::new(msg)
-            .wrap(Wrap { trim: true })
-            .render(area, buf);
-        return;
+        too_small(area, buf);
+    } else if let Some(e) = &app.fatal {
+        stopped(app, e, area, buf);
+    } else if !app.ready {
+        starting(app, area, buf);
+    } else if app.zoomed {
+        zoomed(app, theme, area, buf);
+    } else {
+        grid(app, theme, area, buf);
     }
-    if let Some(e) = &app.fatal {
-        let b = Block::default().borders(Borders::ALL).title(if app.ready {
-            " inferlab · the engine stopped "
-        } else {
-            " inferlab could not start "
-        });
-        Paragraph::new(format!("{e}\n\nPress q to quit."))
-            .wrap(Wrap { trim: false })
-            .block(b)
-            .render(area, buf);
-        return;
+}
+
+/// What a terminal below the smallest size gets instead of squeezed panes.
+fn too_small(area: Rect, buf: &mut Buffer) {
+    let msg = format!(
+        "inferlab needs a terminal of at least {MIN_W}×{MIN_H}; this one is {}×{}. Enlarge it, or press q to quit.",
+        area.width, area.height
+    );
+    Paragraph::new(msg)
+        .wrap(Wrap { trim: true })
+        .render(area, buf);
+}
+
+/// The engine failed to start or died: its error, full screen.
+fn stopped(app: &App, e: &str, area: Rect, buf: &mut Buffer) {
+    let b = Block::default().borders(Borders::ALL).title(if app.ready {
+        " inferlab · the engine stopped "
+    } else {
+        " inferlab could not start "
+    });
+    Paragraph::new(format!("{e}\n\nPress q to quit."))
+        .wrap(Wrap { trim: false })
+        .block(b)
+        .render(area, buf);
+}
+
+/// While the model loads: the status line and a gauge of the bytes read.
+fn starting(app: &App, area: Rect, buf: &mut Buffer) {
+    let b = Block::default()
+        .borders(Borders::ALL)
+        .title(" inferlab · starting ");
+    let inner = b.inner(area);
+    b.render(area, buf);
+    put(buf, inner, 1, inner.y + 1, &app.status, Style::default());
+    if let Some((done, total)) = app.loading {
+        let g = Gauge::default()
+            .ratio((done as f64 / total.max(1) as f64).clamp(0.0, 1.0))
+            .label(format!(
+                "{} / {}",
+                panes::bytes(done as usize),
+                panes::bytes(total as usize)
+            ));
+        let row = Rect {
+            x: inner.x + 1,
+            y: inner.y + 3,
+            width: inner.width.saturating_sub(2),
+            height: 1,
+        };
+        g.render(row, buf);
     }
-    if !app.ready {
-        let b = Block::default()
-            .borders(Borders::ALL)
-            .title(" inferlab · starting ");
-        let inner = b.inner(area);
-        b.render(area, buf);
-        put(buf, inner, 1, inner.y + 1, &app.status, Style::default());
-        if let Some((done, total)) = app.loading {
-            let g = Gauge::default()
-                .ratio((done as f64 / total.max(1) as f64).clamp(0.0, 1.0))
-                .label(format!(
-                    "{} / {}",
-                    panes::bytes(done as usize),
-                    panes::bytes(total as usize)
-                ));
-            g.render(
-                Rect {
-                    x: inner.x + 1,
-                    y: inner.y + 3,
-                    width: inner.width.saturating_sub(2),
-                    height: 1,
-                },
-                buf,
-            );
-        }
-        return;
+}
+
+/// The focused pane with the body, the others as one-line summaries.
+fn zoomed(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
+    let f = focused_areas(area, app.focus, app.tutor.is_some());
+    header(app, theme, f.header, buf);
+    panes::lesson::render(app, theme, f.lesson, buf);
+    draw_pane(app, theme, app.focus, f.pane, buf);
+    for (p, r) in &f.summaries {
+        panes::summary::render(app, theme, *p, *r, buf);
     }
-    if app.zoomed {
-        let f = focused_areas(area, app.focus, app.tutor.is_some());
-        header(app, theme, f.header, buf);
-        panes::lesson::render(app, theme, f.lesson, buf);
-        draw_pane(app, theme, app.focus, f.pane, buf);
-        for (p, r) in &f.summaries {
-            panes::summary::render(app, theme, *p, *r, buf);
-        }
-        footer(app, theme, f.footer, buf);
-        overlays(app, theme, area, buf);
-        return;
-    }
+    footer(app, theme, f.footer, buf);
+    overlays(app, theme, area, buf);
+}
+
+/// Every pane at once; the lens, the traffic pane, the sink experiment and the
+/// side-by-side runs take the places of the panes they stand in for.
+fn grid(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let a = areas(area, app.tutor.is_some());
     header(app, theme, a.header, buf);
     panes::lesson::render(app, theme, a.lesson, buf);
