@@ -281,19 +281,7 @@ pub fn run(
     } else {
         None
     };
-    // Three sweeps over every batch size and the single-request path, interleaved so a
-    // burst of noise from the machine hits all of them alike; each keeps its fastest
-    // sweep (the median of seven steps each).
-    let mut step_ms_by_batch: BTreeMap<usize, f64> = BTreeMap::new();
-    let mut single = f64::INFINITY;
-    for _ in 0..3 {
-        single = single.min(single_step_ms(model, &source)?);
-        for b in [1, 2, 4, 8, 16, 32] {
-            let ms = decode_step_ms(model, b, &source)?;
-            let e = step_ms_by_batch.entry(b).or_insert(ms);
-            *e = e.min(ms);
-        }
-    }
+    let (step_ms_by_batch, single) = step_costs(model, &source)?;
     let macs = model.matrix_cost().1 as f64;
     let gmac_per_s_by_batch: BTreeMap<usize, f64> = step_ms_by_batch
         .iter()
@@ -328,4 +316,22 @@ pub fn run(
         step_ms_by_batch,
         single_request_step_ms: single,
     })
+}
+
+/// One decode step's cost by batch size, and the single-request path's step. Three
+/// sweeps over every batch size and the single-request path, interleaved so a burst of
+/// noise from the machine hits all of them alike; each keeps its fastest sweep (the
+/// median of seven steps each).
+fn step_costs(model: &Model, source: &[u32]) -> Result<(BTreeMap<usize, f64>, f64)> {
+    let mut step_ms_by_batch: BTreeMap<usize, f64> = BTreeMap::new();
+    let mut single = f64::INFINITY;
+    for _ in 0..3 {
+        single = single.min(single_step_ms(model, source)?);
+        for b in [1, 2, 4, 8, 16, 32] {
+            let ms = decode_step_ms(model, b, source)?;
+            let e = step_ms_by_batch.entry(b).or_insert(ms);
+            *e = e.min(ms);
+        }
+    }
+    Ok((step_ms_by_batch, single))
 }
