@@ -48,6 +48,76 @@ struct Info {
     kv_bytes_per_token_f16: usize,
 }
 
+impl Info {
+    /// The shape of the model at `path` (a GGUF file, or a folder with `config.json`) and
+    /// how many tensors of each type it holds.
+    fn read(path: &std::path::Path) -> Result<Self> {
+        let (cfg, quant_types) = if path.is_dir() {
+            let p = path.join("config.json");
+            let text =
+                std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
+            let cfg = LlamaConfig::from_hf_json(&text)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
+            (cfg, vec![("F32".to_string(), 0)])
+        } else {
+            let (ct, _) = gguf::open(path)?;
+            let cfg = LlamaConfig::from_gguf(&ct).with_context(|| path.display().to_string())?;
+            let mut counts = std::collections::BTreeMap::<String, usize>::new();
+            for i in ct.tensor_infos.values() {
+                *counts.entry(format!("{:?}", i.ggml_dtype)).or_default() += 1;
+            }
+            (cfg, counts.into_iter().collect())
+        };
+        Ok(Info {
+            path: path.display().to_string(),
+            kv_bytes_per_token_f32: cfg.kv_bytes_per_token(4),
+            kv_bytes_per_token_f16: cfg.kv_bytes_per_token(2),
+            cfg,
+            quant_types,
+        })
+    }
+
+    /// A table for people.
+    fn table(&self) -> String {
+        let c = &self.cfg;
+        let q: Vec<String> = self
+            .quant_types
+            .iter()
+            .map(|(t, n)| format!("{t}×{n}"))
+            .collect();
+        let rows = [
+            ("path", self.path.clone()),
+            ("architecture", c.architecture.to_string()),
+            ("layers", c.n_layer.to_string()),
+            ("hidden", c.hidden.to_string()),
+            ("ffn", c.ffn.to_string()),
+            ("query heads", c.n_head.to_string()),
+            (
+                "kv heads",
+                format!(
+                    "{} ({} query heads per KV head)",
+                    c.n_kv_head,
+                    c.group_size()
+                ),
+            ),
+            ("head dim", c.head_dim.to_string()),
+            ("rope base", c.rope_base.to_string()),
+            ("rms eps", format!("{:e}", c.rms_eps)),
+            ("context", c.context.to_string()),
+            ("vocab", c.vocab.to_string()),
+            ("tensor types", q.join(", ")),
+            (
+                "KV bytes/token",
+                format!(
+                    "{} (f32 as inferlab stores it), {} (f16)",
+                    self.kv_bytes_per_token_f32, self.kv_bytes_per_token_f16
+                ),
+            ),
+        ];
+        rows.iter().map(|(k, v)| format!("{k:<15} {v}\n")).collect()
+    }
+}
+
 /// Runs a model subcommand.
 pub fn run(cmd: &Cmd) -> Result<()> {
     match cmd {
@@ -61,60 +131,11 @@ pub fn run(cmd: &Cmd) -> Result<()> {
         }
         Cmd::Info { source, json } => {
             let (path, _) = model_path(source)?;
-            let (cfg, quant_types) = if path.is_dir() {
-                let p = path.join("config.json");
-                let text = std::fs::read_to_string(&p)
-                    .with_context(|| format!("reading {}", p.display()))?;
-                let cfg = LlamaConfig::from_hf_json(&text)
-                    .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
-                (cfg, vec![("F32".to_string(), 0)])
-            } else {
-                let (ct, _) = gguf::open(&path)?;
-                let cfg =
-                    LlamaConfig::from_gguf(&ct).with_context(|| path.display().to_string())?;
-                let mut counts = std::collections::BTreeMap::<String, usize>::new();
-                for i in ct.tensor_infos.values() {
-                    *counts.entry(format!("{:?}", i.ggml_dtype)).or_default() += 1;
-                }
-                (cfg, counts.into_iter().collect())
-            };
-            let info = Info {
-                path: path.display().to_string(),
-                kv_bytes_per_token_f32: cfg.kv_bytes_per_token(4),
-                kv_bytes_per_token_f16: cfg.kv_bytes_per_token(2),
-                cfg,
-                quant_types,
-            };
+            let info = Info::read(&path)?;
             if *json {
                 println!("{}", serde_json::to_string_pretty(&info)?);
             } else {
-                let c = &info.cfg;
-                println!("path            {}", info.path);
-                println!("architecture    {}", c.architecture);
-                println!("layers          {}", c.n_layer);
-                println!("hidden          {}", c.hidden);
-                println!("ffn             {}", c.ffn);
-                println!("query heads     {}", c.n_head);
-                println!(
-                    "kv heads        {} ({} query heads per KV head)",
-                    c.n_kv_head,
-                    c.group_size()
-                );
-                println!("head dim        {}", c.head_dim);
-                println!("rope base       {}", c.rope_base);
-                println!("rms eps         {:e}", c.rms_eps);
-                println!("context         {}", c.context);
-                println!("vocab           {}", c.vocab);
-                let q: Vec<String> = info
-                    .quant_types
-                    .iter()
-                    .map(|(t, n)| format!("{t}×{n}"))
-                    .collect();
-                println!("tensor types    {}", q.join(", "));
-                println!(
-                    "KV bytes/token  {} (f32 as inferlab stores it), {} (f16)",
-                    info.kv_bytes_per_token_f32, info.kv_bytes_per_token_f16
-                );
+                print!("{}", info.table());
             }
         }
         Cmd::Tokenize {
