@@ -7,15 +7,17 @@ use crate::views::heads::Heads;
 use crate::views::palette::request_rgb;
 use crate::worker::report::StepReport;
 
+/// Width of a query head's box, and the gap between boxes.
+const BOX_W: f32 = 54.0;
+const GAP: f32 = 14.0;
+
 /// The diagram for a report, the selected query head outlined.
 pub fn render(r: &StepReport, selected: usize) -> Result<String, ExportError> {
     let v = Heads::of(r).ok_or(ExportError::NoData(
         "no head mapping yet: run a step first".into(),
     ))?;
-    let (map, n_kv) = (&v.map, v.n_kv);
-    let nq = map.len();
-    let (bw, gap) = (54.0, 14.0);
-    let width = (nq as f32 * (bw + gap)).max(520.0) + 80.0;
+    let (nq, n_kv) = (v.map.len(), v.n_kv);
+    let width = (nq as f32 * (BOX_W + GAP)).max(520.0) + 80.0;
     let mut s = Svg::new(width, 420.0);
     s.text(
         24.0,
@@ -28,6 +30,15 @@ pub fn render(r: &StepReport, selected: usize) -> Result<String, ExportError> {
         ),
         0.0,
     );
+    mapping(&mut s, &v.map, n_kv, selected);
+    costs(&mut s, &v);
+    Ok(s.finish())
+}
+
+/// Query heads above, KV heads below, a line from each query head to the KV head it reads.
+fn mapping(s: &mut Svg, map: &[usize], n_kv: usize, selected: usize) {
+    let nq = map.len();
+    let (bw, gap) = (BOX_W, GAP);
     let qx = |h: usize| 40.0 + h as f32 * (bw + gap);
     let span = nq as f32 * (bw + gap) - gap;
     let kvw = (span / n_kv as f32 - gap).min(160.0);
@@ -77,7 +88,10 @@ pub fn render(r: &StepReport, selected: usize) -> Result<String, ExportError> {
         "KV heads (what the cache stores)",
         0.0,
     );
-    // The cost of each layout for this request's cache.
+}
+
+/// The cost of each layout for this request's cache.
+fn costs(s: &mut Svg, v: &Heads) {
     let ty = 300.0;
     s.text(40.0, ty, 12.0, "start", "layout", 0.0);
     s.text(200.0, ty, 12.0, "end", "KV bytes/token", 0.0);
@@ -97,5 +111,4 @@ pub fn render(r: &StepReport, selected: usize) -> Result<String, ExportError> {
             0.0,
         );
     }
-    Ok(s.finish())
 }
