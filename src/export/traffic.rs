@@ -72,12 +72,69 @@ fn share_bar(s: &mut Svg, t: &Traffic, y: f32) {
 
 /// Log-log axes with the machine's slope and roof and one marker per measured iteration.
 fn roofline(s: &mut Svg, v: &TrafficView, roof: &Roof, top: f32) {
-    let ((x0, x1), (y0, y1)) = traffic::axes(roof, &v.points);
-    let (left, right, bottom) = (90.0f32, 780.0f32, 590.0f32);
-    let px = |lx: f64| left + (right - left) * ((lx - x0) / (x1 - x0)) as f32;
-    let py = |ly: f64| bottom - (bottom - top) * ((ly - y0) / (y1 - y0)) as f32;
-    for e in x0 as i32..=x1 as i32 {
-        let x = px(e as f64);
+    let (x, y) = traffic::axes(roof, &v.points);
+    let plot = Plot {
+        x,
+        y,
+        left: 90.0,
+        right: 780.0,
+        top,
+        bottom: 590.0,
+    };
+    grid(s, &plot);
+    roof_lines(s, &plot, roof);
+    for p in &v.points {
+        let (x, y) = (
+            plot.px(p.at.intensity().log10()),
+            plot.py(p.at.gops().log10()),
+        );
+        let fill = if p.now { "#c77c2a" } else { "#3b6ea5" };
+        s.rect(x - 5.0, y - 5.0, 10.0, 10.0, fill, "");
+        s.text(
+            x + 8.0,
+            y + 4.0,
+            10.0,
+            "start",
+            &format!(
+                "{} · {:.1} op/B · {:.1} G op/s",
+                p.label,
+                p.at.intensity(),
+                p.at.gops()
+            ),
+            0.0,
+        );
+    }
+}
+
+/// Where the roofline sits: its log10 ranges and its box on the picture.
+struct Plot {
+    /// log10 of the operations per byte at the left and right edges.
+    x: (f64, f64),
+    /// log10 of G op/s at the bottom and top edges.
+    y: (f64, f64),
+    left: f32,
+    right: f32,
+    top: f32,
+    bottom: f32,
+}
+
+impl Plot {
+    fn px(&self, lx: f64) -> f32 {
+        let (x0, x1) = self.x;
+        self.left + (self.right - self.left) * ((lx - x0) / (x1 - x0)) as f32
+    }
+
+    fn py(&self, ly: f64) -> f32 {
+        let (y0, y1) = self.y;
+        self.bottom - (self.bottom - self.top) * ((ly - y0) / (y1 - y0)) as f32
+    }
+}
+
+/// A grid line and label at every power of ten, and the axis names.
+fn grid(s: &mut Svg, p: &Plot) {
+    let (left, right, top, bottom) = (p.left, p.right, p.top, p.bottom);
+    for e in p.x.0 as i32..=p.x.1 as i32 {
+        let x = p.px(e as f64);
         s.line((x, top), (x, bottom), "#e6e6e6", "");
         s.text(
             x,
@@ -88,8 +145,8 @@ fn roofline(s: &mut Svg, v: &TrafficView, roof: &Roof, top: f32) {
             0.0,
         );
     }
-    for e in y0 as i32..=y1 as i32 {
-        let y = py(e as f64);
+    for e in p.y.0 as i32..=p.y.1 as i32 {
+        let y = p.py(e as f64);
         s.line((left, y), (right, y), "#e6e6e6", "");
         s.text(
             left - 6.0,
@@ -109,25 +166,29 @@ fn roofline(s: &mut Svg, v: &TrafficView, roof: &Roof, top: f32) {
         0.0,
     );
     s.text(30.0, (top + bottom) / 2.0, 11.0, "middle", "G op/s", -90.0);
+}
+
+/// The bandwidth slope up to the ridge, the compute roof after it, and their figures.
+fn roof_lines(s: &mut Svg, p: &Plot, roof: &Roof) {
     let ridge = roof.ridge().log10();
-    let slope_start = (x0, (roof.read_gb_per_s * 10f64.powf(x0)).log10());
+    let slope_start = (p.x.0, (roof.read_gb_per_s * 10f64.powf(p.x.0)).log10());
     let at_ridge = (ridge, roof.peak_gops.log10());
     let stroke = r#"stroke-width="2""#;
     s.line(
-        (px(slope_start.0), py(slope_start.1)),
-        (px(at_ridge.0), py(at_ridge.1)),
+        (p.px(slope_start.0), p.py(slope_start.1)),
+        (p.px(at_ridge.0), p.py(at_ridge.1)),
         "#333333",
         stroke,
     );
     s.line(
-        (px(at_ridge.0), py(at_ridge.1)),
-        (px(x1), py(at_ridge.1)),
+        (p.px(at_ridge.0), p.py(at_ridge.1)),
+        (p.px(p.x.1), p.py(at_ridge.1)),
         "#333333",
         stroke,
     );
     s.text(
-        right - 4.0,
-        py(at_ridge.1) - 6.0,
+        p.right - 4.0,
+        p.py(at_ridge.1) - 6.0,
         10.0,
         "end",
         &format!(
@@ -138,22 +199,4 @@ fn roofline(s: &mut Svg, v: &TrafficView, roof: &Roof, top: f32) {
         ),
         0.0,
     );
-    for p in &v.points {
-        let (x, y) = (px(p.at.intensity().log10()), py(p.at.gops().log10()));
-        let fill = if p.now { "#c77c2a" } else { "#3b6ea5" };
-        s.rect(x - 5.0, y - 5.0, 10.0, 10.0, fill, "");
-        s.text(
-            x + 8.0,
-            y + 4.0,
-            10.0,
-            "start",
-            &format!(
-                "{} · {:.1} op/B · {:.1} G op/s",
-                p.label,
-                p.at.intensity(),
-                p.at.gops()
-            ),
-            0.0,
-        );
-    }
 }
