@@ -25,41 +25,7 @@ pub fn render(kv: &KvView) -> Result<String, ExportError> {
     let w = left * 2.0 + COLS as f32 * CELL;
     let h = top + rows as f32 * CELL + 70.0;
     let mut svg = Svg::new(w, h);
-    svg.text(
-        left,
-        28.0,
-        16.0,
-        "start",
-        "KV cache · contiguous · the live request",
-        0.0,
-    );
-    let mb = |b: usize| b as f64 / (1 << 20) as f64;
-    svg.text(
-        left,
-        52.0,
-        12.0,
-        "start",
-        &format!(
-            "{} of {} reserved slots hold tokens · utilization {:.1}%",
-            kv.used,
-            kv.capacity,
-            kv.utilization_pct()
-        ),
-        0.0,
-    );
-    svg.text(
-        left,
-        70.0,
-        12.0,
-        "start",
-        &format!(
-            "{:.2} MiB used of {:.2} MiB reserved · {} bytes per token",
-            mb(kv.used * kv.bytes_per_token),
-            mb(kv.reserved_bytes),
-            kv.bytes_per_token
-        ),
-        0.0,
-    );
+    header(&mut svg, kv, left);
     let filled = hex(request_rgb(0));
     for c in 0..cells {
         let (x, y) = (
@@ -96,4 +62,43 @@ pub fn render(kv: &KvView) -> Result<String, ExportError> {
     );
     svg.text(end, ly + 11.0, 11.0, "start", &key, 0.0);
     Ok(svg.finish())
+}
+
+/// The title and the reservation's figures: slots held, utilization, bytes.
+fn header(s: &mut Svg, kv: &KvView, left: f32) {
+    s.text(
+        left,
+        28.0,
+        16.0,
+        "start",
+        "KV cache · contiguous · the live request",
+        0.0,
+    );
+    let mb = |b: usize| b as f64 / (1 << 20) as f64;
+    s.text(
+        left,
+        52.0,
+        12.0,
+        "start",
+        &format!(
+            "{} of {} reserved slots hold tokens · utilization {:.1}%",
+            kv.used,
+            kv.capacity,
+            kv.utilization_pct()
+        ),
+        0.0,
+    );
+    s.text(
+        left,
+        70.0,
+        12.0,
+        "start",
+        &format!(
+            "{:.2} MiB used of {:.2} MiB reserved · {} bytes per token",
+            mb(kv.used * kv.bytes_per_token),
+            mb(kv.reserved_bytes),
+            kv.bytes_per_token
+        ),
+        0.0,
+    );
 }
