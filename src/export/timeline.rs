@@ -8,6 +8,10 @@ use crate::views::palette::request_rgb;
 use crate::views::timeline as views;
 use std::collections::VecDeque;
 
+/// How a prefill cell and a padding cell differ from a decode cell of the same colour.
+const PREFILL: &str = r##"fill-opacity="0.45" stroke="#333333" stroke-width="0.6""##;
+const PADDING: &str = r##"fill-opacity="0.15""##;
+
 /// The timeline of `(request, phase)` columns, oldest first.
 pub fn render(
     title: &str,
@@ -44,51 +48,38 @@ pub fn render(
         let x = left + c as f32 * cw;
         for &(id, ph) in col {
             let y = top + id as f32 * rh;
-            let base = request_rgb(id as usize);
-            match ph {
-                ReqPhase::Decode => s.rect(x, y + 2.0, cw, rh - 4.0, &hex(base), ""),
-                ReqPhase::Prefill => s.rect(
-                    x,
-                    y + 2.0,
-                    cw,
-                    rh - 4.0,
-                    &hex(base),
-                    r##"fill-opacity="0.45" stroke="#333333" stroke-width="0.6""##,
-                ),
-                ReqPhase::Waiting => s.rect(x, y + rh / 2.0 - 1.0, cw, 2.0, "#b0b0b8", ""),
-                ReqPhase::Preempted => s.rect(x, y + 2.0, cw, rh - 4.0, "#d62728", ""),
-                ReqPhase::Rejected => s.rect(x, y + 2.0, cw, rh - 4.0, "#7f7f7f", ""),
-                ReqPhase::Padding => s.rect(
-                    x,
-                    y + 2.0,
-                    cw,
-                    rh - 4.0,
-                    &hex(base),
-                    r##"fill-opacity="0.15""##,
-                ),
-                ReqPhase::Finished => {}
-            }
+            cell(&mut s, (x, y), (cw, rh), id, ph);
         }
     }
-    let ly = top + n_req as f32 * rh + 30.0;
+    legend(&mut s, left, top + n_req as f32 * rh + 30.0);
+    Ok(s.finish())
+}
+
+/// One request's phase in one iteration, as a cell of `size` at `at`.
+fn cell(s: &mut Svg, (x, y): (f32, f32), (cw, rh): (f32, f32), id: u64, ph: ReqPhase) {
+    let base = hex(request_rgb(id as usize));
+    match ph {
+        ReqPhase::Decode => s.rect(x, y + 2.0, cw, rh - 4.0, &base, ""),
+        ReqPhase::Prefill => s.rect(x, y + 2.0, cw, rh - 4.0, &base, PREFILL),
+        ReqPhase::Waiting => s.rect(x, y + rh / 2.0 - 1.0, cw, 2.0, "#b0b0b8", ""),
+        ReqPhase::Preempted => s.rect(x, y + 2.0, cw, rh - 4.0, "#d62728", ""),
+        ReqPhase::Rejected => s.rect(x, y + 2.0, cw, rh - 4.0, "#7f7f7f", ""),
+        ReqPhase::Padding => s.rect(x, y + 2.0, cw, rh - 4.0, &base, PADDING),
+        ReqPhase::Finished => {}
+    }
+}
+
+/// What each kind of cell means, in two rows so the legend fits the picture's width
+/// whatever the timeline's length.
+fn legend(s: &mut Svg, left: f32, ly: f32) {
     let legend: [(&str, &str, &str); 6] = [
         ("#56b4e9", "", "decode"),
-        (
-            "#56b4e9",
-            r##"fill-opacity="0.45" stroke="#333333" stroke-width="0.6""##,
-            "prefill",
-        ),
+        ("#56b4e9", PREFILL, "prefill"),
         ("#b0b0b8", "", "waiting in the queue"),
         ("#d62728", "", "preempted (pages freed)"),
-        (
-            "#56b4e9",
-            r##"fill-opacity="0.15""##,
-            "padding (finished, row still runs)",
-        ),
+        ("#56b4e9", PADDING, "padding (finished, row still runs)"),
         ("#7f7f7f", "", "rejected"),
     ];
-    // Two rows, so the legend fits the picture's width whatever the timeline's length.
     s.legend(left, ly, &legend[..3]);
     s.legend(left, ly + 24.0, &legend[3..]);
-    Ok(s.finish())
 }
