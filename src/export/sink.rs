@@ -3,11 +3,13 @@
 
 use super::svg::{hex, Svg};
 use super::ExportError;
-use crate::sink::SinkView;
+use crate::sink::{SinkLane, SinkView};
 use crate::views::palette::request_rgb;
 use crate::views::sink::{lane_pages, lane_title, pages, Page};
 
 const CELL: f32 = 26.0;
+/// Height of one cache's lane.
+const LANE_H: f32 = 110.0;
 
 /// The three lanes of one step of the experiment.
 pub fn render(v: &SinkView) -> Result<String, ExportError> {
@@ -15,8 +17,7 @@ pub fn render(v: &SinkView) -> Result<String, ExportError> {
     let pages = pages(v);
     let left = 24.0;
     let w = (left * 2.0 + pages as f32 * CELL).max(900.0);
-    let lane_h = 110.0;
-    let h = 110.0 + v.lanes.len() as f32 * lane_h + 50.0;
+    let h = 110.0 + v.lanes.len() as f32 * LANE_H + 50.0;
     let mut s = Svg::new(w, h);
     s.text(
         left,
@@ -44,35 +45,9 @@ pub fn render(v: &SinkView) -> Result<String, ExportError> {
         0.0,
     );
     for (k, l) in v.lanes.iter().enumerate() {
-        let y = 90.0 + k as f32 * lane_h;
-        s.text(left, y, 13.0, "start", lane_title(&l.name), 0.0);
-        let after = l.after_eviction_label();
-        let top: Vec<String> = l
-            .top
-            .iter()
-            .map(|(p, pr)| format!("{p:?} {pr:.2}"))
-            .collect();
-        s.text(
-            left,
-            y + 18.0,
-            11.0,
-            "start",
-            &format!(
-                "perplexity {:.2} · after the first eviction {after} · p(next) {:.3} · top: {} · {} tokens held, {} page(s) evicted",
-                l.perplexity,
-                l.p_next,
-                top.join(", "),
-                l.cached_tokens,
-                l.evicted_pages
-            ),
-            0.0,
-        );
-        let c = hex(request_rgb(k));
-        for (p, page) in lane_pages(v, l).into_iter().enumerate() {
-            page_cell(&mut s, left + p as f32 * CELL, y + 32.0, page, &c);
-        }
+        lane(&mut s, v, k, l, (left, 90.0 + k as f32 * LANE_H));
     }
-    let ly = 90.0 + v.lanes.len() as f32 * lane_h;
+    let ly = 90.0 + v.lanes.len() as f32 * LANE_H;
     s.legend(
         left,
         ly,
@@ -91,6 +66,37 @@ pub fn render(v: &SinkView) -> Result<String, ExportError> {
         ],
     );
     Ok(s.finish())
+}
+
+/// One cache's lane at `(left, y)`: its name, its perplexity and what it predicts next,
+/// then its pages.
+fn lane(s: &mut Svg, v: &SinkView, k: usize, l: &SinkLane, (left, y): (f32, f32)) {
+    s.text(left, y, 13.0, "start", lane_title(&l.name), 0.0);
+    let after = l.after_eviction_label();
+    let top: Vec<String> = l
+        .top
+        .iter()
+        .map(|(p, pr)| format!("{p:?} {pr:.2}"))
+        .collect();
+    s.text(
+        left,
+        y + 18.0,
+        11.0,
+        "start",
+        &format!(
+            "perplexity {:.2} · after the first eviction {after} · p(next) {:.3} · top: {} · {} tokens held, {} page(s) evicted",
+            l.perplexity,
+            l.p_next,
+            top.join(", "),
+            l.cached_tokens,
+            l.evicted_pages
+        ),
+        0.0,
+    );
+    let c = hex(request_rgb(k));
+    for (p, page) in lane_pages(v, l).into_iter().enumerate() {
+        page_cell(s, left + p as f32 * CELL, y + 32.0, page, &c);
+    }
 }
 
 /// One page of a lane at `(x, y)`: held (filled from the bottom), evicted (crossed out),
