@@ -3,7 +3,8 @@
 use anyhow::{bail, Context, Result};
 use inferlab::export::{self, ExportPane, ImageFormat};
 use inferlab::ui::app::App;
-use inferlab::worker::Event;
+use inferlab::worker::recording::Recording;
+use inferlab::worker::{Event, StepReport};
 use std::path::PathBuf;
 
 /// Flags of `inferlab export`.
@@ -37,7 +38,25 @@ pub struct Args {
 /// Replays the recording up to the chosen iteration and writes the picture.
 pub fn run(a: &Args) -> Result<()> {
     let rec = inferlab::worker::recording::read(&a.recording)?;
-    let (header, reports) = (rec.header, rec.reports);
+    let want = chosen_iteration(a, &rec.reports)?;
+    let format = format_of(a)?;
+    let app = replay_to(a, rec, want);
+    let context = || format!("exporting {} at iteration {want}", a.pane.name());
+    let out = match &a.out {
+        Some(p) => {
+            export::write(&app.scene(), a.pane, format, p).with_context(context)?;
+            p.clone()
+        }
+        // As the app's `e` does: `$INFERLAB_EXPORT_DIR` (made if missing), else here.
+        None => export::write_default(&app.scene(), a.pane, format).with_context(context)?,
+    };
+    println!("{}", out.display());
+    Ok(())
+}
+
+/// The iteration to draw, once the recording is known to hold it and the layer and head
+/// asked for.
+fn chosen_iteration(a: &Args, reports: &[StepReport]) -> Result<usize> {
     let first = reports[0].iteration;
     let last = reports[reports.len() - 1].iteration;
     let want = a.step.unwrap_or(last);
@@ -69,15 +88,50 @@ pub fn run(a: &Args) -> Result<()> {
             recorded
         );
     }
-    // The same state the app would have reached, built by the app's own event handling.
-    let mut app = App::new(reports[0].run);
+    Ok(want)
+}
+
+/// The picture's format: `--format`, else `--out`'s extension, else PNG. The bytes and
+/// the name agree: PNG bytes never go into a `.svg` file.
+fn format_of(a: &Args) -> Result<ImageFormat> {
+    let ext = a
+        .out
+        .as_ref()
+        .and_then(|p| p.extension())
+        .and_then(|e| e.to_str());
+    let Some(f) = a.format else {
+        return Ok(match ext {
+            Some(e) if e.eq_ignore_ascii_case("svg") => ImageFormat::Svg,
+            _ => ImageFormat::Png,
+        });
+    };
+    let other = match f {
+        ImageFormat::Svg => "png",
+        ImageFormat::Png => "svg",
+    };
+    if let (Some(p), Some(ext)) = (&a.out, ext) {
+        if ext.eq_ignore_ascii_case(other) {
+            bail!(
+                "--format {} but --out {} ends in .{ext}: give one of them, or make them agree",
+                f.ext(),
+                p.display()
+            );
+        }
+    }
+    Ok(f)
+}
+
+/// The same state the app would have reached at iteration `want`, built by the app's own
+/// event handling, with the layer, head and values asked for.
+fn replay_to(a: &Args, rec: Recording, want: usize) -> App {
+    let mut app = App::new(rec.reports[0].run);
     app.on_event(Event::Ready {
-        model: header.model,
+        model: rec.header.model,
     });
-    if let Some(m) = header.machine {
+    if let Some(m) = rec.header.machine {
         app.on_event(Event::Machine(m));
     }
-    for r in reports {
+    for r in rec.reports {
         let done = r.iteration == want;
         app.on_event(Event::Report(Box::new(r)));
         if done {
@@ -87,41 +141,5 @@ pub fn run(a: &Args) -> Result<()> {
     app.layer = a.layer;
     app.head = a.head;
     app.show_scores = a.scores;
-    let format = a.format.unwrap_or_else(|| {
-        match a
-            .out
-            .as_ref()
-            .and_then(|p| p.extension())
-            .and_then(|e| e.to_str())
-        {
-            Some(e) if e.eq_ignore_ascii_case("svg") => ImageFormat::Svg,
-            _ => ImageFormat::Png,
-        }
-    });
-    // The picture's bytes and its name agree: PNG bytes never go into a `.svg` file.
-    if let (Some(p), Some(f)) = (&a.out, a.format) {
-        let ext = p.extension().and_then(|e| e.to_str()).unwrap_or("");
-        let other = match f {
-            ImageFormat::Svg => "png",
-            ImageFormat::Png => "svg",
-        };
-        if ext.eq_ignore_ascii_case(other) {
-            bail!(
-                "--format {} but --out {} ends in .{ext}: give one of them, or make them agree",
-                f.ext(),
-                p.display()
-            );
-        }
-    }
-    let context = || format!("exporting {} at iteration {want}", a.pane.name());
-    let out = match &a.out {
-        Some(p) => {
-            export::write(&app.scene(), a.pane, format, p).with_context(context)?;
-            p.clone()
-        }
-        // As the app's `e` does: `$INFERLAB_EXPORT_DIR` (made if missing), else here.
-        None => export::write_default(&app.scene(), a.pane, format).with_context(context)?,
-    };
-    println!("{}", out.display());
-    Ok(())
+    app
 }
