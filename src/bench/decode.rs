@@ -81,6 +81,38 @@ impl DecodeReport {
     }
 }
 
+/// Every configuration once, one after another, so a burst of noise from the machine
+/// hits them alike: (name, (prefill s, decode s)).
+fn one_round(
+    q8: &Model,
+    native: &Model,
+    candle: &mut ModelWeights,
+    prompt: &[u32],
+    n: usize,
+    dev: &Device,
+) -> Result<Vec<(&'static str, (f64, f64))>> {
+    let mid = q8.cfg.n_layer / 2;
+    Ok(vec![
+        ("ours", time_ours(q8, prompt, n, LayerSelect::None)?),
+        (
+            "ours_capture_one_layer",
+            time_ours(q8, prompt, n, LayerSelect::One(mid))?,
+        ),
+        (
+            "ours_capture_all",
+            time_ours(q8, prompt, n, LayerSelect::All)?,
+        ),
+        (
+            "ours_file_quant",
+            time_ours(native, prompt, n, LayerSelect::None)?,
+        ),
+        (
+            "candle_quantized_llama",
+            time_candle(candle, prompt, n, dev)?,
+        ),
+    ])
+}
+
 /// Runs prefill then `n` greedy decode steps, returning (prefill s, decode s).
 fn time_ours(m: &Model, prompt: &[u32], n: usize, select: LayerSelect) -> Result<(f64, f64)> {
     let mut kv = m.new_cache(prompt.len() + n + 1);
@@ -144,35 +176,15 @@ pub fn run(
         ModelWeights::from_gguf(ct, &mut f, dev)?
     };
     let prompt = q8.tokenizer.encode(PROMPT)?;
-    let p = prompt.len() as f64;
     let mut samples: BTreeMap<String, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
-    let mid = q8.cfg.n_layer / 2;
     for round in 0..rounds {
         if verbose {
             eprintln!("round {}/{rounds}", round + 1);
         }
-        let runs: Vec<(&str, (f64, f64))> = vec![
-            ("ours", time_ours(&q8, &prompt, n, LayerSelect::None)?),
-            (
-                "ours_capture_one_layer",
-                time_ours(&q8, &prompt, n, LayerSelect::One(mid))?,
-            ),
-            (
-                "ours_capture_all",
-                time_ours(&q8, &prompt, n, LayerSelect::All)?,
-            ),
-            (
-                "ours_file_quant",
-                time_ours(&native, &prompt, n, LayerSelect::None)?,
-            ),
-            (
-                "candle_quantized_llama",
-                time_candle(&mut candle, &prompt, n, dev)?,
-            ),
-        ];
+        let runs = one_round(&q8, &native, &mut candle, &prompt, n, dev)?;
         for (name, (pf, dc)) in runs {
             let e = samples.entry(name.to_string()).or_default();
-            e.0.push(p / pf);
+            e.0.push(prompt.len() as f64 / pf);
             e.1.push(n as f64 / dc);
         }
     }
