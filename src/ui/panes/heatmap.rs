@@ -6,6 +6,7 @@ use super::{block, label, put};
 use crate::ui::app::{App, Pane};
 use crate::ui::theme::{ColorMode, Theme};
 use crate::views::heatmap::{Heatmap, Source, Window};
+use crate::worker::StepReport;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::{Color, Style};
@@ -15,27 +16,7 @@ const LABEL_W: u16 = 10;
 
 /// Draws the pane.
 pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
-    let kv_of = app
-        .report
-        .as_ref()
-        .and_then(|r| r.info.query_to_kv.get(app.head).copied())
-        .unwrap_or(0);
-    let n_layer = app.report.as_ref().map(|r| r.cfg.n_layer).unwrap_or(0);
-    let n_head = app.report.as_ref().map(|r| r.cfg.n_head).unwrap_or(0);
-    let title = format!(
-        " attention · layer {}/{} · head {}/{} → kv {} · {} ",
-        app.layer,
-        n_layer.saturating_sub(1),
-        app.head,
-        n_head.saturating_sub(1),
-        kv_of,
-        if app.show_scores {
-            "scores Q·Kᵀ/√d"
-        } else {
-            "softmax weights"
-        }
-    );
-    let b = block(app, theme, Pane::Attention, title);
+    let b = block(app, theme, Pane::Attention, title(app));
     let inner = b.inner(area);
     b.render(area, buf);
     let hist = app.history.get(app.layer).filter(|h| !h.weights.is_empty());
@@ -80,17 +61,44 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         .last()
         .and_then(|r| r.get(app.head))
         .filter(|r| !r.is_empty());
-    let looks: Vec<String> = newest.map_or(Vec::new(), |row| {
-        super::looks::ranked(row)
-            .iter()
-            .take(4)
-            .map(|&(j, w)| {
-                let piece = r.pieces.get(j).map_or("", String::as_str);
-                format!("{j}:{}={w:.2}", label(piece, 8).trim_end())
-            })
-            .collect()
-    });
+    let looks = newest.map_or(Vec::new(), |row| looks_at(r, row));
     draw(&v, &looks, theme, inner, buf);
+}
+
+/// The pane's title: where it looks (layer, query head and the KV head it reads) and
+/// which values it shows.
+fn title(app: &App) -> String {
+    let r = app.report.as_ref();
+    let kv_of = r
+        .and_then(|r| r.info.query_to_kv.get(app.head).copied())
+        .unwrap_or(0);
+    let n_layer = r.map(|r| r.cfg.n_layer).unwrap_or(0);
+    let n_head = r.map(|r| r.cfg.n_head).unwrap_or(0);
+    format!(
+        " attention · layer {}/{} · head {}/{} → kv {} · {} ",
+        app.layer,
+        n_layer.saturating_sub(1),
+        app.head,
+        n_head.saturating_sub(1),
+        kv_of,
+        if app.show_scores {
+            "scores Q·Kᵀ/√d"
+        } else {
+            "softmax weights"
+        }
+    )
+}
+
+/// The four keys the newest row attends to most, as `position:piece=weight`.
+fn looks_at(r: &StepReport, row: &[f32]) -> Vec<String> {
+    super::looks::ranked(row)
+        .iter()
+        .take(4)
+        .map(|&(j, w)| {
+            let piece = r.pieces.get(j).map_or("", String::as_str);
+            format!("{j}:{}={w:.2}", label(piece, 8).trim_end())
+        })
+        .collect()
 }
 
 /// Draws a heatmap view into `inner`: the key ruler, the cells with their row labels, the
