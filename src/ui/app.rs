@@ -553,20 +553,7 @@ impl App {
             }
             Action::Set(Setting::Focus(p)) => self.focus_on(p),
             Action::ToggleZoom => self.zoomed = !self.zoomed,
-            Action::NextRequest => {
-                let ids: Vec<u64> = self
-                    .report
-                    .as_ref()
-                    .and_then(|r| r.serve.as_ref())
-                    .map(|s| s.step.block_tables.iter().map(|t| t.0).collect())
-                    .unwrap_or_default();
-                let next = match self.selected_req {
-                    Some(cur) => ids.iter().copied().find(|&i| i > cur),
-                    None => None,
-                };
-                self.selected_req = next.or_else(|| ids.first().copied());
-                self.focus_on(Pane::Serving);
-            }
+            Action::NextRequest => self.select_next_request(),
             Action::ToggleLens => self.focus_on(if self.lens_shown {
                 Pane::Attention
             } else {
@@ -597,6 +584,23 @@ impl App {
             Action::Export => self.export_focused(),
             _ => {}
         }
+    }
+
+    /// Selects the next request of the serving batch by id (the first after the last),
+    /// and shows the serving pane.
+    fn select_next_request(&mut self) {
+        let ids: Vec<u64> = self
+            .report
+            .as_ref()
+            .and_then(|r| r.serve.as_ref())
+            .map(|s| s.step.block_tables.iter().map(|t| t.0).collect())
+            .unwrap_or_default();
+        let next = match self.selected_req {
+            Some(cur) => ids.iter().copied().find(|&i| i > cur),
+            None => None,
+        };
+        self.selected_req = next.or_else(|| ids.first().copied());
+        self.focus_on(Pane::Serving);
     }
 
     /// Focuses `p`; the forward and traffic panes share a place, so focusing one shows it.
