@@ -57,9 +57,11 @@ pub fn render(r: &StepReport, layer: usize) -> Result<String, ExportError> {
     Ok(s.finish())
 }
 
-/// Height of a stage's row, where the first row starts, and the longest bar.
+/// Height of one stage's row.
 const ROW: f32 = 18.0;
+/// Where the first row starts, below the title.
 const TOP: f32 = 70.0;
+/// Length of the slowest stage's bar.
 const BAR_W: f32 = 560.0;
 
 /// Every stage of the pass in order, with its time in ms.

@@ -7,8 +7,9 @@ use crate::views::heads::Heads;
 use crate::views::palette::request_rgb;
 use crate::worker::report::StepReport;
 
-/// Width of a query head's box, and the gap between boxes.
+/// Width of a query head's box.
 const BOX_W: f32 = 54.0;
+/// Gap between two boxes.
 const GAP: f32 = 14.0;
 
 /// The diagram for a report, the selected query head outlined.

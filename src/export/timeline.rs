@@ -8,8 +8,9 @@ use crate::views::palette::request_rgb;
 use crate::views::timeline as views;
 use std::collections::VecDeque;
 
-/// How a prefill cell and a padding cell differ from a decode cell of the same colour.
+/// How a prefill cell differs from a decode cell of the same colour: paler, outlined.
 const PREFILL: &str = r##"fill-opacity="0.45" stroke="#333333" stroke-width="0.6""##;
+/// How a padding cell differs from a decode cell: a faint trace of the finished row.
 const PADDING: &str = r##"fill-opacity="0.15""##;
 
 /// The timeline of `(request, phase)` columns, oldest first.
@@ -55,7 +56,7 @@ pub fn render(
     Ok(s.finish())
 }
 
-/// One request's phase in one iteration, as a cell of `size` at `at`.
+/// One request's phase in one iteration, as a cell `cw` wide in a row `rh` high at `(x, y)`.
 fn cell(s: &mut Svg, (x, y): (f32, f32), (cw, rh): (f32, f32), id: u64, ph: ReqPhase) {
     let base = hex(request_rgb(id as usize));
     match ph {
