@@ -54,8 +54,8 @@ pub fn run(a: &Args) -> Result<()> {
     Ok(())
 }
 
-/// The iteration to draw, once the recording is known to hold it and the layer and head
-/// asked for.
+/// The iteration to draw, after checking that the recording holds it, and holds the
+/// layer and head asked for.
 fn chosen_iteration(a: &Args, reports: &[StepReport]) -> Result<usize> {
     let first = reports[0].iteration;
     let last = reports[reports.len() - 1].iteration;
