@@ -75,13 +75,18 @@ pub fn features() -> Vec<String> {
 /// come from a cache that a measurement on a busy machine would leave too low until
 /// measured again.
 pub fn cached_note(age_s: Option<u64>) -> String {
-    let when = age_s.map_or("at an unknown time".to_string(), |a| {
-        format!("{} ago", age(a))
-    });
     format!(
-        "(machine limits measured {when} by `inferlab bench machine`; \
-         `inferlab bench machine --fresh` measures them again on a quiet machine)\n"
+        "(machine limits measured {} by `inferlab bench machine`; \
+         `inferlab bench machine --fresh` measures them again on a quiet machine)\n",
+        when(age_s)
     )
+}
+
+/// "2 h ago", or "at an unknown time" for a measurement that kept no date.
+fn when(age_s: Option<u64>) -> String {
+    age_s.map_or("at an unknown time".to_string(), |a| {
+        format!("{} ago", age(a))
+    })
 }
 
 /// A duration as people say it: seconds, minutes, hours or days, rounded down.
@@ -165,9 +170,7 @@ impl Machine {
 
     /// A table for people.
     pub fn table(&self) -> String {
-        let when = self.age_s().map_or("at an unknown time".to_string(), |a| {
-            format!("{} ago", age(a))
-        });
+        let when = when(self.age_s());
         format!(
             "{}\n{} threads · SIMD: {} · measured {when}\n\
              memory read bandwidth   {:>8.1} GB/s (all threads)  {:>8.1} GB/s (one thread)\n\
