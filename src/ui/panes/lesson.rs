@@ -34,11 +34,12 @@ impl Live {
                 })
                 .collect()
         });
+        let state = app.live();
         Self {
-            task_done: t.task_done(&app.live()),
+            task_done: t.task_done(&state),
             choices: kinds
                 .into_iter()
-                .map(|k| (k, predict::live_choices(&app.live(), k)))
+                .map(|k| (k, predict::live_choices(&state, k)))
                 .collect(),
             figures: quoted(t)
                 .into_iter()
