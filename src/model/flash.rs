@@ -231,41 +231,18 @@ pub fn tiled_head(
             schedule.push((it as u32, jt as u32));
             for a in 0..iq {
                 let i = i0 + a;
-                let qi = &q[i * d..][..d];
                 let row = &mut s_tile[a * bc..a * bc + jn];
-                let mut mt = f32::NEG_INFINITY;
-                for (b, s) in row.iter_mut().enumerate() {
-                    let j = j0 + b;
-                    *s = if is_visible(causal, pos0, i, j) {
-                        dot(qi, &k[j * d..][..d]) * scale
-                    } else {
-                        f32::NEG_INFINITY
-                    };
-                    mt = mt.max(*s);
-                }
+                let visible = |j| is_visible(causal, pos0, i, j);
+                let mt = tile_scores(row, &q[i * d..][..d], k, j0, visible, scale);
                 if mt == f32::NEG_INFINITY {
                     continue; // every key of this tile is in this row's future
                 }
-                let mut lt = 0.0;
-                for s in row.iter_mut() {
-                    *s = (*s - mt).exp();
-                    lt += *s;
-                }
-                let m_new = m[i].max(mt);
-                let a_old = (m[i] - m_new).exp();
-                let a_new = (mt - m_new).exp();
-                let l_new = a_old * l[i] + a_new * lt;
-                let oi = &mut o[i * d..][..d];
-                // O_i ← (ℓ_i e^{m_i − m_new} O_i + e^{m̃ − m_new} P̃ V_j) / ℓ_new
-                let keep = l[i] * a_old / l_new;
-                oi.iter_mut().for_each(|x| *x *= keep);
-                for (b, &p) in row.iter().enumerate() {
-                    if p != 0.0 {
-                        axpy(oi, a_new * p / l_new, &v[(j0 + b) * d..][..d]);
-                    }
-                }
-                l[i] = l_new;
-                m[i] = m_new;
+                let running = Running {
+                    o: &mut o[i * d..][..d],
+                    l: &mut l[i],
+                    m: &mut m[i],
+                };
+                fold_tile(row, mt, v, j0, running);
             }
             io.w(iq * d + 2 * iq); // O_i, ℓ_i, m_i back to main memory
         }
@@ -275,6 +252,63 @@ pub fn tiled_head(
         io,
         schedule,
     }
+}
+
+/// S̃ = q·Kⱼᵀ/√d for one query row against the key tile starting at key `j0`, written
+/// into `row` (−∞ where the mask hides a key). Returns the tile's row max m̃.
+fn tile_scores(
+    row: &mut [f32],
+    qi: &[f32],
+    k: &[f32],
+    j0: usize,
+    visible: impl Fn(usize) -> bool,
+    scale: f32,
+) -> f32 {
+    let d = qi.len();
+    let mut mt = f32::NEG_INFINITY;
+    for (b, s) in row.iter_mut().enumerate() {
+        let j = j0 + b;
+        *s = if visible(j) {
+            dot(qi, &k[j * d..][..d]) * scale
+        } else {
+            f32::NEG_INFINITY
+        };
+        mt = mt.max(*s);
+    }
+    mt
+}
+
+/// One query row's state between tiles, kept in main memory: its output O_i, the softmax
+/// denominator ℓ_i and the running max m_i.
+struct Running<'a> {
+    o: &'a mut [f32],
+    l: &'a mut f32,
+    m: &'a mut f32,
+}
+
+/// The online softmax: turns the tile's scores into P̃ = exp(S̃ − m̃) in place and folds
+/// P̃Vⱼ into the row's running output, rescaling what was there to the new max.
+fn fold_tile(row: &mut [f32], mt: f32, v: &[f32], j0: usize, r: Running) {
+    let d = r.o.len();
+    let mut lt = 0.0;
+    for s in row.iter_mut() {
+        *s = (*s - mt).exp();
+        lt += *s;
+    }
+    let m_new = r.m.max(mt);
+    let a_old = (*r.m - m_new).exp();
+    let a_new = (mt - m_new).exp();
+    let l_new = a_old * *r.l + a_new * lt;
+    // O_i ← (ℓ_i e^{m_i − m_new} O_i + e^{m̃ − m_new} P̃ V_j) / ℓ_new
+    let keep = *r.l * a_old / l_new;
+    r.o.iter_mut().for_each(|x| *x *= keep);
+    for (b, &p) in row.iter().enumerate() {
+        if p != 0.0 {
+            axpy(r.o, a_new * p / l_new, &v[(j0 + b) * d..][..d]);
+        }
+    }
+    *r.l = l_new;
+    *r.m = m_new;
 }
 
 fn dot(a: &[f32], b: &[f32]) -> f32 {
