@@ -620,10 +620,12 @@ mod tests {
         let wq = &qs[row * w.k..][..w.k];
         let (a_s, a_q) = (&a.scales[r * kb..][..kb], &a.qs[r * w.k..][..w.k]);
         scalar_dot_rows(ws, wq, a_s, a_q, 1, kb, &mut out);
+        // Term by term, not block by block: a kernel that sums lanes of a block apart
+        // (AVX2) rounds partial sums that a block's total can cancel.
         let mag = (0..kb)
             .map(|b| {
                 let d: i32 = (0..QK)
-                    .map(|i| wq[b * QK + i] as i32 * a_q[b * QK + i] as i32)
+                    .map(|i| (wq[b * QK + i] as i32 * a_q[b * QK + i] as i32).abs())
                     .sum();
                 (d as f32 * ws[b] * a_s[b]).abs()
             })
@@ -635,7 +637,18 @@ mod tests {
     fn every_kernel_matches_the_scalar_reference_over_odd_shapes() {
         // Rows that fill no panel, one panel and one row over, two and a half panels, an
         // odd panel count; one to nineteen blocks per row.
-        for (n, kb) in [(1, 1), (15, 2), (17, 3), (40, 18), (48, 19), (81, 7)] {
+        // Then enough panels that each task reads several pairs, and (one block per row)
+        // several groups of four, as large models have.
+        for (n, kb) in [
+            (1, 1),
+            (15, 2),
+            (17, 3),
+            (40, 18),
+            (48, 19),
+            (81, 7),
+            (600, 2),
+            (1561, 1),
+        ] {
             let k = kb * QK;
             let data = raw_q8(n, k, (n * 31 + kb) as u64);
             let reference_w = BatchedQ8::from_q8_0(&data, n, k, Kernel::Scalar).unwrap();
