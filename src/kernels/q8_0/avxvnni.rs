@@ -23,12 +23,14 @@ pub(super) unsafe fn tile<const R: usize, const G: usize>(
     let kb = w.kb;
     // Every load below is unchecked; these bounds make them sound.
     assert!(w.q.len() >= R * kb * LANES * QK && w.scales.len() >= R * kb * LANES);
+    assert!(w.next.bytes.is_empty() || w.next.bytes.len() >= R * kb * LANES * QK);
     assert!(a.k == kb * QK && a.q.len() >= G * a.k);
     assert!(a.scales.len() >= G * kb && a.neg_corr.len() >= G * kb);
     let mut acc = [[_mm256_setzero_ps(); G]; R];
     // SAFETY: b < kb, c < 8, r < R and j < G keep every offset inside the asserted lengths.
     unsafe {
         for b in 0..kb {
+            let fetch = w.next.takes(b);
             let mut dot = [[_mm256_setzero_si256(); G]; R];
             for j in 0..G {
                 let start = _mm256_set1_epi32(*a.neg_corr.get_unchecked(j * kb + b));
@@ -38,6 +40,14 @@ pub(super) unsafe fn tile<const R: usize, const G: usize>(
             }
             for c in 0..QK / 4 {
                 let mut wv = [_mm256_setzero_si256(); R];
+                // Two 32-byte chunks make a cache line: one prefetch per line, into L2,
+                // leaving L1 to the panels the other tiles still read.
+                if c % 2 == 0 && fetch {
+                    for r in 0..R {
+                        let at = ((r * kb + b) * (QK / 4) + c) * 32;
+                        _mm_prefetch::<_MM_HINT_T1>(w.next.bytes.as_ptr().add(at) as *const i8);
+                    }
+                }
                 for r in 0..R {
                     let at = ((r * kb + b) * (QK / 4) + c) * 32;
                     wv[r] = _mm256_loadu_si256(w.q.as_ptr().add(at) as *const _);
