@@ -312,8 +312,8 @@ impl App {
             .is_some_and(|t| t.task_done(&self.live()))
     }
 
-    /// Layers and heads of the model once a report has arrived.
-    fn dims(&self) -> (usize, usize) {
+    /// Layers and heads of the model once a report has arrived (one of each before).
+    pub fn dims(&self) -> (usize, usize) {
         self.report
             .as_ref()
             .map(|r| (r.cfg.n_layer, r.cfg.n_head))

@@ -68,12 +68,12 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
 /// The pane's title: where it looks (layer, query head and the KV head it reads) and
 /// which values it shows.
 fn title(app: &App) -> String {
-    let r = app.report.as_ref();
-    let kv_of = r
+    let kv_of = app
+        .report
+        .as_ref()
         .and_then(|r| r.info.query_to_kv.get(app.head).copied())
         .unwrap_or(0);
-    let n_layer = r.map(|r| r.cfg.n_layer).unwrap_or(0);
-    let n_head = r.map(|r| r.cfg.n_head).unwrap_or(0);
+    let (n_layer, n_head) = app.dims();
     format!(
         " attention · layer {}/{} · head {}/{} → kv {} · {} ",
         app.layer,
