@@ -102,13 +102,7 @@ impl Tmux {
     /// shell rather than an app still shutting down.
     fn quit(&self) {
         self.keys(&["q"]);
-        let t = Instant::now();
-        while self.screen().contains(" inferlab · ") {
-            if t.elapsed() > Duration::from_secs(20) {
-                panic!("the app did not quit; screen:\n{}", self.screen());
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        self.wait_gone(" inferlab · ", 20);
     }
 
     fn resize(&self, w: u16, h: u16) {
