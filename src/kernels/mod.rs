@@ -2,6 +2,8 @@
 //! computed (`model/linear.rs` is `y = x Wᵀ`), these files say how to do it fast on this
 //! CPU. Each SIMD path is checked against a plain scalar reference in its tests.
 
+#[cfg(target_arch = "x86_64")]
+pub mod decode;
 pub mod elementwise;
 pub mod peak;
 pub mod q8_0;
