@@ -1,6 +1,6 @@
-//! One decode row's attention for one KV head, for heads 64 wide, on AVX-512 (x86-64 only). The math is
-//! `model/attention.rs`'s `decode_loops`, which stays the reference the tests compare
-//! this against; only the register use differs.
+//! One decode row's attention for one KV head, for heads 64 wide, on AVX-512 (x86-64
+//! only). The math is `model/attention.rs`'s `decode_loops`, which stays the reference
+//! the tests compare this against; the sums run in another order, so the last bits differ.
 //!
 //! A 64-wide row is four 512-bit vectors, so three query heads (12 registers) and their
 //! three outputs (12 more) stay in registers while every cached key and value row is
@@ -29,7 +29,6 @@ pub fn group_attention(
     rows: &[usize],
     softmax: impl Fn(&mut [f32]),
 ) -> Vec<f32> {
-    assert!(available(), "the decode kernel needs AVX-512");
     assert!(q.len().is_multiple_of(D), "query heads must be {D} wide");
     assert!(!rows.is_empty(), "attention over an empty cache");
     let fits = |buf: &[f32]| {
@@ -37,6 +36,7 @@ pub fn group_attention(
             .all(|&r| r.checked_add(D).is_some_and(|e| e <= buf.len()))
     };
     assert!(fits(k) && fits(v), "a cached row lies outside the cache");
+    assert!(available(), "the decode kernel needs AVX-512");
     let group = q.len() / D;
     let kv_len = rows.len();
     let scale = 1.0 / (D as f32).sqrt();
@@ -158,5 +158,24 @@ mod x86 {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[should_panic(expected = "outside the cache")]
+    fn refuses_a_row_past_the_end_of_the_cache() {
+        let (k, v) = (vec![0.0; 4 * D], vec![0.0; 4 * D]);
+        // Row 3 ends exactly at the end; row 3.5 would read 32 values past it.
+        group_attention(&[0.0; D], &k, &v, &[0, 3 * D, 3 * D + 32], |_| {});
+    }
+
+    #[test]
+    #[should_panic(expected = "64 wide")]
+    fn refuses_query_heads_of_another_width() {
+        group_attention(&[0.0; 48], &[0.0; D], &[0.0; D], &[0], |_| {});
     }
 }
