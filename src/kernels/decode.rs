@@ -75,20 +75,8 @@ pub fn group_attention(
 #[allow(clippy::needless_range_loop)]
 mod x86 {
     use super::D;
+    use crate::kernels::{prefetch, ROWS_AHEAD};
     use std::arch::x86_64::*;
-
-    /// How many rows ahead to ask for: a request's rows for one KV head are short runs
-    /// (a page's 16 positions when paged), too short for the hardware prefetcher.
-    const AHEAD: usize = 16;
-
-    /// Brings row `at` (four lines) toward L1.
-    #[inline(always)]
-    unsafe fn prefetch_row(buf: &[f32], at: usize) {
-        for c in 0..4 {
-            // SAFETY: a prefetch reads nothing architecturally.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(buf.as_ptr().wrapping_add(at + 16 * c).cast()) };
-        }
-    }
 
     /// Row `at` of `buf` as four vectors.
     #[inline(always)]
@@ -112,8 +100,8 @@ mod x86 {
         unsafe {
             let qv: [[__m512; 4]; G] = std::array::from_fn(|i| load_row(q, i * D));
             for (j, &at) in rows.iter().enumerate() {
-                if let Some(&next) = rows.get(j + AHEAD) {
-                    prefetch_row(k, next);
+                if let Some(&next) = rows.get(j + ROWS_AHEAD) {
+                    prefetch(&k[next..][..D]);
                 }
                 let kr = load_row(k, at);
                 for i in 0..G {
@@ -141,8 +129,8 @@ mod x86 {
         unsafe {
             let mut acc = [[_mm512_setzero_ps(); 4]; G];
             for (j, &at) in rows.iter().enumerate() {
-                if let Some(&next) = rows.get(j + AHEAD) {
-                    prefetch_row(v, next);
+                if let Some(&next) = rows.get(j + ROWS_AHEAD) {
+                    prefetch(&v[next..][..D]);
                 }
                 let vr = load_row(v, at);
                 for i in 0..G {
