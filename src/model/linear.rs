@@ -8,6 +8,9 @@ use candle_core::quantized::{GgmlDType, QMatMul};
 use candle_core::{Module, Result, Tensor};
 use std::sync::Arc;
 
+/// Most rows candle's CUDA matmul gets at once for quantized weights (see `on_candle`).
+pub const GPU_ROWS: usize = 8;
+
 /// A linear layer: the stored matrix, and for Q8_0 the same bytes laid out for our kernel.
 /// Measured here our kernel beats candle's Q8_0 matmul already at one row (0.047 vs
 /// 0.101 ms for 1536×576), so it runs for every row count on the CPU.
@@ -40,8 +43,26 @@ impl Linear {
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         match &self.fast {
             Some(w) if x.device().is_cpu() => Ok(on_kernel(&[w], x)?.remove(0)),
-            _ => self.q.forward(x),
+            _ => self.on_candle(x),
         }
+    }
+
+    /// candle's matmul. On CUDA, quantized weights times more than 8 rows take another
+    /// kernel (candle's MMQ). On an H200 it turned a 14-token prefill of the real model
+    /// into NaN logits, though on random weights and unit-scale rows of the same shapes it
+    /// agrees with the CPU to 3e-4 (tests/cuda.rs prints both): the real activations, not
+    /// the shapes, set it off. Up to 8 rows (MMVQ) the real model agrees with the CPU, so
+    /// on CUDA a larger batch runs in slices of 8 rows.
+    fn on_candle(&self, x: &Tensor) -> Result<Tensor> {
+        let m = x.dim(0)?;
+        if !x.device().is_cuda() || !matches!(self.q, QMatMul::QTensor(_)) || m <= GPU_ROWS {
+            return self.q.forward(x);
+        }
+        let parts = (0..m)
+            .step_by(GPU_ROWS)
+            .map(|s| self.q.forward(&x.narrow(0, s, GPU_ROWS.min(m - s))?))
+            .collect::<Result<Vec<_>>>()?;
+        Tensor::cat(&parts, 0)
     }
 
     /// Several layers on the same input, `x` `(m, k)`: one pass of our kernel when every
