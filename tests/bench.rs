@@ -245,3 +245,33 @@ fn bench_serve_json_has_the_keys_and_the_paged_pool_holds_more() {
             >= v["paged"]["kv_utilization_pct"].as_f64().unwrap()
     );
 }
+
+#[test]
+fn decode_report_on_a_gpu_gives_no_fraction_of_the_cpus_bandwidth() {
+    use inferlab::bench::decode::{DecodeReport, Speed};
+    let speed = Speed {
+        prefill_tok_per_s: 1000.0,
+        decode_tok_per_s: 100.0,
+    };
+    let report = |fraction| DecodeReport {
+        prompt_tokens: 53,
+        decode_tokens: 32,
+        rounds: 1,
+        configs: [("ours".to_string(), speed.clone())].into(),
+        weight_bytes_per_token: 142_884_864,
+        read_gb_per_s: 30.0,
+        machine_age_s: Some(1),
+        decode_read_bandwidth_fraction: fraction,
+    };
+    let cpu = report(Some(0.48));
+    assert!(cpu.table().contains("48% of this machine's 30.0 GB/s"));
+    let v = serde_json::to_value(&cpu).unwrap();
+    assert_eq!(v["decode_read_bandwidth_fraction"].as_f64(), Some(0.48));
+    // On a GPU the weights stream from the GPU's memory, which `bench machine` does not measure.
+    let gpu = report(None);
+    let t = gpu.table();
+    assert!(t.contains("14.3 GB/s from the GPU's memory"), "{t}");
+    assert!(!t.contains('%'), "{t}");
+    let v = serde_json::to_value(&gpu).unwrap();
+    assert!(v.get("decode_read_bandwidth_fraction").is_none());
+}

@@ -40,8 +40,10 @@ pub struct DecodeReport {
     pub read_gb_per_s: f64,
     /// How long ago that bandwidth was measured, seconds (absent when unknown).
     pub machine_age_s: Option<u64>,
-    /// `ours` decode: weight bytes per token × tokens per second ÷ read bandwidth.
-    pub decode_read_bandwidth_fraction: f64,
+    /// `ours` decode: weight bytes per token × tokens per second ÷ read bandwidth. Absent
+    /// on a GPU: `bench machine` measures the CPU's memory, not the GPU's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decode_read_bandwidth_fraction: Option<f64>,
 }
 
 impl DecodeReport {
@@ -69,13 +71,20 @@ impl DecodeReport {
             );
         }
         let ours = ours.map_or(0.0, |o| o.decode_tok_per_s);
-        s += &format!(
-            "a decode token reads {:.1} MB of weights: at {ours:.1} tok/s that is {:.1} GB/s, {:.0}% of this machine's {:.1} GB/s read bandwidth\n",
+        let (mb, gb) = (
             self.weight_bytes_per_token as f64 / 1e6,
             self.weight_bytes_per_token as f64 * ours / 1e9,
-            100.0 * self.decode_read_bandwidth_fraction,
-            self.read_gb_per_s
         );
+        s += &match self.decode_read_bandwidth_fraction {
+            Some(f) => format!(
+                "a decode token reads {mb:.1} MB of weights: at {ours:.1} tok/s that is {gb:.1} GB/s, {:.0}% of this machine's {:.1} GB/s read bandwidth\n",
+                100.0 * f,
+                self.read_gb_per_s
+            ),
+            None => format!(
+                "a decode token reads {mb:.1} MB of weights: at {ours:.1} tok/s that is {gb:.1} GB/s from the GPU's memory (`bench machine` measures the CPU's, so no fraction is given)\n"
+            ),
+        };
         s += &crate::machine::cached_note(self.machine_age_s);
         s
     }
@@ -212,7 +221,8 @@ pub fn run(
         weight_bytes_per_token,
         read_gb_per_s,
         machine_age_s: machine.age_s(),
-        decode_read_bandwidth_fraction: weight_bytes_per_token as f64 * ours
-            / (read_gb_per_s * 1e9).max(1.0),
+        decode_read_bandwidth_fraction: dev
+            .is_cpu()
+            .then(|| weight_bytes_per_token as f64 * ours / (read_gb_per_s * 1e9).max(1.0)),
     })
 }

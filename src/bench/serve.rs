@@ -63,7 +63,9 @@ pub struct ServeReport {
     pub single_request_step_ms: f64,
     /// Matrix multiply-accumulates per second of those steps, by batch size.
     pub gmac_per_s_by_batch: BTreeMap<usize, f64>,
-    /// The same as a fraction of this machine's int8 peak (`bench machine`).
+    /// The same as a fraction of this machine's int8 peak (`bench machine`). Absent on a
+    /// GPU: that peak is the CPU's.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub int8_peak_fraction_by_batch: BTreeMap<usize, f64>,
     /// This machine's int8 peak for our kernel (`bench machine`), GMAC/s.
     pub int8_gmac_per_s: f64,
@@ -132,17 +134,19 @@ impl ServeReport {
             "\nsingle-request decode step: {:.1} ms\n",
             self.single_request_step_ms
         );
-        s += &format!(
-            "matrix work by batch size, against this machine's int8 peak of {:.1} GMAC/s:",
-            self.int8_gmac_per_s
-        );
+        s += &if self.int8_peak_fraction_by_batch.is_empty() {
+            "matrix work by batch size, on the GPU (`bench machine`'s int8 peak is the CPU's, so no fraction is given):".to_string()
+        } else {
+            format!(
+                "matrix work by batch size, against this machine's int8 peak of {:.1} GMAC/s:",
+                self.int8_gmac_per_s
+            )
+        };
         for (b, g) in &self.gmac_per_s_by_batch {
-            let f = self
-                .int8_peak_fraction_by_batch
-                .get(b)
-                .copied()
-                .unwrap_or(0.0);
-            s += &format!("  B={b}: {g:.1} GMAC/s ({:.0}%)", 100.0 * f);
+            s += &match self.int8_peak_fraction_by_batch.get(b) {
+                Some(f) => format!("  B={b}: {g:.1} GMAC/s ({:.0}%)", 100.0 * f),
+                None => format!("  B={b}: {g:.1} GMAC/s"),
+            };
         }
         s += "\n";
         s += &crate::machine::cached_note(self.machine_age_s);
@@ -289,10 +293,14 @@ pub fn run(
         .collect();
     let machine = crate::machine::get()?;
     let int8_gmac_per_s = machine.int8_gmac_per_s;
-    let int8_peak_fraction_by_batch = gmac_per_s_by_batch
-        .iter()
-        .map(|(&b, &g)| (b, g / int8_gmac_per_s.max(f64::MIN_POSITIVE)))
-        .collect();
+    let int8_peak_fraction_by_batch = if model.device.is_cpu() {
+        gmac_per_s_by_batch
+            .iter()
+            .map(|(&b, &g)| (b, g / int8_gmac_per_s.max(f64::MIN_POSITIVE)))
+            .collect()
+    } else {
+        BTreeMap::new()
+    };
     Ok(ServeReport {
         continuous_over_request_at_a_time: continuous.tok_per_s
             / request_at_a_time.tok_per_s.max(f64::MIN_POSITIVE),
