@@ -56,10 +56,16 @@ step "$bin/inferlab" bench decode --device cuda --rounds 5 --json
 step timeout 180 "$bin/inferlab" bench serve --device cuda --requests 12
 step "$bin/inferlab" bench decode --device cpu --rounds 1
 if command -v tmux >/dev/null; then
-    # The app itself on the GPU: its screen after a few seconds of decoding.
+    # The app itself on the GPU: its screen after the prefill and five decode steps, then
+    # after running on its own for a few seconds.
     tmux new-session -d -s gpu -x 160 -y 48 "$bin/inferlab --device cuda"
-    sleep 12
-    echo "== the app on the GPU, after 12 s"
+    sleep 10
+    for _ in 1 2 3 4 5 6; do tmux send-keys -t gpu Space; sleep 1; done
+    echo "== the app on the GPU: the prefill and five decode steps"
+    tmux capture-pane -p -t gpu
+    tmux send-keys -t gpu r
+    sleep 6
+    echo "== the app on the GPU: 6 s later, running"
     tmux capture-pane -p -t gpu
     tmux send-keys -t gpu q
     sleep 1
