@@ -384,3 +384,31 @@ fn an_hf_directory_with_a_broken_tokenizer_or_weights_file_is_refused() {
     let e = load(dir.path()).err().unwrap();
     assert!(!e.is_empty() && !e.contains("panicked"), "{e}");
 }
+
+#[test]
+fn weights_that_hold_a_nan_stop_with_an_error_instead_of_sampling_garbage() {
+    let (md, mut ts) = tiny_raw(&q8());
+    // The first Q8_0 block's scale (an f16 at the block's start) becomes a NaN.
+    let w = tensor(&mut ts, "blk.0.ffn_down.weight");
+    assert_eq!(w.type_id, 8, "GGML type 8 is Q8_0");
+    w.data[..2].copy_from_slice(&0x7e00u16.to_le_bytes());
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("nan.gguf");
+    std::fs::write(&p, raw_gguf(&md, &ts)).unwrap();
+    let m = load(&p).unwrap();
+    let mut kv = m.new_cache(8);
+    let e = m
+        .forward(&[5, 6, 7], &mut kv, None, Logits::Last)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("not a number") && e.contains("CPU"), "{e}");
+    // The command line says so and fails, rather than printing tokens picked from NaN.
+    let o = std::process::Command::new(bin())
+        .args(["generate", "--prompt", "the", "--model"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("not a number"), "{err}");
+}

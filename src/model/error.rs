@@ -41,6 +41,10 @@ pub enum ModelError {
     },
     #[error("tokenizer: {0}")]
     Tokenizer(String),
+    /// The logits hold a NaN or an infinity: the weights hold such values, or the device's
+    /// kernels computed them. Sampling would pick a token from garbage without saying so.
+    #[error("the model's output is not a number (NaN or infinite logits) on the {device}: the weights hold such values, or this device's kernels computed them")]
+    NotFinite { device: String },
     #[error(transparent)]
     Candle(#[from] candle_core::Error),
 }

@@ -453,6 +453,18 @@ impl Model {
         let x = Tensor::cat(&rows, 0)?;
         let x = candle_nn::ops::rms_norm(&x, &self.weights.final_norm, self.cfg.rms_eps as f32)?;
         let logits = self.weights.lm_head.forward(&x)?.to_dtype(DType::F32)?;
+        // One sum sees every NaN or infinity (finite logits cannot overflow it), at the
+        // cost of one reduction and one number copied back from a device.
+        if !logits.sum_all()?.to_scalar::<f32>()?.is_finite() {
+            let device = match logits.device() {
+                candle_core::Device::Cpu => "CPU",
+                candle_core::Device::Cuda(_) => "CUDA GPU",
+                candle_core::Device::Metal(_) => "Metal GPU",
+            };
+            return Err(ModelError::NotFinite {
+                device: device.into(),
+            });
+        }
         let mut out = Vec::with_capacity(spans.len());
         let mut r = 0;
         for p in spans {
