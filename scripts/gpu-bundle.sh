@@ -10,7 +10,7 @@
 # function cudarc declares. The binaries record only the sonames, so on the GPU machine
 # the dynamic loader binds the real libraries.
 #
-#   scripts/gpu-bundle.sh [OUT_DIR]     # default: .gpu (ignored by git)
+#   CUDA_WHEELS=13.0 scripts/gpu-bundle.sh [OUT_DIR]   # default OUT_DIR: .gpu (ignored by git)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 out="$(realpath -m "${1:-$root/.gpu}")"
