@@ -14,23 +14,33 @@ impl Tmux {
         static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let k = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let name = format!("inferlab-e2e-{}-{k}", std::process::id());
-        let ok = Command::new("tmux")
-            .args([
-                "new-session",
-                "-d",
-                "-s",
-                &name,
-                "-x",
-                &w.to_string(),
-                "-y",
-                &h.to_string(),
-                "bash --norc --noprofile",
-            ])
-            .env("PS1", "$ ")
-            .status()
-            .expect("tmux must be installed (.ci/run installs it)");
-        assert!(ok.success());
-        Self { name }
+        // Tests start sessions in parallel; when no tmux server runs yet, each client starts
+        // one and a client can lose that race ("server exited unexpectedly", seen once in
+        // CI), so a failed start is tried again.
+        let mut why = String::new();
+        for _ in 0..5 {
+            let o = Command::new("tmux")
+                .args([
+                    "new-session",
+                    "-d",
+                    "-s",
+                    &name,
+                    "-x",
+                    &w.to_string(),
+                    "-y",
+                    &h.to_string(),
+                    "bash --norc --noprofile",
+                ])
+                .env("PS1", "$ ")
+                .output()
+                .expect("tmux must be installed (.ci/run installs it)");
+            if o.status.success() {
+                return Self { name };
+            }
+            why = String::from_utf8_lossy(&o.stderr).into_owned();
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        panic!("tmux new-session failed five times: {why}");
     }
 
     /// Starts the app on the real model in a `w × h` terminal, `env` set before the
