@@ -3,10 +3,11 @@
 //! which is why a batch of B rows costs far less than B single rows.
 //!
 //! Four kernels compute the same thing ([`Kernel`]): the portable scalar reference
-//! ([`scalar_dot_rows`]), AVX2 dot products, and the register-blocked `vpdpbusd` kernels
-//! that lay the weights out in panels, one row per vector lane: 16 rows on AVX-512 VNNI
-//! (`q8_0/avx512.rs`), 8 on AVX-VNNI (`q8_0/avxvnni.rs`). The tests run every kernel this
-//! CPU has against the scalar reference.
+//! ([`scalar_dot_rows`]) and three register-blocked kernels that lay the weights out in
+//! panels, one row per vector lane: 16 rows on AVX-512 VNNI (`q8_0/avx512.rs`), 8 on
+//! AVX-VNNI (`q8_0/avxvnni.rs`), and 8 on plain AVX2 (`q8_0/avx2.rs`), which builds each
+//! `vpdpbusd` from `maddubs` and `madd`. The tests run every kernel this CPU has against
+//! the scalar reference.
 
 use candle_core::Result;
 use rayon::prelude::*;
@@ -29,7 +30,8 @@ const MAX_LANES: usize = 16;
 pub enum Kernel {
     /// Plain Rust, one block at a time: the reference.
     Scalar,
-    /// `maddubs` dot products, one weight row against four activation rows at a time.
+    /// `maddubs` and `madd` on panels of 8 weight rows (CPUs with AVX2 but no VNNI): the
+    /// AVX-VNNI tiles, with four instructions where that kernel has one.
     Avx2,
     /// `vpdpbusd` on 256-bit vectors (CPUs with AVX-VNNI but no AVX-512): panels of 8
     /// weight rows, a register tile of up to 2 panels × 3 rows (16 vector registers).
@@ -45,7 +47,7 @@ impl Kernel {
         #[cfg(target_arch = "x86_64")]
         {
             use std::is_x86_feature_detected as has;
-            if has!("avx2") && has!("fma") {
+            if has!("avx2") && has!("fma") && has!("f16c") {
                 out.push(Kernel::Avx2);
             }
             if has!("avx2") && has!("fma") && has!("f16c") && has!("avxvnni") {
@@ -87,9 +89,9 @@ pub struct BatchedQ8 {
 }
 
 enum Layout {
-    /// Row by row: each row's block scales, and its bytes in block order.
+    /// Row by row: each row's block scales, and its bytes in block order (the reference).
     Rows { scales: Vec<f32>, qs: Vec<i8> },
-    /// Panels of 16 rows (AVX-512) or 8 (AVX-VNNI) for the `vpdpbusd` kernels.
+    /// Panels of 16 rows (AVX-512) or 8 (AVX-VNNI, AVX2) for the register-blocked kernels.
     Panels(Panels),
 }
 
@@ -100,24 +102,29 @@ struct Line([u8; 64]);
 
 /// Weights in panels of `lanes` rows (the last one padded with zero rows). Per panel and
 /// block: eight chunks of `4 · lanes` bytes, where chunk c holds bytes `4c..4c + 4` of
-/// each row in turn (stored as `w + 128`), and `lanes` f16 scales. Panels follow each
-/// other, blocks in order.
+/// each row in turn, and `lanes` f16 scales. Panels follow each other, blocks in order.
+/// The `vpdpbusd` kernels multiply unsigned bytes, so for them a byte holds `w + 128`;
+/// for AVX2 it holds `w`.
 struct Panels {
     lines: Vec<Line>,
     scales: Vec<u16>,
     lanes: usize,
     count: usize,
     kb: usize,
+    kernel: Kernel,
 }
 
 impl Panels {
-    /// From GGUF Q8_0 blocks (34 bytes each: f16 scale, 32 int8), `kb` per row, for a
-    /// kernel with `lanes` 32-bit lanes (8 or 16).
-    fn new(data: &[u8], n: usize, kb: usize, lanes: usize) -> Panels {
+    /// From GGUF Q8_0 blocks (34 bytes each: f16 scale, 32 int8), `kb` per row, laid out
+    /// for `kernel` (one of the panel kernels).
+    fn new(data: &[u8], n: usize, kb: usize, kernel: Kernel) -> Panels {
+        let lanes = if kernel == Kernel::Avx512Vnni { 16 } else { 8 };
+        // XOR with 0x80 turns an int8 w into the unsigned byte w + 128.
+        let offset = if kernel == Kernel::Avx2 { 0 } else { 0x80 };
         let count = n.div_ceil(lanes);
-        // Padding rows: w = 0 (stored 128) with scale 0. A panel is a whole number of
-        // lines: kb · lanes · 32 bytes, and lanes is 8 or 16.
-        let mut lines = vec![Line([0x80; 64]); count * kb * lanes * QK / 64];
+        // Padding rows: w = 0 with scale 0. A panel is a whole number of lines:
+        // kb · lanes · 32 bytes, and lanes is 8 or 16.
+        let mut lines = vec![Line([offset; 64]); count * kb * lanes * QK / 64];
         let mut scales = vec![0u16; count * kb * lanes];
         // SAFETY: a Line is 64 plain bytes with no padding.
         let bytes: &mut [u8] = unsafe {
@@ -131,7 +138,7 @@ impl Panels {
             for (c, four) in blk[2..].chunks_exact(4).enumerate() {
                 let chunk = &mut bytes[((at * QK / 4 + c) * lanes + lane) * 4..][..4];
                 for (d, s) in chunk.iter_mut().zip(four) {
-                    *d = s ^ 0x80;
+                    *d = s ^ offset;
                 }
             }
         }
@@ -141,6 +148,7 @@ impl Panels {
             lanes,
             count,
             kb,
+            kernel,
         }
     }
 
@@ -301,10 +309,8 @@ impl BatchedQ8 {
                     data.len()
                 ))
             })?;
-        let layout = if kernel == Kernel::Avx512Vnni {
-            Layout::Panels(Panels::new(data, n, k / QK, 16))
-        } else if kernel == Kernel::AvxVnni {
-            Layout::Panels(Panels::new(data, n, k / QK, 8))
+        let layout = if kernel != Kernel::Scalar {
+            Layout::Panels(Panels::new(data, n, k / QK, kernel))
         } else {
             let scales = data.chunks_exact(34);
             Layout::Rows {
@@ -366,7 +372,7 @@ impl BatchedQ8 {
             #[cfg(target_arch = "x86_64")]
             Layout::Panels(p) => by_panels(&[(p, self.n, &dst)], &a, m),
             #[cfg(not(target_arch = "x86_64"))]
-            Layout::Panels(_) => unreachable!("panels are only built for the AVX-512 kernel"),
+            Layout::Panels(_) => unreachable!("panels are only built for x86-64 kernels"),
         }
         Ok(out)
     }
@@ -416,7 +422,7 @@ impl BatchedQ8 {
         Ok(outs)
     }
 
-    /// The row kernels: tasks of 64 weight rows, each row against every activation row.
+    /// The reference, in tasks of 64 weight rows, each row against every activation row.
     fn by_rows(&self, w_s: &[f32], w_q: &[i8], a: &QActs, m: usize, dst: &OutPtr) {
         // 64 rows rather than 32: on two cores fewer tasks mean fewer rayon wake-ups.
         const CHUNK: usize = 64;
@@ -426,7 +432,7 @@ impl BatchedQ8 {
             for row in c * CHUNK..(c * CHUNK + CHUNK).min(n) {
                 let ws = &w_s[row * kb..(row + 1) * kb];
                 let wq = &w_q[row * self.k..(row + 1) * self.k];
-                dot_rows(self.kernel, ws, wq, a, m, kb, &mut col);
+                scalar_dot_rows(ws, wq, &a.scales, &a.qs, m, kb, &mut col);
                 for (r, v) in col.iter().enumerate() {
                     // SAFETY: column `row` belongs to this task alone and r < m.
                     unsafe { *dst.at(r * n + row) = *v };
@@ -516,8 +522,12 @@ fn panel_rows<const R: usize>(
 ) {
     // Accumulators: two per tile cell (int32 block sums and the float total), plus R
     // weight vectors and one broadcast, within 32 registers (16 for 256-bit vectors).
-    let most = match (p.lanes, R) {
-        (16, _) | (_, 1) => 6,
+    // AVX2 keeps the weights' absolute values beside them, one more register per panel.
+    let most = match (p.kernel, R) {
+        (Kernel::Avx512Vnni, _) => 6,
+        (Kernel::Avx2, 1) => 4,
+        (Kernel::Avx2, 2) => 4,
+        (_, 1) => 6,
         (_, 2) => 3,
         _ => 1,
     };
@@ -571,12 +581,13 @@ fn tile<const R: usize, const G: usize>(
         k,
     };
     let mut out = [[[0.0f32; MAX_LANES]; G]; R];
-    // SAFETY: panels of each width exist only where that kernel's features were detected.
+    // SAFETY: panels for a kernel exist only where its features were detected.
     unsafe {
-        if lanes == 16 {
-            avx512::tile::<R, G>(&w, &acts, &mut out)
-        } else {
-            avxvnni::tile::<R, G>(&w, &acts, &mut out)
+        match p.kernel {
+            Kernel::Avx512Vnni => avx512::tile::<R, G>(&w, &acts, &mut out),
+            Kernel::AvxVnni => avxvnni::tile::<R, G>(&w, &acts, &mut out),
+            Kernel::Avx2 => avx2::tile::<R, G>(&w, &acts, &mut out),
+            Kernel::Scalar => unreachable!("the reference reads rows"),
         }
     };
     for (r, panel) in out.iter().enumerate() {
@@ -589,26 +600,6 @@ fn tile<const R: usize, const G: usize>(
             };
         }
     }
-}
-
-/// One weight row (in row layout) against all `m` activation rows.
-fn dot_rows(
-    kernel: Kernel,
-    w_s: &[f32],
-    w_q: &[i8],
-    a: &QActs,
-    m: usize,
-    kb: usize,
-    dst: &mut [f32],
-) {
-    #[cfg(target_arch = "x86_64")]
-    if kernel == Kernel::Avx2 {
-        // SAFETY: this kernel is only chosen where its features were detected.
-        unsafe { avx2::dot_rows(w_s, w_q, &a.scales, &a.qs, m, kb, dst) };
-        return;
-    }
-    let _ = kernel;
-    scalar_dot_rows(w_s, w_q, &a.scales, &a.qs, m, kb, dst);
 }
 
 /// Portable reference: per block an exact int32 dot, scaled by both block scales.
@@ -813,8 +804,10 @@ mod tests {
                 data.extend((0..QK).map(|i| (r * 7 + b * 3 + i) as u8));
             }
         }
-        for lanes in [8, 16] {
-            let p = Panels::new(&data, n, kb, lanes);
+        for kernel in [Kernel::Avx2, Kernel::AvxVnni, Kernel::Avx512Vnni] {
+            let p = Panels::new(&data, n, kb, kernel);
+            let (lanes, offset) = (p.lanes, if kernel == Kernel::Avx2 { 0 } else { 0x80 });
+            assert_eq!(lanes, if kernel == Kernel::Avx512Vnni { 16 } else { 8 });
             assert_eq!(p.count, n.div_ceil(lanes));
             let all = p.bytes(0, p.count);
             for r in 0..p.count * lanes {
@@ -827,13 +820,14 @@ mod tests {
                         .collect();
                     if r < n {
                         assert_eq!(scale, (r * 10 + b) as f32);
-                        let want: Vec<u8> =
-                            (0..QK).map(|i| (r * 7 + b * 3 + i) as u8 ^ 0x80).collect();
-                        assert_eq!(bytes, want, "row {r} block {b}");
+                        let want: Vec<u8> = (0..QK)
+                            .map(|i| (r * 7 + b * 3 + i) as u8 ^ offset)
+                            .collect();
+                        assert_eq!(bytes, want, "{kernel:?} row {r} block {b}");
                     } else {
-                        // Padding: weight 0 (stored 128) with scale 0.
+                        // Padding: weight 0 with scale 0.
                         assert_eq!(scale, 0.0);
-                        assert!(bytes.iter().all(|&x| x == 0x80));
+                        assert!(bytes.iter().all(|&x| x == offset));
                     }
                 }
             }
