@@ -1,6 +1,7 @@
 //! The arithmetic ceilings of the instructions our kernels are built from, measured with
 //! register-resident loops (no memory traffic): int8 multiply-accumulates with
-//! `vpdpbusd` (AVX-512 VNNI) or `maddubs` (AVX2), and f32 fused multiply-adds. A kernel's
+//! `vpdpbusd` (AVX-512 VNNI or AVX-VNNI) or `maddubs` (AVX2), each where the matmul
+//! kernel uses it, and f32 fused multiply-adds. A kernel's
 //! speed divided by these says how much of the machine it uses.
 
 /// Independent accumulators per loop: enough to hide the instructions' latency.
@@ -14,6 +15,10 @@ pub fn int8_macs(iters: usize) -> u64 {
         if std::is_x86_feature_detected!("avx512vnni") && std::is_x86_feature_detected!("avx512f") {
             // SAFETY: the features were just detected.
             return unsafe { x86::vnni(iters) };
+        }
+        if std::is_x86_feature_detected!("avxvnni") {
+            // SAFETY: the feature was just detected.
+            return unsafe { x86::vnni256(iters) };
         }
         if std::is_x86_feature_detected!("avx2") {
             // SAFETY: the feature was just detected.
@@ -63,6 +68,24 @@ mod x86 {
             .fold(_mm512_setzero_si512(), |s, x| _mm512_add_epi32(s, *x));
         std::hint::black_box(_mm512_reduce_add_epi32(sum));
         (iters * ACC * 64) as u64
+    }
+
+    /// 32 int8 MACs per instruction (8 lanes × 4 bytes): CPUs with AVX-VNNI but no AVX-512.
+    #[target_feature(enable = "avx2,avxvnni")]
+    pub unsafe fn vnni256(iters: usize) -> u64 {
+        let a = _mm256_set1_epi8(3);
+        let b = _mm256_set1_epi8(5);
+        let mut acc = [_mm256_setzero_si256(); ACC];
+        for _ in 0..iters {
+            for x in acc.iter_mut() {
+                *x = _mm256_dpbusd_avx_epi32(*x, a, b);
+            }
+        }
+        let sum = acc
+            .iter()
+            .fold(_mm256_setzero_si256(), |s, x| _mm256_add_epi32(s, *x));
+        std::hint::black_box(sum);
+        (iters * ACC * 32) as u64
     }
 
     /// 32 int8 MACs per `maddubs`, in the AVX2 kernel's mix (`q8_0/avx2.rs`): the weights'
@@ -168,6 +191,11 @@ mod tests {
             // SAFETY: the features were just detected.
             let vnni = gmac_per_s(&|n| unsafe { x86::vnni(n) });
             assert!(vnni < 1000.0, "vpdpbusd loop: {vnni:.0} GMAC/s");
+        }
+        if std::is_x86_feature_detected!("avxvnni") {
+            // SAFETY: the feature was just detected.
+            let vnni = gmac_per_s(&|n| unsafe { x86::vnni256(n) });
+            assert!(vnni < 1000.0, "256-bit vpdpbusd loop: {vnni:.0} GMAC/s");
         }
     }
 }
