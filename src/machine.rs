@@ -68,7 +68,12 @@ pub fn features() -> Vec<String> {
         out.extend(have.iter().filter(|h| h.1).map(|h| h.0.to_string()));
     }
     #[cfg(target_arch = "aarch64")]
-    out.push("neon".to_string());
+    {
+        out.push("neon".to_string());
+        if std::arch::is_aarch64_feature_detected!("dotprod") {
+            out.push("dotprod".to_string());
+        }
+    }
     out
 }
 

@@ -1,8 +1,8 @@
 //! The arithmetic ceilings of the instructions our kernels are built from, measured with
 //! register-resident loops (no memory traffic): int8 multiply-accumulates with
-//! `vpdpbusd` (AVX-512 VNNI or AVX-VNNI) or `maddubs` (AVX2), each where the matmul
-//! kernel uses it, and f32 fused multiply-adds. A kernel's
-//! speed divided by these says how much of the machine it uses.
+//! `vpdpbusd` (AVX-512 VNNI or AVX-VNNI), `maddubs` (AVX2) or `sdot` (arm64), each where
+//! the matmul kernel uses it, and f32 fused multiply-adds. A kernel's speed divided by
+//! these says how much of the machine it uses.
 
 /// Independent accumulators per loop: enough to hide the instructions' latency.
 const ACC: usize = 12;
@@ -25,6 +25,11 @@ pub fn int8_macs(iters: usize) -> u64 {
             return unsafe { x86::maddubs(iters) };
         }
     }
+    #[cfg(target_arch = "aarch64")]
+    if std::arch::is_aarch64_feature_detected!("dotprod") {
+        // SAFETY: the feature was just detected.
+        return unsafe { arm::sdot(iters) };
+    }
     let _ = iters;
     0
 }
@@ -43,8 +48,61 @@ pub fn f32_flops(iters: usize) -> u64 {
             return unsafe { x86::fma256(iters) };
         }
     }
+    #[cfg(target_arch = "aarch64")]
+    if std::arch::is_aarch64_feature_detected!("neon") {
+        // SAFETY: the feature was just detected.
+        return unsafe { arm::fma128(iters) };
+    }
     let _ = iters;
     0
+}
+
+#[cfg(target_arch = "aarch64")]
+mod arm {
+    use super::ACC;
+    use std::arch::aarch64::*;
+
+    /// 16 int8 MACs per `sdot` (4 lanes × 4 bytes), written as assembly because Rust's
+    /// `vdotq_s32` is nightly-only (see `q8_0/neon.rs`).
+    #[target_feature(enable = "neon,dotprod")]
+    pub unsafe fn sdot(iters: usize) -> u64 {
+        let a = vdupq_n_s8(3);
+        let b = vdupq_n_s8(5);
+        let mut acc = [vdupq_n_s32(0); ACC];
+        for _ in 0..iters {
+            for x in acc.iter_mut() {
+                // SAFETY: register-only arithmetic; this function enables `dotprod`.
+                unsafe {
+                    std::arch::asm!(
+                        "sdot {x:v}.4s, {a:v}.16b, {b:v}.16b",
+                        x = inout(vreg) *x,
+                        a = in(vreg) a,
+                        b = in(vreg) b,
+                        options(pure, nomem, nostack),
+                    );
+                }
+            }
+        }
+        let sum = acc.iter().fold(vdupq_n_s32(0), |s, x| vaddq_s32(s, *x));
+        std::hint::black_box(vaddvq_s32(sum));
+        (iters * ACC * 16) as u64
+    }
+
+    /// 4 lanes × 2 flops per instruction.
+    #[target_feature(enable = "neon")]
+    pub unsafe fn fma128(iters: usize) -> u64 {
+        let a = vdupq_n_f32(0.999);
+        let b = vdupq_n_f32(1e-3);
+        let mut acc = [vdupq_n_f32(0.0); ACC];
+        for _ in 0..iters {
+            for x in acc.iter_mut() {
+                *x = vfmaq_f32(b, *x, a);
+            }
+        }
+        let sum = acc.iter().fold(vdupq_n_f32(0.0), |s, x| vaddq_f32(s, *x));
+        std::hint::black_box(vaddvq_f32(sum));
+        (iters * ACC * 8) as u64
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -168,6 +226,12 @@ mod tests {
             assert!(per_iter(i) >= (ACC * 32) as u64);
             assert!(per_iter(f) >= (ACC * 16) as u64);
         }
+        #[cfg(target_arch = "aarch64")]
+        if std::arch::is_aarch64_feature_detected!("dotprod") {
+            assert!(per_iter(i) >= (ACC * 16) as u64);
+            assert!(per_iter(f) >= (ACC * 8) as u64);
+        }
+        let _ = per_iter;
     }
 
     /// A loop the compiler folded away would report more than any core can do: no x86
@@ -196,6 +260,19 @@ mod tests {
             // SAFETY: the feature was just detected.
             let vnni = gmac_per_s(&|n| unsafe { x86::vnni256(n) });
             assert!(vnni < 1000.0, "256-bit vpdpbusd loop: {vnni:.0} GMAC/s");
+        }
+    }
+
+    /// The same bound for arm64's `sdot` loop (16 MACs per instruction).
+    #[test]
+    #[cfg(target_arch = "aarch64")]
+    fn the_sdot_loop_is_not_folded_away() {
+        if std::arch::is_aarch64_feature_detected!("dotprod") {
+            let t = std::time::Instant::now();
+            // SAFETY: the feature was just detected.
+            let macs = unsafe { arm::sdot(2_000_000) };
+            let gmac_per_s = macs as f64 / t.elapsed().as_secs_f64() / 1e9;
+            assert!(gmac_per_s < 1000.0, "sdot loop: {gmac_per_s:.0} GMAC/s");
         }
     }
 }

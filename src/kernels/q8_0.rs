@@ -2,12 +2,12 @@
 //! quantized to int8 the same way. Each weight block is read once for all activation rows,
 //! which is why a batch of B rows costs far less than B single rows.
 //!
-//! Four kernels compute the same thing ([`Kernel`]): the portable scalar reference
-//! ([`scalar_dot_rows`]) and three register-blocked kernels that lay the weights out in
+//! Five kernels compute the same thing ([`Kernel`]): the portable scalar reference
+//! ([`scalar_dot_rows`]) and four register-blocked kernels that lay the weights out in
 //! panels, one row per vector lane: 16 rows on AVX-512 VNNI (`q8_0/avx512.rs`), 8 on
-//! AVX-VNNI (`q8_0/avxvnni.rs`), and 8 on plain AVX2 (`q8_0/avx2.rs`), which builds each
-//! `vpdpbusd` from `maddubs` and `madd`. The tests run every kernel this CPU has against
-//! the scalar reference.
+//! AVX-VNNI (`q8_0/avxvnni.rs`), 8 on plain AVX2 (`q8_0/avx2.rs`), which builds each
+//! `vpdpbusd` from `maddubs` and `madd`, and 4 on arm64 with `sdot` (`q8_0/neon.rs`). The
+//! tests run every kernel this CPU has against the scalar reference.
 
 use candle_core::Result;
 use rayon::prelude::*;
@@ -18,11 +18,13 @@ mod avx2;
 mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod avxvnni;
+#[cfg(target_arch = "aarch64")]
+mod neon;
 
 const QK: usize = 32;
 
 /// Rows per panel of the widest layout (one per 32-bit lane of a 512-bit vector).
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 const MAX_LANES: usize = 16;
 
 /// Which kernel a matrix runs on; its layout follows from it.
@@ -38,6 +40,9 @@ pub enum Kernel {
     AvxVnni,
     /// `vpdpbusd` on panels of 16 weight rows, a register tile of up to 2 panels × 6 rows.
     Avx512Vnni,
+    /// arm64's `sdot` (the dot-product extension) on panels of 4 weight rows, a register
+    /// tile of up to 2 panels × 5 rows (32 vector registers).
+    Neon,
 }
 
 impl Kernel {
@@ -56,6 +61,10 @@ impl Kernel {
             if has!("avx512f") && has!("avx512bw") && has!("avx512vnni") && has!("f16c") {
                 out.push(Kernel::Avx512Vnni);
             }
+        }
+        #[cfg(target_arch = "aarch64")]
+        if std::arch::is_aarch64_feature_detected!("dotprod") {
+            out.push(Kernel::Neon);
         }
         out
     }
@@ -104,7 +113,7 @@ struct Line([u8; 64]);
 /// block: eight chunks of `4 · lanes` bytes, where chunk c holds bytes `4c..4c + 4` of
 /// each row in turn, and `lanes` f16 scales. Panels follow each other, blocks in order.
 /// The `vpdpbusd` kernels multiply unsigned bytes, so for them a byte holds `w + 128`;
-/// for AVX2 it holds `w`.
+/// for AVX2 and arm64 it holds `w`.
 struct Panels {
     lines: Vec<Line>,
     scales: Vec<u16>,
@@ -118,12 +127,20 @@ impl Panels {
     /// From GGUF Q8_0 blocks (34 bytes each: f16 scale, 32 int8), `kb` per row, laid out
     /// for `kernel` (one of the panel kernels).
     fn new(data: &[u8], n: usize, kb: usize, kernel: Kernel) -> Panels {
-        let lanes = if kernel == Kernel::Avx512Vnni { 16 } else { 8 };
-        // XOR with 0x80 turns an int8 w into the unsigned byte w + 128.
-        let offset = if kernel == Kernel::Avx2 { 0 } else { 0x80 };
+        let lanes = match kernel {
+            Kernel::Avx512Vnni => 16,
+            Kernel::Neon => 4,
+            _ => 8,
+        };
+        // XOR with 0x80 turns an int8 w into the unsigned byte w + 128, which `vpdpbusd`
+        // needs; `maddubs` (through signs) and `sdot` take w as it is.
+        let offset = match kernel {
+            Kernel::Avx2 | Kernel::Neon => 0,
+            _ => 0x80,
+        };
         let count = n.div_ceil(lanes);
         // Padding rows: w = 0 with scale 0. A panel is a whole number of lines:
-        // kb · lanes · 32 bytes, and lanes is 8 or 16.
+        // kb · lanes · 32 bytes, and lanes is 4, 8 or 16.
         let mut lines = vec![Line([offset; 64]); count * kb * lanes * QK / 64];
         let mut scales = vec![0u16; count * kb * lanes];
         // SAFETY: a Line is 64 plain bytes with no padding.
@@ -165,7 +182,7 @@ impl Panels {
 
 /// `R` consecutive panels of weights for a tile: per panel and block, the bytes
 /// (`w + 128`, four per lane per vector) and the f16 scales.
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 struct PanelTile<'a> {
     q: &'a [u8],
     scales: &'a [u16],
@@ -177,7 +194,7 @@ struct PanelTile<'a> {
 /// ones. Without it the first tile over each panel waits on main memory and the others
 /// find the panel cached, so reading and arithmetic take turns instead of overlapping
 /// (on two Zen 4 cores, a decode step for 8 requests takes about 30% less time with it).
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 #[derive(Clone, Copy)]
 struct Prefetch<'a> {
     /// Their bytes, laid out like the current panels' (empty: nothing to prefetch).
@@ -188,7 +205,7 @@ struct Prefetch<'a> {
     of: usize,
 }
 
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 impl Prefetch<'_> {
     /// Whether this tile fetches block `b` of the next panels.
     fn takes(&self, b: usize) -> bool {
@@ -198,10 +215,12 @@ impl Prefetch<'_> {
 
 /// `G` activation rows for a tile: signed bytes, per block a scale and `-128 · Σa`, row j
 /// at `j · k`.
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 struct ActTile<'a> {
     q: &'a [i8],
     scales: &'a [f32],
+    // Only the `vpdpbusd` kernels (x86) read it.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     neg_corr: &'a [i32],
     /// Bytes per row of `q`; the scales and corrections have `k / 32` per row.
     k: usize,
@@ -209,7 +228,7 @@ struct ActTile<'a> {
 
 /// A tile's results: `out[r][j]` holds the rows of panel `r` for activation row `j` (the
 /// first 8 lanes only, for the 256-bit kernel).
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 type TileOut<const R: usize, const G: usize> = [[[f32; MAX_LANES]; G]; R];
 
 /// Activations quantized to Q8_0 row by row, as candle does for its own dot products.
@@ -369,10 +388,10 @@ impl BatchedQ8 {
         let dst = OutPtr(out.as_mut_ptr());
         match &self.layout {
             Layout::Rows { scales, qs } => self.by_rows(scales, qs, &a, m, &dst),
-            #[cfg(target_arch = "x86_64")]
+            #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
             Layout::Panels(p) => by_panels(&[(p, self.n, &dst)], &a, m),
-            #[cfg(not(target_arch = "x86_64"))]
-            Layout::Panels(_) => unreachable!("panels are only built for x86-64 kernels"),
+            #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+            Layout::Panels(_) => unreachable!("panels are only built for x86-64 and arm64"),
         }
         Ok(out)
     }
@@ -382,13 +401,13 @@ impl BatchedQ8 {
     /// panels together (Q, K and V share their input, as do the MLP's gate and up), so
     /// they are woken once instead of once per matrix. Each result as [`Self::matmul`].
     pub fn matmul_many(ws: &[&BatchedQ8], x: &[f32], m: usize) -> Result<Vec<Vec<f32>>> {
-        #[cfg(not(target_arch = "x86_64"))]
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
         return ws.iter().map(|w| w.matmul(x, m)).collect();
-        #[cfg(target_arch = "x86_64")]
+        #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
         Self::matmul_many_panels(ws, x, m)
     }
 
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
     fn matmul_many_panels(ws: &[&BatchedQ8], x: &[f32], m: usize) -> Result<Vec<Vec<f32>>> {
         let Some(first) = ws.first() else {
             return Ok(Vec::new());
@@ -460,7 +479,7 @@ impl OutPtr {
 /// step) is bound by reading the weights, so it takes four panels at a time to keep more
 /// loads in flight; from two rows on, 2 × 6 tiles make the most of AVX-512's 32 vector
 /// registers (2 × 3 of AVX-VNNI's 16).
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 fn by_panels(jobs: &[(&Panels, usize, &OutPtr)], a: &QActs, m: usize) {
     let tasks: Vec<(usize, usize, usize)> = jobs
         .iter()
@@ -475,14 +494,14 @@ fn by_panels(jobs: &[(&Panels, usize, &OutPtr)], a: &QActs, m: usize) {
 
 /// A matrix's panels in tasks: enough for both cores to share the work evenly, few
 /// enough that waking them costs little; an even count per task so two-panel tiles fit.
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 fn panel_tasks(p: &Panels) -> impl Iterator<Item = (usize, usize)> + Send + '_ {
     let per_task = (p.count.div_ceil(16).clamp(2, 8) + 1) & !1;
     (0..p.count.div_ceil(per_task)).map(move |t| (t * per_task, ((t + 1) * per_task).min(p.count)))
 }
 
 /// Panels `start..end` against every activation row.
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 fn panel_range(p: &Panels, start: usize, end: usize, a: &QActs, m: usize, n: usize, dst: &OutPtr) {
     let mut at = start;
     while at < end {
@@ -510,7 +529,7 @@ fn panel_range(p: &Panels, start: usize, end: usize, a: &QActs, m: usize, n: usi
 /// Panels `at..at + R` against every activation row, in tiles of as many rows as the
 /// registers hold, of nearly equal size (8 rows: 4 + 4, not 6 + 2); the tiles share the
 /// prefetching of `next`.
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 fn panel_rows<const R: usize>(
     p: &Panels,
     at: usize,
@@ -525,6 +544,8 @@ fn panel_rows<const R: usize>(
     // AVX2 keeps the weights' absolute values beside them, one more register per panel.
     let most = match (p.kernel, R) {
         (Kernel::Avx512Vnni, _) => 6,
+        (Kernel::Neon, 1) => 6,
+        (Kernel::Neon, 2) => 5,
         (Kernel::Avx2, 1) => 4,
         (Kernel::Avx2, 2) => 4,
         (_, 1) => 6,
@@ -555,7 +576,7 @@ fn panel_rows<const R: usize>(
 /// One register tile: panels `at..at + R` × activation rows `j0..j0 + G`, written into
 /// the tile's own columns of the result (the padding rows of a last panel are dropped),
 /// fetching its share of the next panels on the way.
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 fn tile<const R: usize, const G: usize>(
     p: &Panels,
     at: usize,
@@ -584,10 +605,15 @@ fn tile<const R: usize, const G: usize>(
     // SAFETY: panels for a kernel exist only where its features were detected.
     unsafe {
         match p.kernel {
+            #[cfg(target_arch = "x86_64")]
             Kernel::Avx512Vnni => avx512::tile::<R, G>(&w, &acts, &mut out),
+            #[cfg(target_arch = "x86_64")]
             Kernel::AvxVnni => avxvnni::tile::<R, G>(&w, &acts, &mut out),
+            #[cfg(target_arch = "x86_64")]
             Kernel::Avx2 => avx2::tile::<R, G>(&w, &acts, &mut out),
-            Kernel::Scalar => unreachable!("the reference reads rows"),
+            #[cfg(target_arch = "aarch64")]
+            Kernel::Neon => neon::tile::<R, G>(&w, &acts, &mut out),
+            _ => unreachable!("{:?} has no panels on this architecture", p.kernel),
         }
     };
     for (r, panel) in out.iter().enumerate() {
@@ -804,10 +830,15 @@ mod tests {
                 data.extend((0..QK).map(|i| (r * 7 + b * 3 + i) as u8));
             }
         }
-        for kernel in [Kernel::Avx2, Kernel::AvxVnni, Kernel::Avx512Vnni] {
+        for (kernel, want_lanes, offset) in [
+            (Kernel::Avx2, 8, 0),
+            (Kernel::AvxVnni, 8, 0x80),
+            (Kernel::Avx512Vnni, 16, 0x80),
+            (Kernel::Neon, 4, 0),
+        ] {
             let p = Panels::new(&data, n, kb, kernel);
-            let (lanes, offset) = (p.lanes, if kernel == Kernel::Avx2 { 0 } else { 0x80 });
-            assert_eq!(lanes, if kernel == Kernel::Avx512Vnni { 16 } else { 8 });
+            let lanes = p.lanes;
+            assert_eq!(lanes, want_lanes, "{kernel:?}");
             assert_eq!(p.count, n.div_ceil(lanes));
             let all = p.bytes(0, p.count);
             for r in 0..p.count * lanes {
