@@ -195,7 +195,9 @@ impl Machine {
         )
     }
 
-    /// Whether the figures are positive, finite numbers (a recording's copy is untrusted).
+    /// Whether the figures are positive, finite numbers, with an int8 peak that its cores
+    /// could reach (a recording's copy is untrusted; an older build's AVX2 loop was folded
+    /// away by the compiler and cached an impossible peak).
     pub fn is_plausible(&self) -> bool {
         [
             self.read_gb_per_s,
@@ -206,6 +208,8 @@ impl Machine {
         ]
         .iter()
         .all(|x| x.is_finite() && *x > 0.0)
+            && self.int8_gmac_per_s
+                <= crate::kernels::peak::MAX_INT8_GMAC_PER_S_PER_THREAD * self.threads as f64
     }
 
     /// Arithmetic intensity where the int8 kernel stops being bandwidth-bound: compute
@@ -310,6 +314,13 @@ mod tests {
             ..here()
         };
         assert!(!broken.fits_here());
+        // What the AVX2 peak loop measured before it stopped being folded away: such a
+        // cache is measured again instead of dividing every kernel's speed by it.
+        let folded = Machine {
+            int8_gmac_per_s: 11_000.0 * here().threads as f64,
+            ..here()
+        };
+        assert!(!folded.fits_here());
     }
 
     #[test]
