@@ -100,7 +100,8 @@ pub struct BatchedQ8 {
 enum Layout {
     /// Row by row: each row's block scales, and its bytes in block order (the reference).
     Rows { scales: Vec<f32>, qs: Vec<i8> },
-    /// Panels of 16 rows (AVX-512) or 8 (AVX-VNNI, AVX2) for the register-blocked kernels.
+    /// Panels of 16 rows (AVX-512), 8 (AVX-VNNI, AVX2) or 4 (arm64) for the
+    /// register-blocked kernels.
     Panels(Panels),
 }
 
@@ -180,8 +181,8 @@ impl Panels {
     }
 }
 
-/// `R` consecutive panels of weights for a tile: per panel and block, the bytes
-/// (`w + 128`, four per lane per vector) and the f16 scales.
+/// `R` consecutive panels of weights for a tile: per panel and block, the bytes (four per
+/// lane per vector, as [`Panels`] stores them for the kernel) and the f16 scales.
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 struct PanelTile<'a> {
     q: &'a [u8],
@@ -226,8 +227,8 @@ struct ActTile<'a> {
     k: usize,
 }
 
-/// A tile's results: `out[r][j]` holds the rows of panel `r` for activation row `j` (the
-/// first 8 lanes only, for the 256-bit kernel).
+/// A tile's results: `out[r][j]` holds the rows of panel `r` for activation row `j` (in
+/// the first `lanes` entries: 8 for the 256-bit kernels, 4 on arm64).
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 type TileOut<const R: usize, const G: usize> = [[[f32; MAX_LANES]; G]; R];
 
@@ -541,7 +542,9 @@ fn panel_rows<const R: usize>(
 ) {
     // Accumulators: two per tile cell (int32 block sums and the float total), plus R
     // weight vectors and one broadcast, within 32 registers (16 for 256-bit vectors).
-    // AVX2 keeps the weights' absolute values beside them, one more register per panel.
+    // AVX2 keeps the weights' absolute values beside them, one more register per panel;
+    // arm64 has 32 registers but keeps four chunks of weights per panel (one 16-byte
+    // load of activations feeds four `sdot`s).
     let most = match (p.kernel, R) {
         (Kernel::Avx512Vnni, _) => 6,
         (Kernel::Neon, 1) => 6,
