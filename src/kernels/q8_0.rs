@@ -240,9 +240,19 @@ struct QActs {
     neg_corr: Vec<i32>,
 }
 
-/// One block of 32 activations to int8 with scale `max|x| / 127`; returns the scale.
+/// One block of 32 activations to int8 with scale `max|x| / 127`; returns the scale, NaN
+/// if the block holds a NaN.
 fn quantize_block(chunk: &[f32], out: &mut [i8]) -> f32 {
-    let amax = chunk.iter().fold(0.0f32, |a, &v| a.max(v.abs()));
+    // `f32::max` skips a NaN, and a NaN times the inverse scale becomes a 0 byte: the NaN
+    // would vanish into finite results. Carried into the scale, it reaches the logits,
+    // where the forward pass reports it.
+    let amax = chunk.iter().fold(0.0f32, |a, &v| {
+        if a.is_nan() || v.is_nan() {
+            f32::NAN
+        } else {
+            a.max(v.abs())
+        }
+    });
     let d = amax / 127.0;
     let id = if d > 0.0 { 1.0 / d } else { 0.0 };
     for (o, &v) in out.iter_mut().zip(chunk) {
@@ -795,6 +805,29 @@ mod tests {
                         .fold(0.0, f32::max);
                     assert!(d < 1e-3, "{kernel:?} n={n} k={k} m={m}: {d}");
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn a_nan_activation_makes_its_row_nan_on_every_kernel() {
+        // `f32::max` skips a NaN: the quantizers once turned it into a 0 byte with a finite
+        // scale, so on CPUs without AVX-512 a NaN in the model's activations came out as
+        // plausible logits, past the forward pass's check.
+        let (n, k, m) = (40, 96, 3);
+        let data = raw_q8(n, k, 11);
+        for kernel in Kernel::available() {
+            let w = BatchedQ8::from_q8_0(&data, n, k, kernel).unwrap();
+            for at in [0, 37, 95] {
+                let mut x = pseudo_random(m * k, 4);
+                x[k + at] = f32::NAN;
+                let out = w.matmul(&x, m).unwrap();
+                assert!(
+                    out[n..2 * n].iter().all(|v| v.is_nan()),
+                    "{kernel:?} at {at}"
+                );
+                let others = out[..n].iter().chain(&out[2 * n..]);
+                assert!(others.copied().all(f32::is_finite), "{kernel:?} at {at}");
             }
         }
     }

@@ -29,7 +29,10 @@ pub unsafe fn quantize_block(chunk: &[f32], out: &mut [i8]) -> (f32, i32) {
         let lo = _mm512_loadu_ps(chunk.as_ptr());
         let hi = _mm512_loadu_ps(chunk.as_ptr().add(16));
         let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(lo), _mm512_abs_ps(hi)));
-        let d = amax / 127.0;
+        // A NaN anywhere makes the scale NaN, as in the scalar quantizer: `max` keeps or
+        // drops a NaN depending on its operand's position.
+        let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(lo, hi) != 0;
+        let d = if nan { f32::NAN } else { amax / 127.0 };
         let id = _mm512_set1_ps(if d > 0.0 { 1.0 / d } else { 0.0 });
         let sign = _mm512_set1_ps(-0.0);
         let half = _mm512_set1_ps(0.5);
