@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Builds the library's unit tests for arm64 and runs them under qemu's user-mode emulator,
-# so the `sdot` kernel (src/kernels/q8_0/neon.rs) is checked against the scalar reference
-# on an x86 machine. qemu emulates the dot-product extension, so this checks results, not
-# speed. Not part of CI: it compiles every dependency for arm64 (about fifteen minutes on
-# two cores) and needs Debian's cross compiler and qemu, and rustup's arm64 standard library.
+# Builds the tests for arm64 and runs them under qemu's user-mode emulator, so the `sdot`
+# kernel (src/kernels/q8_0/neon.rs) and the rest of the arm64 build are checked on an x86
+# machine. qemu emulates the dot-product extension, so this checks results, not speed.
+# Not part of CI: it compiles every dependency for arm64 (about six minutes on two cores)
+# and needs Debian's cross compiler and qemu, and rustup's arm64 standard library.
 #
-#   scripts/check-arm64.sh            # every unit test of the library
-#   scripts/check-arm64.sh q8_0       # a filter, as for cargo test
+#   scripts/check-arm64.sh                        # the library's unit tests
+#   scripts/check-arm64.sh --all                  # and every integration test but the
+#                                                 # tmux one (minutes; bench is slowest)
+#   scripts/check-arm64.sh --all serve cli        # and the named integration tests
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -18,7 +20,27 @@ fi
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
 export CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc
 # qemu's default CPU model ("max") has the dot-product extension.
-export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu"
+qemu=(qemu-aarch64 -L /usr/aarch64-linux-gnu)
+export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="${qemu[*]}"
 export CARGO_TARGET_DIR="$root/target/arm64"
-cargo test --release --target "$target" --lib "$@"
-echo "check-arm64: the arm64 unit tests pass under qemu"
+cargo test --release --target "$target" --lib
+echo "check-arm64: the library's unit tests pass under qemu"
+[ "${1:-}" = "--all" ] || exit 0
+shift
+if [ $# -eq 0 ]; then
+  set -- $(ls tests/*.rs | xargs -n1 basename | sed 's/\.rs$//' | grep -vx -e e2e_tmux -e cuda)
+fi
+bins=$(cargo test --release --target "$target" $(printf -- '--test %s ' "$@") --no-run 2>&1 |
+  sed -n 's/.*Executable tests\/.* (\(.*\))$/\1/p')
+# Tests that run the app start the file cargo built for them, an arm64 binary that this
+# machine cannot exec; for the run it is replaced by a script that starts it under qemu.
+app="$CARGO_TARGET_DIR/$target/release/inferlab"
+cp "$app" "$app.arm64"
+trap 'mv -f "$app.arm64" "$app"' EXIT
+printf '#!/bin/sh\nexec %s "%s" "$@"\n' "${qemu[*]}" "$app.arm64" > "$app"
+chmod +x "$app"
+for b in $bins; do
+  echo "check-arm64: $b"
+  "${qemu[@]}" "$b"
+done
+echo "check-arm64: the integration tests pass under qemu"
