@@ -7,7 +7,8 @@
 #
 #   scripts/check-arm64.sh                        # the library's unit tests
 #   scripts/check-arm64.sh --all                  # and every integration test but the
-#                                                 # tmux one (minutes; bench is slowest)
+#                                                 # tmux one (bench's serve, heads and sink
+#                                                 # tests run for many minutes emulated)
 #   scripts/check-arm64.sh --all serve cli        # and the named integration tests
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -34,8 +35,10 @@ bins=$(cargo test --release --target "$target" $(printf -- '--test %s ' "$@") --
   sed -n 's/.*Executable tests\/.* (\(.*\))$/\1/p')
 # Tests that run the app start the file cargo built for them, an arm64 binary that this
 # machine cannot exec; for the run it is replaced by a script that starts it under qemu.
+# Moved, not copied or overwritten: cargo hard-links that file to its own copy in deps/,
+# and writing through the link would replace cargo's binary with the script.
 app="$CARGO_TARGET_DIR/$target/release/inferlab"
-cp "$app" "$app.arm64"
+mv "$app" "$app.arm64"
 trap 'mv -f "$app.arm64" "$app"' EXIT
 printf '#!/bin/sh\nexec %s "%s" "$@"\n' "${qemu[*]}" "$app.arm64" > "$app"
 chmod +x "$app"
