@@ -22,9 +22,9 @@ pub struct Machine {
     /// Memory read bandwidth with every thread, and with one.
     pub read_gb_per_s: f64,
     pub read_gb_per_s_one_thread: f64,
-    /// The int8 multiply-accumulates our kernel uses (`vpdpbusd`, or on AVX2 alone
-    /// `maddubs` with the kernel's sign and widening steps) at full rate in registers, all
-    /// threads: the ceiling of any int8 kernel here.
+    /// The int8 multiply-accumulates our kernel uses (`vpdpbusd`; on AVX2 alone `maddubs`
+    /// with the kernel's sign and widening steps; `sdot` on arm64) at full rate in
+    /// registers, all threads: the ceiling of any int8 kernel here.
     pub int8_gmac_per_s: f64,
     /// f32 fused multiply-adds at full rate in registers, all threads.
     pub f32_gflop_per_s: f64,
