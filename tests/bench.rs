@@ -199,6 +199,9 @@ fn bench_serve_json_has_the_keys_and_the_paged_pool_holds_more() {
         assert!(v[k]["peak_concurrent"].as_u64().unwrap() >= 1, "{k}");
     }
     assert!(v["preemptions"].is_u64());
+    // A rigid batch never needs fewer iterations than the same requests kept busy.
+    let ceiling = v["continuous_over_static_ceiling"].as_f64().unwrap();
+    assert!(ceiling >= 1.0 && ceiling.is_finite(), "{ceiling}");
     let steps = v["step_ms_by_batch"].as_object().unwrap();
     assert_eq!(
         steps

@@ -31,6 +31,10 @@ pub struct RunFigures {
     pub rejected: usize,
     /// Rows computed for requests already finished (static batching's rigid batch).
     pub padding_rows: usize,
+    /// Tokens each request generated, grouped by the iteration that admitted it (a static
+    /// run's batches; for the ceiling, not in the JSON).
+    #[serde(skip)]
+    pub admitted_together: Vec<Vec<usize>>,
 }
 
 /// The report; keys as scripts read them.
@@ -57,6 +61,20 @@ pub struct ServeReport {
     pub paged_small_pages: Option<RunFigures>,
     pub small_page_size: usize,
     pub preemptions: usize,
+    /// The most continuous batching could gain over static batching on the static run's
+    /// output lengths, were an iteration's cost the same at any batch size: the rigid
+    /// batches' iterations (each as long as its longest request) over the iterations of
+    /// every row kept busy. See [`rigid_over_busy`].
+    pub continuous_over_static_ceiling: f64,
+    /// How a decode iteration's cost grows with the batch (keys at the top level).
+    #[serde(flatten)]
+    pub steps: StepFigures,
+}
+
+/// One decode iteration's cost by batch size, and its matrix work against this machine's
+/// int8 peak.
+#[derive(Debug, Clone, Serialize)]
+pub struct StepFigures {
     /// Batch size → ms for one decode iteration of that many requests.
     pub step_ms_by_batch: BTreeMap<usize, f64>,
     /// One decode step of the single-request path, for comparison with batch size 1.
@@ -86,7 +104,26 @@ impl ServeReport {
                 Reserve::Context => "the model's whole context",
             }
         );
+        s += &self.runs_table();
         s += &format!(
+            "continuous / request at a time: {:.2}×\n",
+            self.continuous_over_request_at_a_time
+        );
+        s += &format!(
+            "continuous / static throughput: {:.2}× (on these output lengths at most {:.2}×, were an iteration's cost the same at any batch size)\n\
+             paged / contiguous peak concurrency: {:.2}×\n\
+             static batching computed {} rows for requests already finished (its rigid batch keeps them until the longest is done)\n",
+            self.continuous.tok_per_s / self.static_.tok_per_s,
+            self.continuous_over_static_ceiling,
+            self.paged.peak_concurrent as f64 / self.contiguous.peak_concurrent.max(1) as f64,
+            self.static_.padding_rows
+        );
+        s + &self.steps.table()
+    }
+
+    /// One line per configuration.
+    fn runs_table(&self) -> String {
+        let mut s = format!(
             "{:<24} {:>9} {:>6} {:>9} {:>9} {:>8} {:>6} {:>8}\n",
             "configuration", "tok/s", "iters", "mean lat", "p99 lat", "KV util", "peak", "preempt"
         );
@@ -114,18 +151,43 @@ impl ServeReport {
                 f.preemptions
             );
         }
-        s += &format!(
-            "continuous / request at a time: {:.2}×\n",
-            self.continuous_over_request_at_a_time
-        );
-        s += &format!(
-            "continuous / static throughput: {:.2}×   paged / contiguous peak concurrency: {:.2}×\n\
-             static batching computed {} rows for requests already finished (its rigid batch keeps them until the longest is done)\n",
-            self.continuous.tok_per_s / self.static_.tok_per_s,
-            self.paged.peak_concurrent as f64 / self.contiguous.peak_concurrent.max(1) as f64,
-            self.static_.padding_rows
-        );
-        s += "decode iteration cost by batch size:";
+        s
+    }
+}
+
+impl StepFigures {
+    /// Measures the steps (see [`step_costs`]) and sets their matrix work against the
+    /// machine's int8 peak.
+    fn measure(model: &Model, source: &[u32]) -> Result<Self> {
+        let (step_ms_by_batch, single_request_step_ms) = step_costs(model, source)?;
+        let macs = model.matrix_cost().1 as f64;
+        let gmac_per_s_by_batch: BTreeMap<usize, f64> = step_ms_by_batch
+            .iter()
+            .map(|(&b, &ms)| (b, b as f64 * macs / (ms / 1e3) / 1e9))
+            .collect();
+        let machine = crate::machine::get()?;
+        let int8_gmac_per_s = machine.int8_gmac_per_s;
+        let int8_peak_fraction_by_batch = if model.device.is_cpu() {
+            gmac_per_s_by_batch
+                .iter()
+                .map(|(&b, &g)| (b, g / int8_gmac_per_s.max(f64::MIN_POSITIVE)))
+                .collect()
+        } else {
+            BTreeMap::new()
+        };
+        Ok(Self {
+            step_ms_by_batch,
+            single_request_step_ms,
+            gmac_per_s_by_batch,
+            int8_peak_fraction_by_batch,
+            int8_gmac_per_s,
+            machine_age_s: machine.age_s(),
+        })
+    }
+
+    /// The step costs and their matrix work, a line each.
+    fn table(&self) -> String {
+        let mut s = "decode iteration cost by batch size:".to_string();
         let b1 = self.step_ms_by_batch.get(&1).copied().unwrap_or(1.0);
         for (b, ms) in &self.step_ms_by_batch {
             s += &format!("  B={b}: {ms:.1} ms ({:.1}×)", ms / b1);
@@ -149,9 +211,36 @@ impl ServeReport {
             };
         }
         s += "\n";
-        s += &crate::machine::cached_note(self.machine_age_s);
-        s
+        s + &crate::machine::cached_note(self.machine_age_s)
     }
+}
+
+/// Tokens each request generated, grouped by the iteration that admitted it.
+fn admitted_together(e: &ServeEngine) -> Vec<Vec<usize>> {
+    let mut by_iteration: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for r in e.requests() {
+        if let Some(at) = r.admitted_at {
+            by_iteration.entry(at).or_default().push(r.generated.len());
+        }
+    }
+    by_iteration.into_values().collect()
+}
+
+/// How much longer rigid batches run than batches of `batch` rows refilled the moment a
+/// request ends, in decode iterations. `batches` holds each rigid batch's requests as the
+/// tokens they generate. A rigid batch lasts as long as its longest request; kept full,
+/// the same tokens need `Σ tokens ÷ batch` iterations (and at least the longest
+/// request's). If an iteration cost the same at any batch size, this would be the most
+/// continuous batching could gain over static. Where a smaller batch costs less, as on a
+/// CPU, and where both pay the same prefill, the gain is smaller.
+pub fn rigid_over_busy(batches: &[Vec<usize>], batch: usize) -> f64 {
+    let longest = |c: &Vec<usize>| c.iter().copied().max().unwrap_or(0);
+    let rigid: usize = batches.iter().map(longest).sum();
+    let tokens: usize = batches.iter().flatten().sum();
+    let busy = tokens
+        .div_ceil(batch.max(1))
+        .max(batches.iter().map(longest).max().unwrap_or(0));
+    rigid as f64 / busy.max(1) as f64
 }
 
 fn run_one(model: &Model, cfg: ServeConfig, w: &Workload, source: &[u32]) -> Result<RunFigures> {
@@ -198,6 +287,7 @@ fn run_one(model: &Model, cfg: ServeConfig, w: &Workload, source: &[u32]) -> Res
             .filter(|r| r.reject_reason.is_some())
             .count(),
         padding_rows: e.padding_rows(),
+        admitted_together: admitted_together(&e),
     })
 }
 
@@ -285,30 +375,12 @@ pub fn run(
     } else {
         None
     };
-    let (step_ms_by_batch, single) = step_costs(model, &source)?;
-    let macs = model.matrix_cost().1 as f64;
-    let gmac_per_s_by_batch: BTreeMap<usize, f64> = step_ms_by_batch
-        .iter()
-        .map(|(&b, &ms)| (b, b as f64 * macs / (ms / 1e3) / 1e9))
-        .collect();
-    let machine = crate::machine::get()?;
-    let int8_gmac_per_s = machine.int8_gmac_per_s;
-    let int8_peak_fraction_by_batch = if model.device.is_cpu() {
-        gmac_per_s_by_batch
-            .iter()
-            .map(|(&b, &g)| (b, g / int8_gmac_per_s.max(f64::MIN_POSITIVE)))
-            .collect()
-    } else {
-        BTreeMap::new()
-    };
     Ok(ServeReport {
         continuous_over_request_at_a_time: continuous.tok_per_s
             / request_at_a_time.tok_per_s.max(f64::MIN_POSITIVE),
+        continuous_over_static_ceiling: rigid_over_busy(&static_.admitted_together, max_batch),
+        steps: StepFigures::measure(model, &source)?,
         request_at_a_time,
-        gmac_per_s_by_batch,
-        int8_peak_fraction_by_batch,
-        int8_gmac_per_s,
-        machine_age_s: machine.age_s(),
         workload: w.clone(),
         kv_budget_tokens,
         max_batch,
@@ -321,8 +393,6 @@ pub fn run(
         static_,
         continuous,
         contiguous,
-        step_ms_by_batch,
-        single_request_step_ms: single,
     })
 }
 
@@ -342,4 +412,27 @@ fn step_costs(model: &Model, source: &[u32]) -> Result<(BTreeMap<usize, f64>, f6
         }
     }
     Ok((step_ms_by_batch, single))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rigid_over_busy;
+
+    #[test]
+    fn a_rigid_batch_lasts_as_long_as_its_longest_request() {
+        // Equal lengths: refilling rows gains nothing.
+        assert_eq!(rigid_over_busy(&[vec![8, 8, 8], vec![1, 1, 1]], 3), 1.0);
+        // One long request holds each batch of three for 10 iterations; kept full, the
+        // 24 tokens need 8 rows-of-three, but the longest request still needs 10.
+        assert_eq!(rigid_over_busy(&[vec![10, 1, 1], vec![10, 1, 1]], 3), 2.0);
+        // Short requests only: 40 tokens in rows of four is 10 iterations against 4 × 7.
+        let b = vec![
+            vec![7, 1, 1, 1],
+            vec![7, 1, 1, 1],
+            vec![7, 1, 1, 1],
+            vec![7, 1, 1, 1],
+        ];
+        assert_eq!(rigid_over_busy(&b, 4), 2.8);
+        assert_eq!(rigid_over_busy(&[], 8), 0.0);
+    }
 }
