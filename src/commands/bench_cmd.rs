@@ -172,18 +172,7 @@ pub fn run(cmd: &Cmd) -> Result<()> {
             let r = heads::run(&model, budget, *tokens)?;
             emit(*json, &r, r.table())?;
         }
-        Cmd::Serve(a) => {
-            let w = workload(
-                a.requests,
-                (a.prompt_min, a.prompt_max),
-                (a.output_min, a.output_max),
-                a.output_dist,
-                a.seed,
-            )?;
-            let model = load_model(&a.model)?;
-            let r = serve::run(&model, &w, a.kv_tokens, a.page_size, a.reserve, a.max_batch)?;
-            emit(a.json, &r, r.table())?;
-        }
+        Cmd::Serve(a) => serve_cmd(a)?,
         Cmd::Sink {
             model: margs,
             window,
@@ -227,17 +216,38 @@ pub fn run(cmd: &Cmd) -> Result<()> {
             json,
         } => {
             let lengths = attention_lengths(*max_len)?;
-            let tiles = match (block_q, block_k) {
-                (Some(q), Some(k)) => {
-                    Some(inferlab::model::flash::Tiles::explicit(*q, *k, lengths[0])?)
-                }
-                _ => None,
-            };
+            let tiles = explicit_tiles(*block_q, *block_k, lengths[0])?;
             let r = attention::run(&lengths, *head_dim, *sram_bytes, tiles, !no_causal)?;
             emit(*json, &r, r.table())?;
         }
     }
     Ok(())
+}
+
+/// `bench serve`: the seeded workload under every policy and cache.
+fn serve_cmd(a: &ServeArgs) -> Result<()> {
+    let w = workload(
+        a.requests,
+        (a.prompt_min, a.prompt_max),
+        (a.output_min, a.output_max),
+        a.output_dist,
+        a.seed,
+    )?;
+    let model = load_model(&a.model)?;
+    let r = serve::run(&model, &w, a.kv_tokens, a.page_size, a.reserve, a.max_batch)?;
+    emit(a.json, &r, r.table())
+}
+
+/// `bench attention`'s tile sizes when both were given (else the SRAM budget sizes them).
+fn explicit_tiles(
+    block_q: Option<usize>,
+    block_k: Option<usize>,
+    len: usize,
+) -> Result<Option<inferlab::model::flash::Tiles>> {
+    Ok(match (block_q, block_k) {
+        (Some(q), Some(k)) => Some(inferlab::model::flash::Tiles::explicit(q, k, len)?),
+        _ => None,
+    })
 }
 
 /// `bench serve`'s seeded workload, its length ranges checked.

@@ -3,6 +3,7 @@
 use crate::model::HeadLayout;
 pub use crate::screen::Pane;
 use crate::serve::{CacheKind, Policy};
+use crate::worker::AppWorkload;
 
 /// One lesson file.
 #[derive(Debug, Clone, PartialEq)]
@@ -63,7 +64,7 @@ pub struct Settings {
     /// The attention-sink experiment on or off.
     pub sink: Option<bool>,
     /// The serving workload: chat prompts or the long story.
-    pub workload: Option<crate::worker::AppWorkload>,
+    pub workload: Option<AppWorkload>,
     /// The screen: the focused pane with the room (`true`, a lesson's default) or the grid.
     pub view: Option<bool>,
 }
@@ -345,6 +346,49 @@ pub const PANES: [(&str, Pane); 8] = [
     ("traffic", Pane::Traffic),
     ("lens", Pane::Lens),
 ];
+
+/// The words of the settings that take a word, as lesson files write them. `set:` lines,
+/// `check:` values and the tutor's reading of the live app all go through these lists, so
+/// a word means the same thing in all three.
+pub const LAYOUTS: [(&str, HeadLayout); 3] = [
+    ("mha", HeadLayout::Mha),
+    ("gqa", HeadLayout::Gqa),
+    ("mqa", HeadLayout::Mqa),
+];
+pub const CACHES: [(&str, CacheKind); 2] = [
+    ("paged", CacheKind::Paged),
+    ("contiguous", CacheKind::Contiguous),
+];
+pub const POLICIES: [(&str, Policy); 2] = [
+    ("continuous", Policy::Continuous),
+    ("static", Policy::Static),
+];
+pub const KERNELS: [(&str, Kernel); 2] = [("naive", Kernel::Naive), ("tiled", Kernel::Tiled)];
+pub const COMPARES: [(&str, CompareName); 4] = [
+    ("off", CompareName::Off),
+    ("cache", CompareName::Cache),
+    ("policy", CompareName::Policy),
+    ("one_at_a_time", CompareName::OneAtATime),
+];
+pub const VALUES: [(&str, Values); 2] = [("weights", Values::Weights), ("scores", Values::Scores)];
+pub const WORKLOADS: [(&str, AppWorkload); 2] =
+    [("chat", AppWorkload::Chat), ("long", AppWorkload::Long)];
+/// The attention-sink experiment.
+pub const SWITCH: [(&str, bool); 2] = [("on", true), ("off", false)];
+/// The screen: the focused pane with the room, or the grid.
+pub const VIEWS: [(&str, bool); 2] = [("focus", true), ("grid", false)];
+
+/// What `word` names in `list`.
+pub fn word<T: Copy>(list: &[(&str, T)], word: &str) -> Option<T> {
+    list.iter().find(|(w, _)| *w == word).map(|&(_, v)| v)
+}
+
+/// The word for `value` in `list` (empty if it has none).
+pub fn word_for<T: PartialEq>(list: &[(&'static str, T)], value: T) -> &'static str {
+    list.iter()
+        .find(|(_, v)| *v == value)
+        .map_or("", |(w, _)| w)
+}
 
 /// The default model's shape, which `layer=` and `head=` are checked against.
 pub const DEFAULT_LAYERS: usize = 30;

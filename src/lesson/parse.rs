@@ -2,8 +2,6 @@
 //! and it keeps going so one run reports them all.
 
 use super::format::*;
-use crate::model::HeadLayout;
-use crate::serve::{CacheKind, Policy};
 
 /// One problem in a lesson file.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -375,78 +373,8 @@ impl Parser<'_> {
                 self.err(n, format!("`{pair}` should be key=value"));
                 continue;
             };
-            let bad = |what: &str, known: &str| format!("unknown {what} `{v}` (known: {known})");
-            match k {
-                "focus" => match pane(v) {
-                    Some(p) => set.focus = Some(p),
-                    None => self.err(n, bad("pane", &names(&PANES))),
-                },
-                "layout" => match v.parse::<HeadLayout>() {
-                    Ok(l) => set.layout = Some(l),
-                    Err(_) => self.err(n, bad("head layout", "mha, gqa, mqa")),
-                },
-                "cache" => match v {
-                    "paged" => set.cache = Some(CacheKind::Paged),
-                    "contiguous" => set.cache = Some(CacheKind::Contiguous),
-                    _ => self.err(n, bad("cache kind", "paged, contiguous")),
-                },
-                "policy" => match v {
-                    "continuous" => set.policy = Some(Policy::Continuous),
-                    "static" => set.policy = Some(Policy::Static),
-                    _ => self.err(n, bad("policy", "continuous, static")),
-                },
-                "attention" => match v {
-                    "naive" => set.attention = Some(Kernel::Naive),
-                    "tiled" => set.attention = Some(Kernel::Tiled),
-                    _ => self.err(n, bad("attention kernel", "naive, tiled")),
-                },
-                "compare" => match v {
-                    "off" => set.compare = Some(CompareName::Off),
-                    "cache" => set.compare = Some(CompareName::Cache),
-                    "policy" => set.compare = Some(CompareName::Policy),
-                    "one_at_a_time" => set.compare = Some(CompareName::OneAtATime),
-                    _ => self.err(n, bad("comparison", "off, cache, policy, one_at_a_time")),
-                },
-                "view" => match v {
-                    "focus" => set.view = Some(true),
-                    "grid" => set.view = Some(false),
-                    _ => self.err(n, bad("view", "focus, grid")),
-                },
-                "workload" => match v {
-                    "chat" => set.workload = Some(crate::worker::AppWorkload::Chat),
-                    "long" => set.workload = Some(crate::worker::AppWorkload::Long),
-                    _ => self.err(n, bad("workload", "chat, long")),
-                },
-                "sink" => match v {
-                    "on" => set.sink = Some(true),
-                    "off" => set.sink = Some(false),
-                    _ => self.err(n, bad("sink experiment", "on, off")),
-                },
-                "values" => match v {
-                    "weights" => set.values = Some(Values::Weights),
-                    "scores" => set.values = Some(Values::Scores),
-                    _ => self.err(n, bad("heatmap values", "weights, scores")),
-                },
-                "layer" => match v.parse::<usize>() {
-                    Ok(l) if l < DEFAULT_LAYERS => set.layer = Some(l),
-                    _ => self.err(
-                        n,
-                        format!("layer `{v}` does not exist (0..{})", DEFAULT_LAYERS - 1),
-                    ),
-                },
-                "head" => match v.parse::<usize>() {
-                    Ok(h) if h < DEFAULT_HEADS => set.head = Some(h),
-                    _ => self.err(
-                        n,
-                        format!("head `{v}` does not exist (0..{})", DEFAULT_HEADS - 1),
-                    ),
-                },
-                _ => self.err(
-                    n,
-                    format!(
-                        "unknown setting `{k}` (known: focus, layout, cache, policy, attention, compare, values, layer, head, sink, workload, view)"
-                    ),
-                ),
+            if let Err(e) = setting(set, k, v) {
+                self.err(n, e);
             }
         }
     }
@@ -454,80 +382,113 @@ impl Parser<'_> {
     fn check(&mut self, n: usize, value: &str) -> Vec<Cond> {
         let mut out = Vec::new();
         for part in value.split(" and ") {
-            let words: Vec<&str> = part.split_whitespace().collect();
-            let [var, op, val] = words[..] else {
-                self.err(
-                    n,
-                    format!("`{}` should be `variable op value`", part.trim()),
-                );
-                continue;
-            };
-            let Some(&(_, var)) = Var::ALL.iter().find(|(name, _)| *name == var) else {
-                self.err(
-                    n,
-                    format!(
-                        "unknown check variable `{var}` (known: {})",
-                        names(&Var::ALL)
-                    ),
-                );
-                continue;
-            };
-            let op = match op {
-                "==" => Op::Eq,
-                "!=" => Op::Ne,
-                ">=" => Op::Ge,
-                "<=" => Op::Le,
-                ">" => Op::Gt,
-                "<" => Op::Lt,
-                _ => {
-                    self.err(
-                        n,
-                        format!("unknown operator `{op}` (known: == != >= <= > <)"),
-                    );
-                    continue;
-                }
-            };
-            let value = if var.numeric() {
-                match val.parse::<f64>() {
-                    Ok(x) if x.is_finite() => CondValue::Num(x),
-                    _ => {
-                        self.err(n, format!("`{val}` is not a number"));
-                        continue;
-                    }
-                }
-            } else {
-                if !matches!(op, Op::Eq | Op::Ne) {
-                    self.err(n, format!("`{}` compares with == or != only", part.trim()));
-                    continue;
-                }
-                let known: &[&str] = match var {
-                    Var::Layout => &["mha", "gqa", "mqa"],
-                    Var::Cache => &["paged", "contiguous"],
-                    Var::Policy => &["continuous", "static"],
-                    Var::Attention => &["naive", "tiled"],
-                    Var::Compare => &["off", "cache", "policy", "one_at_a_time"],
-                    Var::Workload => &["chat", "long"],
-                    Var::Values => &["weights", "scores"],
-                    Var::Sink => &["on", "off"],
-                    Var::Focus => &PANES.map(|(name, _)| name),
-                    _ => &["true", "false"],
-                };
-                if !known.contains(&val) {
-                    self.err(
-                        n,
-                        format!(
-                            "`{val}` is not a value of `{}` (known: {})",
-                            words[0],
-                            known.join(", ")
-                        ),
-                    );
-                    continue;
-                }
-                CondValue::Word(val.to_string())
-            };
-            out.push(Cond { var, op, value });
+            match cond(part) {
+                Ok(c) => out.push(c),
+                Err(e) => self.err(n, e),
+            }
         }
         out
+    }
+}
+
+/// Sets `key` to `value` in `set`, or says what is wrong.
+fn setting(set: &mut Settings, key: &str, value: &str) -> Result<(), String> {
+    fn pick<T: Copy>(list: &[(&str, T)], what: &str, value: &str) -> Result<Option<T>, String> {
+        word(list, value)
+            .map(Some)
+            .ok_or_else(|| format!("unknown {what} `{value}` (known: {})", names(list)))
+    }
+    match key {
+        "focus" => set.focus = pick(&PANES, "pane", value)?,
+        "layout" => set.layout = pick(&LAYOUTS, "head layout", value)?,
+        "cache" => set.cache = pick(&CACHES, "cache kind", value)?,
+        "policy" => set.policy = pick(&POLICIES, "policy", value)?,
+        "attention" => set.attention = pick(&KERNELS, "attention kernel", value)?,
+        "compare" => set.compare = pick(&COMPARES, "comparison", value)?,
+        "view" => set.view = pick(&VIEWS, "view", value)?,
+        "workload" => set.workload = pick(&WORKLOADS, "workload", value)?,
+        "sink" => set.sink = pick(&SWITCH, "sink experiment", value)?,
+        "values" => set.values = pick(&VALUES, "heatmap values", value)?,
+        "layer" => set.layer = Some(index(value, "layer", DEFAULT_LAYERS)?),
+        "head" => set.head = Some(index(value, "head", DEFAULT_HEADS)?),
+        _ => {
+            return Err(format!(
+                "unknown setting `{key}` (known: focus, layout, cache, policy, attention, compare, values, layer, head, sink, workload, view)"
+            ))
+        }
+    }
+    Ok(())
+}
+
+/// A layer or head number below `count`.
+fn index(value: &str, what: &str, count: usize) -> Result<usize, String> {
+    match value.parse::<usize>() {
+        Ok(i) if i < count => Ok(i),
+        _ => Err(format!(
+            "{what} `{value}` does not exist (0..{})",
+            count - 1
+        )),
+    }
+}
+
+/// One condition of a `check:` line, `variable op value`.
+fn cond(part: &str) -> Result<Cond, String> {
+    let words: Vec<&str> = part.split_whitespace().collect();
+    let [name, op, val] = words[..] else {
+        return Err(format!("`{}` should be `variable op value`", part.trim()));
+    };
+    let Some(&(_, var)) = Var::ALL.iter().find(|(n, _)| *n == name) else {
+        return Err(format!(
+            "unknown check variable `{name}` (known: {})",
+            names(&Var::ALL)
+        ));
+    };
+    let op = match op {
+        "==" => Op::Eq,
+        "!=" => Op::Ne,
+        ">=" => Op::Ge,
+        "<=" => Op::Le,
+        ">" => Op::Gt,
+        "<" => Op::Lt,
+        _ => return Err(format!("unknown operator `{op}` (known: == != >= <= > <)")),
+    };
+    let value = if var.numeric() {
+        match val.parse::<f64>() {
+            Ok(x) if x.is_finite() => CondValue::Num(x),
+            _ => return Err(format!("`{val}` is not a number")),
+        }
+    } else {
+        if !matches!(op, Op::Eq | Op::Ne) {
+            return Err(format!("`{}` compares with == or != only", part.trim()));
+        }
+        let known = words_of(var);
+        if !known.contains(&val) {
+            return Err(format!(
+                "`{val}` is not a value of `{name}` (known: {})",
+                known.join(", ")
+            ));
+        }
+        CondValue::Word(val.to_string())
+    };
+    Ok(Cond { var, op, value })
+}
+
+/// The words a check may compare a word-valued `var` with.
+fn words_of(var: Var) -> Vec<&'static str> {
+    fn all<T>(list: &[(&'static str, T)]) -> Vec<&'static str> {
+        list.iter().map(|(w, _)| *w).collect()
+    }
+    match var {
+        Var::Layout => all(&LAYOUTS),
+        Var::Cache => all(&CACHES),
+        Var::Policy => all(&POLICIES),
+        Var::Attention => all(&KERNELS),
+        Var::Compare => all(&COMPARES),
+        Var::Workload => all(&WORKLOADS),
+        Var::Values => all(&VALUES),
+        Var::Sink => all(&SWITCH),
+        Var::Focus => all(&PANES),
+        _ => vec!["true", "false"],
     }
 }
 
@@ -539,10 +500,6 @@ fn key_line(line: &str) -> Option<(&str, &str)> {
         && key.chars().all(|c| c.is_ascii_lowercase() || c == '_')
         && (value.is_empty() || value.starts_with(' '));
     ok.then_some((key, value))
-}
-
-fn pane(v: &str) -> Option<Pane> {
-    PANES.iter().find(|(name, _)| *name == v).map(|&(_, p)| p)
 }
 
 fn names<T>(list: &[(&str, T)]) -> String {

@@ -7,7 +7,6 @@ use super::predict::Pending;
 use crate::lesson::progress::Progress;
 use crate::lesson::*;
 use crate::model::AttnKernel;
-use crate::serve::{CacheKind, Policy};
 use crate::worker::report::StepReport;
 
 /// One answer the user gave, with the app's verdict.
@@ -260,50 +259,51 @@ pub fn holds(app: &LiveState, t: &Tutor, c: &Cond) -> bool {
         return c.op.num(a, *b);
     }
     let word = match c.var {
-        Var::Finished => r.is_some_and(|r| r.finished).to_string(),
-        Var::Layout => app.layout.to_string().to_ascii_lowercase(),
-        Var::Cache => match app.cache {
-            CacheKind::Paged => "paged",
-            CacheKind::Contiguous => "contiguous",
+        Var::Finished => {
+            if r.is_some_and(|r| r.finished) {
+                "true"
+            } else {
+                "false"
+            }
         }
-        .into(),
-        Var::Policy => match app.policy {
-            Policy::Continuous => "continuous",
-            Policy::Static => "static",
-        }
-        .into(),
-        Var::Attention => match app.kernel {
-            AttnKernel::Naive => "naive",
-            AttnKernel::Tiled { .. } => "tiled",
-        }
-        .into(),
-        Var::Compare => match app.compare {
-            Compare::Off => "off",
-            Compare::Cache => "cache",
-            Compare::Policy => "policy",
-            Compare::OneAtATime => "one_at_a_time",
-        }
-        .into(),
-        Var::Values => if app.show_scores { "scores" } else { "weights" }.into(),
-        Var::Sink => if app.sink { "on" } else { "off" }.into(),
-        Var::Workload => match app.workload {
-            crate::worker::AppWorkload::Chat => "chat",
-            crate::worker::AppWorkload::Long => "long",
-        }
-        .into(),
-        Var::Focus => PANES
-            .iter()
-            .find(|(_, p)| *p == app.focus)
-            .map(|(n, _)| n.to_string())
-            .unwrap_or_default(),
+        Var::Layout => word_for(&LAYOUTS, app.layout),
+        Var::Cache => word_for(&CACHES, app.cache),
+        Var::Policy => word_for(&POLICIES, app.policy),
+        Var::Attention => word_for(
+            &KERNELS,
+            match app.kernel {
+                AttnKernel::Naive => Kernel::Naive,
+                AttnKernel::Tiled { .. } => Kernel::Tiled,
+            },
+        ),
+        Var::Compare => word_for(
+            &COMPARES,
+            match app.compare {
+                Compare::Off => CompareName::Off,
+                Compare::Cache => CompareName::Cache,
+                Compare::Policy => CompareName::Policy,
+                Compare::OneAtATime => CompareName::OneAtATime,
+            },
+        ),
+        Var::Values => word_for(
+            &VALUES,
+            if app.show_scores {
+                Values::Scores
+            } else {
+                Values::Weights
+            },
+        ),
+        Var::Sink => word_for(&SWITCH, app.sink),
+        Var::Workload => word_for(&WORKLOADS, app.workload),
+        Var::Focus => word_for(&PANES, app.focus),
         _ => return false,
     };
     let CondValue::Word(w) = &c.value else {
         return false;
     };
     match c.op {
-        Op::Eq => word == *w,
-        Op::Ne => word != *w,
+        Op::Eq => word == w,
+        Op::Ne => word != w,
         _ => false,
     }
 }
@@ -434,4 +434,118 @@ pub fn grade(t: &mut Tutor, app: &LiveState, new: &StepReport, old: Option<&Step
             why,
         },
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::HeadLayout;
+    use crate::serve::{CacheKind, Policy};
+    use crate::worker::AppWorkload;
+
+    fn base() -> LiveState<'static> {
+        LiveState {
+            report: None,
+            layer: 0,
+            head: 0,
+            layout: HeadLayout::Gqa,
+            kernel: AttnKernel::Naive,
+            policy: Policy::Continuous,
+            cache: CacheKind::Paged,
+            compare: Compare::Off,
+            workload: AppWorkload::Chat,
+            focus: Pane::Attention,
+            show_scores: false,
+            sink: false,
+        }
+    }
+
+    /// `var == w` for every word `w` a lesson may write for it: true for `set`'s word alone.
+    fn only<T>(var: Var, list: &[(&str, T)], app: &LiveState, set: &str) {
+        let t = Tutor::new(Vec::new(), 0, Progress::default(), false);
+        for (w, _) in list {
+            let c = Cond {
+                var,
+                op: Op::Eq,
+                value: CondValue::Word(w.to_string()),
+            };
+            assert_eq!(
+                holds(app, &t, &c),
+                *w == set,
+                "{var:?} == {w} with the app at {set}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_word_check_holds_exactly_when_the_app_has_that_setting() {
+        for &(w, v) in &LAYOUTS {
+            only(
+                Var::Layout,
+                &LAYOUTS,
+                &LiveState {
+                    layout: v,
+                    ..base()
+                },
+                w,
+            );
+        }
+        for &(w, v) in &CACHES {
+            only(Var::Cache, &CACHES, &LiveState { cache: v, ..base() }, w);
+        }
+        for &(w, v) in &POLICIES {
+            only(
+                Var::Policy,
+                &POLICIES,
+                &LiveState {
+                    policy: v,
+                    ..base()
+                },
+                w,
+            );
+        }
+        for &(w, v) in &WORKLOADS {
+            only(
+                Var::Workload,
+                &WORKLOADS,
+                &LiveState {
+                    workload: v,
+                    ..base()
+                },
+                w,
+            );
+        }
+        for &(w, v) in &SWITCH {
+            only(Var::Sink, &SWITCH, &LiveState { sink: v, ..base() }, w);
+        }
+        for &(w, v) in &PANES {
+            only(Var::Focus, &PANES, &LiveState { focus: v, ..base() }, w);
+        }
+        for (show_scores, w) in [(false, "weights"), (true, "scores")] {
+            only(
+                Var::Values,
+                &VALUES,
+                &LiveState {
+                    show_scores,
+                    ..base()
+                },
+                w,
+            );
+        }
+        let tiled = AttnKernel::Tiled {
+            sram_bytes: 1 << 20,
+        };
+        for (kernel, w) in [(AttnKernel::Naive, "naive"), (tiled, "tiled")] {
+            only(Var::Attention, &KERNELS, &LiveState { kernel, ..base() }, w);
+        }
+        let compares = [
+            (Compare::Off, "off"),
+            (Compare::Cache, "cache"),
+            (Compare::Policy, "policy"),
+            (Compare::OneAtATime, "one_at_a_time"),
+        ];
+        for (compare, w) in compares {
+            only(Var::Compare, &COMPARES, &LiveState { compare, ..base() }, w);
+        }
+    }
 }
