@@ -236,76 +236,65 @@ fn settings_of(app: &LiveState, s: &Step) -> Reply {
 
 /// Whether one condition holds in the live app.
 pub fn holds(app: &LiveState, t: &Tutor, c: &Cond) -> bool {
-    let t = Some(t);
-    let r = app.report;
-    let num = |x: usize| x as f64;
-    let n = match c.var {
-        Var::Steps => Some(num(r
-            .map(|r| r.iteration)
-            .unwrap_or(0)
-            .saturating_sub(t.map(|t| t.iter_at_open).unwrap_or(0)))),
-        Var::DecodeSteps => Some(num(r.map(|r| r.info.step).unwrap_or(0))),
-        Var::Generated => Some(num(r
-            .map(|r| r.pieces.len().saturating_sub(r.prompt_len))
-            .unwrap_or(0))),
-        Var::Layer => Some(num(app.layer)),
-        Var::Copies => Some(num(r
-            .and_then(|r| r.serve.as_ref())
-            .map_or(0, |s| s.copies_total))),
-        Var::Head => Some(num(app.head)),
-        _ => None,
-    };
-    if let (Some(a), CondValue::Num(b)) = (n, &c.value) {
-        return c.op.num(a, *b);
+    match (&c.value, live_number(app, t, c.var), live_word(app, c.var)) {
+        (CondValue::Num(want), Some(n), _) => c.op.num(n, *want),
+        (CondValue::Word(want), _, Some(w)) => match c.op {
+            Op::Eq => w == want,
+            Op::Ne => w != want,
+            _ => false,
+        },
+        _ => false,
     }
-    let word = match c.var {
-        Var::Finished => {
-            if r.is_some_and(|r| r.finished) {
-                "true"
-            } else {
-                "false"
-            }
-        }
+}
+
+/// A numeric check variable's value in the live app (`None` for word-valued ones).
+fn live_number(app: &LiveState, t: &Tutor, var: Var) -> Option<f64> {
+    let r = app.report;
+    let n = match var {
+        Var::Steps => r.map_or(0, |r| r.iteration).saturating_sub(t.iter_at_open),
+        Var::DecodeSteps => r.map_or(0, |r| r.info.step),
+        Var::Generated => r.map_or(0, |r| r.pieces.len().saturating_sub(r.prompt_len)),
+        Var::Layer => app.layer,
+        Var::Copies => r
+            .and_then(|r| r.serve.as_ref())
+            .map_or(0, |s| s.copies_total),
+        Var::Head => app.head,
+        _ => return None,
+    };
+    Some(n as f64)
+}
+
+/// A word-valued check variable's value in the live app, as lessons write it (`None`
+/// for numeric ones).
+fn live_word(app: &LiveState, var: Var) -> Option<&'static str> {
+    let kernel = match app.kernel {
+        AttnKernel::Naive => Kernel::Naive,
+        AttnKernel::Tiled { .. } => Kernel::Tiled,
+    };
+    let compare = match app.compare {
+        Compare::Off => CompareName::Off,
+        Compare::Cache => CompareName::Cache,
+        Compare::Policy => CompareName::Policy,
+        Compare::OneAtATime => CompareName::OneAtATime,
+    };
+    let values = if app.show_scores {
+        Values::Scores
+    } else {
+        Values::Weights
+    };
+    Some(match var {
+        Var::Finished => ["false", "true"][usize::from(app.report.is_some_and(|r| r.finished))],
         Var::Layout => word_for(&LAYOUTS, app.layout),
         Var::Cache => word_for(&CACHES, app.cache),
         Var::Policy => word_for(&POLICIES, app.policy),
-        Var::Attention => word_for(
-            &KERNELS,
-            match app.kernel {
-                AttnKernel::Naive => Kernel::Naive,
-                AttnKernel::Tiled { .. } => Kernel::Tiled,
-            },
-        ),
-        Var::Compare => word_for(
-            &COMPARES,
-            match app.compare {
-                Compare::Off => CompareName::Off,
-                Compare::Cache => CompareName::Cache,
-                Compare::Policy => CompareName::Policy,
-                Compare::OneAtATime => CompareName::OneAtATime,
-            },
-        ),
-        Var::Values => word_for(
-            &VALUES,
-            if app.show_scores {
-                Values::Scores
-            } else {
-                Values::Weights
-            },
-        ),
+        Var::Attention => word_for(&KERNELS, kernel),
+        Var::Compare => word_for(&COMPARES, compare),
+        Var::Values => word_for(&VALUES, values),
         Var::Sink => word_for(&SWITCH, app.sink),
         Var::Workload => word_for(&WORKLOADS, app.workload),
         Var::Focus => word_for(&PANES, app.focus),
-        _ => return false,
-    };
-    let CondValue::Word(w) = &c.value else {
-        return false;
-    };
-    match c.op {
-        Op::Eq => word == w,
-        Op::Ne => word != w,
-        _ => false,
-    }
+        _ => return None,
+    })
 }
 
 impl Tutor {
@@ -547,5 +536,29 @@ mod tests {
         for (compare, w) in compares {
             only(Var::Compare, &COMPARES, &LiveState { compare, ..base() }, w);
         }
+    }
+
+    #[test]
+    fn a_number_check_compares_the_app_s_number_and_never_a_word() {
+        let t = Tutor::new(Vec::new(), 0, Progress::default(), false);
+        let app = LiveState {
+            layer: 5,
+            head: 2,
+            ..base()
+        };
+        let c = |var, op, value| Cond { var, op, value };
+        let num = CondValue::Num;
+        assert!(holds(&app, &t, &c(Var::Layer, Op::Eq, num(5.0))));
+        assert!(!holds(&app, &t, &c(Var::Layer, Op::Gt, num(5.0))));
+        assert!(holds(&app, &t, &c(Var::Head, Op::Lt, num(3.0))));
+        assert!(!holds(&app, &t, &c(Var::Head, Op::Ne, num(2.0))));
+        // No iteration has run yet.
+        assert!(holds(&app, &t, &c(Var::Steps, Op::Ge, num(0.0))));
+        assert!(!holds(&app, &t, &c(Var::Steps, Op::Ge, num(1.0))));
+        // A word where a number belongs, and a number where a word does, hold nowhere.
+        let word = CondValue::Word("5".into());
+        assert!(!holds(&app, &t, &c(Var::Layer, Op::Eq, word)));
+        assert!(!holds(&app, &t, &c(Var::Cache, Op::Eq, num(0.0))));
+        assert!(!holds(&app, &t, &c(Var::Cache, Op::Ne, num(0.0))));
     }
 }
