@@ -41,29 +41,7 @@ pub fn list(a: &ListArgs) -> Result<()> {
         return list_json(a, &lessons, &errors);
     }
     if a.check {
-        for e in &errors {
-            eprintln!("{e}");
-        }
-        if !errors.is_empty() {
-            bail!("{} problem(s) in the lessons", errors.len());
-        }
-        let q = lesson::quiz::stats(&lessons);
-        println!(
-            "{} lessons, {} steps, {} questions and {} predictions: all valid\n\
-             fewest choices in a question: {} · the right answer is the longest choice in {} of {} ({:.0}%), the shortest in {} ({:.0}%) · live figures quoted: {}",
-            q.lessons,
-            q.steps,
-            q.questions,
-            q.predictions,
-            q.min_choices,
-            q.right_is_longest,
-            q.questions,
-            q.longest_pct(),
-            q.right_is_shortest,
-            q.shortest_pct(),
-            q.live_figures
-        );
-        return Ok(());
+        return check(&lessons, &errors);
     }
     let loaded = Progress::load();
     if let Some(n) = &loaded.notice {
@@ -107,6 +85,34 @@ pub fn list(a: &ListArgs) -> Result<()> {
         );
     }
     println!("\nOpen one with `inferlab lesson N`.");
+    Ok(())
+}
+
+/// `lessons --check`: every problem by file and line and a failing exit, or the quiz's
+/// figures when all are valid.
+fn check(lessons: &[lesson::Lesson], errors: &[lesson::LessonError]) -> Result<()> {
+    for e in errors {
+        eprintln!("{e}");
+    }
+    if !errors.is_empty() {
+        bail!("{} problem(s) in the lessons", errors.len());
+    }
+    let q = lesson::quiz::stats(lessons);
+    println!(
+        "{} lessons, {} steps, {} questions and {} predictions: all valid\n\
+         fewest choices in a question: {} · the right answer is the longest choice in {} of {} ({:.0}%), the shortest in {} ({:.0}%) · live figures quoted: {}",
+        q.lessons,
+        q.steps,
+        q.questions,
+        q.predictions,
+        q.min_choices,
+        q.right_is_longest,
+        q.questions,
+        q.longest_pct(),
+        q.right_is_shortest,
+        q.shortest_pct(),
+        q.live_figures
+    );
     Ok(())
 }
 

@@ -26,6 +26,53 @@ fn tok_err(e: impl std::fmt::Display) -> ModelError {
     ModelError::Tokenizer(e.to_string())
 }
 
+/// The BPE model: the vocabulary in id order and the merges, each `a b`.
+fn bpe(ct: &gguf_file::Content, tokens: &[String]) -> Result<BPE> {
+    let merges: Vec<(String, String)> = strings(ct, "tokenizer.ggml.merges")?
+        .into_iter()
+        .map(|m| {
+            m.split_once(' ')
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .ok_or_else(|| tok_err(format!("bad merge `{m}`")))
+        })
+        .collect::<Result<_>>()?;
+    let vocab: tokenizers::models::bpe::Vocab = tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.clone(), i as u32))
+        .collect();
+    BPE::builder()
+        .vocab_and_merges(vocab, merges)
+        .build()
+        .map_err(tok_err)
+}
+
+/// The control tokens (type 3), which must match as whole units inside text, e.g.
+/// `<|im_start|>`.
+fn control_tokens(ct: &gguf_file::Content, tokens: &[String]) -> Result<Vec<AddedToken>> {
+    let types: Vec<u32> = match ct.metadata.get("tokenizer.ggml.token_type") {
+        Some(v) => v
+            .to_vec()?
+            .iter()
+            .map(|x| x.to_i32().map(|x| x as u32).or_else(|_| x.to_u32()))
+            .collect::<std::result::Result<_, _>>()?,
+        None => Vec::new(),
+    };
+    if types.len() > tokens.len() {
+        return Err(tok_err(format!(
+            "tokenizer.ggml.token_type has {} entries for {} tokens",
+            types.len(),
+            tokens.len()
+        )));
+    }
+    Ok(types
+        .iter()
+        .zip(tokens)
+        .filter(|(&ty, _)| ty == 3)
+        .map(|(_, t)| AddedToken::from(t.clone(), true))
+        .collect())
+}
+
 fn strings(ct: &gguf_file::Content, key: &str) -> Result<Vec<String>> {
     let v = ct
         .metadata
@@ -58,23 +105,7 @@ impl TextTokenizer {
             )));
         }
         let tokens = strings(ct, "tokenizer.ggml.tokens")?;
-        let merges: Vec<(String, String)> = strings(ct, "tokenizer.ggml.merges")?
-            .into_iter()
-            .map(|m| {
-                m.split_once(' ')
-                    .map(|(a, b)| (a.to_string(), b.to_string()))
-                    .ok_or_else(|| tok_err(format!("bad merge `{m}`")))
-            })
-            .collect::<Result<_>>()?;
-        let vocab: tokenizers::models::bpe::Vocab = tokens
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.clone(), i as u32))
-            .collect();
-        let bpe = BPE::builder()
-            .vocab_and_merges(vocab, merges)
-            .build()
-            .map_err(tok_err)?;
+        let bpe = bpe(ct, &tokens)?;
         let mut tk = Tokenizer::new(bpe);
         let pre = Sequence::new(vec![
             Digits::new(true).into(),
@@ -82,29 +113,9 @@ impl TextTokenizer {
         ]);
         tk.with_pre_tokenizer(Some(pre));
         tk.with_decoder(Some(ByteLevelDecoder::default()));
-        // Control tokens (type 3) must match as whole units inside text, e.g. <|im_start|>.
-        let types: Vec<u32> = match ct.metadata.get("tokenizer.ggml.token_type") {
-            Some(v) => v
-                .to_vec()?
-                .iter()
-                .map(|x| x.to_i32().map(|x| x as u32).or_else(|_| x.to_u32()))
-                .collect::<std::result::Result<_, _>>()?,
-            None => Vec::new(),
-        };
-        if types.len() > tokens.len() {
-            return Err(tok_err(format!(
-                "tokenizer.ggml.token_type has {} entries for {} tokens",
-                types.len(),
-                tokens.len()
-            )));
-        }
-        let specials: Vec<AddedToken> = types
-            .iter()
-            .zip(&tokens)
-            .filter(|(&ty, _)| ty == 3)
-            .map(|(_, t)| AddedToken::from(t.clone(), true))
-            .collect();
-        let _added = tk.add_special_tokens(specials).map_err(tok_err)?;
+        let _added = tk
+            .add_special_tokens(control_tokens(ct, &tokens)?)
+            .map_err(tok_err)?;
         // An id outside the vocabulary would index past the embedding; treat it as absent.
         let id = |k: &str| {
             ct.metadata
