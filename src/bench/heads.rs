@@ -102,6 +102,48 @@ fn decode_speed(m: &Model, prompt: &[u32], n: usize) -> Result<f64> {
     Ok(n as f64 / t.elapsed().as_secs_f64())
 }
 
+/// How one layout's next-token predictions compare with the trained layout's.
+struct Quality {
+    top1_agreement: f64,
+    mean_kl: f64,
+    perplexity: f64,
+}
+
+/// Over every position of `seqs`: how often `logits` pick the same next token as
+/// `reference`, the mean KL divergence from the reference's distribution to theirs, and
+/// their perplexity on the text. Each sequence's logits are `vocab` wide per position.
+fn quality(
+    seqs: &[Vec<u32>],
+    logits: &[Vec<f32>],
+    reference: &[Vec<f32>],
+    vocab: usize,
+) -> Quality {
+    let (mut agree, mut kl, mut nll, mut n) = (0usize, 0f64, 0f64, 0usize);
+    for ((seq, lg), rf) in seqs.iter().zip(logits).zip(reference) {
+        for pos in 0..seq.len() - 1 {
+            let a = &lg[pos * vocab..][..vocab];
+            let r = &rf[pos * vocab..][..vocab];
+            agree += (argmax(a) == argmax(r)) as usize;
+            let pa = softmax(a, 1.0);
+            let pr = softmax(r, 1.0);
+            kl += pr
+                .iter()
+                .zip(&pa)
+                .filter(|(p, _)| **p > 0.0)
+                .map(|(p, q)| (*p as f64) * ((*p as f64) / (*q as f64).max(1e-30)).ln())
+                .sum::<f64>();
+            nll -= (pa[seq[pos + 1] as usize] as f64).max(1e-30).ln();
+            n += 1;
+        }
+    }
+    let n = n.max(1) as f64;
+    Quality {
+        top1_agreement: agree as f64 / n,
+        mean_kl: kl / n,
+        perplexity: (nll / n).exp(),
+    }
+}
+
 /// Runs the comparison with a KV budget of `budget_bytes`.
 pub fn run(base: &Model, budget_bytes: usize, decode_tokens: usize) -> Result<HeadsReport> {
     let tok = &base.tokenizer;
@@ -134,24 +176,7 @@ pub fn run(base: &Model, budget_bytes: usize, decode_tokens: usize) -> Result<He
         } else {
             all_logits(m, &seqs)?
         };
-        let (mut agree, mut kl, mut nll, mut n) = (0usize, 0f64, 0f64, 0usize);
-        for ((seq, lg), rf) in seqs.iter().zip(&logits).zip(&reference) {
-            for pos in 0..seq.len() - 1 {
-                let a = &lg[pos * v..][..v];
-                let r = &rf[pos * v..][..v];
-                agree += (argmax(a) == argmax(r)) as usize;
-                let pa = softmax(a, 1.0);
-                let pr = softmax(r, 1.0);
-                kl += pr
-                    .iter()
-                    .zip(&pa)
-                    .filter(|(p, _)| **p > 0.0)
-                    .map(|(p, q)| (*p as f64) * ((*p as f64) / (*q as f64).max(1e-30)).ln())
-                    .sum::<f64>();
-                nll -= (pa[seq[pos + 1] as usize] as f64).max(1e-30).ln();
-                n += 1;
-            }
-        }
+        let q = quality(&seqs, &logits, &reference, v);
         let bpt = m.new_cache(1).bytes_per_token();
         let per_request = bpt * WORKLOAD_TOKENS;
         layouts.insert(
@@ -162,9 +187,9 @@ pub fn run(base: &Model, budget_bytes: usize, decode_tokens: usize) -> Result<He
                 kv_bytes_workload: per_request * WORKLOAD_REQUESTS,
                 max_concurrent: budget_bytes / per_request,
                 decode_tok_per_s: decode_speed(m, &seqs[1], decode_tokens)?,
-                top1_agreement: agree as f64 / n as f64,
-                mean_kl: kl / n as f64,
-                perplexity: (nll / n as f64).exp(),
+                top1_agreement: q.top1_agreement,
+                mean_kl: q.mean_kl,
+                perplexity: q.perplexity,
             },
         );
     }
