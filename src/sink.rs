@@ -126,6 +126,18 @@ impl SinkRun {
         self.pos + 1 >= self.tokens.len()
     }
 
+    /// What cache `k` (0 the full one, then the windows) holds after reading position `i`:
+    /// the pages it keeps, the tokens it caches and the pages it has evicted.
+    fn held(&self, k: usize, i: usize) -> (Vec<usize>, usize, usize) {
+        if k == 0 {
+            return ((0..=i / self.page_size).collect(), self.full.len(), 0);
+        }
+        let w = &self.windows[k - 1];
+        let mut pages: Vec<usize> = w.positions.iter().map(|p| p / self.page_size).collect();
+        pages.dedup();
+        (pages, w.positions.len(), w.evicted_pages)
+    }
+
     /// Reads one token through all three caches and scores their prediction of the next.
     pub fn step(&mut self, model: &Model) -> Result<SinkView, String> {
         if self.done() {
@@ -145,10 +157,7 @@ impl SinkRun {
                 .forward(&[tok], kv, None, Logits::Last)
                 .map_err(|e| e.to_string())?;
             let row = Model::last_logits(&logits).map_err(|e| e.to_string())?;
-            // log p(next) in f64 (a log-sum-exp), so rare tokens do not underflow to -inf.
-            let mx = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let z: f64 = row.iter().map(|&x| ((x - mx) as f64).exp()).sum();
-            let lp = (row[next] - mx) as f64 - z.ln();
+            let lp = log_prob(&row, next);
             let probs = crate::model::sampler::softmax(&row, 1.0);
             let s = &mut self.nll[k];
             s.sum -= lp;
@@ -157,29 +166,17 @@ impl SinkRun {
                 s.sum_after -= lp;
                 s.n_after += 1;
             }
-            let mut idx: Vec<usize> = (0..probs.len()).collect();
-            idx.select_nth_unstable_by(3, |&a, &b| probs[b].total_cmp(&probs[a]));
-            idx.truncate(3);
-            idx.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]));
-            let (kept, cached, evicted) = match k {
-                0 => ((0..=i / self.page_size).collect(), self.full.len(), 0),
-                _ => {
-                    let w = &self.windows[k - 1];
-                    let mut p: Vec<usize> =
-                        w.positions.iter().map(|p| p / self.page_size).collect();
-                    p.dedup();
-                    (p, w.positions.len(), w.evicted_pages)
-                }
-            };
+            let s = self.nll[k];
+            let (kept, cached, evicted) = self.held(k, i);
             lanes.push(SinkLane {
                 name: name.to_string(),
                 // At least one token has been scored by now.
                 perplexity: Nll::ppl(s.sum, s.n).unwrap_or(f64::NAN),
                 perplexity_after_eviction: Nll::ppl(s.sum_after, s.n_after),
                 p_next: probs[next],
-                top: idx
-                    .iter()
-                    .map(|&t| (model.tokenizer.piece(t as u32), probs[t]))
+                top: top3(&probs)
+                    .into_iter()
+                    .map(|t| (model.tokenizer.piece(t as u32), probs[t]))
                     .collect(),
                 kept_pages: kept,
                 cached_tokens: cached,
@@ -198,4 +195,21 @@ impl SinkRun {
             done: self.done(),
         })
     }
+}
+
+/// log p(`next`) under `logits`, in f64 (a log-sum-exp), so rare tokens do not underflow
+/// to -inf.
+fn log_prob(logits: &[f32], next: usize) -> f64 {
+    let mx = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let z: f64 = logits.iter().map(|&x| ((x - mx) as f64).exp()).sum();
+    (logits[next] - mx) as f64 - z.ln()
+}
+
+/// The three most likely ids, most likely first.
+fn top3(probs: &[f32]) -> Vec<usize> {
+    let mut idx: Vec<usize> = (0..probs.len()).collect();
+    idx.select_nth_unstable_by(3, |&a, &b| probs[b].total_cmp(&probs[a]));
+    idx.truncate(3);
+    idx.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]));
+    idx
 }
