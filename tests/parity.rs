@@ -151,3 +151,25 @@ fn only_passes_on_our_kernel_keep_a_worker_awake() {
     assert!(!ours(&p, Requant::Keep).runs_on_our_kernels());
     assert!(!ours(&p, Requant::F32).runs_on_our_kernels());
 }
+
+#[test]
+fn every_prompt_position_on_the_host_matches_the_tensor_kernels() {
+    // Our path attends each prompt row on the host over the keys up to its own position;
+    // the reference runs the naive kernel, with its causal mask, on candle tensors. Every
+    // position's logits must agree, not only the last one's, which sees every key anyway.
+    let (_d, p) = tiny_file(&Tiny::default());
+    let (host, reference) = (ours(&p, Requant::F32), ours(&p, Requant::Keep));
+    let prompt: Vec<u32> = (10..40).collect();
+    let all = |m: &Model| -> Vec<Vec<f32>> {
+        m.forward(&prompt, &mut m.new_cache(64), None, Logits::All)
+            .unwrap()
+            .to_vec2()
+            .unwrap()
+    };
+    let (a, b) = (all(&host), all(&reference));
+    assert_eq!(a.len(), prompt.len());
+    for (pos, (x, y)) in a.iter().zip(&b).enumerate() {
+        let d = max_abs_diff(x, y);
+        assert!(d < 1e-4, "position {pos}: max abs logit diff {d}");
+    }
+}

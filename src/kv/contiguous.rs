@@ -134,22 +134,33 @@ impl KvStore for Contiguous {
         }
     }
 
-    fn append_row(&mut self, layer: usize, k: &[f32], v: &[f32]) -> Result<bool> {
+    fn append_rows(&mut self, layer: usize, k: &[f32], v: &[f32]) -> Result<bool> {
         if !self.device.is_cpu() {
             return Ok(false);
         }
-        self.check_room(1)?;
         let (len, cap, d) = (self.len, self.capacity, self.head_dim);
+        let width = self.n_kv_head * d;
+        if k.len() != v.len() || !k.len().is_multiple_of(width) {
+            candle_core::bail!(
+                "K/V rows of {} and {} values are not rows of {width}",
+                k.len(),
+                v.len()
+            );
+        }
+        let t = k.len() / width;
+        self.check_room(t)?;
         if layer == 0 {
-            self.pending = 1;
+            self.pending = t;
         }
         let Slab::Host(kc, vc) = self.slab(layer)? else {
             return Ok(false);
         };
-        // Token-major in, head-major stored: head h's part of the row goes to its slab.
-        for h in 0..k.len() / d {
-            kc[(h * cap + len) * d..][..d].copy_from_slice(&k[h * d..][..d]);
-            vc[(h * cap + len) * d..][..d].copy_from_slice(&v[h * d..][..d]);
+        // Token-major in, head-major stored: head h's part of each row goes to its slab.
+        for (i, (kr, vr)) in k.chunks_exact(width).zip(v.chunks_exact(width)).enumerate() {
+            for h in 0..width / d {
+                kc[(h * cap + len + i) * d..][..d].copy_from_slice(&kr[h * d..][..d]);
+                vc[(h * cap + len + i) * d..][..d].copy_from_slice(&vr[h * d..][..d]);
+            }
         }
         Ok(true)
     }

@@ -48,9 +48,10 @@ pub trait KvStore: Send {
     /// Tokens appended to layer 0 since the last `advance` (what `advance` should commit).
     fn pending(&self) -> usize;
 
-    /// A decode row on the CPU: stores one token's K and V rows (token-major, RoPE
-    /// applied) in place and returns true; false where the store has no such path.
-    fn append_row(&mut self, _layer: usize, _k: &[f32], _v: &[f32]) -> Result<bool> {
+    /// Rows on the CPU: stores the K and V rows of the new tokens (token-major, one row
+    /// of `n_kv_head × head_dim` per token, RoPE applied) in place and returns true; false
+    /// where the store has no such path, and nothing is stored.
+    fn append_rows(&mut self, _layer: usize, _k: &[f32], _v: &[f32]) -> Result<bool> {
         Ok(false)
     }
 
@@ -75,10 +76,9 @@ pub trait BatchKv: Send {
     ) -> Result<(Tensor, Tensor)>;
     /// Marks every sequence's new tokens as cached.
     fn advance(&mut self);
-    /// A decode row on the CPU: stores one token's K and V rows (token-major, RoPE
-    /// applied) in place and returns true; false where the store has no such path, and
-    /// the caller uses [`BatchKv::append`].
-    fn append_row(&mut self, _s: usize, _layer: usize, _k: &[f32], _v: &[f32]) -> Result<bool> {
+    /// Like [`KvStore::append_rows`], for sequence `s`, with all its new tokens at once;
+    /// where it returns false the caller uses [`BatchKv::append`].
+    fn append_rows(&mut self, _s: usize, _layer: usize, _k: &[f32], _v: &[f32]) -> Result<bool> {
         Ok(false)
     }
     /// Sequence `s`'s keys and values for `layer`, read in place through its slots, where
@@ -121,6 +121,18 @@ impl RowLayout<'_> {
         self.len() == 0
     }
 
+    /// The first `n` positions alone: what a prompt's row may attend to, the keys up to
+    /// its own.
+    pub fn prefix(self, n: usize) -> Self {
+        match self {
+            Self::Slots(s) => Self::Slots(&s[..n.min(s.len())]),
+            Self::HeadMajor { capacity, len } => Self::HeadMajor {
+                capacity,
+                len: n.min(len),
+            },
+        }
+    }
+
     /// Offset of position `j`'s row of KV head `g` (of `n_kv`, each `d` wide).
     pub fn at(&self, n_kv: usize, d: usize, g: usize, j: usize) -> usize {
         match self {
@@ -152,8 +164,8 @@ impl BatchKv for One<'_> {
         let t = self.0.pending();
         self.0.advance(t);
     }
-    fn append_row(&mut self, _s: usize, layer: usize, k: &[f32], v: &[f32]) -> Result<bool> {
-        self.0.append_row(layer, k, v)
+    fn append_rows(&mut self, _s: usize, layer: usize, k: &[f32], v: &[f32]) -> Result<bool> {
+        self.0.append_rows(layer, k, v)
     }
     fn rows(&self, _s: usize, layer: usize) -> Option<KvRows<'_>> {
         self.0.rows(layer)
@@ -176,8 +188,8 @@ impl BatchKv for ContiguousBatch<'_> {
     ) -> Result<(Tensor, Tensor)> {
         self.0[s].append(layer, k, v)
     }
-    fn append_row(&mut self, s: usize, layer: usize, k: &[f32], v: &[f32]) -> Result<bool> {
-        self.0[s].append_row(layer, k, v)
+    fn append_rows(&mut self, s: usize, layer: usize, k: &[f32], v: &[f32]) -> Result<bool> {
+        self.0[s].append_rows(layer, k, v)
     }
     fn rows(&self, s: usize, layer: usize) -> Option<KvRows<'_>> {
         self.0[s].rows(layer)

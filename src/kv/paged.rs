@@ -244,12 +244,16 @@ impl BatchKv for PagedBatch<'_> {
         self.kv.gather(layer, &self.seqs[s].all_slots)
     }
 
-    fn append_row(&mut self, s: usize, layer: usize, k: &[f32], v: &[f32]) -> Result<bool> {
-        if !matches!(self.kv.store, Store::Host { .. }) || self.seqs[s].new_slots.len() != 1 {
+    fn append_rows(&mut self, s: usize, layer: usize, k: &[f32], v: &[f32]) -> Result<bool> {
+        let slots = &self.seqs[s].new_slots;
+        let width = self.kv.n_kv_head * self.kv.head_dim;
+        if !matches!(self.kv.store, Store::Host { .. })
+            || k.len() != slots.len() * width
+            || v.len() != k.len()
+        {
             return Ok(false);
         }
-        let slots = [self.seqs[s].new_slots[0]];
-        self.kv.write_rows(layer, &slots, k, v);
+        self.kv.write_rows(layer, slots, k, v);
         Ok(true)
     }
 
@@ -282,5 +286,11 @@ impl KvStore for PagedSeq<'_> {
     fn advance(&mut self, _t: usize) {}
     fn pending(&self) -> usize {
         self.0.seqs[0].new_slots.len()
+    }
+    fn append_rows(&mut self, layer: usize, k: &[f32], v: &[f32]) -> Result<bool> {
+        BatchKv::append_rows(&mut self.0, 0, layer, k, v)
+    }
+    fn rows(&self, layer: usize) -> Option<KvRows<'_>> {
+        BatchKv::rows(&self.0, 0, layer)
     }
 }

@@ -2,10 +2,11 @@
 //! (scores, mask, softmax, weighted sum) can be looked at.
 //!
 //! [`attend`] is the one entry point of a layer: it decides, sequence by sequence, which
-//! route runs — the tensor kernels ([`naive`] or [`tiled`]), a decode row on plain slices
-//! against a copied cache, or a decode row read in place from the cache (through the page
-//! table, as PagedAttention does, or from a contiguous reservation). The math is the same
-//! on every route; only where the bytes sit differs.
+//! route runs — the tensor kernels ([`naive`] or [`tiled`]), or, on the CPU, rows attended
+//! one at a time on the host: read in place from the cache (through the page table, as
+//! PagedAttention does, or from a contiguous reservation) or from a copy of it. A prompt's
+//! row there reads the keys up to its own position, which is the causal mask. The math is
+//! the same on every route; only where the bytes sit differs.
 
 use super::flash::{self, IoCount, Tiles};
 use super::rope::Rope;
@@ -20,7 +21,9 @@ use std::ops::Range;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AttnKernel {
-    /// Full score matrix in memory (candle tensors).
+    /// The textbook algorithm, whose traffic the panes count: the full score matrix in
+    /// memory (candle tensors). On the CPU the rows run on the host instead, each over its
+    /// keys with the same math, and the matrix is never stored.
     #[default]
     Naive,
     /// FlashAttention-style tiles, with this much on-chip memory.
@@ -99,10 +102,11 @@ pub fn attend(
 ) -> Result<Attended> {
     let rows = spans.last().map_or(0, |p| p.off + p.len);
     let width = s.n_head * s.head_dim;
-    // Decode rows on the CPU skip the tensor plumbing: at one row the fixed cost of a
-    // tensor op is larger than the arithmetic, and a batch pays it per request per layer.
+    // Rows on the CPU skip the tensor plumbing: at one row the fixed cost of a tensor op
+    // is larger than the arithmetic, and a batch pays it per request per layer; a prompt's
+    // rows each attend like a decode row over the keys up to their own.
     let on_host = !s.reference && s.kernel == AttnKernel::Naive && q.device().is_cpu();
-    let slices = if on_host && spans.iter().any(|p| p.len == 1) {
+    let slices = if on_host {
         Some(HostQkv::new(q, k, v)?)
     } else {
         None
@@ -114,24 +118,46 @@ pub fn attend(
     let (mut copied, mut in_place) = (Vec::new(), Vec::new());
     for (i, &p) in spans.iter().enumerate() {
         let captured = i == 0 && capture_rows > 0;
-        if let (Some(h), 1, false) = (&slices, p.len, captured) {
-            let mut k_row = h.k_row(p.off).to_vec();
-            s.rope.rotate(&mut k_row, p.pos0);
-            let row_io = flash::naive_io(1, p.pos0 + 1, s.head_dim).times(s.n_head);
-            io.add(row_io);
-            traffic.add(Traffic::attention(1, p.pos0 + 1, shape, row_io.total()));
-            // A store on the CPU (paged or contiguous) takes the row in place and lends
-            // its rows back; others hand back a copy of the whole cache.
-            if kv.append_row(i, s.layer, &k_row, h.v_row(p.off))? {
+        if let Some(h) = &slices {
+            let (k_rows, v_rows) = h.new_kv(s, p);
+            // A store on the CPU (paged or contiguous) takes the rows in place and lends
+            // them back; others hand back a copy of the whole cache (decode rows) or run
+            // on the tensor kernels (prompts).
+            let cached = if kv.append_rows(i, s.layer, &k_rows, &v_rows)? {
                 in_place.push((i, p));
-            } else {
+                Some(None)
+            } else if p.len == 1 {
                 let shape = (s.n_kv_head, 1, s.head_dim);
-                let k_new = Tensor::from_vec(k_row, shape, q.device())?;
-                let v_new = Tensor::from_slice(h.v_row(p.off), shape, q.device())?;
+                let k_new = Tensor::from_vec(k_rows, shape, q.device())?;
+                let v_new = Tensor::from_vec(v_rows, shape, q.device())?;
                 let (k_all, v_all) = kv.append(i, s.layer, &k_new, &v_new)?;
-                copied.push((p, k_all, v_all));
+                copied.push((p, k_all.clone(), v_all.clone()));
+                Some(Some((k_all, v_all)))
+            } else {
+                None
+            };
+            if let Some(copy) = cached {
+                // The traffic of the naive kernel, whose math this is.
+                let kv_len = p.pos0 + p.len;
+                let rows_io = naive_chunks_io(p.len, kv_len, s.n_head, s.head_dim);
+                io.add(rows_io);
+                traffic.add(Traffic::attention(p.len, kv_len, shape, rows_io.total()));
+                if captured {
+                    let (k_all, v_all) = match copy {
+                        Some(all) => all,
+                        None => cached_tensors(s, kv, i, q.device())?,
+                    };
+                    seen = Some(seen_on_tensors(
+                        s,
+                        (q, k, v),
+                        p,
+                        &k_all,
+                        &v_all,
+                        capture_rows,
+                    )?);
+                }
+                continue;
             }
-            continue;
         }
         let rows = if captured { capture_rows } else { 0 };
         let one = on_tensors(s, q, k, v, p, i, kv, rows)?;
@@ -154,6 +180,17 @@ pub fn attend(
     })
 }
 
+/// What [`naive`] reports moving for `t` query rows over `kv_len` keys: its blocks of
+/// query rows, each the whole score matrix of its rows.
+fn naive_chunks_io(t: usize, kv_len: usize, n_head: usize, d: usize) -> IoCount {
+    let chunk = (MAX_SCORE_ELEMS / (n_head * kv_len).max(1)).max(1);
+    let mut io = IoCount::default();
+    for r0 in (0..t).step_by(chunk) {
+        io.add(flash::naive_io(chunk.min(t - r0), kv_len, d).times(n_head));
+    }
+    io
+}
+
 /// One sequence on the tensor kernels: RoPE, append to the cache, naive or tiled attention.
 #[allow(clippy::too_many_arguments)]
 fn on_tensors(
@@ -166,17 +203,7 @@ fn on_tensors(
     kv: &mut dyn BatchKv,
     capture_rows: usize,
 ) -> Result<Seen> {
-    // `(rows, heads × d)` → `(heads, rows, d)` for this sequence.
-    let split = |a: &Tensor, heads: usize| -> Result<Tensor> {
-        a.narrow(0, p.off, p.len)?
-            .reshape((p.len, heads, s.head_dim))?
-            .transpose(0, 1)?
-            .contiguous()
-    };
-    let q_pre = split(q, s.n_head)?;
-    let q = s.rope.apply(&q_pre, p.pos0)?;
-    let k = s.rope.apply(&split(k, s.n_kv_head)?, p.pos0)?;
-    let v = split(v, s.n_kv_head)?;
+    let (q_pre, q, k, v) = heads(s, (q, k, v), p)?;
     let (k_all, v_all) = kv.append(seq, s.layer, &k, &v)?;
     let att = match s.kernel {
         AttnKernel::Naive => naive(&q, &k_all, &v_all, p.pos0, capture_rows)?,
@@ -195,7 +222,76 @@ fn on_tensors(
     })
 }
 
-/// The batch's q, k and v as plain rows, for the decode rows.
+/// Span `p` of the batch's projections as heads, `(heads, rows, d)`: the queries before
+/// and after RoPE, the keys after it, the values.
+fn heads(
+    s: &Setup,
+    (q, k, v): (&Tensor, &Tensor, &Tensor),
+    p: Span,
+) -> Result<(Tensor, Tensor, Tensor, Tensor)> {
+    let split = |a: &Tensor, heads: usize| -> Result<Tensor> {
+        a.narrow(0, p.off, p.len)?
+            .reshape((p.len, heads, s.head_dim))?
+            .transpose(0, 1)?
+            .contiguous()
+    };
+    let q_pre = split(q, s.n_head)?;
+    let q = s.rope.apply(&q_pre, p.pos0)?;
+    let k = s.rope.apply(&split(k, s.n_kv_head)?, p.pos0)?;
+    Ok((q_pre, q, k, split(v, s.n_kv_head)?))
+}
+
+/// What the probe shows of a sequence whose rows ran on the host: the same attention
+/// again on the naive tensor kernel, over the cache `k_all`, `v_all`, with the scores and
+/// weights of its newest `capture_rows` rows. The batch's output is the host route's, so
+/// looking never changes what the model computes.
+fn seen_on_tensors(
+    s: &Setup,
+    qkv: (&Tensor, &Tensor, &Tensor),
+    p: Span,
+    k_all: &Tensor,
+    v_all: &Tensor,
+    capture_rows: usize,
+) -> Result<Seen> {
+    let (q_pre, q, k, v) = heads(s, qkv, p)?;
+    let att = naive(&q, k_all, v_all, p.pos0, capture_rows)?;
+    Ok(Seen {
+        q_pre,
+        q,
+        k,
+        v,
+        att,
+    })
+}
+
+/// Sequence `seq`'s cache for this layer as `(n_kv_head, len, d)` tensors, gathered from
+/// the rows the store lends.
+fn cached_tensors(
+    s: &Setup,
+    kv: &dyn BatchKv,
+    seq: usize,
+    device: &candle_core::Device,
+) -> Result<(Tensor, Tensor)> {
+    let r = kv
+        .rows(seq, s.layer)
+        .ok_or_else(|| candle_core::Error::Msg("the cache lent no rows".into()))?;
+    let (n_kv, d, len) = (s.n_kv_head, s.head_dim, r.layout.len());
+    let gather = |buf: &[f32]| -> Vec<f32> {
+        let mut out = Vec::with_capacity(n_kv * len * d);
+        for g in 0..n_kv {
+            for j in 0..len {
+                out.extend_from_slice(&buf[r.layout.at(n_kv, d, g, j)..][..d]);
+            }
+        }
+        out
+    };
+    Ok((
+        Tensor::from_vec(gather(r.k), (n_kv, len, d), device)?,
+        Tensor::from_vec(gather(r.v), (n_kv, len, d), device)?,
+    ))
+}
+
+/// The batch's q, k and v as plain rows, for the rows attended on the host.
 struct HostQkv {
     q: Vec<f32>,
     k: Vec<f32>,
@@ -214,19 +310,30 @@ impl HostQkv {
             v: v.flatten_all()?.to_vec1()?,
         })
     }
-    fn q_row(&self, r: usize) -> &[f32] {
-        &self.q[r * self.q_width..][..self.q_width]
+    /// Span `p`'s new keys, each rotated to its position, and values, token-major.
+    fn new_kv(&self, s: &Setup, p: Span) -> (Vec<f32>, Vec<f32>) {
+        let mut k = self.k[p.off * self.kv_width..][..p.len * self.kv_width].to_vec();
+        for (r, row) in k.chunks_exact_mut(self.kv_width).enumerate() {
+            s.rope.rotate(row, p.pos0 + r);
+        }
+        let v = self.v[p.off * self.kv_width..][..p.len * self.kv_width].to_vec();
+        (k, v)
     }
-    fn k_row(&self, r: usize) -> &[f32] {
-        &self.k[r * self.kv_width..][..self.kv_width]
-    }
-    fn v_row(&self, r: usize) -> &[f32] {
-        &self.v[r * self.kv_width..][..self.kv_width]
+
+    /// Span `p`'s queries, each rotated to its position, token-major.
+    fn queries(&self, s: &Setup, p: Span) -> Vec<f32> {
+        let mut q = self.q[p.off * self.q_width..][..p.len * self.q_width].to_vec();
+        for (r, row) in q.chunks_exact_mut(self.q_width).enumerate() {
+            s.rope.rotate(row, p.pos0 + r);
+        }
+        q
     }
 }
 
-/// The decode rows' attention, one request per task (ORCA runs attention per request;
-/// they are independent, so they spread over the cores), written into the batch output.
+/// The attention of the rows on the host, one request and KV head per task (ORCA runs
+/// attention per request; they are independent, so they spread over the cores), written
+/// into the batch output. A prompt's row `r` reads the keys up to its own position only:
+/// the causal mask, as a shorter read.
 fn decode_rows(
     s: &Setup,
     h: &HostQkv,
@@ -235,40 +342,43 @@ fn decode_rows(
     in_place: &[(usize, Span)],
     out: &mut [f32],
 ) -> Result<()> {
-    let query = |p: Span| {
-        let mut q = h.q_row(p.off).to_vec();
-        s.rope.rotate(&mut q, p.pos0);
-        q
-    };
     let width = h.q_width;
     // Each result with where it starts in `out`.
     let from_copies: Vec<(usize, Vec<f32>)> = copied
         .par_iter()
         .map(|(p, k_all, v_all)| {
-            decode_slices(&query(*p), s.n_head, k_all, v_all).map(|o| (p.off * width, o))
+            decode_slices(&h.queries(s, *p), s.n_head, k_all, v_all).map(|o| (p.off * width, o))
         })
         .collect::<Result<_>>()?;
     let views: Vec<(Span, KvRows, Vec<f32>)> = in_place
         .iter()
         .map(|&(i, p)| {
             kv.rows(i, s.layer)
-                .map(|r| (p, r, query(p)))
+                .map(|r| (p, r, h.queries(s, p)))
                 .ok_or_else(|| candle_core::Error::Msg("paged rows vanished".into()))
         })
         .collect::<Result<_>>()?;
-    // One task per request and KV head: a group's query heads share its cached rows, so
+    // One task per row and KV head: a group's query heads share its cached rows, so
     // that is the finest split that reads each row once, and it keeps both cores busy
     // even for a single request.
     let group_width = width / s.n_kv_head;
-    let tasks: Vec<(usize, usize)> = (0..views.len())
-        .flat_map(|i| (0..s.n_kv_head).map(move |g| (i, g)))
+    let tasks: Vec<(usize, usize, usize)> = views
+        .iter()
+        .enumerate()
+        .flat_map(|(i, (p, _, _))| (0..p.len).map(move |r| (i, r)))
+        .flat_map(|(i, r)| (0..s.n_kv_head).map(move |g| (i, r, g)))
         .collect();
     let from_pages: Vec<(usize, Vec<f32>)> = tasks
         .par_iter()
-        .map(|&(i, g)| {
-            let (p, r, q) = &views[i];
-            let o = decode_in_place(q, s.n_head, s.n_kv_head, *r, g..g + 1);
-            (p.off * width + g * group_width, o)
+        .map(|&(i, r, g)| {
+            let (p, rows, q) = &views[i];
+            let upto = KvRows {
+                layout: rows.layout.prefix(p.pos0 + r + 1),
+                ..*rows
+            };
+            let q = &q[r * width..][..width];
+            let o = decode_in_place(q, s.n_head, s.n_kv_head, upto, g..g + 1);
+            ((p.off + r) * width + g * group_width, o)
         })
         .collect();
     for (start, o) in from_copies.into_iter().chain(from_pages) {
