@@ -92,6 +92,16 @@ fn capture_does_not_change_the_logits() {
         Model::last_logits(&a).unwrap(),
         Model::last_logits(&b).unwrap()
     );
+    // A decode step after it, looked at or not.
+    let step = |probe: Option<&mut Probe>| {
+        let mut cache = m.new_cache(16);
+        m.forward(&p, &mut cache, None, Logits::Last).unwrap();
+        let l = m.forward(&[9], &mut cache, probe, Logits::Last).unwrap();
+        Model::last_logits(&l).unwrap()
+    };
+    let mut probe = Probe::new(LayerSelect::All);
+    assert_eq!(step(None), step(Some(&mut probe)));
+    assert!(!probe.captures.is_empty());
 }
 
 #[test]

@@ -115,46 +115,20 @@ pub fn attend(
     let (mut io, mut seen) = (IoCount::default(), None);
     let mut traffic = Traffic::default();
     let shape = (s.n_head, s.n_kv_head, s.head_dim);
-    let (mut copied, mut in_place) = (Vec::new(), Vec::new());
+    let mut host = HostRows::default();
     for (i, &p) in spans.iter().enumerate() {
         let captured = i == 0 && capture_rows > 0;
         if let Some(h) = &slices {
-            let (k_rows, v_rows) = h.new_kv(s, p);
-            // A store on the CPU (paged or contiguous) takes the rows in place and lends
-            // them back; others hand back a copy of the whole cache (decode rows) or run
-            // on the tensor kernels (prompts).
-            let cached = if kv.append_rows(i, s.layer, &k_rows, &v_rows)? {
-                in_place.push((i, p));
-                Some(None)
-            } else if p.len == 1 {
-                let shape = (s.n_kv_head, 1, s.head_dim);
-                let k_new = Tensor::from_vec(k_rows, shape, q.device())?;
-                let v_new = Tensor::from_vec(v_rows, shape, q.device())?;
-                let (k_all, v_all) = kv.append(i, s.layer, &k_new, &v_new)?;
-                copied.push((p, k_all.clone(), v_all.clone()));
-                Some(Some((k_all, v_all)))
-            } else {
-                None
-            };
-            if let Some(copy) = cached {
+            if host.take(s, h, p, i, kv)? {
                 // The traffic of the naive kernel, whose math this is.
                 let kv_len = p.pos0 + p.len;
                 let rows_io = naive_chunks_io(p.len, kv_len, s.n_head, s.head_dim);
                 io.add(rows_io);
                 traffic.add(Traffic::attention(p.len, kv_len, shape, rows_io.total()));
                 if captured {
-                    let (k_all, v_all) = match copy {
-                        Some(all) => all,
-                        None => cached_tensors(s, kv, i, q.device())?,
-                    };
-                    seen = Some(seen_on_tensors(
-                        s,
-                        (q, k, v),
-                        p,
-                        &k_all,
-                        &v_all,
-                        capture_rows,
-                    )?);
+                    let (k_all, v_all) = host.cache_of(s, kv, i, q.device())?;
+                    let one = seen_on_tensors(s, (q, k, v), p, &k_all, &v_all, capture_rows)?;
+                    seen = Some(one);
                 }
                 continue;
             }
@@ -170,7 +144,7 @@ pub fn attend(
         }
     }
     if let (Some(h), Output::Host(buf)) = (&slices, &mut out) {
-        decode_rows(s, h, kv, &copied, &in_place, buf)?;
+        decode_rows(s, h, kv, &host, buf)?;
     }
     Ok(Attended {
         out: out.finish(rows, width, q.device())?,
@@ -264,31 +238,73 @@ fn seen_on_tensors(
     })
 }
 
-/// Sequence `seq`'s cache for this layer as `(n_kv_head, len, d)` tensors, gathered from
-/// the rows the store lends.
-fn cached_tensors(
-    s: &Setup,
-    kv: &dyn BatchKv,
-    seq: usize,
-    device: &candle_core::Device,
-) -> Result<(Tensor, Tensor)> {
-    let r = kv
-        .rows(seq, s.layer)
-        .ok_or_else(|| candle_core::Error::Msg("the cache lent no rows".into()))?;
-    let (n_kv, d, len) = (s.n_kv_head, s.head_dim, r.layout.len());
-    let gather = |buf: &[f32]| -> Vec<f32> {
-        let mut out = Vec::with_capacity(n_kv * len * d);
-        for g in 0..n_kv {
-            for j in 0..len {
-                out.extend_from_slice(&buf[r.layout.at(n_kv, d, g, j)..][..d]);
-            }
+/// The sequences whose rows run on the host: read in place from their store, or from a
+/// copy of their cache (decode rows in a store that lends no rows).
+#[derive(Default)]
+struct HostRows {
+    in_place: Vec<(usize, Span)>,
+    /// Sequence, its span, and a copy of its keys and values `(n_kv_head, len, d)`.
+    copied: Vec<(usize, Span, Tensor, Tensor)>,
+}
+
+impl HostRows {
+    /// Appends sequence `seq`'s new rows (span `p`) to its cache and takes the sequence
+    /// on; false, with nothing stored, where only the tensor kernels can run it (a prompt
+    /// in a store that lends no rows).
+    fn take(
+        &mut self,
+        s: &Setup,
+        h: &HostQkv,
+        p: Span,
+        seq: usize,
+        kv: &mut dyn BatchKv,
+    ) -> Result<bool> {
+        let (k_rows, v_rows) = h.new_kv(s, p);
+        if kv.append_rows(seq, s.layer, &k_rows, &v_rows)? {
+            self.in_place.push((seq, p));
+        } else if p.len == 1 {
+            let shape = (s.n_kv_head, 1, s.head_dim);
+            let device = candle_core::Device::Cpu;
+            let k_new = Tensor::from_vec(k_rows, shape, &device)?;
+            let v_new = Tensor::from_vec(v_rows, shape, &device)?;
+            let (k_all, v_all) = kv.append(seq, s.layer, &k_new, &v_new)?;
+            self.copied.push((seq, p, k_all, v_all));
+        } else {
+            return Ok(false);
         }
-        out
-    };
-    Ok((
-        Tensor::from_vec(gather(r.k), (n_kv, len, d), device)?,
-        Tensor::from_vec(gather(r.v), (n_kv, len, d), device)?,
-    ))
+        Ok(true)
+    }
+
+    /// Sequence `seq`'s keys and values for this layer as `(n_kv_head, len, d)` tensors:
+    /// its copy, or gathered from the rows its store lends.
+    fn cache_of(
+        &self,
+        s: &Setup,
+        kv: &dyn BatchKv,
+        seq: usize,
+        device: &candle_core::Device,
+    ) -> Result<(Tensor, Tensor)> {
+        if let Some((_, _, k, v)) = self.copied.iter().find(|c| c.0 == seq) {
+            return Ok((k.clone(), v.clone()));
+        }
+        let r = kv
+            .rows(seq, s.layer)
+            .ok_or_else(|| candle_core::Error::Msg("the cache lent no rows".into()))?;
+        let (n_kv, d, len) = (s.n_kv_head, s.head_dim, r.layout.len());
+        let gather = |buf: &[f32]| -> Vec<f32> {
+            let mut out = Vec::with_capacity(n_kv * len * d);
+            for g in 0..n_kv {
+                for j in 0..len {
+                    out.extend_from_slice(&buf[r.layout.at(n_kv, d, g, j)..][..d]);
+                }
+            }
+            out
+        };
+        Ok((
+            Tensor::from_vec(gather(r.k), (n_kv, len, d), device)?,
+            Tensor::from_vec(gather(r.v), (n_kv, len, d), device)?,
+        ))
+    }
 }
 
 /// The batch's q, k and v as plain rows, for the rows attended on the host.
@@ -338,19 +354,20 @@ fn decode_rows(
     s: &Setup,
     h: &HostQkv,
     kv: &dyn BatchKv,
-    copied: &[(Span, Tensor, Tensor)],
-    in_place: &[(usize, Span)],
+    host: &HostRows,
     out: &mut [f32],
 ) -> Result<()> {
     let width = h.q_width;
     // Each result with where it starts in `out`.
-    let from_copies: Vec<(usize, Vec<f32>)> = copied
+    let from_copies: Vec<(usize, Vec<f32>)> = host
+        .copied
         .par_iter()
-        .map(|(p, k_all, v_all)| {
+        .map(|(_, p, k_all, v_all)| {
             decode_slices(&h.queries(s, *p), s.n_head, k_all, v_all).map(|o| (p.off * width, o))
         })
         .collect::<Result<_>>()?;
-    let views: Vec<(Span, KvRows, Vec<f32>)> = in_place
+    let views: Vec<(Span, KvRows, Vec<f32>)> = host
+        .in_place
         .iter()
         .map(|&(i, p)| {
             kv.rows(i, s.layer)
