@@ -4,19 +4,22 @@ use std::fmt::Write;
 use std::path::Path;
 
 fn main() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("lessons");
+    // Read when the script runs, not baked in when it compiles (`env!`): cargo reuses a
+    // compiled build script across checkouts that share a target directory, and one that
+    // looked in another checkout's (since deleted) folder shipped no lessons at all.
+    let root = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
+    let dir = Path::new(&root).join("lessons");
     println!("cargo:rerun-if-changed={}", dir.display());
     let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .map(|rd| {
-            rd.filter_map(|e| e.ok())
-                .map(|e| e.path())
-                .filter(|p| {
-                    p.extension().is_some_and(|x| x == "md")
-                        && p.file_name().is_some_and(|n| n != "README.md")
-                })
-                .collect()
+        .unwrap_or_else(|e| panic!("reading the lessons in {}: {e}", dir.display()))
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| {
+            p.extension().is_some_and(|x| x == "md")
+                && p.file_name().is_some_and(|n| n != "README.md")
         })
-        .unwrap_or_default();
+        .collect();
+    assert!(!files.is_empty(), "no lessons in {}", dir.display());
     files.sort();
     let mut out = String::from(
         "/// Shipped lessons: (file name, text).\npub const SHIPPED: &[(&str, &str)] = &[\n",
