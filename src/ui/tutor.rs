@@ -466,76 +466,56 @@ mod tests {
         }
     }
 
+    /// [`only`] for each word of `list`, with the app set to that word's value by `set`.
+    fn each<T: Copy>(var: Var, list: &[(&str, T)], set: impl Fn(T) -> LiveState<'static>) {
+        for &(w, v) in list {
+            only(var, list, &set(v), w);
+        }
+    }
+
     #[test]
     fn a_word_check_holds_exactly_when_the_app_has_that_setting() {
-        for &(w, v) in &LAYOUTS {
-            only(
-                Var::Layout,
-                &LAYOUTS,
-                &LiveState {
-                    layout: v,
-                    ..base()
-                },
-                w,
-            );
-        }
-        for &(w, v) in &CACHES {
-            only(Var::Cache, &CACHES, &LiveState { cache: v, ..base() }, w);
-        }
-        for &(w, v) in &POLICIES {
-            only(
-                Var::Policy,
-                &POLICIES,
-                &LiveState {
-                    policy: v,
-                    ..base()
-                },
-                w,
-            );
-        }
-        for &(w, v) in &WORKLOADS {
-            only(
-                Var::Workload,
-                &WORKLOADS,
-                &LiveState {
-                    workload: v,
-                    ..base()
-                },
-                w,
-            );
-        }
-        for &(w, v) in &SWITCH {
-            only(Var::Sink, &SWITCH, &LiveState { sink: v, ..base() }, w);
-        }
-        for &(w, v) in &PANES {
-            only(Var::Focus, &PANES, &LiveState { focus: v, ..base() }, w);
-        }
-        for (show_scores, w) in [(false, "weights"), (true, "scores")] {
-            only(
-                Var::Values,
-                &VALUES,
-                &LiveState {
-                    show_scores,
-                    ..base()
-                },
-                w,
-            );
-        }
-        let tiled = AttnKernel::Tiled {
-            sram_bytes: 1 << 20,
+        each(Var::Layout, &LAYOUTS, |layout| LiveState {
+            layout,
+            ..base()
+        });
+        each(Var::Cache, &CACHES, |cache| LiveState { cache, ..base() });
+        each(Var::Policy, &POLICIES, |policy| LiveState {
+            policy,
+            ..base()
+        });
+        each(Var::Workload, &WORKLOADS, |workload| LiveState {
+            workload,
+            ..base()
+        });
+        each(Var::Sink, &SWITCH, |sink| LiveState { sink, ..base() });
+        each(Var::Focus, &PANES, |focus| LiveState { focus, ..base() });
+        // The app holds these in its own types; the lesson's words name the same choices.
+        let show_scores = |v| v == Values::Scores;
+        each(Var::Values, &VALUES, |v| LiveState {
+            show_scores: show_scores(v),
+            ..base()
+        });
+        let kernel = |k| match k {
+            Kernel::Naive => AttnKernel::Naive,
+            Kernel::Tiled => AttnKernel::Tiled {
+                sram_bytes: 1 << 20,
+            },
         };
-        for (kernel, w) in [(AttnKernel::Naive, "naive"), (tiled, "tiled")] {
-            only(Var::Attention, &KERNELS, &LiveState { kernel, ..base() }, w);
-        }
-        let compares = [
-            (Compare::Off, "off"),
-            (Compare::Cache, "cache"),
-            (Compare::Policy, "policy"),
-            (Compare::OneAtATime, "one_at_a_time"),
-        ];
-        for (compare, w) in compares {
-            only(Var::Compare, &COMPARES, &LiveState { compare, ..base() }, w);
-        }
+        each(Var::Attention, &KERNELS, |k| LiveState {
+            kernel: kernel(k),
+            ..base()
+        });
+        let compare = |c| match c {
+            CompareName::Off => Compare::Off,
+            CompareName::Cache => Compare::Cache,
+            CompareName::Policy => Compare::Policy,
+            CompareName::OneAtATime => Compare::OneAtATime,
+        };
+        each(Var::Compare, &COMPARES, |c| LiveState {
+            compare: compare(c),
+            ..base()
+        });
     }
 
     #[test]
