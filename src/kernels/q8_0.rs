@@ -214,6 +214,19 @@ impl Prefetch<'_> {
     }
 }
 
+/// The bounds every tile kernel's unchecked loads rely on: `r` panels of `lanes` weight
+/// rows over `w.kb` blocks (and as many of the next panels, when they are prefetched), and
+/// `g` activation rows with a scale per block, and with `-128 · Σa` per block where
+/// `corrections` (the `vpdpbusd` kernels). Panics where one fails.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+fn check_tile(w: &PanelTile, a: &ActTile, r: usize, g: usize, lanes: usize, corrections: bool) {
+    let (kb, rows) = (w.kb, r * w.kb * lanes);
+    assert!(w.q.len() >= rows * QK && w.scales.len() >= rows);
+    assert!(w.next.bytes.is_empty() || w.next.bytes.len() >= rows * QK);
+    assert!(a.k == kb * QK && a.q.len() >= g * a.k && a.scales.len() >= g * kb);
+    assert!(!corrections || a.neg_corr.len() >= g * kb);
+}
+
 /// `G` activation rows for a tile: signed bytes, per block a scale and `-128 · Σa`, row j
 /// at `j · k`.
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]

@@ -22,10 +22,7 @@ pub(super) unsafe fn tile<const R: usize, const G: usize>(
 ) {
     let kb = w.kb;
     // Every load below is unchecked; these bounds make them sound.
-    assert!(w.q.len() >= R * kb * LANES * QK && w.scales.len() >= R * kb * LANES);
-    assert!(w.next.bytes.is_empty() || w.next.bytes.len() >= R * kb * LANES * QK);
-    assert!(a.k == kb * QK && a.q.len() >= G * a.k);
-    assert!(a.scales.len() >= G * kb && a.neg_corr.len() >= G * kb);
+    super::check_tile(w, a, R, G, LANES, true);
     let mut acc = [[_mm256_setzero_ps(); G]; R];
     // SAFETY: b < kb, c < 8, r < R and j < G keep every offset inside the asserted lengths.
     unsafe {

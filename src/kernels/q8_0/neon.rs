@@ -70,9 +70,7 @@ pub(super) unsafe fn tile<const R: usize, const G: usize>(
 ) {
     let kb = w.kb;
     // Every load below is unchecked; these bounds make them sound.
-    assert!(w.q.len() >= R * kb * LANES * QK && w.scales.len() >= R * kb * LANES);
-    assert!(w.next.bytes.is_empty() || w.next.bytes.len() >= R * kb * LANES * QK);
-    assert!(a.k == kb * QK && a.q.len() >= G * a.k && a.scales.len() >= G * kb);
+    super::check_tile(w, a, R, G, LANES, false);
     let mut acc = [[vdupq_n_f32(0.0); G]; R];
     // SAFETY: b < kb, half < 2, c < 4, r < R and j < G keep every offset inside the
     // asserted lengths.
