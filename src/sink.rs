@@ -65,6 +65,16 @@ struct Nll {
 }
 
 impl Nll {
+    /// Scores one prediction, `log p(next)`; `after` when the window has begun evicting.
+    fn add(&mut self, lp: f64, after: bool) {
+        self.sum -= lp;
+        self.n += 1;
+        if after {
+            self.sum_after -= lp;
+            self.n_after += 1;
+        }
+    }
+
     fn ppl(s: f64, n: usize) -> Option<f64> {
         (n > 0).then(|| (s / n as f64).exp())
     }
@@ -159,13 +169,7 @@ impl SinkRun {
             let row = Model::last_logits(&logits).map_err(|e| e.to_string())?;
             let lp = log_prob(&row, next);
             let probs = crate::model::sampler::softmax(&row, 1.0);
-            let s = &mut self.nll[k];
-            s.sum -= lp;
-            s.n += 1;
-            if after {
-                s.sum_after -= lp;
-                s.n_after += 1;
-            }
+            self.nll[k].add(lp, after);
             let s = self.nll[k];
             let (kept, cached, evicted) = self.held(k, i);
             lanes.push(SinkLane {
