@@ -157,7 +157,7 @@ pub fn attend(
 /// What [`naive`] reports moving for `t` query rows over `kv_len` keys: its blocks of
 /// query rows, each the whole score matrix of its rows.
 fn naive_chunks_io(t: usize, kv_len: usize, n_head: usize, d: usize) -> IoCount {
-    let chunk = (MAX_SCORE_ELEMS / (n_head * kv_len).max(1)).max(1);
+    let chunk = naive_rows_per_block(n_head, kv_len);
     let mut io = IoCount::default();
     for r0 in (0..t).step_by(chunk) {
         io.add(flash::naive_io(chunk.min(t - r0), kv_len, d).times(n_head));
@@ -459,6 +459,12 @@ pub fn causal_mask(
 /// result is the same and memory stays bounded whatever the prompt's length.
 pub const MAX_SCORE_ELEMS: usize = 16 << 20;
 
+/// Query rows per block of [`naive`] over `kv_len` keys: as many as keep the block's
+/// scores within [`MAX_SCORE_ELEMS`], at least one.
+fn naive_rows_per_block(n_head: usize, kv_len: usize) -> usize {
+    (MAX_SCORE_ELEMS / (n_head * kv_len).max(1)).max(1)
+}
+
 /// Naive attention: materializes the whole `t × kv_len` score matrix per head (in chunks
 /// of query rows beyond [`MAX_SCORE_ELEMS`]), on candle tensor ops in the order of candle's
 /// own quantized_llama, so the reference path matches it bit for bit.
@@ -475,7 +481,7 @@ pub fn naive(
 ) -> Result<AttnOut> {
     let (n_head, t, _) = q.dims3()?;
     let kv_len = k.dim(1)?;
-    let chunk = (MAX_SCORE_ELEMS / (n_head * kv_len).max(1)).max(1);
+    let chunk = naive_rows_per_block(n_head, kv_len);
     if t <= chunk {
         return naive_block(q, k, v, pos0, capture_rows);
     }
