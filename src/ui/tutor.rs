@@ -212,12 +212,7 @@ fn settings_of(app: &LiveState, s: &Step) -> Reply {
         }));
     }
     if set.policy.is_some() || set.cache.is_some() || set.compare.is_some() {
-        let compare = set.compare.map(|c| match c {
-            CompareName::Off => Compare::Off,
-            CompareName::Cache => Compare::Cache,
-            CompareName::Policy => Compare::Policy,
-            CompareName::OneAtATime => Compare::OneAtATime,
-        });
+        let compare = set.compare.map(compare_of);
         acts.push(Setting::Serve(
             set.policy.unwrap_or(app.policy),
             set.cache.unwrap_or(app.cache),
@@ -264,18 +259,22 @@ fn live_number(app: &LiveState, t: &Tutor, var: Var) -> Option<f64> {
     Some(n as f64)
 }
 
+/// The side-by-side view a lesson's `compare=` names.
+fn compare_of(c: CompareName) -> Compare {
+    match c {
+        CompareName::Off => Compare::Off,
+        CompareName::Cache => Compare::Cache,
+        CompareName::Policy => Compare::Policy,
+        CompareName::OneAtATime => Compare::OneAtATime,
+    }
+}
+
 /// A word-valued check variable's value in the live app, as lessons write it (`None`
 /// for numeric ones).
 fn live_word(app: &LiveState, var: Var) -> Option<&'static str> {
     let kernel = match app.kernel {
         AttnKernel::Naive => Kernel::Naive,
         AttnKernel::Tiled { .. } => Kernel::Tiled,
-    };
-    let compare = match app.compare {
-        Compare::Off => CompareName::Off,
-        Compare::Cache => CompareName::Cache,
-        Compare::Policy => CompareName::Policy,
-        Compare::OneAtATime => CompareName::OneAtATime,
     };
     let values = if app.show_scores {
         Values::Scores
@@ -288,7 +287,10 @@ fn live_word(app: &LiveState, var: Var) -> Option<&'static str> {
         Var::Cache => word_for(&CACHES, app.cache),
         Var::Policy => word_for(&POLICIES, app.policy),
         Var::Attention => word_for(&KERNELS, kernel),
-        Var::Compare => word_for(&COMPARES, compare),
+        Var::Compare => COMPARES
+            .iter()
+            .find(|&&(_, c)| compare_of(c) == app.compare)
+            .map_or("", |(w, _)| w),
         Var::Values => word_for(&VALUES, values),
         Var::Sink => word_for(&SWITCH, app.sink),
         Var::Workload => word_for(&WORKLOADS, app.workload),
