@@ -139,6 +139,20 @@ impl Drop for Tmux {
     }
 }
 
+/// The layer and head the attention pane's title shows.
+fn layer_head(screen: &str) -> (usize, usize) {
+    let num = |after: &str| -> usize {
+        let at = screen.find(after).expect(after) + after.len();
+        screen[at..]
+            .chars()
+            .take_while(|c| c.is_ascii_digit())
+            .collect::<String>()
+            .parse()
+            .unwrap()
+    };
+    (num("attention · layer "), num("/29 · head "))
+}
+
 fn kv_line(screen: &str) -> String {
     screen
         .lines()
@@ -202,8 +216,13 @@ fn app_steps_toggles_resizes_and_quits_cleanly() {
     t.wait_for("needs a terminal of at least 80×24", 10);
     t.resize(120, 40);
     t.wait_for("attention · layer", 10);
+    // The app opened on the head its first prefill showed sharpest; j and l move on.
+    let (layer, head) = layer_head(&t.screen());
     t.keys(&["j", "l"]);
-    t.wait_for("layer 1/29 · head 1/8", 10);
+    t.wait_for(
+        &format!("layer {}/29 · head {}/8", (layer + 1) % 30, (head + 1) % 9),
+        10,
+    );
     t.quit();
     // The shell is back, echoing and in cooked mode.
     t.keys(&["echo SANE-$((40+2))", "Enter"]);
@@ -404,7 +423,14 @@ fn look_at_view_sink_experiment_and_export_on_the_real_model() {
     // e exports the focused (attention) pane.
     t.keys(&["w", "e"]);
     t.wait_for("exported attention", 20);
-    let png = dir.path().join("inferlab-attention-l0h0-iter2.png");
+    let png = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            let n = p.file_name().unwrap().to_string_lossy().to_string();
+            n.starts_with("inferlab-attention-l") && n.ends_with("-iter2.png")
+        })
+        .expect("the attention pane's PNG");
     assert_eq!(&std::fs::read(&png).unwrap()[1..4], b"PNG");
     // x: the sink experiment reads the eval text; it keeps stepping after the 4-token
     // request has finished.
@@ -519,5 +545,30 @@ fn z_gives_the_focused_pane_the_body_at_80x24() {
     t.wait_for("▸ attention ·", 10);
     t.keys(&["z"]);
     t.wait_for("┐┌ output", 10);
+    t.quit();
+}
+
+#[test]
+fn a_finished_request_stalls_nothing_and_a_new_prompt_is_prefilled_by_space() {
+    let t = Tmux::start_app(120, 40, "", "--max-tokens 2");
+    // Prefill and one decode step: the 2-token request has finished.
+    t.keys(&["Space"]);
+    t.wait_for("iteration 1 · prefill", 30);
+    t.keys(&["Space"]);
+    t.wait_for("iteration 2 · decode", 30);
+    // Space goes on stepping the serving workload beside the finished request.
+    t.keys(&["Space"]);
+    t.wait_for("iteration 3 · request finished", 30);
+    // Esc with nothing open does not quit.
+    t.keys(&["Escape"]);
+    t.wait_for("nothing to close: q quits", 10);
+    // A new prompt, then space: it is prefilled.
+    t.keys(&["a"]);
+    t.keys(&["-l", "Name a colour."]);
+    t.keys(&["Enter"]);
+    t.wait_for("new request queued", 30);
+    t.keys(&["Space"]);
+    let s = t.wait_for("iteration 4 · prefill", 60);
+    assert!(s.contains("Name a colour."), "{s}");
     t.quit();
 }

@@ -74,7 +74,7 @@ fn header(s: &mut Svg, kv: &KvView, left: f32) {
         "KV cache · contiguous · the live request",
         0.0,
     );
-    let mb = |b: usize| b as f64 / (1 << 20) as f64;
+    let mb = |b: usize| b as f64 / 1e6;
     s.text(
         left,
         52.0,
@@ -94,7 +94,7 @@ fn header(s: &mut Svg, kv: &KvView, left: f32) {
         12.0,
         "start",
         &format!(
-            "{:.2} MiB used of {:.2} MiB reserved · {} bytes per token",
+            "{:.2} MB used of {:.2} MB reserved · {} bytes per token",
             mb(kv.used * kv.bytes_per_token),
             mb(kv.reserved_bytes),
             kv.bytes_per_token

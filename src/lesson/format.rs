@@ -114,7 +114,7 @@ pub struct Cond {
 pub enum Var {
     /// Iterations run since the step opened.
     Steps,
-    /// Decode steps of the current request.
+    /// Decode steps of the live request run since the step opened.
     DecodeSteps,
     /// Tokens generated for the current request.
     Generated,
@@ -133,7 +133,7 @@ pub enum Var {
     Sink,
     /// The serving workload: chat or long.
     Workload,
-    /// Pages the serving engine has copied on write since it started.
+    /// Pages the serving engine has copied on write since the step opened.
     Copies,
 }
 

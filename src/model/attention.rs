@@ -70,6 +70,8 @@ pub struct Setup<'a> {
 /// and values, and what the kernel produced (with its scores when asked).
 pub struct Seen {
     pub q_pre: Tensor,
+    /// The new keys before RoPE, `(n_kv_head, rows, d)`.
+    pub k_pre: Tensor,
     pub q: Tensor,
     pub k: Tensor,
     pub v: Tensor,
@@ -177,7 +179,7 @@ fn on_tensors(
     kv: &mut dyn BatchKv,
     capture_rows: usize,
 ) -> Result<Seen> {
-    let (q_pre, q, k, v) = heads(s, (q, k, v), p)?;
+    let (q_pre, k_pre, q, k, v) = heads(s, (q, k, v), p)?;
     let (k_all, v_all) = kv.append(seq, s.layer, &k, &v)?;
     let att = match s.kernel {
         AttnKernel::Naive => naive(&q, &k_all, &v_all, p.pos0, capture_rows)?,
@@ -189,6 +191,7 @@ fn on_tensors(
     };
     Ok(Seen {
         q_pre,
+        k_pre,
         q,
         k,
         v,
@@ -196,13 +199,13 @@ fn on_tensors(
     })
 }
 
-/// Span `p` of the batch's projections as heads, `(heads, rows, d)`: the queries before
-/// and after RoPE, the keys after it, the values.
+/// Span `p` of the batch's projections as heads, `(heads, rows, d)`: the queries and the
+/// keys before RoPE, both after it, the values.
 fn heads(
     s: &Setup,
     (q, k, v): (&Tensor, &Tensor, &Tensor),
     p: Span,
-) -> Result<(Tensor, Tensor, Tensor, Tensor)> {
+) -> Result<(Tensor, Tensor, Tensor, Tensor, Tensor)> {
     let split = |a: &Tensor, heads: usize| -> Result<Tensor> {
         a.narrow(0, p.off, p.len)?
             .reshape((p.len, heads, s.head_dim))?
@@ -210,9 +213,10 @@ fn heads(
             .contiguous()
     };
     let q_pre = split(q, s.n_head)?;
+    let k_pre = split(k, s.n_kv_head)?;
     let q = s.rope.apply(&q_pre, p.pos0)?;
-    let k = s.rope.apply(&split(k, s.n_kv_head)?, p.pos0)?;
-    Ok((q_pre, q, k, split(v, s.n_kv_head)?))
+    let k = s.rope.apply(&k_pre, p.pos0)?;
+    Ok((q_pre, k_pre, q, k, split(v, s.n_kv_head)?))
 }
 
 /// What the probe shows of a sequence whose rows ran on the host: the same attention
@@ -227,10 +231,11 @@ fn seen_on_tensors(
     v_all: &Tensor,
     capture_rows: usize,
 ) -> Result<Seen> {
-    let (q_pre, q, k, v) = heads(s, qkv, p)?;
+    let (q_pre, k_pre, q, k, v) = heads(s, qkv, p)?;
     let att = naive(&q, k_all, v_all, p.pos0, capture_rows)?;
     Ok(Seen {
         q_pre,
+        k_pre,
         q,
         k,
         v,

@@ -360,7 +360,7 @@ impl Model {
             kv,
             look.capture_rows(),
         )?;
-        look.attention(att.seen)?;
+        look.attention(att.seen, &self.rope)?;
         let x = (x + w.wo.forward(&att.out)?)?;
         look.after_attention(&x)?;
         // MLP block: RMSNorm, then SwiGLU: down(silu(gate(h)) · up(h)).

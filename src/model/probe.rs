@@ -76,6 +76,44 @@ pub struct BlockProbe {
     pub rms_normed: f32,
     /// Share of the MLP's silu(gate) values with magnitude below 0.1, percent.
     pub gate_closed_pct: f32,
+    /// RoPE's relative property on this layer's own vectors (recordings made before it
+    /// read as zero).
+    #[serde(default)]
+    pub rope_shift: RopeShift,
+}
+
+/// Head 0's newest query and its KV head's newest key, both before RoPE, scored as if they
+/// sat `offset` apart ending at `at`, then with both moved by `shift`, then `2 × offset`
+/// apart: the first two agree (the positional part depends on the offset only), the third
+/// differs.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+pub struct RopeShift {
+    pub offset: u32,
+    pub at: u32,
+    pub shift: u32,
+    pub score: f32,
+    pub score_shifted: f32,
+    pub score_other_offset: f32,
+}
+
+impl RopeShift {
+    /// Offset and shift of the demonstration.
+    const OFFSET: usize = 4;
+    const SHIFT: usize = 1000;
+
+    /// The demonstration for a query and key at `at`, when the context has room.
+    fn measure(rope: &super::rope::Rope, q: &[f32], k: &[f32], at: usize) -> Option<Self> {
+        let (o, s) = (Self::OFFSET, Self::SHIFT);
+        let at = at.max(2 * o);
+        Some(Self {
+            offset: o as u32,
+            at: at as u32,
+            shift: s as u32,
+            score: rope.score_at(q, k, at, at - o)?,
+            score_shifted: rope.score_at(q, k, at + s, at + s - o)?,
+            score_other_offset: rope.score_at(q, k, at, at - 2 * o)?,
+        })
+    }
 }
 
 impl LayerCapture {
@@ -191,8 +229,9 @@ impl LayerLook {
         Ok(())
     }
 
-    /// Sequence 0's attention; a query head's length before and after RoPE.
-    pub fn attention(&mut self, seen: Option<Seen>) -> Result<()> {
+    /// Sequence 0's attention; a query head's length before and after RoPE, and RoPE's
+    /// relative property on its vectors.
+    pub fn attention(&mut self, seen: Option<Seen>, rope: &super::rope::Rope) -> Result<()> {
         let Some(s) = seen.filter(|_| self.kept > 0) else {
             return Ok(());
         };
@@ -205,6 +244,10 @@ impl LayerLook {
         self.block.q_norm_pre_rope = norm(&s.q_pre)?;
         self.block.q_norm_post_rope = norm(&s.q)?;
         self.block.rope_angle0 = (self.first.pos0 + t - 1) as f32;
+        let newest = |a: &Tensor| -> Result<Vec<f32>> { a.get(0)?.get(t - 1)?.to_vec1::<f32>() };
+        let (q, k) = (newest(&s.q_pre)?, newest(&s.k_pre)?);
+        self.block.rope_shift =
+            RopeShift::measure(rope, &q, &k, self.first.pos0 + t - 1).unwrap_or_default();
         self.seen = Some(s);
         Ok(())
     }

@@ -1,6 +1,7 @@
 //! Rotary position embedding (RoPE): each pair of a head's coordinates is turned by an
 //! angle `position · base^(-2i/d)`. A rotation keeps the vector's length, and the dot
-//! product of a rotated query and key depends only on how far apart their positions are.
+//! product of a rotated query and key depends on the two vectors and on the offset
+//! between their positions, not on where the pair sits: the positional part is relative.
 
 use super::config::LlamaConfig;
 use candle_core::{Result, Tensor};
@@ -38,6 +39,22 @@ impl Rope {
         }
     }
 
+    /// The scaled score q·k/√d of one head's query and key (both before RoPE) placed at
+    /// positions `pq` and `pk`; `None` past the context. Moving both by the same amount
+    /// leaves it as it was, up to rounding.
+    pub fn score_at(&self, q: &[f32], k: &[f32], pq: usize, pk: usize) -> Option<f32> {
+        let d = self.head_dim;
+        let half = d / 2;
+        if q.len() < d || k.len() < d || pq.max(pk) >= self.cos.len() / half.max(1) {
+            return None;
+        }
+        let (mut q, mut k) = (q[..d].to_vec(), k[..d].to_vec());
+        self.rotate(&mut q, pq);
+        self.rotate(&mut k, pk);
+        let dot: f32 = q.iter().zip(&k).map(|(a, b)| a * b).sum();
+        Some(dot / (d as f32).sqrt())
+    }
+
     /// Rotates one token's heads in place: `x` is `heads × head_dim` values at `pos`.
     pub fn rotate(&self, x: &mut [f32], pos: usize) {
         let d = self.head_dim;
@@ -69,5 +86,48 @@ impl Rope {
             self.rotate(row, pos0 + r % t);
         }
         Tensor::from_vec(v, (heads, t, d), x.device())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rope(interleaved: bool) -> Rope {
+        Rope::new(&LlamaConfig {
+            architecture: "llama".into(),
+            n_layer: 1,
+            hidden: 64,
+            ffn: 128,
+            n_head: 1,
+            n_kv_head: 1,
+            head_dim: 64,
+            rope_base: 10000.0,
+            rms_eps: 1e-5,
+            context: 2048,
+            vocab: 16,
+            rope_interleaved: interleaved,
+        })
+    }
+
+    #[test]
+    fn a_score_depends_on_the_offset_and_the_contents_not_on_where_the_pair_sits() {
+        for interleaved in [false, true] {
+            let r = rope(interleaved);
+            let q: Vec<f32> = (0..64).map(|i| ((i * 7 % 13) as f32 - 6.0) / 5.0).collect();
+            let k: Vec<f32> = (0..64).map(|i| ((i * 5 % 11) as f32 - 5.0) / 4.0).collect();
+            let here = r.score_at(&q, &k, 12, 8).unwrap();
+            let moved = r.score_at(&q, &k, 1012, 1008).unwrap();
+            assert!(
+                (here - moved).abs() < 1e-3 * here.abs().max(1.0),
+                "{here} vs {moved}"
+            );
+            // Another offset, or another key at the same offset, scores differently.
+            let farther = r.score_at(&q, &k, 12, 4).unwrap();
+            assert!((here - farther).abs() > 1e-3, "{here} vs {farther}");
+            let other: Vec<f32> = k.iter().map(|x| -x).collect();
+            assert!((r.score_at(&q, &other, 12, 8).unwrap() - here).abs() > 1e-3);
+            assert_eq!(r.score_at(&q, &k, 2048, 0), None);
+        }
     }
 }

@@ -237,6 +237,11 @@ pub struct App {
     stash: Option<Stash>,
     /// The open lesson, when the app runs one.
     pub tutor: Option<Tutor>,
+    /// Opens the heatmap on the head the first prefill shows sharpest, until the user
+    /// picks a layer or head (the live app, without a lesson: lessons name their head).
+    pub auto_head: bool,
+    /// A new prompt was sent and its prefill has not run yet.
+    pub prompt_queued: bool,
     pub quit: bool,
 }
 
@@ -283,6 +288,8 @@ impl App {
             scrub: None,
             stash: None,
             tutor: None,
+            auto_head: false,
+            prompt_queued: false,
             quit: false,
         }
     }
@@ -302,6 +309,7 @@ impl App {
             focus: self.focus,
             show_scores: self.show_scores,
             sink: self.sink,
+            prompt_queued: self.prompt_queued,
         }
     }
 
@@ -321,8 +329,15 @@ impl App {
     }
 
     /// Applies an action; returns the commands the engine must carry out (none when the
-    /// action only changes what is shown).
+    /// action only changes what is shown). A lesson step whose task the action completes
+    /// (a view setting such as the layer or the values shown) is recorded at once.
     pub fn update(&mut self, a: Action) -> Vec<Command> {
+        let cmds = self.apply(a);
+        self.note_progress();
+        cmds
+    }
+
+    fn apply(&mut self, a: Action) -> Vec<Command> {
         if a == Action::ToggleHelp {
             self.help = !self.help;
             return Vec::new();
@@ -362,6 +377,10 @@ impl App {
                 self.quit = true;
                 vec![Command::Quit]
             }
+            Action::Cancel => {
+                self.status = "nothing to close: q quits".into();
+                Vec::new()
+            }
             Action::Step => {
                 self.running = false;
                 self.request_step().into_iter().collect()
@@ -391,6 +410,7 @@ impl App {
                 if p.trim().is_empty() {
                     self.status = "empty prompt ignored".into();
                 } else {
+                    self.prompt_queued = true;
                     return vec![Command::Prompt(p)];
                 }
             }
@@ -417,7 +437,7 @@ impl App {
                     t.list_sel = (t.list_sel + 1).min(t.lessons.len().saturating_sub(1))
                 }
                 Action::LayerUp => t.list_sel = t.list_sel.saturating_sub(1),
-                Action::ToggleLessons | Action::Quit => t.list_open = false,
+                Action::ToggleLessons | Action::Quit | Action::Cancel => t.list_open = false,
                 Action::Confirm => {
                     t.list_open = false;
                     let l = t.list_sel;
@@ -525,6 +545,17 @@ impl App {
     /// What is shown and how: layer, head, values, scrolling, focus, running, speed.
     fn view_action(&mut self, a: Action) {
         let (n_layer, n_head) = self.dims();
+        if matches!(
+            a,
+            Action::LayerUp
+                | Action::LayerDown
+                | Action::HeadLeft
+                | Action::HeadRight
+                | Action::SelectHead(_)
+                | Action::Set(Setting::Layer(_) | Setting::Head(_))
+        ) {
+            self.auto_head = false;
+        }
         match a {
             Action::ToggleRun => {
                 self.running = !self.running;
@@ -773,6 +804,7 @@ impl App {
             .collect();
         if let Some(p) = reply.prompt {
             self.running = false;
+            self.prompt_queued = true;
             out.push(Command::Prompt(p));
         }
         if reply.step {
@@ -814,20 +846,11 @@ impl App {
         }
     }
 
-    /// A step command unless one is already running or the engine is not ready.
+    /// A step command unless one is already running or the engine is not ready. A
+    /// finished request does not stop it: the engine steps whatever still has work (a
+    /// queued prompt, the serving workload, the sink experiment) and says when nothing does.
     pub fn request_step(&mut self) -> Option<Command> {
         if !self.ready || self.in_flight || self.fatal.is_some() {
-            return None;
-        }
-        // A finished request still steps while the sink experiment has text left to read.
-        let sink_left = self.sink
-            && self
-                .report
-                .as_ref()
-                .is_none_or(|r| r.sink.as_ref().is_none_or(|s| !s.done));
-        if self.report.as_ref().is_some_and(|r| r.finished) && !sink_left {
-            self.running = false;
-            self.status = "request finished: press a for a new prompt".into();
             return None;
         }
         self.in_flight = true;
@@ -849,6 +872,11 @@ impl App {
                 self.model_name = model;
                 self.status = "ready: press space to prefill the prompt".into();
             }
+            Event::Idle(s) => {
+                self.status = s;
+                self.in_flight = false;
+                self.running = false;
+            }
             Event::Died(e) => {
                 self.in_flight = false;
                 self.running = false;
@@ -858,6 +886,8 @@ impl App {
             }
             Event::Error(e) => {
                 self.in_flight = false;
+                // A refused prompt leaves the old request in place.
+                self.prompt_queued = false;
                 self.running = false;
                 if self.ready {
                     self.status = format!("error: {e}");
@@ -867,6 +897,9 @@ impl App {
             }
             Event::Report(r) => {
                 self.in_flight = false;
+                if r.info.step == 0 && !r.recomputed && !r.repeat {
+                    self.prompt_queued = false;
+                }
                 // A recording holds the layer that was on screen: follow it.
                 if self.replaying && !r.info.captures.iter().any(|c| c.layer == self.layer) {
                     if let Some(c) = r.info.captures.first() {
@@ -879,31 +912,35 @@ impl App {
                 }
                 let old = self.report.take();
                 if let Some(mut t) = self.tutor.take() {
-                    super::tutor::grade(&mut t, &self.live(), &r, old.as_deref());
+                    t.observe(&r, old.as_deref());
+                    super::tutor::grade(&mut t, &self.live(), &r);
                     self.tutor = Some(t);
                 }
                 self.report = old;
                 self.absorb(&r);
                 push_timeline(&mut self.timeline, r.serve.as_ref());
                 push_timeline(&mut self.timeline_b, r.serve_b.as_ref());
-                self.status = format!(
-                    "iteration {} · {} · {} token(s) in {:.1} ms",
-                    r.iteration,
-                    if r.info.step == 0 {
-                        "prefill"
-                    } else {
-                        "decode"
-                    },
-                    r.info.input_len,
-                    r.info.wall_ms
-                );
-                let sink_left = self.sink && r.sink.as_ref().is_some_and(|s| !s.done);
-                if r.finished && !sink_left {
-                    self.running = false;
-                }
+                self.status = report_status(&r);
+                self.open_on_sharpest_head(&r);
                 self.report = Some(r);
                 self.note_progress();
             }
+        }
+    }
+
+    /// On the first prefill, shows the head whose attention is the sharpest away from the
+    /// first token (see [`crate::views::sharpest`]) and says so.
+    fn open_on_sharpest_head(&mut self, r: &StepReport) {
+        if !self.auto_head || self.tutor.is_some() || r.info.step != 0 {
+            return;
+        }
+        self.auto_head = false;
+        if let Some((layer, head)) = crate::views::sharpest::sharpest_head(&r.info.captures) {
+            (self.layer, self.head) = (layer, head);
+            self.status = format!(
+                "{} · showing layer {layer} head {head}, the sharpest pattern off token 0 (j k h l browse)",
+                self.status
+            );
         }
     }
 
@@ -945,6 +982,30 @@ impl App {
             h.trim(HISTORY_BYTES / holding);
         }
     }
+}
+
+/// The status line after a report: what the iteration did.
+fn report_status(r: &StepReport) -> String {
+    let what = if r.repeat {
+        "request finished (a: new prompt) · serving and sink go on".to_string()
+    } else if r.recomputed {
+        format!(
+            "recomputed {} token(s) under {} in {:.1} ms: the same next position",
+            r.info.input_len, r.info.layout, r.info.wall_ms
+        )
+    } else {
+        format!(
+            "{} · {} token(s) in {:.1} ms",
+            if r.info.step == 0 {
+                "prefill"
+            } else {
+                "decode"
+            },
+            r.info.input_len,
+            r.info.wall_ms
+        )
+    };
+    format!("iteration {} · {what}", r.iteration)
 }
 
 /// Appends one serving iteration's phases to a timeline, dropping the oldest beyond [`TIMELINE`].

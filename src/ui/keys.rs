@@ -225,20 +225,22 @@ pub const BINDINGS: &[Binding] = &[
     },
     Binding {
         keys: "?",
-        help: "this help",
+        help: "this help (Esc closes it, the glossary, lesson list or prompt)",
         rank: 0,
         hint: "help",
-        on: &[(KeyCode::Char('?'), Action::ToggleHelp)],
+        // Esc only ever closes something: a learner closing an overlay twice must not
+        // lose the app. q and Ctrl-C quit.
+        on: &[
+            (KeyCode::Char('?'), Action::ToggleHelp),
+            (KeyCode::Esc, Action::Cancel),
+        ],
     },
     Binding {
         keys: "q",
         help: "quit",
         rank: 0,
         hint: "quit",
-        on: &[
-            (KeyCode::Char('q'), Action::Quit),
-            (KeyCode::Esc, Action::Quit),
-        ],
+        on: &[(KeyCode::Char('q'), Action::Quit)],
     },
 ];
 

@@ -57,4 +57,7 @@ pub struct LiveState<'a> {
     pub show_scores: bool,
     /// The attention-sink experiment runs.
     pub sink: bool,
+    /// A new prompt waits for its prefill: the report on screen is the old request's,
+    /// and the next iteration will be a prefill, not a decode step.
+    pub prompt_queued: bool,
 }

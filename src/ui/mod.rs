@@ -92,6 +92,7 @@ fn event_loop(
     let theme = theme::Theme::detect();
     let mut app = App::new(run);
     app.replaying = replaying;
+    app.auto_head = !replaying;
     let mut recorder: Option<worker::recording::BackgroundRecorder> = None;
     let send = |cmds: Vec<Command>| {
         for c in cmds {

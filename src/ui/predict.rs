@@ -23,6 +23,8 @@ pub struct LiveChoices {
 
 /// "Something else" / "none of these" in a prediction.
 pub const OTHER: u64 = u64::MAX;
+/// A request the choices do not list by number.
+pub const UNLISTED: u64 = u64::MAX - 1;
 
 /// Which read is bigger: the choices, by index.
 const DOMINANT: [&str; 3] = ["the weights", "the KV cache", "about the same (within 10%)"];
@@ -49,6 +51,9 @@ pub struct Pending {
     pub subject: u64,
     /// The state it was asked in: the active request ids before the step.
     pub before: Vec<u64>,
+    /// The choices as they were shown: a prediction that waits for its event is graded
+    /// against them however many iterations later that comes.
+    pub shown: LiveChoices,
 }
 
 /// Fixed choices, valued by their index.
@@ -144,6 +149,15 @@ pub fn action(kind: Predict, app: &LiveState) -> (Vec<Setting>, bool) {
 
 /// The choices of prediction `kind` in the app's current state.
 pub fn live_choices(app: &LiveState, kind: Predict) -> Option<LiveChoices> {
+    // With a new prompt waiting, the next iteration is its prefill: a question about the
+    // live request's next decode step cannot be seen until that has run.
+    let about_live = matches!(
+        kind,
+        Predict::TopAttended | Predict::DominantLive | Predict::NextReadMb | Predict::LensLayer
+    );
+    if about_live && app.prompt_queued {
+        return None;
+    }
     choices_for(app.report?, kind)
 }
 
@@ -160,7 +174,7 @@ pub fn choices_for(r: &StepReport, kind: Predict) -> Option<LiveChoices> {
         Predict::DominantBatch => r
             .serve
             .as_ref()
-            .filter(|s| !s.done)
+            .filter(|s| !s.done && !s.step.active.is_empty())
             .map(|_| labelled(&DOMINANT, 0)),
         Predict::NextReadMb => read_mb_choices(r),
         Predict::KvAfterMha => mha_choices(r),
@@ -231,10 +245,20 @@ fn pages_choices(sv: &ServeView) -> Option<LiveChoices> {
     ))
 }
 
-/// The first three waiting requests, or none.
+/// The first three waiting requests, a request not among them (a new arrival admitted at
+/// once, or one further back), or none. Asked only while a request can still join.
 fn join_choices(sv: &ServeView) -> Option<LiveChoices> {
+    let seen = sv.step.active.iter().map(|a| a.id);
+    let newest = seen.chain(sv.step.queue.iter().copied()).max();
+    // Requests get their ids in arrival order, so a higher id has yet to arrive.
+    let arrivals_left = newest.map_or(sv.requests > 0, |m| (m as usize) + 1 < sv.requests);
+    if sv.done || (sv.step.queue.is_empty() && !arrivals_left) {
+        return None;
+    }
     let mut values: Vec<u64> = sv.step.queue.iter().take(3).copied().collect();
     let mut labels: Vec<String> = values.iter().map(|q| format!("request #{q}")).collect();
+    labels.push("a request not listed (say, one arriving now)".into());
+    values.push(UNLISTED);
     labels.push("none joins".into());
     values.push(OTHER);
     Some(LiveChoices {
@@ -319,7 +343,7 @@ pub fn pages_of(sv: &ServeView, id: u64) -> usize {
 /// Whether a prediction is graded by an event that may take several iterations to come
 /// (the report that follows its answer may not show it yet).
 pub fn waits_for_event(kind: Predict) -> bool {
-    kind == Predict::FinishedRowStatic
+    matches!(kind, Predict::FinishedRowStatic | Predict::DominantBatch)
 }
 
 /// Whether prediction `p` (offered as `live`) came true in report `new`, and what
@@ -341,11 +365,15 @@ pub fn outcome(
     Some(match p.kind {
         Predict::TopAttended => top_attended_outcome(live, chosen, app, new),
         Predict::PagesNext => serve(NO_VIEW, &|sv| pages_outcome(p, live, chosen, sv)),
-        Predict::NextJoin => serve(NO_VIEW, &|sv| join_outcome(p, chosen, sv)),
+        Predict::NextJoin => serve(NO_VIEW, &|sv| join_outcome(p, live, chosen, sv)),
         Predict::DominantLive => dominant(chosen, &new.info.traffic, "the step"),
-        Predict::DominantBatch => serve(NO_ITERATION, &|sv| {
-            dominant(chosen, &sv.step.traffic, "the serving iteration")
-        }),
+        // An iteration in which no request ran read nothing: it grades nothing either.
+        Predict::DominantBatch => match new.serve.as_ref() {
+            Some(sv) if sv.step.traffic.weight_bytes == 0 && !sv.done => return None,
+            _ => serve(NO_ITERATION, &|sv| {
+                dominant(chosen, &sv.step.traffic, "the serving iteration")
+            }),
+        },
         Predict::NextReadMb => read_mb_outcome(live, chosen, new),
         Predict::KvAfterMha | Predict::KvAfterTiled => kv_outcome(p, chosen, new),
         Predict::LensLayer => lens_outcome(p, chosen, new),
@@ -421,7 +449,7 @@ fn pages_outcome(p: &Pending, live: &LiveChoices, chosen: u64, sv: &ServeView) -
 }
 
 /// The requests that joined the active set in the iteration.
-fn join_outcome(p: &Pending, chosen: u64, sv: &ServeView) -> (bool, String) {
+fn join_outcome(p: &Pending, live: &LiveChoices, chosen: u64, sv: &ServeView) -> (bool, String) {
     let joined: Vec<u64> = sv
         .step
         .active
@@ -435,10 +463,10 @@ fn join_outcome(p: &Pending, chosen: u64, sv: &ServeView) -> (bool, String) {
         let ids: Vec<String> = joined.iter().map(|j| format!("#{j}")).collect();
         format!("joined: {}", ids.join(", "))
     };
-    let right = if chosen == OTHER {
-        joined.is_empty()
-    } else {
-        joined.contains(&chosen)
+    let right = match chosen {
+        OTHER => joined.is_empty(),
+        UNLISTED => joined.iter().any(|j| !live.values.contains(j)),
+        id => joined.contains(&id),
     };
     (right, why)
 }

@@ -29,6 +29,10 @@ pub struct Tutor {
     pub list_sel: usize,
     /// The iteration count when this step opened (tasks count iterations from here).
     pub iter_at_open: usize,
+    /// Decode steps of the live request, and pages copied on write by the serving run,
+    /// seen since this step opened: a task counts only what happens after it is posed.
+    pub decode_seen: usize,
+    pub copies_seen: usize,
     /// Answers to the current step's questions.
     pub answers: Vec<Option<Answer>>,
     pub pending: Option<Pending>,
@@ -70,6 +74,8 @@ impl Tutor {
             list_open: false,
             list_sel: lesson,
             iter_at_open: 0,
+            decode_seen: 0,
+            copies_seen: 0,
             answers: vec![None; n],
             pending: None,
             progress,
@@ -151,6 +157,7 @@ impl Tutor {
         self.scroll = 0;
         self.answers = vec![None; s.questions.len()];
         self.iter_at_open = app.report.map_or(0, |r| r.iteration);
+        (self.decode_seen, self.copies_seen) = (0, 0);
         self.save();
         settings_of(app, &s)
     }
@@ -160,8 +167,9 @@ impl Tutor {
         let (l, s) = (self.lesson, self.step);
         let n = self.lessons[l].steps.len();
         let id = self.lessons[l].id().to_string();
-        // Leaving a step without a task counts as having read it.
-        if self.lessons[l].steps[s].task.is_none() {
+        // Leaving a step with neither task nor question counts as having read it.
+        let step = &self.lessons[l].steps[s];
+        if step.task.is_none() && step.questions.is_empty() {
             self.progress.of(&id).mark_done(s);
         }
         if s + 1 < n {
@@ -247,12 +255,10 @@ fn live_number(app: &LiveState, t: &Tutor, var: Var) -> Option<f64> {
     let r = app.report;
     let n = match var {
         Var::Steps => r.map_or(0, |r| r.iteration).saturating_sub(t.iter_at_open),
-        Var::DecodeSteps => r.map_or(0, |r| r.info.step),
+        Var::DecodeSteps => t.decode_seen,
         Var::Generated => r.map_or(0, |r| r.pieces.len().saturating_sub(r.prompt_len)),
         Var::Layer => app.layer,
-        Var::Copies => r
-            .and_then(|r| r.serve.as_ref())
-            .map_or(0, |s| s.copies_total),
+        Var::Copies => t.copies_seen,
         Var::Head => app.head,
         _ => return None,
     };
@@ -371,7 +377,8 @@ impl Tutor {
                     choice,
                     kind: *kind,
                     subject: live.subject,
-                    before: live.before,
+                    before: live.before.clone(),
+                    shown: live,
                 });
                 // The answer sets the toggle the question was about, or just runs the
                 // next iteration; the report that follows grades it.
@@ -402,15 +409,30 @@ impl Tutor {
     }
 }
 
+impl Tutor {
+    /// Counts what report `new` did since `old`: a decode step of the live request (not a
+    /// finished request's repeated report, nor a recompute under new settings, which
+    /// is a prefill), and the serving run's new copies on write (a restarted run counts
+    /// from zero).
+    pub fn observe(&mut self, new: &StepReport, old: Option<&StepReport>) {
+        if new.info.step > 0 && !new.repeat && !new.recomputed {
+            self.decode_seen += 1;
+        }
+        let copies = |r: &StepReport| r.serve.as_ref().map(|s| s.copies_total);
+        if let Some(now) = copies(new) {
+            let before = old.and_then(copies).unwrap_or(0);
+            self.copies_seen += if now >= before { now - before } else { now };
+        }
+    }
+}
+
 /// Grades a pending prediction against the iteration that just ran.
-pub fn grade(t: &mut Tutor, app: &LiveState, new: &StepReport, old: Option<&StepReport>) {
+pub fn grade(t: &mut Tutor, app: &LiveState, new: &StepReport) {
     let Some(p) = t.pending.take() else {
         return;
     };
-    // The choices as they were shown, rebuilt from the state before the step.
-    let Some(live) = old.and_then(|o| super::predict::choices_for(o, p.kind)) else {
-        return;
-    };
+    // Graded against the choices as they were shown, not as the state now offers them.
+    let live = p.shown.clone();
     let Some((right, why)) = super::predict::outcome(&p, &live, app, new) else {
         // Not yet: the event it is about has not happened; the next report may show it.
         t.pending = Some(p);
@@ -448,6 +470,7 @@ mod tests {
             focus: Pane::Attention,
             show_scores: false,
             sink: false,
+            prompt_queued: false,
         }
     }
 

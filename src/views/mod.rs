@@ -8,6 +8,7 @@ pub mod lens;
 pub mod looks;
 pub mod pages;
 pub mod palette;
+pub mod sharpest;
 pub mod sink;
 pub mod timeline;
 pub mod traffic;

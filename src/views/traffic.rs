@@ -280,7 +280,7 @@ impl TrafficView {
     }
 }
 
-/// "live  █ weights 144 MiB ▓ KV read 2 MiB ▒ KV write 45 KiB ░ scores 0 B".
+/// "live  █ weights 151 MB ▓ KV read 2 MB ▒ KV write 46 kB ░ scores 0 B".
 fn kinds(who: &str, t: &Traffic, narrow: bool) -> String {
     let b = |n: u64| bytes(n as usize);
     if narrow {

@@ -1,14 +1,15 @@
 //! Numbers and token pieces as people read them.
 
-/// Bytes in the most readable unit.
+/// Bytes in the most readable decimal unit (kB, MB, GB: powers of 1,000), the unit the
+/// lessons and the chapter use, so a figure reads the same in the text and on the pane.
 pub fn bytes(n: usize) -> String {
     let f = n as f64;
-    if f >= 1073741824.0 {
-        format!("{:.2} GiB", f / 1073741824.0)
-    } else if f >= 1048576.0 {
-        format!("{:.1} MiB", f / 1048576.0)
-    } else if f >= 1024.0 {
-        format!("{:.1} KiB", f / 1024.0)
+    if f >= 1e9 {
+        format!("{:.2} GB", f / 1e9)
+    } else if f >= 1e6 {
+        format!("{:.1} MB", f / 1e6)
+    } else if f >= 1e3 {
+        format!("{:.1} kB", f / 1e3)
     } else {
         format!("{n} B")
     }

@@ -125,6 +125,8 @@ pub(super) fn step(
             0.0
         },
         finished: live.finished,
+        recomputed: false,
+        repeat: false,
         info,
         serve: None,
         serve_b: None,

@@ -57,6 +57,10 @@ pub enum Event {
     Report(Box<StepReport>),
     /// This machine's measured limits (for the traffic pane).
     Machine(crate::machine::Machine),
+    /// A step found nothing left to run: the live request has finished, and the serving
+    /// runs and the sink experiment beside it are done (or off). Running stops; a new
+    /// prompt (`a`) or a restarted workload gives the next step work again.
+    Idle(String),
     /// A command failed; the engine is still there and takes the next one.
     Error(String),
     /// The engine thread stopped (a panic); nothing more will come.
@@ -284,7 +288,10 @@ impl Worker {
     }
 
     /// Switches head layout or kernel and recomputes the same tokens under it, so the
-    /// panes compare like with like.
+    /// panes compare like with like: the tokens fed so far run again as one prefill and
+    /// the report shows the distribution for the same next position the last one did
+    /// (the token it sampled is set aside and sampled again under the new settings).
+    /// Stepping then goes on from there.
     fn set_run(&mut self, run: RunOptions, send: &dyn Fn(Event)) -> Result<(), String> {
         let model = self.base.with_run(run).map_err(|e| e.to_string())?;
         // The experiment's caches are shaped for the old layout: start it again.
@@ -292,16 +299,29 @@ impl Worker {
             Some(_) => Some(sink_run(&model)?),
             None => None,
         };
-        let toks = self.live.session.tokens.clone();
-        let done = toks.len() - self.live.session.prompt_len;
-        let remaining = self.max_new.saturating_sub(done).max(1);
+        let s = &self.live.session;
+        let (prompt_len, started) = (s.prompt_len, s.step > 0);
+        let mut toks = s.tokens.clone();
+        if started {
+            toks.pop();
+        }
+        let fed = toks.len() - prompt_len;
+        let remaining = self.max_new.saturating_sub(fed).max(1);
         let mut live = start(&model, &self.live.prompt, remaining, Some(toks))?;
-        live.session.prompt_len = self.live.session.prompt_len;
+        live.session.prompt_len = prompt_len;
         live.session.probe.lens = self.lens;
         // The serving cache is shaped by the layout too: its workload starts again.
         let (serve, compare) = serving_pair(&model, self.setup)?;
         (self.serve, self.compare) = (serve, compare);
-        let report = step(
+        if !started {
+            // Nothing ran yet: the next space prefills the prompt under the new settings.
+            (self.model, self.sink, self.live) = (model, sink, live);
+            send(Event::Status(
+                "settings changed: press space to prefill the prompt".into(),
+            ));
+            return Ok(());
+        }
+        let mut report = step(
             &mut live,
             &model,
             self.iteration + 1,
@@ -310,32 +330,25 @@ impl Worker {
         )?;
         (self.model, self.sink, self.live) = (model, sink, live);
         self.iteration += 1;
+        report.recomputed = true;
+        self.keep_last(&mut report);
         send(Event::Report(Box::new(report)));
         Ok(())
     }
 
+    /// Keeps the newest report without its attention captures (most of its bytes) for
+    /// the steps after the request ends; they are taken out for the clone and put back.
+    fn keep_last(&mut self, report: &mut StepReport) {
+        let captures = std::mem::take(&mut report.info.captures);
+        self.last = Some(report.clone());
+        report.info.captures = captures;
+    }
+
+    /// One iteration of everything that runs: the live request, the serving workload (and
+    /// its comparison) and the sink experiment. A finished request stalls none of them.
     fn step(&mut self, send: &dyn Fn(Event)) -> Result<(), String> {
         if self.live.finished {
-            // The request is done, but the experiments beside it go on: the last
-            // report again (no new attention rows) with their next iteration.
-            match (self.last.as_ref(), self.sink.as_mut().filter(|s| !s.done())) {
-                (Some(prev), Some(s)) => {
-                    let mut r = prev.clone();
-                    r.iteration = self.iteration + 1;
-                    r.sink = Some(s.step(&self.model)?);
-                    r.serve = serve_step(&mut self.serve)?;
-                    r.serve_b = match self.compare.as_mut() {
-                        Some(c) => serve_step(c)?,
-                        None => None,
-                    };
-                    self.iteration += 1;
-                    send(Event::Report(Box::new(r)));
-                }
-                _ => send(Event::Status(
-                    "request finished: press a for a new prompt".into(),
-                )),
-            }
-            return Ok(());
+            return self.step_beside(send);
         }
         self.live.session.probe.lens = self.lens;
         let mut report = step(
@@ -346,7 +359,41 @@ impl Worker {
             self.focus,
         )?;
         self.iteration += 1;
-        // The serving workload (and its comparison) advance one iteration with every step.
+        self.step_others(&mut report)?;
+        self.keep_last(&mut report);
+        send(Event::Report(Box::new(report)));
+        Ok(())
+    }
+
+    /// An iteration after the live request has finished: the serving runs and the sink
+    /// experiment go on, under the request's last report again (no new attention rows).
+    fn step_beside(&mut self, send: &dyn Fn(Event)) -> Result<(), String> {
+        let serving_left =
+            !self.serve.engine.done() || self.compare.as_ref().is_some_and(|c| !c.engine.done());
+        let sink_left = self.sink.as_ref().is_some_and(|s| !s.done());
+        let prev = match self.last.as_ref() {
+            Some(p) if serving_left || sink_left => p,
+            _ => {
+                send(Event::Idle(
+                    "request finished and the serving run is done: press a for a new prompt (g, c, b restart the workload)".into(),
+                ));
+                return Ok(());
+            }
+        };
+        let mut r = prev.clone();
+        r.iteration = self.iteration + 1;
+        r.recomputed = false;
+        r.repeat = true;
+        (r.serve, r.serve_b, r.sink) = (None, None, None);
+        self.step_others(&mut r)?;
+        self.iteration += 1;
+        send(Event::Report(Box::new(r)));
+        Ok(())
+    }
+
+    /// The serving workload, its comparison and the sink experiment, one iteration each,
+    /// into `report`.
+    fn step_others(&mut self, report: &mut StepReport) -> Result<(), String> {
         report.serve = serve_step(&mut self.serve)?;
         if let Some(c) = self.compare.as_mut() {
             report.serve_b = serve_step(c)?;
@@ -354,12 +401,6 @@ impl Worker {
         if let Some(s) = self.sink.as_mut().filter(|s| !s.done()) {
             report.sink = Some(s.step(&self.model)?);
         }
-        // Kept without its captures, which are most of a report's bytes; taking them
-        // out for the clone saves copying them every step.
-        let captures = std::mem::take(&mut report.info.captures);
-        self.last = Some(report.clone());
-        report.info.captures = captures;
-        send(Event::Report(Box::new(report)));
         Ok(())
     }
 }

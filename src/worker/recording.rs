@@ -329,7 +329,7 @@ pub fn spawn_player(rec: Recording) -> (Sender<Command>, Receiver<Event>) {
                     Command::Focus(_) => continue,
                     Command::Step => match next.next() {
                         Some(r) => Event::Report(Box::new(r)),
-                        None => Event::Status("end of the recording: [ scrubs back".into()),
+                        None => Event::Idle("end of the recording: [ scrubs back".into()),
                     },
                     _ => Event::Status(
                         "a replay shows what was recorded; settings cannot change".into(),

@@ -46,6 +46,14 @@ pub struct StepReport {
     /// Decode speed over this request's decode steps so far.
     pub decode_tok_per_s: f64,
     pub finished: bool,
+    /// This report recomputed the request's tokens under new settings (`m`, `f`): its
+    /// distribution is for the same next position as the report before it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub recomputed: bool,
+    /// The request had already finished: its last report again, carrying the serving and
+    /// sink iterations that went on beside it (no new token, no new attention rows).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub repeat: bool,
     /// The serving side: a small workload batched beside the request above.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub serve: Option<ServeView>,

@@ -60,6 +60,14 @@ pub fn capture(layer: usize, t: usize) -> LayerCapture {
             rms_in: 0.8,
             rms_normed: 1.9,
             gate_closed_pct: 41.0,
+            rope_shift: inferlab::model::probe::RopeShift {
+                offset: 4,
+                at: 8,
+                shift: 1000,
+                score: 1.25,
+                score_shifted: 1.25,
+                score_other_offset: 0.5,
+            },
         },
         ..Default::default()
     }
@@ -152,6 +160,8 @@ pub fn report() -> StepReport {
         },
         decode_tok_per_s: 0.0,
         finished: false,
+        recomputed: false,
+        repeat: false,
         serve: None,
         serve_b: None,
         sink: None,

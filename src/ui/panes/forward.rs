@@ -70,7 +70,8 @@ fn timing_rows(r: &StepReport, theme: &Theme) -> Vec<Row> {
 fn attention_row(r: &StepReport) -> String {
     let kernel = match r.run.kernel {
         AttnKernel::Naive => "naive (full score matrix)".to_string(),
-        AttnKernel::Tiled { sram_bytes } => format!("tiled, {} on-chip", bytes(sram_bytes)),
+        // On-chip memory is sized in binary units (an A100 SM's 192 KiB).
+        AttnKernel::Tiled { sram_bytes } => format!("tiled, {} KiB on-chip", sram_bytes >> 10),
     };
     format!(
         "attention {kernel}: {} moved (read {} · written {})",
@@ -80,7 +81,44 @@ fn attention_row(r: &StepReport) -> String {
     )
 }
 
-/// Rows 2 and 4–7 for the chosen layer: its residual stream, the tile order (tiled
+/// RoPE's relative property, measured on the newest query and key of the layer.
+fn rope_shift_row(s: &crate::model::probe::RopeShift) -> String {
+    if s.offset == 0 {
+        return String::new();
+    }
+    format!(
+        "RoPE   same q, k {} apart: at {} → {:.3} · both moved +{} → {:.3} · {} apart → {:.3}",
+        s.offset,
+        s.at,
+        s.score,
+        s.shift,
+        s.score_shifted,
+        2 * s.offset,
+        s.score_other_offset
+    )
+}
+
+/// One layer's matrices at this model's shape, from embedding width to the vocabulary.
+fn shapes_row(r: &StepReport) -> String {
+    let c = &r.cfg;
+    let d = c.head_dim;
+    format!(
+        "shapes  {} → Q {}×{} · K,V {}×{} → concat {} → W_o {} · MLP {} → {} → {} · LM head → {}",
+        c.hidden,
+        c.n_head,
+        d,
+        c.n_kv_head,
+        d,
+        c.n_head * d,
+        c.hidden,
+        c.hidden,
+        c.ffn,
+        c.hidden,
+        crate::views::units::thousands(c.vocab)
+    )
+}
+
+/// Rows 2 and 4–9 for the chosen layer: its residual stream, the tile order (tiled
 /// kernel only), and what RoPE, RMSNorm and SwiGLU did to the newest token.
 fn layer_rows(r: &StepReport, c: &LayerCapture, theme: &Theme) -> Vec<Row> {
     let last = c.t - 1;
@@ -115,6 +153,8 @@ fn layer_rows(r: &StepReport, c: &LayerCapture, theme: &Theme) -> Vec<Row> {
             "SwiGLU   {:.0}% of the {} silu(gate) values nearly closed (|g| < 0.1)",
             b.gate_closed_pct, r.cfg.ffn
         ),
+        rope_shift_row(&b.rope_shift),
+        shapes_row(r),
     ];
     rows.extend(
         block

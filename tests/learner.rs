@@ -1,0 +1,466 @@
+//! The scripted learner: all twelve lessons walked start to end on the real model, through
+//! the app's own update and event code (the worker thread as the app runs it, the screen
+//! drawn on ratatui's TestBackend at 80×24 and 200×60). For every step it does the task
+//! with the keys a learner would press, answers every question (a wrong answer first,
+//! then the right one), and checks what the issue of the learner's walk asks: a task is
+//! not ticked before it is done, every prediction offers what then really happens, space
+//! always runs an iteration whatever the live request's state, and at the end
+//! `inferlab lessons` lists every lesson complete.
+
+mod common;
+
+use inferlab::lesson::format::{Cond, CondValue, Op, Predict, QuestionKind, Var};
+use inferlab::lesson::progress::Progress;
+use inferlab::ui::app::{Action, App, Pane};
+use inferlab::ui::theme::{ColorMode, Theme};
+use inferlab::ui::tutor::Tutor;
+use inferlab::ui::{draw, predict};
+use inferlab::worker::{self, Command, EngineConfig, Event};
+use ratatui::backend::TestBackend;
+use ratatui::Terminal;
+use std::sync::mpsc::{Receiver, Sender};
+use std::time::{Duration, Instant};
+
+const THEME: Theme = Theme {
+    mode: ColorMode::None,
+};
+
+/// The app, its worker and what the event loop would tell the worker between frames.
+struct Learner {
+    app: App,
+    tx: Sender<Command>,
+    rx: Receiver<Event>,
+    focus_sent: usize,
+    lens_sent: bool,
+    /// Iterations the learner ran (space, or an answer that runs one).
+    iterations: usize,
+    small: Terminal<TestBackend>,
+    large: Terminal<TestBackend>,
+    /// What each prediction offered and what happened, for the test's output.
+    log: Vec<String>,
+}
+
+impl Learner {
+    fn start() -> Self {
+        let cfg = EngineConfig {
+            model: Some(common::real_model()),
+            load: Default::default(),
+            run: Default::default(),
+            prompt: "What is a KV cache?".into(),
+            max_new: 200,
+        };
+        let run = cfg.run;
+        let (tx, rx) = worker::spawn(cfg);
+        let mut l = Self {
+            app: App::new(run),
+            tx,
+            rx,
+            focus_sent: usize::MAX,
+            lens_sent: false,
+            iterations: 0,
+            small: Terminal::new(TestBackend::new(80, 24)).unwrap(),
+            large: Terminal::new(TestBackend::new(200, 60)).unwrap(),
+            log: Vec::new(),
+        };
+        let t0 = Instant::now();
+        while !l.app.ready {
+            assert!(l.app.fatal.is_none(), "{:?}", l.app.fatal);
+            let e = l.recv(t0);
+            l.app.on_event(e);
+        }
+        l
+    }
+
+    fn recv(&self, since: Instant) -> Event {
+        let left = Duration::from_secs(300).saturating_sub(since.elapsed());
+        self.rx
+            .recv_timeout(left)
+            .expect("the engine answers within five minutes")
+    }
+
+    /// Sends commands as the event loop does, then takes the engine's answer to each
+    /// one that has one, so the app is settled when this returns.
+    fn send(&mut self, mut cmds: Vec<Command>) {
+        // The event loop tells the engine the layer on screen and whether the lens is.
+        if self.app.layer != self.focus_sent {
+            self.focus_sent = self.app.layer;
+            cmds.insert(0, Command::Focus(self.app.layer));
+        }
+        let lens = self.app.lens_shown || self.app.focus == Pane::Lens;
+        if lens != self.lens_sent {
+            self.lens_sent = lens;
+            cmds.insert(0, Command::SetLens(lens));
+        }
+        let answers = cmds
+            .iter()
+            .filter(|c| !matches!(c, Command::Focus(_) | Command::SetLens(_)))
+            .count();
+        self.iterations += cmds.iter().filter(|c| matches!(c, Command::Step)).count();
+        for c in cmds {
+            self.tx.send(c).unwrap();
+        }
+        let t0 = Instant::now();
+        for _ in 0..answers {
+            let e = self.recv(t0);
+            if let Event::Died(why) = &e {
+                panic!("the engine died: {why}");
+            }
+            self.app.on_event(e);
+        }
+    }
+
+    fn press(&mut self, a: Action) {
+        let cmds = self.app.update(a);
+        self.send(cmds);
+    }
+
+    /// Space: it must always run an iteration (or say there is nothing left to run).
+    fn space(&mut self) {
+        let before = self.app.report.as_ref().map_or(0, |r| r.iteration);
+        self.press(Action::Step);
+        let after = self.app.report.as_ref().map_or(0, |r| r.iteration);
+        assert!(
+            after > before
+                || self.app.status.contains("nothing")
+                || self.app.status.contains("press a"),
+            "space ran no iteration (status: {})",
+            self.app.status
+        );
+    }
+
+    /// Both screens as text.
+    fn screens(&mut self) -> [String; 2] {
+        let app = &self.app;
+        [&mut self.small, &mut self.large].map(|t| {
+            t.draw(|f| draw::draw(app, &THEME, f.area(), f.buffer_mut()))
+                .unwrap();
+            format!("{}", t.backend())
+        })
+    }
+
+    fn tutor(&self) -> &Tutor {
+        self.app.tutor.as_ref().expect("a lesson is open")
+    }
+
+    fn holds(&self, c: &Cond) -> bool {
+        inferlab::ui::tutor::holds(&self.app.live(), self.tutor(), c)
+    }
+
+    /// The key a learner presses to move `c` towards holding.
+    fn key_for(&self, c: &Cond) -> Action {
+        let word = |w: &str| matches!(&c.value, CondValue::Word(x) if x == w);
+        match c.var {
+            Var::Layout => Action::CycleLayout,
+            Var::Attention => Action::ToggleKernel,
+            Var::Cache => Action::ToggleCache,
+            Var::Policy => Action::TogglePolicy,
+            Var::Compare => Action::CycleCompare,
+            Var::Values => Action::ToggleValues,
+            Var::Sink => Action::ToggleSink,
+            Var::Workload => Action::ToggleWorkload,
+            Var::Focus if word("lens") => Action::ToggleLens,
+            Var::Focus if word("traffic") => Action::ToggleTraffic,
+            Var::Focus => Action::FocusNext,
+            Var::Layer => Action::LayerDown,
+            Var::Head if matches!(c.op, Op::Lt | Op::Le) => Action::HeadLeft,
+            Var::Head => Action::HeadRight,
+            Var::Steps | Var::DecodeSteps | Var::Generated | Var::Finished | Var::Copies => {
+                Action::Step
+            }
+        }
+    }
+
+    /// Does the open step's task, key by key; returns the keys it took.
+    fn do_task(&mut self, at: &str) -> usize {
+        let Some(task) = self.tutor().step().and_then(|s| s.task.clone()) else {
+            return 0;
+        };
+        for n in 0..600 {
+            let Some(c) = task.check.iter().find(|c| !self.holds(c)) else {
+                return n;
+            };
+            let a = self.key_for(c);
+            if a == Action::Step {
+                self.space();
+            } else {
+                self.press(a);
+            }
+        }
+        panic!("{at}: the task `{}` was not done after 600 keys", task.text);
+    }
+
+    /// Answers question `qi` of the open step: a wrong choice first, then the right one.
+    /// A prediction is answered until it is graded right, each time with what really
+    /// happened in the iteration before, and every grading must have offered it.
+    fn answer(&mut self, at: &str, qi: usize) {
+        let q = self.tutor().step().unwrap().questions[qi].clone();
+        match &q.kind {
+            QuestionKind::Choice(choices) => {
+                let wrong = choices.iter().position(|c| !c.right).unwrap();
+                let right = choices.iter().position(|c| c.right).unwrap();
+                self.press(Action::Answer(wrong + 1));
+                let a = self.tutor().answers[qi]
+                    .clone()
+                    .expect("an answer is recorded");
+                assert!(!a.right, "{at}: a wrong choice graded right");
+                self.press(Action::Answer(right + 1));
+                let a = self.tutor().answers[qi].clone().unwrap();
+                assert!(a.right, "{at}: the right choice graded wrong");
+            }
+            QuestionKind::Predict(kind) => self.predict(at, qi, *kind),
+        }
+    }
+
+    fn predict(&mut self, at: &str, qi: usize, kind: Predict) {
+        let mut pick = 0;
+        for attempt in 0..12 {
+            // Not asked while its outcome cannot be seen: a learner steps until it is.
+            let mut waited = 0;
+            while predict::live_choices(&self.app.live(), kind).is_none() {
+                assert!(
+                    waited < 40,
+                    "{at}: {kind:?} was never posed (app {:?}, report {:?}, status {})",
+                    self.app.run,
+                    self.app.report.as_ref().map(|r| (
+                        r.info.layout,
+                        r.recomputed,
+                        r.repeat,
+                        r.finished
+                    )),
+                    self.app.status
+                );
+                // What the app's line under the question says to do.
+                match kind {
+                    Predict::KvAfterMha => self.press(Action::CycleLayout),
+                    Predict::KvAfterTiled => self.press(Action::ToggleKernel),
+                    Predict::UtilAfterContiguous
+                        if self.app.cache == inferlab::serve::CacheKind::Contiguous =>
+                    {
+                        self.press(Action::ToggleCache)
+                    }
+                    _ => self.space(),
+                }
+                waited += 1;
+            }
+            let live = predict::live_choices(&self.app.live(), kind).unwrap();
+            let choice = pick.min(live.values.len() - 1);
+            let before = self.app.report.clone();
+            self.press(Action::Answer(choice + 1));
+            // Some predictions wait for their event: keep stepping.
+            let mut n = 0;
+            while self.tutor().pending.is_some() {
+                assert!(n < 200, "{at}: {kind:?} was never graded");
+                self.space();
+                n += 1;
+            }
+            let a = self.tutor().answers[qi].clone().unwrap_or_else(|| {
+                panic!(
+                    "{at}: {kind:?} answered {choice} of {:?} but not graded ({})",
+                    live.labels, self.app.status
+                )
+            });
+            let new = self.app.report.clone().unwrap();
+            // Every choice graded against the same iteration: what happened is offered.
+            let p = predict::Pending {
+                question: qi,
+                choice,
+                kind,
+                subject: live.subject,
+                before: live.before.clone(),
+                shown: live.clone(),
+            };
+            let rights: Vec<usize> = (0..live.values.len())
+                .filter(|&i| {
+                    let p = predict::Pending {
+                        choice: i,
+                        ..p.clone()
+                    };
+                    predict::outcome(&p, &live, &self.app.live(), &new)
+                        .is_some_and(|(right, _)| right)
+                })
+                .collect();
+            assert!(
+                !rights.is_empty() || predict::waits_for_event(kind),
+                "{at}: {kind:?} offered {:?} but none came true ({})",
+                live.labels,
+                a.why
+            );
+            assert_eq!(
+                a.right,
+                rights.contains(&choice),
+                "{at}: {kind:?} graded {} for choice {choice} of {:?}",
+                a.right,
+                live.labels
+            );
+            drop(before);
+            self.log.push(format!(
+                "  {kind:?}: chose {:?}, {} ({})",
+                live.labels[choice],
+                if a.right { "right" } else { "wrong" },
+                a.why
+            ));
+            if a.right {
+                return;
+            }
+            assert!(attempt < 11, "{at}: {kind:?} never graded right");
+            pick = rights.first().copied().unwrap_or(pick + 1);
+        }
+    }
+}
+
+/// The tests' data folder (progress file, this machine's measured limits), set once for
+/// both tests of this file, which run in one process.
+fn data_dir() -> std::path::PathBuf {
+    static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let d = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("learner-data");
+        std::fs::create_dir_all(&d).unwrap();
+        let _ = std::fs::remove_file(d.join("progress.json"));
+        std::env::set_var("INFERLAB_DATA_DIR", &d);
+        d
+    })
+    .clone()
+}
+
+#[test]
+fn a_toggle_recomputes_the_same_position_and_mha_matches_gqa() {
+    data_dir();
+    let mut l = Learner::start();
+    for _ in 0..4 {
+        l.space();
+    }
+    let gqa = l.app.report.clone().unwrap();
+    assert_eq!(gqa.info.step, 3);
+    let top = |r: &inferlab::worker::StepReport| -> Vec<(u32, f32)> {
+        r.info.top_k.iter().map(|t| (t.id, t.prob)).collect()
+    };
+    // m: GQA → MQA → MHA. Each recomputes the tokens so far and shows the next token of
+    // the same position: the sequence does not grow.
+    for layout in ["mqa", "mha"] {
+        l.press(Action::CycleLayout);
+        let r = l.app.report.clone().unwrap();
+        assert!(r.recomputed, "{layout}");
+        assert_eq!(r.info.layout.to_string().to_lowercase(), layout);
+        assert_eq!(
+            r.pieces.len(),
+            gqa.pieces.len(),
+            "{layout}: the position moved"
+        );
+        assert_eq!(r.kv.used, gqa.kv.used, "{layout}");
+    }
+    // MHA repeats GQA's K/V heads exactly: the same distribution, to the digits shown.
+    let mha = l.app.report.clone().unwrap();
+    for ((a, pa), (b, pb)) in top(&gqa).into_iter().zip(top(&mha)) {
+        assert_eq!(a, b, "the same tokens in the same order");
+        assert!((pa - pb).abs() < 5e-5, "GQA {pa} vs MHA {pb}");
+    }
+    // f, too, stays at the position; stepping then goes on from there.
+    l.press(Action::ToggleKernel);
+    assert_eq!(
+        l.app.report.as_ref().unwrap().pieces.len(),
+        gqa.pieces.len()
+    );
+    l.space();
+    let next = l.app.report.clone().unwrap();
+    assert_eq!(next.pieces.len(), gqa.pieces.len() + 1);
+    assert!(!next.recomputed && next.info.step > 0);
+}
+
+#[test]
+fn a_scripted_learner_walks_every_lesson_to_the_end() {
+    let t0 = Instant::now();
+    let data = data_dir();
+    let (lessons, errors) =
+        inferlab::lesson::load(&inferlab::lesson::source(None)).expect("the shipped lessons");
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(lessons.len(), 12);
+    let mut l = Learner::start();
+    let tutor = Tutor::new(lessons.clone(), 0, Progress::default(), true);
+    let cmds = l.app.open_lesson(tutor);
+    l.send(cmds);
+    let mut log = Vec::new();
+    for (li, lesson) in lessons.iter().enumerate() {
+        for (si, step) in lesson.steps.iter().enumerate() {
+            let at = format!("{} step {} ({})", lesson.file, si + 1, step.title);
+            assert_eq!((l.tutor().lesson, l.tutor().step), (li, si), "{at}");
+            // A task counts only what happens after its step opens.
+            if step.task.is_some() {
+                assert!(
+                    !l.app.task_done(),
+                    "{at}: ticked before the learner did anything"
+                );
+            }
+            for s in l.screens() {
+                assert!(
+                    s.contains(&step.title[..step.title.len().min(20)]) || s.contains("lesson"),
+                    "{at}: no lesson on screen\n{s}"
+                );
+            }
+            // The task, then the questions, as the step reads; but a prediction about a
+            // toggle comes first, since answering it makes the toggle the task asks for.
+            let toggle_first = step.questions.iter().any(|q| {
+                matches!(
+                    q.kind,
+                    QuestionKind::Predict(
+                        Predict::KvAfterMha
+                            | Predict::KvAfterTiled
+                            | Predict::UtilAfterContiguous
+                            | Predict::FinishedRowStatic
+                    )
+                )
+            });
+            let mut keys = 0;
+            if !toggle_first {
+                keys = l.do_task(&at);
+            }
+            for qi in 0..step.questions.len() {
+                l.answer(&at, qi);
+            }
+            keys += l.do_task(&at);
+            assert!(l.app.task_done() || step.task.is_none(), "{at}");
+            let done = l
+                .tutor()
+                .progress
+                .lessons
+                .get(lesson.id())
+                .is_some_and(|p| p.done_steps.contains(&si));
+            assert!(done, "{at}: done but not recorded");
+            log.push(format!("{at}: {keys} key(s)"));
+            log.append(&mut l.log);
+            for s in l.screens() {
+                assert!(!s.contains("engine thread stopped"), "{at}\n{s}");
+            }
+            l.press(Action::NextStep);
+        }
+    }
+    // The learner then types a new prompt after the last request finished: space prefills it.
+    let last = l.app.report.as_ref().map_or(0, |r| r.iteration);
+    l.press(Action::StartInput);
+    for c in "Name a colour.".chars() {
+        l.press(Action::Type(c));
+    }
+    l.press(Action::Submit);
+    l.space();
+    let r = l.app.report.clone().unwrap();
+    assert!(r.iteration > last && r.info.step == 0 && r.prompt == "Name a colour.");
+    drop(l);
+    let out = std::process::Command::new(common::bin())
+        .arg("lessons")
+        .env("INFERLAB_DATA_DIR", &data)
+        .output()
+        .unwrap();
+    let listing = String::from_utf8_lossy(&out.stdout);
+    for (i, lesson) in lessons.iter().enumerate() {
+        let n = lesson.steps.len();
+        assert!(
+            listing.contains(&format!("{n}/{n} steps done")),
+            "lesson {} is not complete:\n{listing}",
+            i + 1
+        );
+    }
+    eprintln!(
+        "{}\nscripted learner: {:.0} s",
+        log.join("\n"),
+        t0.elapsed().as_secs_f64()
+    );
+}
