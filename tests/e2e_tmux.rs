@@ -153,12 +153,14 @@ fn layer_head(screen: &str) -> (usize, usize) {
     (num("attention · layer "), num("/29 · head "))
 }
 
+/// The KV pane's first line: "utilization 17.7%: 42 of 237 reserved slots …".
 fn kv_line(screen: &str) -> String {
-    screen
+    let line = screen
         .lines()
-        .find(|l| l.contains("reserved slots hold tokens"))
-        .unwrap_or_default()
-        .to_string()
+        .find(|l| l.contains("│utilization ") && l.contains("%: "))
+        .unwrap_or_default();
+    assert!(!line.is_empty(), "no KV line on screen:\n{screen}");
+    line.to_string()
 }
 
 #[test]

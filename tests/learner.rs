@@ -138,6 +138,44 @@ impl Learner {
         })
     }
 
+    /// At 80×24 and 200×60: the step's title and the pane it focuses are on screen,
+    /// and the engine is alive.
+    fn check_screens(&mut self, at: &str) {
+        let title: String = self
+            .tutor()
+            .step()
+            .unwrap()
+            .title
+            .chars()
+            .take(24)
+            .collect();
+        let pane = match self.app.focus {
+            Pane::Attention if self.app.looks_at => " what does",
+            Pane::Attention => " attention · layer",
+            Pane::Heads => " heads · ",
+            Pane::Output => " output · ",
+            Pane::Kv => " KV cache · ",
+            Pane::Serving if self.app.sink => " attention sink",
+            // Side by side, a narrow serving pane's title is its policy and cache alone.
+            Pane::Serving if self.app.compare == inferlab::ui::app::Compare::Off => " serving · ",
+            Pane::Serving => " · paged ",
+            Pane::Forward => " forward pass ",
+            Pane::Traffic => " memory traffic ",
+            Pane::Lens => " logit lens ",
+        };
+        for s in self.screens() {
+            assert!(
+                s.contains(&title),
+                "{at}: the step's title is not on screen\n{s}"
+            );
+            assert!(
+                s.contains(pane),
+                "{at}: the step's pane {pane:?} is not on screen\n{s}"
+            );
+            assert!(!s.contains("engine thread stopped"), "{at}\n{s}");
+        }
+    }
+
     fn tutor(&self) -> &Tutor {
         self.app.tutor.as_ref().expect("a lesson is open")
     }
@@ -158,6 +196,7 @@ impl Learner {
             Var::Values => Action::ToggleValues,
             Var::Sink => Action::ToggleSink,
             Var::Workload => Action::ToggleWorkload,
+            Var::KvCache => Action::ToggleKvCache,
             Var::Focus if word("lens") => Action::ToggleLens,
             Var::Focus if word("traffic") => Action::ToggleTraffic,
             Var::Focus => Action::FocusNext,
@@ -233,6 +272,13 @@ impl Learner {
                 match kind {
                     Predict::KvAfterMha => self.press(Action::CycleLayout),
                     Predict::KvAfterTiled => self.press(Action::ToggleKernel),
+                    Predict::TopAfterTemperature if !self.app.report.as_ref().unwrap().finished => {
+                        self.press(Action::CycleTemperature)
+                    }
+                    Predict::FlopsWithoutCache if !self.app.kv_cache => {
+                        self.press(Action::ToggleKvCache);
+                        self.space();
+                    }
                     Predict::UtilAfterContiguous
                         if self.app.cache == inferlab::serve::CacheKind::Contiguous =>
                     {
@@ -390,12 +436,7 @@ fn a_scripted_learner_walks_every_lesson_to_the_end() {
                     "{at}: ticked before the learner did anything"
                 );
             }
-            for s in l.screens() {
-                assert!(
-                    s.contains(&step.title[..step.title.len().min(20)]) || s.contains("lesson"),
-                    "{at}: no lesson on screen\n{s}"
-                );
-            }
+            l.check_screens(&at);
             // The task, then the questions, as the step reads; but a prediction about a
             // toggle comes first, since answering it makes the toggle the task asks for.
             let toggle_first = step.questions.iter().any(|q| {
@@ -406,6 +447,8 @@ fn a_scripted_learner_walks_every_lesson_to_the_end() {
                             | Predict::KvAfterTiled
                             | Predict::UtilAfterContiguous
                             | Predict::FinishedRowStatic
+                            | Predict::TopAfterTemperature
+                            | Predict::FlopsWithoutCache
                     )
                 )
             });
@@ -427,9 +470,7 @@ fn a_scripted_learner_walks_every_lesson_to_the_end() {
             assert!(done, "{at}: done but not recorded");
             log.push(format!("{at}: {keys} key(s)"));
             log.append(&mut l.log);
-            for s in l.screens() {
-                assert!(!s.contains("engine thread stopped"), "{at}\n{s}");
-            }
+            l.check_screens(&at);
             l.press(Action::NextStep);
         }
     }

@@ -868,6 +868,7 @@ fn the_lesson_pane_draws_a_tutor_and_what_the_app_says_of_it() {
             task_done: done,
             choices: Vec::new(),
             figures: Vec::new(),
+            ran: true,
         };
         let mut term = Terminal::new(TestBackend::new(60, 30)).unwrap();
         term.draw(|f| panes::lesson::draw(&t, &live, &THEME, f.area(), f.buffer_mut()))
@@ -1181,4 +1182,74 @@ fn a_prediction_about_static_batching_waits_for_the_iteration_that_shows_it() {
     }
     let ans = a.tutor.as_ref().unwrap().answers[0].clone().unwrap();
     assert!(ans.right && ans.why.contains("padding"), "{}", ans.why);
+}
+
+#[test]
+fn a_lesson_opened_at_a_later_step_sets_what_walking_there_would_have() {
+    let (lessons, errors) = inferlab::lesson::load(&inferlab::lesson::LessonSource::Dir(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/lessons").into(),
+    ))
+    .unwrap();
+    assert!(errors.is_empty());
+    let l = lessons
+        .iter()
+        .position(|l| l.id() == "continuous-batching")
+        .unwrap();
+    let mut progress = inferlab::lesson::progress::Progress::default();
+    progress.of("continuous-batching").step = 3;
+    let mut a = app();
+    let t = inferlab::ui::tutor::Tutor::new(lessons, l, progress, false);
+    a.open_lesson(t);
+    // Step 4 names only compare=one_at_a_time; step 1 put the serving pane in front.
+    assert_eq!(a.tutor.as_ref().unwrap().step, 3);
+    assert_eq!(a.focus, inferlab::ui::app::Pane::Serving);
+    assert_eq!(a.compare, inferlab::ui::app::Compare::OneAtATime);
+}
+
+#[test]
+fn the_sampler_keys_set_temperature_and_top_p_and_the_output_shows_what_was_drawn() {
+    use inferlab::worker::Command;
+    let mut a = app();
+    let cmds = a.update(Action::CycleTemperature);
+    let [Command::SetSampler(cfg)] = cmds.as_slice() else {
+        panic!("{cmds:?}")
+    };
+    assert_eq!((cfg.temperature, cfg.top_p), (0.7, 0.9));
+    a.update(Action::CycleTopP);
+    assert_eq!(a.sampler.top_p, 0.5);
+    let mut r = report();
+    r.info.sampler = a.sampler;
+    r.info.top_k[0].drawn = 0.75;
+    a.on_event(Event::Report(Box::new(r)));
+    let mut term = Terminal::new(TestBackend::new(60, 12)).unwrap();
+    term.draw(|f| panes::output::render(&a, &THEME, f.area(), f.buffer_mut()))
+        .unwrap();
+    let s = format!("{}", term.backend());
+    assert!(s.contains("model % → drawn % (T 0.7"), "{s}");
+    assert!(s.contains("62.0% → 75.0%"), "{s}");
+    let mut term = Terminal::new(TestBackend::new(200, 60)).unwrap();
+    term.draw(|f| draw::draw(&a, &THEME, f.area(), f.buffer_mut()))
+        .unwrap();
+    assert!(format!("{}", term.backend()).contains("T 0.7 · top-p 0.5"));
+}
+
+#[test]
+fn space_pressed_while_an_iteration_runs_is_kept_and_a_restart_drops_the_old_run_s_views() {
+    use inferlab::worker::Command;
+    let mut a = app();
+    a.on_event(Event::Report(Box::new(
+        common::fixture::serving_reports(inferlab::serve::CacheKind::Paged, 3)[2].clone(),
+    )));
+    assert!(matches!(a.update(Action::Step).as_slice(), [Command::Step]));
+    assert!(a.update(Action::Step).is_empty() && a.update(Action::Step).is_empty());
+    assert_eq!(
+        a.steps_queued, 2,
+        "two presses wait for the running iteration"
+    );
+    // c restarts the serving run: the old run's pages are not drawn under the new title.
+    assert!(a.report.as_ref().unwrap().serve.is_some());
+    a.update(Action::ToggleCache);
+    assert!(a.report.as_ref().unwrap().serve.is_none());
+    a.on_event(Event::Idle("nothing left".into()));
+    assert_eq!(a.steps_queued, 0);
 }

@@ -35,6 +35,17 @@ pub struct Args {
     /// Write one JSON object per step (attention rows, traffic, logit lens) instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// `off`: no KV cache, every decode step recomputes the keys and values of the whole
+    /// sequence (the same tokens; watch `traffic.flops` grow with the position).
+    #[arg(long, value_enum, default_value = "on")]
+    pub kv_cache: OnOff,
+}
+
+/// A switch on the command line.
+#[derive(clap::ValueEnum, Clone, Copy, PartialEq, Eq)]
+pub enum OnOff {
+    On,
+    Off,
 }
 
 #[derive(Serialize)]
@@ -68,6 +79,7 @@ pub fn run(a: &Args) -> Result<()> {
     // JSON lines carry the logit lens: every layer's guess for the next token.
     s.probe.lens = a.json;
     s.top_k = a.top_k;
+    s.recompute = a.kv_cache == OnOff::Off;
     let mut out = std::io::stdout().lock();
     if !a.json {
         writeln!(

@@ -67,6 +67,33 @@ pub struct Settings {
     pub workload: Option<AppWorkload>,
     /// The screen: the focused pane with the room (`true`, a lesson's default) or the grid.
     pub view: Option<bool>,
+    /// The live request's sampling temperature in tenths (0: greedy).
+    pub temperature: Option<u8>,
+    /// The live request's KV cache on or off.
+    pub kv_cache: Option<bool>,
+}
+
+impl Settings {
+    /// These settings over `earlier` ones: what a learner who walked both steps in order
+    /// has (a later step's value wins).
+    pub fn over(&self, earlier: &Settings) -> Settings {
+        Settings {
+            focus: self.focus.or(earlier.focus),
+            layout: self.layout.or(earlier.layout),
+            cache: self.cache.or(earlier.cache),
+            policy: self.policy.or(earlier.policy),
+            attention: self.attention.or(earlier.attention),
+            compare: self.compare.or(earlier.compare),
+            values: self.values.or(earlier.values),
+            layer: self.layer.or(earlier.layer),
+            head: self.head.or(earlier.head),
+            sink: self.sink.or(earlier.sink),
+            workload: self.workload.or(earlier.workload),
+            view: self.view.or(earlier.view),
+            temperature: self.temperature.or(earlier.temperature),
+            kv_cache: self.kv_cache.or(earlier.kv_cache),
+        }
+    }
 }
 
 /// Attention kernels by name.
@@ -135,11 +162,13 @@ pub enum Var {
     Workload,
     /// Pages the serving engine has copied on write since the step opened.
     Copies,
+    /// The live request's KV cache: on or off.
+    KvCache,
 }
 
 impl Var {
     /// Every variable with its name in lesson files.
-    pub const ALL: [(&'static str, Var); 16] = [
+    pub const ALL: [(&'static str, Var); 17] = [
         ("steps", Var::Steps),
         ("decode_steps", Var::DecodeSteps),
         ("generated", Var::Generated),
@@ -156,6 +185,7 @@ impl Var {
         ("sink", Var::Sink),
         ("workload", Var::Workload),
         ("copies", Var::Copies),
+        ("kv_cache", Var::KvCache),
     ];
 
     /// True for variables compared as numbers.
@@ -251,11 +281,17 @@ pub enum Predict {
     /// Switched to static batching (by the answer): what happens to the row of a batch
     /// member that finishes first. Graded at the first iteration that shows it.
     FinishedRowStatic,
+    /// Switched to temperature 1.5 (by the answer): what the sampler then gives the
+    /// model's top token, against the model's own probability.
+    TopAfterTemperature,
+    /// Switched the KV cache off (by the answer): how many times a cached decode step's
+    /// FLOPs the next step takes.
+    FlopsWithoutCache,
 }
 
 impl Predict {
     /// Every kind with its name in lesson files.
-    pub const ALL: [(&'static str, Predict); 11] = [
+    pub const ALL: [(&'static str, Predict); 13] = [
         ("top_attended", Predict::TopAttended),
         ("pages_next", Predict::PagesNext),
         ("next_join", Predict::NextJoin),
@@ -267,6 +303,8 @@ impl Predict {
         ("util_after_contiguous", Predict::UtilAfterContiguous),
         ("lens_layer", Predict::LensLayer),
         ("finished_row_static", Predict::FinishedRowStatic),
+        ("top_after_temperature", Predict::TopAfterTemperature),
+        ("flops_without_cache", Predict::FlopsWithoutCache),
     ];
 }
 

@@ -411,13 +411,26 @@ fn setting(set: &mut Settings, key: &str, value: &str) -> Result<(), String> {
         "values" => set.values = pick(&VALUES, "heatmap values", value)?,
         "layer" => set.layer = Some(index(value, "layer", DEFAULT_LAYERS)?),
         "head" => set.head = Some(index(value, "head", DEFAULT_HEADS)?),
+        "temperature" => set.temperature = Some(temperature(value)?),
+        "kv_cache" => set.kv_cache = pick(&SWITCH, "KV cache", value)?,
         _ => {
             return Err(format!(
-                "unknown setting `{key}` (known: focus, layout, cache, policy, attention, compare, values, layer, head, sink, workload, view)"
+                "unknown setting `{key}` (known: focus, layout, cache, policy, attention, compare, values, layer, head, sink, workload, view, temperature, kv_cache)"
             ))
         }
     }
     Ok(())
+}
+
+/// A sampling temperature the app offers (`T` steps through them), in tenths.
+fn temperature(value: &str) -> Result<u8, String> {
+    let known = crate::model::sampler::TEMPERATURES;
+    value
+        .parse::<f32>()
+        .ok()
+        .filter(|t| known.iter().any(|k| (k - t).abs() < 1e-6))
+        .map(|t| (t * 10.0).round() as u8)
+        .ok_or_else(|| format!("temperature `{value}` is not one the app offers ({known:?})"))
 }
 
 /// A layer or head number below `count`.
@@ -486,7 +499,7 @@ fn words_of(var: Var) -> Vec<&'static str> {
         Var::Compare => all(&COMPARES),
         Var::Workload => all(&WORKLOADS),
         Var::Values => all(&VALUES),
-        Var::Sink => all(&SWITCH),
+        Var::Sink | Var::KvCache => all(&SWITCH),
         Var::Focus => all(&PANES),
         _ => vec!["true", "false"],
     }

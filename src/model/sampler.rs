@@ -4,8 +4,12 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
+/// The temperatures the app's `T` steps through (0: greedy), and the top-p values of `P`.
+pub const TEMPERATURES: [f32; 4] = [0.0, 0.7, 1.0, 1.5];
+pub const TOP_PS: [f32; 3] = [0.9, 0.5, 1.0];
+
 /// Sampling settings. `temperature == 0` is greedy.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
 pub struct SamplerConfig {
     pub temperature: f32,
     pub top_p: f32,
@@ -22,13 +26,29 @@ impl Default for SamplerConfig {
     }
 }
 
+impl SamplerConfig {
+    /// "greedy", or "T 0.7 · top-p 0.9".
+    pub fn describe(&self) -> String {
+        if self.temperature <= 0.0 {
+            "greedy".into()
+        } else {
+            format!("T {} · top-p {}", self.temperature, self.top_p)
+        }
+    }
+}
+
 /// One entry of a top-k list.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct TopToken {
     pub id: u32,
     pub token: String,
     pub logit: f32,
+    /// The model's own probability (softmax of the logits).
     pub prob: f32,
+    /// The probability the sampler drew with, after temperature and top-p (1 for the
+    /// greedy pick, 0 for the rest; recordings made before it read as 0).
+    #[serde(default)]
+    pub drawn: f32,
 }
 
 /// A seeded sampler.
@@ -83,32 +103,62 @@ impl Sampler {
 
     /// Picks the next token.
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
-        if self.cfg.temperature <= 0.0 {
-            return argmax(logits);
-        }
-        let p = softmax(logits, self.cfg.temperature);
-        let mut idx: Vec<usize> = (0..p.len()).collect();
-        idx.sort_by(|&a, &b| p[b].total_cmp(&p[a]));
-        // Nucleus: the smallest set of tokens whose mass reaches top_p.
-        let mut mass = 0.0;
-        let mut keep = 0;
-        for &i in &idx {
-            mass += p[i];
-            keep += 1;
-            if mass >= self.cfg.top_p {
-                break;
-            }
-        }
-        let r: f32 = self.rng.random::<f32>() * mass;
-        let mut acc = 0.0;
-        for &i in &idx[..keep] {
-            acc += p[i];
-            if acc >= r {
-                return i as u32;
-            }
-        }
-        idx[keep - 1] as u32
+        let p = distribution(&self.cfg, logits);
+        self.draw(&p)
     }
+
+    /// Draws an id from a distribution over the vocabulary (its largest entry for greedy
+    /// settings, where it is one-hot).
+    pub fn draw(&mut self, p: &[f32]) -> u32 {
+        if self.cfg.temperature <= 0.0 {
+            return argmax(p);
+        }
+        let r: f32 = self.rng.random::<f32>();
+        let mut acc = 0.0;
+        let mut last = 0;
+        for (i, &x) in p.iter().enumerate() {
+            if x > 0.0 {
+                acc += x;
+                last = i;
+                if acc >= r {
+                    return i as u32;
+                }
+            }
+        }
+        last as u32
+    }
+
+    /// The settings this sampler draws with.
+    pub fn config(&self) -> SamplerConfig {
+        self.cfg
+    }
+}
+
+/// The distribution the sampler draws from: greedy puts everything on the largest logit;
+/// otherwise the softmax at the temperature, cut to the nucleus (the fewest most likely
+/// tokens whose mass reaches top-p) and renormalized.
+pub fn distribution(cfg: &SamplerConfig, logits: &[f32]) -> Vec<f32> {
+    let mut p = vec![0.0; logits.len()];
+    if logits.is_empty() {
+        return p;
+    }
+    if cfg.temperature <= 0.0 {
+        p[argmax(logits) as usize] = 1.0;
+        return p;
+    }
+    let soft = softmax(logits, cfg.temperature);
+    let mut idx: Vec<usize> = (0..soft.len()).collect();
+    idx.sort_by(|&a, &b| soft[b].total_cmp(&soft[a]));
+    let mut mass = 0.0;
+    for &i in &idx {
+        p[i] = soft[i];
+        mass += soft[i];
+        if mass >= cfg.top_p {
+            break;
+        }
+    }
+    p.iter_mut().for_each(|x| *x /= mass);
+    p
 }
 
 #[cfg(test)]
@@ -149,6 +199,32 @@ mod tests {
             seed: 1,
         });
         assert!((0..20).all(|_| s.sample(&logits) == 1));
+    }
+
+    #[test]
+    fn the_drawn_distribution_is_what_temperature_and_top_p_make_of_the_logits() {
+        let logits = vec![2.0, 1.0, 0.0, -1.0];
+        let greedy = distribution(&SamplerConfig::default(), &logits);
+        assert_eq!(greedy, vec![1.0, 0.0, 0.0, 0.0]);
+        let at = |temperature, top_p| {
+            distribution(
+                &SamplerConfig {
+                    temperature,
+                    top_p,
+                    seed: 0,
+                },
+                &logits,
+            )
+        };
+        // Temperature above one flattens: the top token loses probability.
+        let own = softmax(&logits, 1.0);
+        assert!((at(1.0, 1.0)[0] - own[0]).abs() < 1e-6);
+        assert!(at(1.5, 1.0)[0] < own[0] && at(0.5, 1.0)[0] > own[0]);
+        // Top-p keeps the fewest tokens reaching the mass, renormalized.
+        let nucleus = at(1.0, 0.8);
+        assert_eq!(nucleus.iter().filter(|&&x| x > 0.0).count(), 2);
+        assert!((nucleus.iter().sum::<f32>() - 1.0).abs() < 1e-6);
+        assert!((nucleus[0] - own[0] / (own[0] + own[1])).abs() < 1e-6);
     }
 
     #[test]

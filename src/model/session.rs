@@ -7,7 +7,7 @@ use super::forward::AttnKernel;
 use super::forward::{Logits, Model};
 use super::heads::HeadLayout;
 use super::probe::{LayerCapture, LayerSelect, Probe, Timing};
-use super::sampler::{top_k, Sampler, SamplerConfig, TopToken};
+use super::sampler::{distribution, top_k, Sampler, SamplerConfig, TopToken};
 use crate::kv::{Contiguous, KvStore};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -45,6 +45,12 @@ pub struct StepInfo {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub weight_bytes_by_layout: BTreeMap<HeadLayout, u64>,
     pub kernel: AttnKernel,
+    /// The step ran without a KV cache: it recomputed the whole sequence.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_cache: bool,
+    /// How the step's token was picked (recordings made before it read as greedy).
+    #[serde(default)]
+    pub sampler: SamplerConfig,
     /// Attention bytes moved to and from main memory this step, all layers and heads.
     pub attn_io: IoCount,
     /// Where the step's time went; `sample_ms` is the sampler's share.
@@ -123,6 +129,10 @@ pub struct Session {
     pub step: usize,
     pub probe: Probe,
     pub top_k: usize,
+    /// The counterfactual without a KV cache: every decode step recomputes the keys and
+    /// values of the whole sequence instead of reading them back, so its time, bytes and
+    /// FLOPs grow with the position (the tokens come out the same).
+    pub recompute: bool,
 }
 
 impl Session {
@@ -138,11 +148,15 @@ impl Session {
             step: 0,
             probe: Probe::new(LayerSelect::None),
             top_k: 5,
+            recompute: false,
         }
     }
 
     /// The next iteration's shape: query rows it will run, and keys they will see.
     pub fn next_rows(&self) -> (usize, usize) {
+        if self.recompute && self.step > 0 {
+            return (self.tokens.len(), self.tokens.len());
+        }
         let t = self.pending.len();
         (t, self.kv.len() + t)
     }
@@ -150,12 +164,18 @@ impl Session {
     /// Runs one iteration: prefill on the first call, one decode step afterwards.
     pub fn step(&mut self) -> Result<StepInfo> {
         let t0 = std::time::Instant::now();
-        let phase = if self.kv.is_empty() {
+        let phase = if self.step == 0 {
             Phase::Prefill
         } else {
             Phase::Decode
         };
-        let input = std::mem::take(&mut self.pending);
+        let mut input = std::mem::take(&mut self.pending);
+        let no_cache = self.recompute && self.step > 0;
+        if no_cache {
+            // No cache to read: forget it and run the whole sequence again for one token.
+            self.kv = self.model.new_cache(self.kv.capacity());
+            input = self.tokens.clone();
+        }
         // The probe always goes along: with no layer selected it copies nothing and only
         // counts times and traffic.
         let logits =
@@ -164,7 +184,8 @@ impl Session {
         let row = Model::last_logits(&logits)?;
         let run = self.model.run_options();
         let ts = std::time::Instant::now();
-        let id = self.sampler.sample(&row);
+        let drawn = distribution(&self.sampler.config(), &row);
+        let id = self.sampler.draw(&drawn);
         let sample_ms = ts.elapsed().as_secs_f64() * 1e3;
         let logit_lens = match self.probe.lens_logits.take() {
             Some(p) => lens_rows(&p, id, &self.model.tokenizer)?,
@@ -177,6 +198,7 @@ impl Session {
                 token: self.model.tokenizer.piece(id),
                 logit,
                 prob,
+                drawn: drawn[id as usize],
             })
             .collect();
         self.tokens.push(id);
@@ -202,6 +224,8 @@ impl Session {
                 .map(|l| (*l, self.model.weight_bytes_under(*l)))
                 .collect(),
             kernel: run.kernel,
+            no_cache,
+            sampler: self.sampler.config(),
             attn_io: self.probe.attn_io,
             timing: std::mem::take(&mut self.probe.timing),
             traffic: self.probe.traffic,
@@ -211,6 +235,11 @@ impl Session {
         };
         self.step += 1;
         Ok(info)
+    }
+
+    /// Draws the next tokens with `cfg` (temperature, top-p, seed) from now on.
+    pub fn set_sampler(&mut self, cfg: SamplerConfig) {
+        self.sampler = Sampler::new(cfg);
     }
 
     /// The model this session runs.

@@ -2,7 +2,8 @@
 //! runs model code — changes that need the model become [`Command`]s for the engine.
 
 use super::tutor::{Reply, Tutor};
-use crate::model::{AttnKernel, HeadLayout, RunOptions};
+use crate::model::sampler::{TEMPERATURES, TOP_PS};
+use crate::model::{AttnKernel, HeadLayout, RunOptions, SamplerConfig};
 use crate::serve::{CacheKind, Policy, ReqPhase};
 use crate::worker::{AppWorkload, Command, Event, OtherRun, ServeSetup, StepReport};
 use std::collections::VecDeque;
@@ -60,6 +61,11 @@ pub enum Action {
     ZoomPane(Pane),
     /// The serving workload: chat prompts ↔ the long story.
     ToggleWorkload,
+    /// The live request's KV cache on ↔ off (recompute the sequence every step).
+    ToggleKvCache,
+    /// The live request's sampler: the next temperature, the next top-p.
+    CycleTemperature,
+    CycleTopP,
     /// Scroll the lesson text (mouse wheel), lines.
     ScrollLesson(i16),
     /// The new-prompt line: a character, Backspace, Enter, Esc.
@@ -92,8 +98,13 @@ fn needs_model(a: Action) -> bool {
             | Action::StartInput
             | Action::ToggleSink
             | Action::ToggleWorkload
+            | Action::CycleTemperature
+            | Action::CycleTopP
+            | Action::ToggleKvCache
             | Action::Set(
-                Setting::Layout(_)
+                Setting::Temperature(_)
+                    | Setting::KvCache(_)
+                    | Setting::Layout(_)
                     | Setting::Kernel(_)
                     | Setting::Serve(..)
                     | Setting::Sink(_)
@@ -117,6 +128,9 @@ fn flip_policy(p: Policy) -> Policy {
 }
 
 pub use super::live::{Compare, LiveState, Pane, Setting};
+
+/// Most space presses kept while an iteration runs.
+pub const MAX_QUEUED_STEPS: usize = 64;
 
 /// Iterations of the batching timeline kept for drawing.
 pub const TIMELINE: usize = 240;
@@ -218,8 +232,14 @@ pub struct App {
     pub running: bool,
     pub speed: usize,
     pub in_flight: bool,
+    /// Space presses that came while an iteration ran, run one after another.
+    pub steps_queued: usize,
     pub input: Option<String>,
     pub run: RunOptions,
+    /// How the live request picks its tokens (greedy by default).
+    pub sampler: SamplerConfig,
+    /// The live request keeps a KV cache (off: every step recomputes the sequence).
+    pub kv_cache: bool,
     pub policy: Policy,
     pub cache: CacheKind,
     pub workload: AppWorkload,
@@ -274,8 +294,11 @@ impl App {
             running: false,
             speed: 2,
             in_flight: false,
+            steps_queued: 0,
             input: None,
             run,
+            sampler: SamplerConfig::default(),
+            kv_cache: true,
             policy: Policy::Continuous,
             cache: CacheKind::Paged,
             workload: AppWorkload::Chat,
@@ -310,6 +333,8 @@ impl App {
             show_scores: self.show_scores,
             sink: self.sink,
             prompt_queued: self.prompt_queued,
+            sampler: self.sampler,
+            kv_cache: self.kv_cache,
         }
     }
 
@@ -383,6 +408,12 @@ impl App {
             }
             Action::Step => {
                 self.running = false;
+                // A press while an iteration runs is kept, not dropped: a learner counting
+                // thirty presses gets thirty iterations.
+                if self.in_flight && self.ready && self.fatal.is_none() {
+                    self.steps_queued = (self.steps_queued + 1).min(MAX_QUEUED_STEPS);
+                    return Vec::new();
+                }
                 self.request_step().into_iter().collect()
             }
             _ if needs_model(a) && a != Action::StartInput => self.setting(a).into_iter().collect(),
@@ -470,8 +501,21 @@ impl App {
     }
 
     /// Settings the engine must apply: head layout, kernel, serving cache and policy, the
-    /// side-by-side comparison, the sink experiment.
+    /// side-by-side comparison, the sink experiment, the sampler.
     fn setting(&mut self, a: Action) -> Option<Command> {
+        if let Some(cfg) = self.sampler_for(a) {
+            self.sampler = cfg;
+            return Some(Command::SetSampler(cfg));
+        }
+        let kv_cache = match a {
+            Action::ToggleKvCache => Some(!self.kv_cache),
+            Action::Set(Setting::KvCache(on)) => Some(on),
+            _ => None,
+        };
+        if let Some(on) = kv_cache.filter(|&on| on != self.kv_cache) {
+            self.kv_cache = on;
+            return Some(Command::SetKvCache(on));
+        }
         let mut run = self.run;
         let (mut policy, mut cache, mut compare) = (self.policy, self.cache, self.compare);
         let (mut sink, mut workload) = (self.sink, self.workload);
@@ -528,6 +572,11 @@ impl App {
             (self.policy, self.cache, self.compare, self.workload) = serve;
             self.timeline.clear();
             self.timeline_b.clear();
+            // The old run's views would be drawn (and quoted, and asked about) under the
+            // new run's titles until the next step: the serving panes wait for it instead.
+            if let Some(r) = self.report.as_mut() {
+                (r.serve, r.serve_b) = (None, None);
+            }
             return Some(Command::SetServe(ServeSetup {
                 policy,
                 cache,
@@ -540,6 +589,22 @@ impl App {
             return Some(Command::SetSink(sink));
         }
         None
+    }
+
+    /// The sampler an action asks for, if it is about the sampler.
+    fn sampler_for(&self, a: Action) -> Option<SamplerConfig> {
+        let next = |list: &[f32], now: f32| {
+            let i = list.iter().position(|&x| (x - now).abs() < 1e-6);
+            list[i.map_or(0, |i| (i + 1) % list.len())]
+        };
+        let mut cfg = self.sampler;
+        match a {
+            Action::CycleTemperature => cfg.temperature = next(&TEMPERATURES, cfg.temperature),
+            Action::CycleTopP => cfg.top_p = next(&TOP_PS, cfg.top_p),
+            Action::Set(Setting::Temperature(tenths)) => cfg.temperature = f32::from(tenths) / 10.0,
+            _ => return None,
+        }
+        Some(cfg)
     }
 
     /// What is shown and how: layer, head, values, scrolling, focus, running, speed.
@@ -876,9 +941,11 @@ impl App {
                 self.status = s;
                 self.in_flight = false;
                 self.running = false;
+                self.steps_queued = 0;
             }
             Event::Died(e) => {
                 self.in_flight = false;
+                self.steps_queued = 0;
                 self.running = false;
                 self.fatal = Some(format!(
                     "the engine thread stopped ({e}). Nothing more can run; your lesson progress and any recording are saved."
@@ -886,6 +953,7 @@ impl App {
             }
             Event::Error(e) => {
                 self.in_flight = false;
+                self.steps_queued = 0;
                 // A refused prompt leaves the old request in place.
                 self.prompt_queued = false;
                 self.running = false;

@@ -314,9 +314,12 @@ fn header(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         crate::model::AttnKernel::Naive => "naive",
         crate::model::AttnKernel::Tiled { .. } => "tiled",
     };
+    let cache = if app.kv_cache { "" } else { " · NO KV CACHE" };
     let full = format!(
-        " inferlab · {} · {} · {kernel} attention · iteration {iter} · {phase} · {tps:.1} tok/s · {run} · ",
-        app.model_name, app.run.layout,
+        " inferlab · {} · {} · {kernel} attention{cache} · {} · iteration {iter} · {phase} · {tps:.1} tok/s · {run} · ",
+        app.model_name,
+        app.run.layout,
+        app.sampler.describe(),
     );
     // The status (an export path, an error) matters more than the fixed facts: when the
     // line is too narrow those shrink first, and only then is the status cut, with "…".

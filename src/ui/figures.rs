@@ -7,8 +7,8 @@ use crate::model::HeadLayout;
 use crate::views::traffic;
 use crate::views::units::thousands;
 
-/// What a figure reads while nothing has run yet.
-pub const PENDING: &str = "…";
+/// What a figure reads until the iteration it comes from has run: it says what to do.
+pub const PENDING: &str = "[press space]";
 
 /// The value of figure `name` now, or `None` when the app has not got it yet.
 pub fn value(app: &App, name: &str) -> Option<String> {
@@ -58,7 +58,7 @@ pub fn value(app: &App, name: &str) -> Option<String> {
     })
 }
 
-/// `text` with every `{figure}` replaced by its value now (`…` until it is known).
+/// `text` with every `{figure}` replaced by its value now ([`PENDING`] until it is known).
 pub fn fill(app: &App, text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;

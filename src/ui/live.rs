@@ -23,6 +23,10 @@ pub enum Setting {
     Values(bool),
     Layer(usize),
     Head(usize),
+    /// The live request's sampling temperature, in tenths (0: greedy).
+    Temperature(u8),
+    /// The live request's KV cache on or off.
+    KvCache(bool),
 }
 
 /// What the side-by-side view varies.
@@ -60,4 +64,8 @@ pub struct LiveState<'a> {
     /// A new prompt waits for its prefill: the report on screen is the old request's,
     /// and the next iteration will be a prefill, not a decode step.
     pub prompt_queued: bool,
+    /// How the live request picks its next token.
+    pub sampler: crate::model::SamplerConfig,
+    /// The live request keeps a KV cache.
+    pub kv_cache: bool,
 }

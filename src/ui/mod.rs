@@ -162,6 +162,10 @@ impl Pace {
             self.lens_sent = lens;
             out.push(Command::SetLens(lens));
         }
+        if app.steps_queued > 0 && !app.in_flight {
+            app.steps_queued -= 1;
+            out.extend(app.request_step());
+        }
         if app.running && !app.in_flight {
             let speed = SPEEDS[app.speed];
             if speed == 0.0 || self.last_step.elapsed().as_secs_f64() >= 1.0 / speed {

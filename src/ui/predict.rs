@@ -35,6 +35,14 @@ const KV_AFTER_TILED: [&str; 3] = [
     "more: tiles keep copies",
 ];
 const UTIL_AFTER: [&str; 3] = ["higher", "about the same (within 5 points)", "lower"];
+const TOP_AFTER_T: [&str; 4] = [
+    "it rises above the model's own",
+    "it stays the model's own",
+    "it falls below the model's own",
+    "it becomes 100%, as greedy",
+];
+/// The temperature the prediction switches to, in tenths.
+const PREDICT_TEMPERATURE: u8 = 15;
 const FINISHED_ROW: [&str; 3] = [
     "it keeps running as padding until the batch ends",
     "a waiting request takes over its slot in the next iteration",
@@ -98,8 +106,12 @@ fn dominant(chosen: u64, t: &Traffic, what: &str) -> (bool, String) {
     )
 }
 
-/// Why a prediction cannot be asked now.
-pub fn unavailable(kind: Predict) -> &'static str {
+/// Why a prediction cannot be asked now; `ran`: an iteration of the request on screen
+/// has run.
+pub fn unavailable(kind: Predict, ran: bool) -> &'static str {
+    if !ran {
+        return "this prediction needs an iteration first: press space";
+    }
     match kind {
         Predict::PagesNext
         | Predict::NextJoin
@@ -109,6 +121,12 @@ pub fn unavailable(kind: Predict) -> &'static str {
         }
         Predict::KvAfterMha => "this prediction starts from GQA or MQA: press m first",
         Predict::KvAfterTiled => "this prediction starts from the naive kernel: press f first",
+        Predict::TopAfterTemperature => {
+            "this prediction starts below temperature 1.5 with a running request: press T, or a for a new prompt"
+        }
+        Predict::FlopsWithoutCache => {
+            "this prediction starts from a cached decode step: press C, then space (a for a new prompt)"
+        }
         Predict::UtilAfterContiguous => {
             "this prediction starts from the paged serving cache with work running: press c, then space"
         }
@@ -143,6 +161,8 @@ pub fn action(kind: Predict, app: &LiveState) -> (Vec<Setting>, bool) {
             )],
             true,
         ),
+        Predict::TopAfterTemperature => (vec![Setting::Temperature(PREDICT_TEMPERATURE)], true),
+        Predict::FlopsWithoutCache => (vec![Setting::KvCache(false)], true),
         _ => (Vec::new(), true),
     }
 }
@@ -153,9 +173,21 @@ pub fn live_choices(app: &LiveState, kind: Predict) -> Option<LiveChoices> {
     // live request's next decode step cannot be seen until that has run.
     let about_live = matches!(
         kind,
-        Predict::TopAttended | Predict::DominantLive | Predict::NextReadMb | Predict::LensLayer
+        Predict::TopAttended
+            | Predict::DominantLive
+            | Predict::NextReadMb
+            | Predict::LensLayer
+            | Predict::TopAfterTemperature
+            | Predict::FlopsWithoutCache
     );
     if about_live && app.prompt_queued {
+        return None;
+    }
+    let t_now = (app.sampler.temperature * 10.0).round() as u8;
+    if kind == Predict::TopAfterTemperature && t_now == PREDICT_TEMPERATURE {
+        return None;
+    }
+    if kind == Predict::FlopsWithoutCache && !app.kv_cache {
         return None;
     }
     choices_for(app.report?, kind)
@@ -183,6 +215,8 @@ pub fn choices_for(r: &StepReport, kind: Predict) -> Option<LiveChoices> {
         }
         Predict::FinishedRowStatic => r.serve.as_ref().map(|_| labelled(&FINISHED_ROW, 0)),
         Predict::LensLayer => lens_choices(r),
+        Predict::TopAfterTemperature => (!r.finished).then(|| labelled(&TOP_AFTER_T, 0)),
+        Predict::FlopsWithoutCache => flops_choices(r),
         Predict::UtilAfterContiguous => util_choices(r),
     }
 }
@@ -379,6 +413,8 @@ pub fn outcome(
         Predict::LensLayer => lens_outcome(p, chosen, new),
         Predict::UtilAfterContiguous => serve(NO_ITERATION, &|sv| util_outcome(p, chosen, sv)),
         Predict::FinishedRowStatic => return padding_outcome(chosen, new.serve.as_ref()?),
+        Predict::TopAfterTemperature => top_after_t_outcome(chosen, new),
+        Predict::FlopsWithoutCache => flops_outcome(live, chosen, new),
     })
 }
 
@@ -503,10 +539,11 @@ fn kv_outcome(p: &Pending, chosen: u64, new: &StepReport) -> (bool, String) {
         .get(&new.info.layout)
         .unwrap_or(&0) as u64;
     let why = format!(
-        "under {} with {} attention each token now stores {} bytes of K and V (before: {before})",
+        "under {} with {} attention each token now stores {} bytes of K and V (before: {})",
         new.info.layout,
         kernel_name(new.run.kernel),
-        crate::views::units::thousands(after as usize)
+        crate::views::units::thousands(after as usize),
+        crate::views::units::thousands(before as usize)
     );
     let right = match p.kind {
         Predict::KvAfterMha => chosen == 1000 * after / before,
@@ -550,6 +587,70 @@ fn util_outcome(p: &Pending, chosen: u64, sv: &ServeView) -> (bool, String) {
         sv.cache
     );
     (chosen == actual, why.to_lowercase())
+}
+
+/// Multiples of a cached decode step's FLOPs: the same, twice, a quarter and all of the
+/// sequence's length. Asked after a cached decode step, whose FLOPs are the subject.
+fn flops_choices(r: &StepReport) -> Option<LiveChoices> {
+    let f = r.info.traffic.flops;
+    if r.finished || r.info.step == 0 || r.info.no_cache || f == 0 {
+        return None;
+    }
+    let n = r.pieces.len() as u64 + 1;
+    let values = vec![1, 2, (n / 4).max(3), n];
+    let labels = values
+        .iter()
+        .map(|&m| match m {
+            1 => "about the same as a cached step".to_string(),
+            m => format!("about {m}× a cached step"),
+        })
+        .collect();
+    Some(LiveChoices::new(labels, values, f))
+}
+
+/// The multiple nearest (on a log scale) to the step's FLOPs over the cached step's.
+fn flops_outcome(live: &LiveChoices, chosen: u64, new: &StepReport) -> (bool, String) {
+    let ratio = new.info.traffic.flops as f64 / live.subject.max(1) as f64;
+    let d = |v: u64| ((v as f64).ln() - ratio.max(1e-9).ln()).abs();
+    let nearest = live
+        .values
+        .iter()
+        .copied()
+        .min_by(|a, b| d(*a).total_cmp(&d(*b)))
+        .unwrap_or(1);
+    let why = format!(
+        "without the cache the step ran all {} tokens again: {:.1} GFLOP, {ratio:.0}× the cached step's {:.2}",
+        new.info.input_len,
+        new.info.traffic.flops as f64 / 1e9,
+        live.subject as f64 / 1e9
+    );
+    (chosen == nearest, why)
+}
+
+/// What the sampler gave the model's top token after the switch, against the model's
+/// own probability (within half a point counts as the same).
+fn top_after_t_outcome(chosen: u64, new: &StepReport) -> (bool, String) {
+    let Some(top) = new.info.top_k.first() else {
+        return (false, "the step reported no distribution".into());
+    };
+    let (own, drawn) = (top.prob, top.drawn);
+    let actual = if drawn >= 0.9995 {
+        3
+    } else if (drawn - own).abs() <= 0.005 {
+        1
+    } else if drawn > own {
+        0
+    } else {
+        2
+    };
+    let why = format!(
+        "at {} the top token {:?} went from the model's {:.1}% to {:.1}% in the distribution the sampler drew from",
+        new.info.sampler.describe(),
+        top.token,
+        100.0 * own,
+        100.0 * drawn
+    );
+    (chosen == actual, why)
 }
 
 /// A member of a static batch running on as padding; `None` until one does.

@@ -149,7 +149,14 @@ impl Tutor {
             return Reply::default();
         };
         let step = step.min(l.steps.len().saturating_sub(1));
-        let s = l.steps[step].clone();
+        let mut s = l.steps[step].clone();
+        // Walking on, the earlier steps' settings are in place already (and the learner's
+        // own changes stay); opening a step any other way sets what the walk would have.
+        if !(lesson == self.lesson && step == self.step + 1) {
+            s.set = l.steps[..=step]
+                .iter()
+                .fold(Settings::default(), |acc, st| st.set.over(&acc));
+        }
         self.lesson = lesson;
         self.step = step;
         self.list_sel = lesson;
@@ -228,6 +235,8 @@ fn settings_of(app: &LiveState, s: &Step) -> Reply {
         ));
     }
     acts.extend(set.sink.map(Setting::Sink));
+    acts.extend(set.temperature.map(Setting::Temperature));
+    acts.extend(set.kv_cache.map(Setting::KvCache));
     acts.extend(set.workload.map(Setting::Workload));
     acts.extend(set.view.map(Setting::Zoom));
     Reply {
@@ -299,6 +308,7 @@ fn live_word(app: &LiveState, var: Var) -> Option<&'static str> {
             .map_or("", |(w, _)| w),
         Var::Values => word_for(&VALUES, values),
         Var::Sink => word_for(&SWITCH, app.sink),
+        Var::KvCache => word_for(&SWITCH, app.kv_cache),
         Var::Workload => word_for(&WORKLOADS, app.workload),
         Var::Focus => word_for(&PANES, app.focus),
         _ => return None,
@@ -367,7 +377,8 @@ impl Tutor {
             }
             QuestionKind::Predict(kind) => {
                 let Some(live) = super::predict::live_choices(app, *kind) else {
-                    return Reply::status(super::predict::unavailable(*kind));
+                    let ran = app.report.is_some() && !app.prompt_queued;
+                    return Reply::status(super::predict::unavailable(*kind, ran));
                 };
                 if choice >= live.values.len() {
                     return Reply::default();
@@ -471,6 +482,8 @@ mod tests {
             show_scores: false,
             sink: false,
             prompt_queued: false,
+            sampler: Default::default(),
+            kv_cache: true,
         }
     }
 

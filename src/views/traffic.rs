@@ -181,6 +181,11 @@ pub fn view<'a>(
     TrafficView {
         what: if is_prefill {
             format!("prefill of {} tokens", report.info.input_len)
+        } else if report.info.no_cache {
+            format!(
+                "decode step {} without cache ({} tokens again)",
+                report.info.step, report.info.input_len
+            )
         } else {
             format!("decode step {}", report.info.step)
         },
@@ -301,11 +306,12 @@ fn kinds(who: &str, t: &Traffic, narrow: bool) -> String {
     }
 }
 
-/// "decode step 12 · 14.2 ms · 10.8 GB/s = 51% of 21.3 · 2.1 G op/s".
+/// "decode step 12 · 14.2 ms · 0.27 GFLOP · 10.8 GB/s = 51% of 21.3 · 2.1 G op/s".
 fn headline(v: &TrafficView, narrow: bool) -> String {
     let n = &v.now;
+    let gflop = n.traffic.flops as f64 / 1e9;
     if narrow {
-        return format!("{} · {:.1} ms · {:.1} GB/s", v.what, n.ms, n.gb_per_s());
+        return format!("{} · {:.1} ms · {gflop:.2} GFLOP", v.what, n.ms);
     }
     let of = v
         .roof
@@ -318,7 +324,7 @@ fn headline(v: &TrafficView, narrow: bool) -> String {
         })
         .unwrap_or_default();
     format!(
-        "{} · {:.1} ms · {:.1} GB/s{of} · {:.1} G op/s",
+        "{} · {:.1} ms · {gflop:.2} GFLOP · {:.1} GB/s{of} · {:.1} G op/s",
         v.what,
         n.ms,
         n.gb_per_s(),

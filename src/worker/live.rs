@@ -22,6 +22,7 @@ pub(super) fn start(
     prompt: &str,
     max_new: usize,
     tokens: Option<Vec<u32>>,
+    sampler: SamplerConfig,
 ) -> Result<Live, String> {
     let ids = match tokens {
         Some(t) => t,
@@ -41,7 +42,7 @@ pub(super) fn start(
             model.cfg.context
         ));
     }
-    let mut session = Session::new(model, ids, max_new, SamplerConfig::default());
+    let mut session = Session::new(model, ids, max_new, sampler);
     session.probe.select = LayerSelect::All;
     session.top_k = 8;
     Ok(Live {
@@ -142,7 +143,7 @@ pub fn run_request(
     max_new: usize,
     steps: usize,
 ) -> Result<Vec<StepReport>, String> {
-    let mut live = start(model, prompt, max_new, None)?;
+    let mut live = start(model, prompt, max_new, None, SamplerConfig::default())?;
     let mut out = Vec::new();
     for i in 0..steps {
         if live.finished {

@@ -12,7 +12,7 @@ use live::{start, step, Live};
 pub use report::{KvView, StepReport};
 
 use crate::model::source::{self, Progress};
-use crate::model::{LoadOptions, Model, RunOptions, TextTokenizer};
+use crate::model::{LoadOptions, Model, RunOptions, SamplerConfig, TextTokenizer};
 use crate::serve::workload::{LengthDist, Workload};
 use crate::serve::{CacheKind, Policy, Request, ServeConfig, ServeEngine};
 use crate::sink::SinkRun;
@@ -40,6 +40,11 @@ pub enum Command {
     /// Run the logit lens on the live request's steps (only while it is on screen: it
     /// costs an LM head pass over every layer's newest row).
     SetLens(bool),
+    /// How the live request picks its next tokens: temperature and top-p (0: greedy).
+    SetSampler(SamplerConfig),
+    /// The live request with its KV cache (true), or recomputing every key and value of
+    /// the sequence at each step (false): the cache's counterfactual.
+    SetKvCache(bool),
     Quit,
 }
 
@@ -158,7 +163,13 @@ fn run(cfg: EngineConfig, rx: Receiver<Command>, tx: &Sender<Event>) -> Result<(
     let base =
         Model::load(&path, &cfg.load).map_err(|e| format!("loading {}: {e}", path.display()))?;
     let model = base.with_run(cfg.run).map_err(|e| e.to_string())?;
-    let live = start(&model, &cfg.prompt, cfg.max_new, None)?;
+    let live = start(
+        &model,
+        &cfg.prompt,
+        cfg.max_new,
+        None,
+        SamplerConfig::default(),
+    )?;
     let setup = ServeSetup::default();
     let serve = serving(&model, setup.policy, setup.cache, setup.workload, false)?.into();
     send(Event::Status(
@@ -190,6 +201,8 @@ fn run(cfg: EngineConfig, rx: Receiver<Command>, tx: &Sender<Event>) -> Result<(
         last: None,
         focus: 0,
         lens: false,
+        sampler: SamplerConfig::default(),
+        kv_cache: true,
     };
     while let Ok(cmd) = rx.recv() {
         if matches!(cmd, Command::Quit) {
@@ -230,6 +243,10 @@ struct Worker {
     focus: usize,
     /// The logit lens is on screen.
     lens: bool,
+    /// How the live request picks tokens; a new prompt keeps it.
+    sampler: SamplerConfig,
+    /// The live request keeps a KV cache (false: recomputes the sequence every step).
+    kv_cache: bool,
 }
 
 impl Worker {
@@ -238,6 +255,26 @@ impl Worker {
             Command::Quit => {}
             Command::Focus(layer) => self.focus = layer,
             Command::SetLens(on) => self.lens = on,
+            Command::SetKvCache(on) => {
+                self.kv_cache = on;
+                self.live.session.recompute = !on;
+                send(Event::Status(
+                    if on {
+                        "KV cache on: each decode step computes one token's keys and values"
+                    } else {
+                        "KV cache off: each decode step recomputes the keys and values of the whole sequence"
+                    }
+                    .into(),
+                ));
+            }
+            Command::SetSampler(cfg) => {
+                self.sampler = cfg;
+                self.live.session.set_sampler(cfg);
+                send(Event::Status(format!(
+                    "sampler: {} from the next step on",
+                    cfg.describe()
+                )));
+            }
             Command::SetSink(on) => {
                 self.sink = None;
                 if on {
@@ -269,7 +306,8 @@ impl Worker {
                 }));
             }
             Command::Prompt(p) => {
-                self.live = start(&self.model, &p, self.max_new, None)?;
+                self.live = start(&self.model, &p, self.max_new, None, self.sampler)?;
+                self.live.session.recompute = !self.kv_cache;
                 send(Event::Status(
                     "new request queued: press space to prefill it".into(),
                 ));
@@ -307,9 +345,16 @@ impl Worker {
         }
         let fed = toks.len() - prompt_len;
         let remaining = self.max_new.saturating_sub(fed).max(1);
-        let mut live = start(&model, &self.live.prompt, remaining, Some(toks))?;
+        let mut live = start(
+            &model,
+            &self.live.prompt,
+            remaining,
+            Some(toks),
+            self.sampler,
+        )?;
         live.session.prompt_len = prompt_len;
         live.session.probe.lens = self.lens;
+        live.session.recompute = !self.kv_cache;
         // The serving cache is shaped by the layout too: its workload starts again.
         let (serve, compare) = serving_pair(&model, self.setup)?;
         (self.serve, self.compare) = (serve, compare);

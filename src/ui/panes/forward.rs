@@ -24,28 +24,35 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     }
 }
 
-/// Draws where a report's step spent its time, and `layer`'s residual stream, into `inner`.
+/// Draws where a report's step spent its time, and `layer`'s residual stream, into `inner`:
+/// one line each, most telling first, every line within 78 columns so the smallest
+/// terminal shows them whole when the pane is zoomed.
 pub fn draw(r: &StepReport, layer: usize, theme: &Theme, inner: Rect, buf: &mut Buffer) {
     let mut rows = timing_rows(r, theme);
-    rows.push((3, attention_row(r), Style::default()));
-    if let Some(c) = r.info.captures.iter().find(|c| c.layer == layer) {
-        rows.extend(layer_rows(r, c, theme));
+    let capture = r.info.captures.iter().find(|c| c.layer == layer);
+    if let Some(c) = capture {
+        rows.push(residual_row(c, theme));
     }
-    for (y, text, style) in rows {
-        put_text(buf, inner, 0, inner.y + y, text, style);
+    rows.push((attention_row(r), Style::default()));
+    rows.push((shapes_row(r), theme.dim()));
+    if let Some(c) = capture {
+        rows.extend(block_rows(r, c, theme));
+    }
+    for (y, (text, style)) in rows.into_iter().enumerate() {
+        put_text(buf, inner, 0, inner.y + y as u16, text, style);
     }
 }
 
-/// A pane row: its line inside the pane, its text and style.
-type Row = (u16, String, Style);
+/// A pane row: its text and style.
+type Row = (String, Style);
 
-/// Rows 0 and 1: the stages of the pass with their times, and a sparkline of the layers.
+/// The stages of the pass with their times (ms), and a sparkline of the layers.
 fn timing_rows(r: &StepReport, theme: &Theme) -> Vec<Row> {
     let t = &r.info.timing;
     let layers: f64 = t.layers_ms.iter().sum();
     let total = t.embed_ms + layers + t.lm_head_ms + r.info.sample_ms;
     let stages = format!(
-        "{} token(s) in → embed {:.2} ms → {} layers {:.1} ms → LM head {:.1} ms → sample {:.2} ms = {:.1} ms",
+        "{} tok → embed {:.2} → {} layers {:.1} → LM head {:.1} → sample {:.2} = {:.1} ms",
         r.info.input_len,
         t.embed_ms,
         t.layers_ms.len(),
@@ -61,40 +68,35 @@ fn timing_rows(r: &StepReport, theme: &Theme) -> Vec<Row> {
         .map(|&ms| SPARK[((ms / max) * 7.0).round() as usize])
         .collect();
     vec![
-        (0, stages, Style::default()),
-        (1, format!("per layer  {spark}"), theme.accent()),
+        (stages, Style::default()),
+        (format!("time per layer  {spark}"), theme.accent()),
     ]
 }
 
 /// The attention kernel and the bytes it moved in this pass.
 fn attention_row(r: &StepReport) -> String {
     let kernel = match r.run.kernel {
-        AttnKernel::Naive => "naive (full score matrix)".to_string(),
+        AttnKernel::Naive => "naive".to_string(),
         // On-chip memory is sized in binary units (an A100 SM's 192 KiB).
-        AttnKernel::Tiled { sram_bytes } => format!("tiled, {} KiB on-chip", sram_bytes >> 10),
+        AttnKernel::Tiled { sram_bytes } => format!("tiled for {} KiB on-chip", sram_bytes >> 10),
     };
     format!(
-        "attention {kernel}: {} moved (read {} · written {})",
+        "attention {kernel}: {} moved (read {}, wrote {})",
         bytes(r.info.attn_io.total() as usize),
         bytes(r.info.attn_io.read as usize),
         bytes(r.info.attn_io.written as usize)
     )
 }
 
-/// RoPE's relative property, measured on the newest query and key of the layer.
-fn rope_shift_row(s: &crate::model::probe::RopeShift) -> String {
-    if s.offset == 0 {
-        return String::new();
-    }
-    format!(
-        "RoPE   same q, k {} apart: at {} → {:.3} · both moved +{} → {:.3} · {} apart → {:.3}",
-        s.offset,
-        s.at,
-        s.score,
-        s.shift,
-        s.score_shifted,
-        2 * s.offset,
-        s.score_other_offset
+/// The chosen layer's residual stream through its two blocks.
+fn residual_row(c: &LayerCapture, theme: &Theme) -> Row {
+    let last = c.t - 1;
+    (
+        format!(
+            "layer {} residual ‖x‖: in {:.1} → +attention {:.1} → +SwiGLU MLP {:.1}",
+            c.layer, c.resid_norm_in[last], c.resid_norm_attn[last], c.resid_norm_out[last]
+        ),
+        theme.dim(),
     )
 }
 
@@ -103,7 +105,7 @@ fn shapes_row(r: &StepReport) -> String {
     let c = &r.cfg;
     let d = c.head_dim;
     format!(
-        "shapes  {} → Q {}×{} · K,V {}×{} → concat {} → W_o {} · MLP {} → {} → {} · LM head → {}",
+        "shapes {} → Q {}×{}, K V {}×{} → W_o {} → {} · MLP {}→{}→{} · LM head {}",
         c.hidden,
         c.n_head,
         d,
@@ -118,49 +120,54 @@ fn shapes_row(r: &StepReport) -> String {
     )
 }
 
-/// Rows 2 and 4–9 for the chosen layer: its residual stream, the tile order (tiled
-/// kernel only), and what RoPE, RMSNorm and SwiGLU did to the newest token.
-fn layer_rows(r: &StepReport, c: &LayerCapture, theme: &Theme) -> Vec<Row> {
-    let last = c.t - 1;
-    let mut rows = vec![(
-        2,
-        format!(
-            "layer {} residual ‖x‖: in {:.1} → +attention {:.1} → +SwiGLU MLP {:.1}",
-            c.layer, c.resid_norm_in[last], c.resid_norm_attn[last], c.resid_norm_out[last]
-        ),
-        theme.dim(),
-    )];
-    if !c.tile_schedule.is_empty() {
-        let s: Vec<String> = c
-            .tile_schedule
-            .iter()
-            .take(12)
-            .map(|(q, k)| format!("Q{q}·K{k}"))
-            .collect();
-        rows.push((4, format!("tiles (head 0): {}", s.join(" ")), theme.dim()));
-    }
+/// What RoPE, RMSNorm and SwiGLU did to the newest token, and the tile order (tiled
+/// kernel only).
+fn block_rows(r: &StepReport, c: &LayerCapture, theme: &Theme) -> Vec<Row> {
     let b = &c.block;
-    let block = [
+    let mut rows = vec![
         format!(
             "RoPE   q head 0 ‖q‖ {:.2} → {:.2} after rotation · first pair turned {:.0} rad",
             b.q_norm_pre_rope, b.q_norm_post_rope, b.rope_angle0
         ),
+        rope_shift_row(&b.rope_shift),
         format!(
-            "RMSNorm  residual RMS {:.2} → {:.2} into attention (divide by RMS, times gain)",
+            "RMSNorm  residual RMS {:.2} → {:.2} into attention (÷ RMS, × gain)",
             b.rms_in, b.rms_normed
         ),
         format!(
             "SwiGLU   {:.0}% of the {} silu(gate) values nearly closed (|g| < 0.1)",
             b.gate_closed_pct, r.cfg.ffn
         ),
-        rope_shift_row(&b.rope_shift),
-        shapes_row(r),
-    ];
-    rows.extend(
-        block
-            .into_iter()
-            .zip(5..)
-            .map(|(text, y)| (y, text, Style::default())),
-    );
+    ]
+    .into_iter()
+    .filter(|t| !t.is_empty())
+    .map(|t| (t, Style::default()))
+    .collect::<Vec<_>>();
+    if !c.tile_schedule.is_empty() {
+        let s: Vec<String> = c
+            .tile_schedule
+            .iter()
+            .take(8)
+            .map(|(q, k)| format!("Q{q}·K{k}"))
+            .collect();
+        rows.push((format!("tiles (head 0): {}", s.join(" ")), theme.dim()));
+    }
     rows
+}
+
+/// RoPE's relative property, measured on the newest query and key of the layer.
+fn rope_shift_row(s: &crate::model::probe::RopeShift) -> String {
+    if s.offset == 0 {
+        return String::new();
+    }
+    format!(
+        "RoPE   same q·k {} apart at {}: {:.3} · moved +{}: {:.3} · {} apart: {:.3}",
+        s.offset,
+        s.at,
+        s.score,
+        s.shift,
+        s.score_shifted,
+        2 * s.offset,
+        s.score_other_offset
+    )
 }

@@ -10,8 +10,15 @@ use ratatui::layout::Rect;
 use ratatui::style::{Modifier, Style};
 use ratatui::widgets::Widget;
 
-/// Columns per query-head label in the head row (used for mouse hits too).
-pub const HEAD_W: u16 = 4;
+/// Columns per query-head label in the head row (used for mouse hits too): four where
+/// every head fits so, else three (`q8` stays on screen in a narrow pane).
+pub fn head_w(n_head: usize, width: u16) -> u16 {
+    if n_head as u16 * 4 <= width {
+        4
+    } else {
+        3
+    }
+}
 /// Row (inside the pane) of the query-head labels.
 pub const HEAD_ROW: u16 = 1;
 
@@ -20,7 +27,7 @@ pub fn head_at(inner: Rect, x: u16, y: u16, n_head: usize) -> Option<usize> {
     if y != inner.y + HEAD_ROW || x < inner.x {
         return None;
     }
-    let h = ((x - inner.x) / HEAD_W) as usize;
+    let h = ((x - inner.x) / head_w(n_head, inner.width)) as usize;
     (h < n_head).then_some(h)
 }
 
@@ -53,18 +60,19 @@ pub fn draw(v: &Heads, selected: usize, theme: &Theme, inner: Rect, buf: &mut Bu
     let line = format!("{} query heads read {} KV head(s)", v.map.len(), v.n_kv);
     super::put_text(buf, inner, 0, inner.y, line, Style::default());
     let row = inner.y + HEAD_ROW;
+    let w = head_w(v.map.len(), inner.width);
     for (h, &g) in v.map.iter().enumerate() {
         let kv_style = Style::default().fg(theme.request(g));
         let mut st = kv_style;
         if h == selected {
             st = st.add_modifier(Modifier::REVERSED | Modifier::BOLD);
         }
-        put(buf, inner, h as u16 * HEAD_W, row, format!("q{h:<2}"), st);
+        put(buf, inner, h as u16 * w, row, format!("q{h:<2}"), st);
         // Under each query head, the KV head it reads.
         put(
             buf,
             inner,
-            h as u16 * HEAD_W,
+            h as u16 * w,
             row + 1,
             format!("↓{g:<2}"),
             kv_style,
@@ -76,7 +84,7 @@ pub fn draw(v: &Heads, selected: usize, theme: &Theme, inner: Rect, buf: &mut Bu
         put(
             buf,
             inner,
-            10 + g as u16 * HEAD_W,
+            10 + g as u16 * w,
             row + 2,
             format!("k{g:<2}"),
             st,

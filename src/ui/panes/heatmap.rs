@@ -119,10 +119,12 @@ pub fn draw(v: &Heatmap, looks: &[String], theme: &Theme, inner: Rect, buf: &mut
     }
     let ly = inner.y + inner.height - 2;
     put(buf, inner, 0, ly, format!("{:>8.3} ", v.lo), theme.dim());
-    for i in 0..16u16 {
+    // The colour ramp gives way in a narrow pane so the key range after it stays whole.
+    let ramp: u16 = if inner.width < 60 { 8 } else { 16 };
+    for i in 0..ramp {
         let x = inner.x + 9 + i;
         if x < inner.x + inner.width {
-            let f = i as f32 / 15.0;
+            let f = i as f32 / (ramp - 1) as f32;
             if theme.mode == ColorMode::None {
                 buf[(x, ly)].set_char(Theme::shade(f));
             } else {
@@ -136,7 +138,7 @@ pub fn draw(v: &Heatmap, looks: &[String], theme: &Theme, inner: Rect, buf: &mut
     put(
         buf,
         inner,
-        26,
+        9 + ramp + 1,
         ly,
         format!(" {:.3}  {keys}  ·=masked  ┣ +=generated  w: look-at", v.hi),
         theme.dim(),

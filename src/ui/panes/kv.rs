@@ -28,10 +28,10 @@ pub fn draw(kv: &KvView, theme: &Theme, inner: Rect, buf: &mut Buffer) {
         0,
         inner.y,
         format!(
-            "{} of {} reserved slots hold tokens · utilization {:.1}%",
+            "utilization {:.1}%: {} of {} reserved slots hold tokens",
+            kv.utilization_pct(),
             kv.used,
-            kv.capacity,
-            kv.utilization_pct()
+            kv.capacity
         ),
         Style::default(),
     );

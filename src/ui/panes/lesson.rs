@@ -20,6 +20,8 @@ pub struct Live {
     pub choices: Vec<(Predict, Option<LiveChoices>)>,
     /// The live figures the step quotes, by name, with their values now.
     pub figures: Vec<(String, String)>,
+    /// An iteration of the request on screen has run (none yet, or a new prompt waits).
+    pub ran: bool,
 }
 
 impl Live {
@@ -48,6 +50,7 @@ impl Live {
                     (name, v.unwrap_or_else(|| figures::PENDING.into()))
                 })
                 .collect(),
+            ran: app.report.is_some() && !app.prompt_queued,
         }
     }
 
@@ -273,7 +276,7 @@ fn choice_lines<'a>(
         QuestionKind::Choice(c) => c.iter().map(|c| live.fill(&c.text)).collect(),
         QuestionKind::Predict(kind) => match live.choices(*kind) {
             Some(c) => c.labels.clone(),
-            None => vec![format!("({})", predict::unavailable(*kind))],
+            None => vec![format!("({})", predict::unavailable(*kind, live.ran))],
         },
     };
     let answer = t.answers[qi].as_ref();

@@ -26,7 +26,10 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
 
 /// Draws a report's text so far and its next-token distribution into `inner`.
 pub fn draw(r: &StepReport, theme: &Theme, inner: Rect, buf: &mut Buffer) {
-    let k = r.info.top_k.len() as u16;
+    // The generated text keeps at least two rows (of a pane that has five): on a small
+    // screen the distribution shows fewer of its top tokens instead.
+    let text_min = 2.min(inner.height.saturating_sub(3));
+    let k = (r.info.top_k.len() as u16).min(inner.height.saturating_sub(1 + text_min));
     let text_h = inner.height.saturating_sub(k + 1);
     let text = format!("> {}\n{}", r.prompt, r.generated);
     let para = Paragraph::new(text).wrap(Wrap { trim: false });
@@ -40,19 +43,37 @@ pub fn draw(r: &StepReport, theme: &Theme, inner: Rect, buf: &mut Buffer) {
         buf,
     );
     let y0 = inner.y + text_h;
+    // Sampling: the model's probability, then the one the sampler drew with (after
+    // temperature and top-p), whose bar is drawn.
+    let sampling = r.info.sampler.temperature > 0.0;
     put_text(
         buf,
         inner,
         0,
         y0,
-        format!("step {} sampled {:?}", r.info.step, r.info.token),
+        if sampling {
+            format!(
+                "step {} drew {:?} · model % → drawn % ({})",
+                r.info.step,
+                r.info.token,
+                r.info.sampler.describe()
+            )
+        } else {
+            format!("step {} took {:?} (greedy)", r.info.step, r.info.token)
+        },
         theme.dim(),
     );
-    let bar_w = inner.width.saturating_sub(22) as f32;
-    for (i, t) in r.info.top_k.iter().enumerate() {
+    let bar_w = inner.width.saturating_sub(if sampling { 30 } else { 22 }) as f32;
+    for (i, t) in r.info.top_k.iter().take(k as usize).enumerate() {
         let y = y0 + 1 + i as u16;
+        let p = if sampling { t.drawn } else { t.prob };
         // Clamped: a recording is untrusted, and a bar never outgrows its pane.
-        let n = ((t.prob.clamp(0.0, 1.0) * bar_w).round() as usize).min(bar_w as usize);
+        let n = ((p.clamp(0.0, 1.0) * bar_w).round() as usize).min(bar_w as usize);
+        let drawn = if sampling {
+            format!(" →{:>5.1}%", 100.0 * t.drawn)
+        } else {
+            String::new()
+        };
         let st = if t.id == r.info.token_id {
             theme.accent()
         } else {
@@ -64,7 +85,7 @@ pub fn draw(r: &StepReport, theme: &Theme, inner: Rect, buf: &mut Buffer) {
             0,
             y,
             format!(
-                "{} {:>5.1}% {}",
+                "{} {:>5.1}%{drawn} {}",
                 label(&t.token, 12),
                 100.0 * t.prob,
                 "█".repeat(n)

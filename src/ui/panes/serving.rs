@@ -15,8 +15,11 @@ use ratatui::widgets::Widget;
 /// Draws the pane for the main serving workload.
 pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let view = app.report.as_ref().and_then(|r| r.serve.as_ref());
-    let title =
-        format!(" serving · {:?} batching · {:?} KV ", app.policy, app.cache).to_lowercase();
+    let title = fitted_title(
+        area,
+        format!(" serving · {:?} batching · {:?} KV ", app.policy, app.cache),
+        format!(" {:?} · {:?} ", app.policy, app.cache),
+    );
     render_view(app, theme, area, buf, title, view, &app.timeline);
 }
 
@@ -24,29 +27,54 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
 pub fn render_compare(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let Some(other) = app.other() else { return };
     let view = app.report.as_ref().and_then(|r| r.serve_b.as_ref());
-    let title = format!(" serving · {} ", other.describe());
+    let short = if other.one_at_a_time {
+        " one at a time ".to_string()
+    } else {
+        format!(" {:?} · {:?} ", other.policy, other.cache)
+    };
+    let title = fitted_title(area, format!(" serving · {} ", other.describe()), short);
     render_view(app, theme, area, buf, title, view, &app.timeline_b);
-    // The two runs see the same requests: the ratio of their speeds is the lesson.
-    if let Some(ratio) = app.report.as_deref().and_then(serve_ratio) {
-        let inner = ratatui::widgets::Block::bordered().inner(area);
-        let (policy, cache) = (app.policy, app.cache);
-        let line =
-            format!("left ({policy:?}, {cache:?}) ÷ this: {ratio:.2}× the tokens/s").to_lowercase();
-        put(
-            buf,
-            inner,
-            0,
-            inner.y + inner.height.saturating_sub(1),
-            line,
-            theme.accent(),
-        );
-    }
+    // The two runs see the same requests: the ratio of their speeds is the lesson. The
+    // figure comes first, so a narrow pane cuts the words, not the number.
+    let inner = ratatui::widgets::Block::bordered().inner(area);
+    let (policy, cache) = (app.policy, app.cache);
+    let line = match app.report.as_deref().and_then(serve_ratio) {
+        Some(ratio) => {
+            format!("{ratio:.2}× the tokens/s: left ({policy:?}, {cache:?}) ÷ this").to_lowercase()
+        }
+        None => format!("ratio after {RATIO_WARMUP} iterations"),
+    };
+    put(
+        buf,
+        inner,
+        0,
+        inner.y + inner.height.saturating_sub(1),
+        line,
+        theme.accent(),
+    );
 }
+
+/// `long` when it fits the pane's top border, else `short` (lower case either way).
+fn fitted_title(area: Rect, long: String, short: String) -> String {
+    let t = if long.chars().count() + 2 <= area.width as usize {
+        long
+    } else {
+        short
+    };
+    t.to_lowercase()
+}
+
+/// Iterations both runs must have run before their speeds are compared: the first few
+/// are all prefill and arrivals, and their ratio says little.
+pub const RATIO_WARMUP: usize = 10;
 
 /// Tokens/s of the main serving run over the run beside it, once both have run.
 pub fn serve_ratio(r: &crate::worker::StepReport) -> Option<f64> {
-    let a = r.serve.as_ref()?.tokens_per_s()?;
-    let b = r.serve_b.as_ref()?.tokens_per_s()?;
+    let (sa, sb) = (r.serve.as_ref()?, r.serve_b.as_ref()?);
+    if sa.step.iteration.min(sb.step.iteration) + 1 < RATIO_WARMUP {
+        return None;
+    }
+    let (a, b) = (sa.tokens_per_s()?, sb.tokens_per_s()?);
     (b > 0.0).then(|| a / b)
 }
 
@@ -111,16 +139,17 @@ fn header(sv: &crate::worker::report::ServeView, inner: Rect, buf: &mut Buffer) 
         .iter()
         .filter(|a| a.phase != ReqPhase::Finished)
         .count();
+    // Utilization and speed first: a narrow pane cuts the counts after them.
     let line = format!(
-        "iter {} · active {} · queue {} · KV util {:.0}% · preempted {}{}{}",
-        s.iteration,
-        running,
-        s.queue.len(),
+        "KV util {:.0}%{} · active {} · queue {} · iter {} · preempted {}{}",
         s.memory.utilization_pct(),
-        sv.preemptions,
         sv.tokens_per_s()
             .map(|t| format!(" · {t:.0} tok/s"))
             .unwrap_or_default(),
+        running,
+        s.queue.len(),
+        s.iteration,
+        sv.preemptions,
         if sv.done { " · done" } else { "" }
     );
     put_text(buf, inner, 0, inner.y, &line, Style::default());
