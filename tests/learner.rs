@@ -46,7 +46,7 @@ impl Learner {
             model: Some(common::real_model()),
             load: Default::default(),
             run: Default::default(),
-            prompt: "What is a KV cache?".into(),
+            prompt: "Write one sentence about the sea.".into(),
             max_new: 200,
         };
         let run = cfg.run;
@@ -504,4 +504,59 @@ fn a_scripted_learner_walks_every_lesson_to_the_end() {
         log.join("\n"),
         t0.elapsed().as_secs_f64()
     );
+}
+
+#[test]
+fn the_same_tokens_run_beside_under_another_layout() {
+    data_dir();
+    let mut l = Learner::start();
+    for _ in 0..3 {
+        l.space();
+    }
+    // M: the live (GQA) request's tokens under MHA beside it, for the same position.
+    l.press(Action::CycleBeside);
+    let r = l.app.report.clone().unwrap();
+    let b = r.beside.clone().expect("the view beside");
+    assert_eq!(b.layout, inferlab::model::HeadLayout::Mha);
+    assert_eq!((b.compared, b.agreed), (1, 1));
+    assert_eq!(b.kv_bytes, 3 * r.kv.used * r.kv.bytes_per_token);
+    for (a, m) in r.info.top_k.iter().zip(&b.top_k) {
+        assert_eq!(a.id, m.id);
+        assert!((a.prob - m.prob).abs() < 5e-5, "{} vs {}", a.prob, m.prob);
+    }
+    // It steps with the live request, on the live request's tokens.
+    for _ in 0..3 {
+        l.space();
+    }
+    let b = l.app.report.as_ref().unwrap().beside.clone().unwrap();
+    assert_eq!(
+        (b.compared, b.agreed),
+        (4, 4),
+        "MHA repeats GQA's heads exactly"
+    );
+    // M again: MQA, a different model, compared from the same position on; then off.
+    l.press(Action::CycleBeside);
+    let b = l.app.report.as_ref().unwrap().beside.clone().unwrap();
+    assert_eq!(b.layout, inferlab::model::HeadLayout::Mqa);
+    assert_eq!(b.compared, 1);
+    l.space();
+    assert_eq!(
+        l.app
+            .report
+            .as_ref()
+            .unwrap()
+            .beside
+            .as_ref()
+            .unwrap()
+            .compared,
+        2
+    );
+    l.press(Action::Set(inferlab::ui::app::Setting::Focus(Pane::Heads)));
+    for s in l.screens() {
+        assert!(s.contains("beside MQA: top"), "{s}");
+    }
+    l.press(Action::CycleBeside);
+    assert!(l.app.beside.is_none() && l.app.report.as_ref().unwrap().beside.is_none());
+    let [small, large] = l.screens();
+    assert!(!small.contains("beside ") && !large.contains("beside "));
 }

@@ -930,27 +930,45 @@ fn lessons_quote_live_figures_from_what_the_app_shows() {
     let a = common::fixture::traffic_app();
     let r = a.report.as_deref().unwrap();
     let kv = r.info.kv_bytes_per_token[&r.info.layout];
-    assert_eq!(value(&a, "kv_bytes_per_token").unwrap(), thousands(kv));
+    assert_eq!(
+        value(a.figure_sources(), "kv_bytes_per_token").unwrap(),
+        thousands(kv)
+    );
     let w = r.info.traffic.weight_bytes as f64 / 1e6;
-    assert_eq!(value(&a, "weight_mb_per_token").unwrap(), format!("{w:.1}"));
+    assert_eq!(
+        value(a.figure_sources(), "weight_mb_per_token").unwrap(),
+        format!("{w:.1}")
+    );
     // The fixture's machine: 20 GB/s and 800 GMAC/s make the ridge 1600 / 20 = 80 op/B.
-    assert_eq!(value(&a, "ridge_ops_per_byte").unwrap(), "80");
-    assert_eq!(value(&a, "int8_gops").unwrap(), "1600");
+    assert_eq!(
+        value(a.figure_sources(), "ridge_ops_per_byte").unwrap(),
+        "80"
+    );
+    assert_eq!(value(a.figure_sources(), "int8_gops").unwrap(), "1600");
     // The serving run: its tokens over its (fixed) 5 ms per iteration.
     let sv = r.serve.as_ref().unwrap();
     let tps = 1e3 * sv.generated_total as f64 / sv.elapsed_ms;
     assert_eq!(
-        value(&a, "serve_tokens_per_s").unwrap(),
+        value(a.figure_sources(), "serve_tokens_per_s").unwrap(),
         format!("{tps:.0}")
     );
-    assert!(value(&a, "serve_ratio").is_none(), "no run beside it");
+    assert!(
+        value(a.figure_sources(), "serve_ratio").is_none(),
+        "no run beside it"
+    );
     assert_eq!(
-        fill(&a, "{kv_bytes_per_token} B, {nonsense}, {serve_ratio}"),
+        fill(
+            a.figure_sources(),
+            "{kv_bytes_per_token} B, {nonsense}, {serve_ratio}"
+        ),
         format!("{} B, {{nonsense}}, {PENDING}", thousands(kv))
     );
     // Before any report everything is pending.
     let fresh = App::new(RunOptions::default());
-    assert_eq!(fill(&fresh, "{step_ms} ms"), format!("{PENDING} ms"));
+    assert_eq!(
+        fill(fresh.figure_sources(), "{step_ms} ms"),
+        format!("{PENDING} ms")
+    );
     // The lesson pane shows the filled value.
     let a = lesson_app("? Costs {kv_bytes_per_token} B?\n- a :: x\n* b :: y\n- c :: z");
     let text = format!("{}", render_app(&a, 200, 60));
@@ -1252,4 +1270,36 @@ fn space_pressed_while_an_iteration_runs_is_kept_and_a_restart_drops_the_old_run
     assert!(a.report.as_ref().unwrap().serve.is_none());
     a.on_event(Event::Idle("nothing left".into()));
     assert_eq!(a.steps_queued, 0);
+}
+
+#[test]
+fn a_question_keeps_the_figures_it_was_answered_with() {
+    let (lessons, _) = inferlab::lesson::load(&inferlab::lesson::LessonSource::Dir(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/lessons").into(),
+    ))
+    .unwrap();
+    let l = lessons.iter().position(|l| l.id() == "kv-cache").unwrap();
+    let mut progress = inferlab::lesson::progress::Progress::default();
+    progress.of("kv-cache").step = 1;
+    let mut a = common::fixture::traffic_app();
+    a.open_lesson(inferlab::ui::tutor::Tutor::new(lessons, l, progress, false));
+    let mb = inferlab::ui::figures::value(a.figure_sources(), "step_mb").unwrap();
+    a.update(Action::Answer(1));
+    let asked = a.tutor.as_ref().unwrap().asked[&0].clone();
+    assert!(asked.contains(&format!("moved {mb} MB")), "{asked}");
+    // The iteration the answer ran moves more: the question still reads as it was asked.
+    let mut r = (**a.report.as_ref().unwrap()).clone();
+    r.iteration += 1;
+    r.info.step += 1;
+    r.info.traffic.weight_bytes *= 3;
+    a.on_event(Event::Report(Box::new(r)));
+    assert_ne!(
+        inferlab::ui::figures::value(a.figure_sources(), "step_mb").unwrap(),
+        mb
+    );
+    let mut term = Terminal::new(TestBackend::new(80, 60)).unwrap();
+    term.draw(|f| panes::lesson::render(&a, &THEME, f.area(), f.buffer_mut()))
+        .unwrap();
+    let text = format!("{}", term.backend());
+    assert!(text.contains(&format!("moved {mb} MB")), "{text}");
 }

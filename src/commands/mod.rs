@@ -128,8 +128,9 @@ impl ModelArgs {
 pub struct AppArgs {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// The app's first request (a chat message).
-    #[arg(long, default_value = "What is a KV cache?")]
+    /// The app's first request (a chat message). The default is one this 135M model
+    /// answers sensibly, so the first screen shows a real answer forming.
+    #[arg(long, default_value = "Write one sentence about the sea.")]
     pub prompt: String,
     /// Most tokens the app generates per request.
     #[arg(long, default_value_t = 200)]

@@ -237,6 +237,17 @@ impl Session {
         Ok(info)
     }
 
+    /// Takes `id` as the token this session just produced, in place of its own pick, so
+    /// it runs on another session's tokens (a second head layout beside the live one).
+    pub fn follow(&mut self, id: u32) {
+        if self.step > 0 {
+            if let Some(last) = self.tokens.last_mut() {
+                *last = id;
+            }
+            self.pending = vec![id];
+        }
+    }
+
     /// Draws the next tokens with `cfg` (temperature, top-p, seed) from now on.
     pub fn set_sampler(&mut self, cfg: SamplerConfig) {
         self.sampler = Sampler::new(cfg);

@@ -63,6 +63,9 @@ pub enum Action {
     ToggleWorkload,
     /// The live request's KV cache on ↔ off (recompute the sequence every step).
     ToggleKvCache,
+    /// The live request's tokens under another head layout beside it: off → the next
+    /// layout that is not the current one → … → off.
+    CycleBeside,
     /// The live request's sampler: the next temperature, the next top-p.
     CycleTemperature,
     CycleTopP,
@@ -101,6 +104,7 @@ fn needs_model(a: Action) -> bool {
             | Action::CycleTemperature
             | Action::CycleTopP
             | Action::ToggleKvCache
+            | Action::CycleBeside
             | Action::Set(
                 Setting::Temperature(_)
                     | Setting::KvCache(_)
@@ -240,6 +244,8 @@ pub struct App {
     pub sampler: SamplerConfig,
     /// The live request keeps a KV cache (off: every step recomputes the sequence).
     pub kv_cache: bool,
+    /// The head layout whose view of the same tokens is shown beside the live one.
+    pub beside: Option<HeadLayout>,
     pub policy: Policy,
     pub cache: CacheKind,
     pub workload: AppWorkload,
@@ -299,6 +305,7 @@ impl App {
             run,
             sampler: SamplerConfig::default(),
             kv_cache: true,
+            beside: None,
             policy: Policy::Continuous,
             cache: CacheKind::Paged,
             workload: AppWorkload::Chat,
@@ -314,6 +321,15 @@ impl App {
             auto_head: false,
             prompt_queued: false,
             quit: false,
+        }
+    }
+
+    /// What lesson text's live figures are read from.
+    pub fn figure_sources(&self) -> super::figures::Sources<'_> {
+        super::figures::Sources {
+            report: self.report.as_deref(),
+            past: &self.past,
+            machine: self.machine.as_ref(),
         }
     }
 
@@ -486,7 +502,20 @@ impl App {
         match a {
             Action::NextStep => Some(self.with_tutor(|t, app| t.next(app))),
             Action::PrevStep => Some(self.with_tutor(|t, app| t.prev(app))),
-            Action::Answer(d) => Some(self.with_tutor(|t, app| t.answer(app, d))),
+            Action::Answer(d) => {
+                // The question as the learner reads it now: its figures must not move
+                // under the answer (a prediction's own iteration changes them).
+                let asked = t
+                    .open_question()
+                    .and_then(|qi| Some((qi, t.step()?.questions.get(qi)?.text.clone())));
+                if let Some((qi, text)) = asked {
+                    let filled = super::figures::fill(self.figure_sources(), &text);
+                    if let Some(t) = self.tutor.as_mut() {
+                        t.asked.entry(qi).or_insert(filled);
+                    }
+                }
+                Some(self.with_tutor(|t, app| t.answer(app, d)))
+            }
             Action::ScrollLesson(d) => {
                 t.scroll = t.scroll.saturating_add_signed(d);
                 Some(Vec::new())
@@ -515,6 +544,27 @@ impl App {
         if let Some(on) = kv_cache.filter(|&on| on != self.kv_cache) {
             self.kv_cache = on;
             return Some(Command::SetKvCache(on));
+        }
+        if a == Action::CycleBeside {
+            // The layouts other than the live one, then off again.
+            let others: Vec<HeadLayout> = HeadLayout::ALL
+                .into_iter()
+                .filter(|&l| l != self.run.layout)
+                .collect();
+            let next = match self
+                .beside
+                .and_then(|b| others.iter().position(|&l| l == b))
+            {
+                None => others.first().copied(),
+                Some(i) => others.get(i + 1).copied(),
+            };
+            self.beside = next;
+            if next.is_none() {
+                if let Some(r) = self.report.as_mut() {
+                    r.beside = None;
+                }
+            }
+            return Some(Command::SetBeside(next));
         }
         let mut run = self.run;
         let (mut policy, mut cache, mut compare) = (self.policy, self.cache, self.compare);
@@ -936,6 +986,11 @@ impl App {
                 self.loading = None;
                 self.model_name = model;
                 self.status = "ready: press space to prefill the prompt".into();
+            }
+            Event::Beside(v) => {
+                if let Some(r) = self.report.as_mut() {
+                    r.beside = v;
+                }
             }
             Event::Idle(s) => {
                 self.status = s;

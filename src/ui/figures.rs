@@ -2,27 +2,38 @@
 //! the app shows now, so a lesson quotes this model, this layout and this machine rather
 //! than numbers written down once. The names are listed in `lesson::format::FIGURES`.
 
-use super::app::App;
+use crate::machine::Machine;
 use crate::model::HeadLayout;
 use crate::views::traffic;
 use crate::views::units::thousands;
+use crate::worker::StepReport;
 
 /// What a figure reads until the iteration it comes from has run: it says what to do.
 pub const PENDING: &str = "[press space]";
 
+/// What the figures are read from: the report on screen, the reports before it, this
+/// machine's limits (plain data, so the app can fill a text without the figures knowing
+/// the app).
+#[derive(Clone, Copy)]
+pub struct Sources<'a> {
+    pub report: Option<&'a StepReport>,
+    pub past: &'a std::collections::VecDeque<Box<StepReport>>,
+    pub machine: Option<&'a Machine>,
+}
+
 /// The value of figure `name` now, or `None` when the app has not got it yet.
-pub fn value(app: &App, name: &str) -> Option<String> {
-    let r = app.report.as_deref()?;
+pub fn value(app: Sources, name: &str) -> Option<String> {
+    let r = app.report?;
     let t = &r.info.traffic;
     let mb = |b: u64| format!("{:.1}", b as f64 / 1e6);
     let per_token = |l: HeadLayout| r.info.kv_bytes_per_token.get(&l).map(|&b| thousands(b));
-    let view = || traffic::view(r, app.past.iter().map(|p| p.as_ref()), app.machine.as_ref());
+    let view = || traffic::view(r, app.past.iter().map(|p| p.as_ref()), app.machine);
     let crossover = |l: HeadLayout| {
         let c = view().crossover?;
         let n = c.tokens.iter().find(|t| t.0 == l)?.1;
         Some(thousands(n as usize))
     };
-    let machine = app.machine.as_ref();
+    let machine = app.machine;
     Some(match name {
         "kv_bytes_per_token" => per_token(r.info.layout)?,
         "kv_bytes_per_token_mha" => per_token(HeadLayout::Mha)?,
@@ -53,13 +64,13 @@ pub fn value(app: &App, name: &str) -> Option<String> {
             )
         }
         "serve_tokens_per_s" => format!("{:.0}", r.serve.as_ref()?.tokens_per_s()?),
-        "serve_ratio" => format!("{:.2}", super::panes::serving::serve_ratio(r)?),
+        "serve_ratio" => format!("{:.2}", r.serve_ratio()?),
         _ => return None,
     })
 }
 
 /// `text` with every `{figure}` replaced by its value now ([`PENDING`] until it is known).
-pub fn fill(app: &App, text: &str) -> String {
+pub fn fill(app: Sources, text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(open) = rest.find('{') {

@@ -101,14 +101,22 @@ pub const BINDINGS: &[Binding] = &[
         ],
     },
     Binding {
-        keys: "T P",
-        help: "sampler: T temperature 0 → 0.7 → 1 → 1.5 · P top-p 1 → 0.9 → 0.5",
+        keys: "T P C",
+        help: "T temperature 0→0.7→1→1.5 · P top-p · C KV cache on ↔ off",
         rank: 9,
         hint: "",
         on: &[
             (KeyCode::Char('T'), Action::CycleTemperature),
             (KeyCode::Char('P'), Action::CycleTopP),
+            (KeyCode::Char('C'), Action::ToggleKvCache),
         ],
+    },
+    Binding {
+        keys: "M",
+        help: "beside: the same tokens under another head layout (MHA/GQA/MQA)",
+        rank: 9,
+        hint: "",
+        on: &[(KeyCode::Char('M'), Action::CycleBeside)],
     },
     Binding {
         keys: "v , .",
@@ -218,13 +226,6 @@ pub const BINDINGS: &[Binding] = &[
             (KeyCode::Enter, Action::Confirm),
             (KeyCode::Char('G'), Action::ToggleGlossary),
         ],
-    },
-    Binding {
-        keys: "C",
-        help: "KV cache on ↔ off (off: every step recomputes the whole sequence)",
-        rank: 9,
-        hint: "",
-        on: &[(KeyCode::Char('C'), Action::ToggleKvCache)],
     },
     Binding {
         keys: "?",

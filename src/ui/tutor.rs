@@ -35,6 +35,9 @@ pub struct Tutor {
     pub copies_seen: usize,
     /// Answers to the current step's questions.
     pub answers: Vec<Option<Answer>>,
+    /// Each answered question's text as it read when first answered, figures filled in:
+    /// its premise stays put while the iterations it set off change the live figures.
+    pub asked: std::collections::BTreeMap<usize, String>,
     pub pending: Option<Pending>,
     pub progress: Progress,
     /// Whether progress is written to disk (off in tests).
@@ -77,6 +80,7 @@ impl Tutor {
             decode_seen: 0,
             copies_seen: 0,
             answers: vec![None; n],
+            asked: Default::default(),
             pending: None,
             progress,
             persist,
@@ -163,6 +167,7 @@ impl Tutor {
         self.pending = None;
         self.scroll = 0;
         self.answers = vec![None; s.questions.len()];
+        self.asked.clear();
         self.iter_at_open = app.report.map_or(0, |r| r.iteration);
         (self.decode_seen, self.copies_seen) = (0, 0);
         self.save();

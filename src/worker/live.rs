@@ -132,6 +132,7 @@ pub(super) fn step(
         serve: None,
         serve_b: None,
         sink: None,
+        beside: None,
     })
 }
 

@@ -2,6 +2,7 @@
 //! [`Event`]s. The UI never touches model code; it only reads the reports. It drives the
 //! live request, the serving workloads and the attention-sink experiment.
 
+mod beside;
 pub mod live;
 pub mod recording;
 pub mod report;
@@ -12,10 +13,11 @@ use live::{start, step, Live};
 pub use report::{KvView, StepReport};
 
 use crate::model::source::{self, Progress};
-use crate::model::{LoadOptions, Model, RunOptions, SamplerConfig, TextTokenizer};
+use crate::model::{HeadLayout, LoadOptions, Model, RunOptions, SamplerConfig, TextTokenizer};
 use crate::serve::workload::{LengthDist, Workload};
 use crate::serve::{CacheKind, Policy, Request, ServeConfig, ServeEngine};
 use crate::sink::SinkRun;
+use beside::Beside;
 use report::ServeView;
 use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, Sender};
@@ -45,6 +47,8 @@ pub enum Command {
     /// The live request with its KV cache (true), or recomputing every key and value of
     /// the sequence at each step (false): the cache's counterfactual.
     SetKvCache(bool),
+    /// Run the live request's tokens under a second head layout beside it (or stop).
+    SetBeside(Option<crate::model::HeadLayout>),
     Quit,
 }
 
@@ -70,6 +74,9 @@ pub enum Event {
     Error(String),
     /// The engine thread stopped (a panic); nothing more will come.
     Died(String),
+    /// The second layout's view of the position on screen, when it starts or changes
+    /// without an iteration (an iteration's report carries it otherwise).
+    Beside(Option<report::BesideView>),
 }
 
 /// Which requests the app's serving engine runs.
@@ -203,6 +210,7 @@ fn run(cfg: EngineConfig, rx: Receiver<Command>, tx: &Sender<Event>) -> Result<(
         lens: false,
         sampler: SamplerConfig::default(),
         kv_cache: true,
+        beside: None,
     };
     while let Ok(cmd) = rx.recv() {
         if matches!(cmd, Command::Quit) {
@@ -247,6 +255,8 @@ struct Worker {
     sampler: SamplerConfig,
     /// The live request keeps a KV cache (false: recomputes the sequence every step).
     kv_cache: bool,
+    /// The live request's tokens under a second head layout, and that layout.
+    beside: Option<(HeadLayout, Beside)>,
 }
 
 impl Worker {
@@ -255,6 +265,10 @@ impl Worker {
             Command::Quit => {}
             Command::Focus(layer) => self.focus = layer,
             Command::SetLens(on) => self.lens = on,
+            Command::SetBeside(layout) => {
+                let view = self.start_beside(layout)?;
+                send(Event::Beside(view));
+            }
             Command::SetKvCache(on) => {
                 self.kv_cache = on;
                 self.live.session.recompute = !on;
@@ -308,6 +322,8 @@ impl Worker {
             Command::Prompt(p) => {
                 self.live = start(&self.model, &p, self.max_new, None, self.sampler)?;
                 self.live.session.recompute = !self.kv_cache;
+                // The layout beside starts over on the new prompt, with the live one.
+                self.start_beside(self.beside.as_ref().map(|b| b.0))?;
                 send(Event::Status(
                     "new request queued: press space to prefill it".into(),
                 ));
@@ -376,9 +392,29 @@ impl Worker {
         (self.model, self.sink, self.live) = (model, sink, live);
         self.iteration += 1;
         report.recomputed = true;
+        report.beside = self.start_beside(self.beside.as_ref().map(|b| b.0))?;
         self.keep_last(&mut report);
         send(Event::Report(Box::new(report)));
         Ok(())
+    }
+
+    /// Runs the live request's tokens under `layout` beside it from now on (`None`: stops);
+    /// returns its view of the position on screen, when the live request has run.
+    fn start_beside(
+        &mut self,
+        layout: Option<HeadLayout>,
+    ) -> Result<Option<report::BesideView>, String> {
+        self.beside = None;
+        let Some(layout) = layout else {
+            return Ok(None);
+        };
+        let run = RunOptions {
+            layout,
+            ..self.model.run_options()
+        };
+        let (b, view) = Beside::start(&self.base, run, &self.live.session, self.max_new)?;
+        self.beside = Some((layout, b));
+        Ok(view)
     }
 
     /// Keeps the newest report without its attention captures (most of its bytes) for
@@ -404,6 +440,9 @@ impl Worker {
             self.focus,
         )?;
         self.iteration += 1;
+        if let Some((_, b)) = self.beside.as_mut() {
+            report.beside = Some(b.step(report.info.token_id)?);
+        }
         self.step_others(&mut report)?;
         self.keep_last(&mut report);
         send(Event::Report(Box::new(report)));

@@ -63,9 +63,41 @@ pub struct StepReport {
     /// The attention-sink experiment, when it is on: one more token of the shipped text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sink: Option<crate::sink::SinkView>,
+    /// The same tokens under another head layout, when it is shown beside (`M`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub beside: Option<BesideView>,
 }
 
+/// The live request's tokens run under a second head layout: its next-token distribution
+/// for the same position, its cache so far, and how often its top token was the one the
+/// live request took.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct BesideView {
+    pub layout: crate::model::HeadLayout,
+    pub top_k: Vec<crate::model::sampler::TopToken>,
+    /// KV bytes its cache holds now.
+    pub kv_bytes: usize,
+    /// Positions compared so far, and at how many its top token was the live one's.
+    pub compared: usize,
+    pub agreed: usize,
+}
+
+/// Iterations both serving runs must have run before their speeds are compared: the
+/// first few are all prefill and arrivals, and their ratio says little.
+pub const RATIO_WARMUP: usize = 10;
+
 impl StepReport {
+    /// Tokens/s of the main serving run over the run beside it, once both have run
+    /// [`RATIO_WARMUP`] iterations.
+    pub fn serve_ratio(&self) -> Option<f64> {
+        let (sa, sb) = (self.serve.as_ref()?, self.serve_b.as_ref()?);
+        if sa.step.iteration.min(sb.step.iteration) + 1 < RATIO_WARMUP {
+            return None;
+        }
+        let (a, b) = (sa.tokens_per_s()?, sb.tokens_per_s()?);
+        (b > 0.0).then(|| a / b)
+    }
+
     /// Checks every index and length the screens will trust, for a report read from a
     /// file: a recording is untrusted input.
     pub fn check(&self) -> Result<(), String> {

@@ -170,6 +170,7 @@ pub fn report() -> StepReport {
         serve: None,
         serve_b: None,
         sink: None,
+        beside: None,
     }
 }
 

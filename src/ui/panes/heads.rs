@@ -1,7 +1,7 @@
 //! Heads: which query heads read which KV head under the current layout, and what each
 //! layout costs in KV bytes.
 
-use super::{block, bytes, put, thousands};
+use super::{block, bytes, label, put, thousands};
 use crate::ui::app::{App, Pane};
 use crate::ui::theme::Theme;
 use crate::views::heads::Heads;
@@ -52,11 +52,48 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         );
         return;
     };
-    draw(&v, app.head, theme, inner, buf);
+    let beside = app.report.as_deref().and_then(beside_lines);
+    draw(&v, app.head, theme, inner, beside.as_ref(), buf);
 }
 
-/// Draws a heads view into `inner`, query head `selected` highlighted.
-pub fn draw(v: &Heads, selected: usize, theme: &Theme, inner: Rect, buf: &mut Buffer) {
+/// The same tokens under the layout beside the live one: both top tokens, how often they
+/// agreed, and both caches so far.
+fn beside_lines(r: &crate::worker::StepReport) -> Option<[String; 2]> {
+    let b = r.beside.as_ref()?;
+    let top = |t: Option<&crate::model::sampler::TopToken>| {
+        t.map_or("–".to_string(), |t| {
+            format!("{} {:.1}%", label(&t.token, 10).trim_end(), 100.0 * t.prob)
+        })
+    };
+    Some([
+        format!(
+            "beside {}: top {} · {}: {}",
+            b.layout,
+            top(b.top_k.first()),
+            r.info.layout,
+            top(r.info.top_k.first())
+        ),
+        format!(
+            "same top token {}/{} steps · KV {} vs {}",
+            b.agreed,
+            b.compared,
+            bytes(b.kv_bytes),
+            bytes(r.kv.used * r.kv.bytes_per_token)
+        ),
+    ])
+}
+
+/// Draws a heads view into `inner`, query head `selected` highlighted. Lines about the
+/// layout beside, when given, take the place of the KV-head row, right under the map, so
+/// a small pane shows them; the bytes table follows.
+pub fn draw(
+    v: &Heads,
+    selected: usize,
+    theme: &Theme,
+    inner: Rect,
+    beside: Option<&[String; 2]>,
+    buf: &mut Buffer,
+) {
     let line = format!("{} query heads read {} KV head(s)", v.map.len(), v.n_kv);
     super::put_text(buf, inner, 0, inner.y, line, Style::default());
     let row = inner.y + HEAD_ROW;
@@ -78,24 +115,38 @@ pub fn draw(v: &Heads, selected: usize, theme: &Theme, inner: Rect, buf: &mut Bu
             kv_style,
         );
     }
-    put(buf, inner, 0, row + 2, "kv heads: ", theme.dim());
+    let table_at = match beside {
+        Some(lines) => {
+            for (i, l) in lines.iter().enumerate() {
+                super::put_text(buf, inner, 0, row + 2 + i as u16, l, theme.accent());
+            }
+            row + 5
+        }
+        None => {
+            kv_heads_row(v, w, theme, inner, row + 2, buf);
+            row + 4
+        }
+    };
+    table(v, theme, inner, table_at, buf);
+}
+
+/// "kv heads: k0 k1 k2", each in its colour.
+fn kv_heads_row(v: &Heads, w: u16, theme: &Theme, inner: Rect, y: u16, buf: &mut Buffer) {
+    put(buf, inner, 0, y, "kv heads: ", theme.dim());
     for g in 0..v.n_kv {
         let st = Style::default().fg(theme.request(g));
-        put(
-            buf,
-            inner,
-            10 + g as u16 * w,
-            row + 2,
-            format!("k{g:<2}"),
-            st,
-        );
+        put(buf, inner, 10 + g as u16 * w, y, format!("k{g:<2}"), st);
     }
+}
+
+/// KV bytes per token and for the tokens so far, per layout, from row `y` on.
+fn table(v: &Heads, theme: &Theme, inner: Rect, y: u16, buf: &mut Buffer) {
     let tok = format!("{} tok", v.tokens);
     put(
         buf,
         inner,
         0,
-        row + 4,
+        y,
         format!("{:<5} {:>10} {tok:>12}", "", "B/token"),
         theme.dim(),
     );
@@ -111,6 +162,6 @@ pub fn draw(v: &Heads, selected: usize, theme: &Theme, inner: Rect, buf: &mut Bu
             thousands(bpt),
             bytes(total)
         );
-        super::put_text(buf, inner, 0, row + 5 + i as u16, text, st);
+        super::put_text(buf, inner, 0, y + 1 + i as u16, text, st);
     }
 }

@@ -46,7 +46,7 @@ impl Live {
             figures: quoted(t)
                 .into_iter()
                 .map(|name| {
-                    let v = figures::value(app, &name);
+                    let v = figures::value(app.figure_sources(), &name);
                     (name, v.unwrap_or_else(|| figures::PENDING.into()))
                 })
                 .collect(),
@@ -220,9 +220,14 @@ fn question_lines<'a>(
         Some(_) => "✗ ",
         None => "? ",
     };
+    let text = t
+        .asked
+        .get(&qi)
+        .cloned()
+        .unwrap_or_else(|| live.fill(&q.text));
     let mut out = vec![Line::from(vec![
         Span::styled(mark, theme.accent()),
-        Span::styled(live.fill(&q.text), Style::default()),
+        Span::styled(text, Style::default()),
     ])];
     // Only the open question (and answered ones) show their choices.
     if !open && answer.is_none() {

@@ -38,11 +38,14 @@ pub fn render_compare(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     // figure comes first, so a narrow pane cuts the words, not the number.
     let inner = ratatui::widgets::Block::bordered().inner(area);
     let (policy, cache) = (app.policy, app.cache);
-    let line = match app.report.as_deref().and_then(serve_ratio) {
+    let line = match app.report.as_deref().and_then(|r| r.serve_ratio()) {
         Some(ratio) => {
             format!("{ratio:.2}× the tokens/s: left ({policy:?}, {cache:?}) ÷ this").to_lowercase()
         }
-        None => format!("ratio after {RATIO_WARMUP} iterations"),
+        None => format!(
+            "ratio after {} iterations",
+            crate::worker::report::RATIO_WARMUP
+        ),
     };
     put(
         buf,
@@ -62,20 +65,6 @@ fn fitted_title(area: Rect, long: String, short: String) -> String {
         short
     };
     t.to_lowercase()
-}
-
-/// Iterations both runs must have run before their speeds are compared: the first few
-/// are all prefill and arrivals, and their ratio says little.
-pub const RATIO_WARMUP: usize = 10;
-
-/// Tokens/s of the main serving run over the run beside it, once both have run.
-pub fn serve_ratio(r: &crate::worker::StepReport) -> Option<f64> {
-    let (sa, sb) = (r.serve.as_ref()?, r.serve_b.as_ref()?);
-    if sa.step.iteration.min(sb.step.iteration) + 1 < RATIO_WARMUP {
-        return None;
-    }
-    let (a, b) = (sa.tokens_per_s()?, sb.tokens_per_s()?);
-    (b > 0.0).then(|| a / b)
 }
 
 fn render_view(
