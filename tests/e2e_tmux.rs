@@ -470,11 +470,7 @@ fn the_traffic_pane_watches_the_long_workload_pass_the_weights() {
     // (measured at start into the data folder).
     t.keys(&["t", "Space"]);
     t.wait_for_all(
-        &[
-            "memory traffic",
-            "KV read passes the weights at ≈",
-            "roofline · G op/s",
-        ],
+        &["memory traffic", "KV > weights past ≈", "roofline · G op/s"],
         30,
     );
     assert!(data.path().join("machine.json").exists());

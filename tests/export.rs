@@ -427,7 +427,7 @@ fn the_traffic_pane_exports_its_bars_crossover_and_roofline() {
     let svg = export::render_svg(&a.scene(), ExportPane::Traffic).unwrap();
     for s in [
         "Memory traffic",
-        "KV read passes the weights at ≈",
+        "KV &gt; weights past ≈",
         "int8 peak 1600 G op/s",
         "prefill · ",
         "B=1 decode · ",

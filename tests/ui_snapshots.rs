@@ -901,7 +901,7 @@ fn the_traffic_pane_at_80x24_and_200x60() {
         "● prefill",
         "● B=1 decode",
         "● serving batch",
-        "KV read passes the weights at ≈",
+        "KV > weights past ≈",
         "roofline · G op/s vs op/byte · int8 peak 1600",
     ] {
         assert!(text.contains(s), "{s} missing:\n{text}");
@@ -1302,4 +1302,34 @@ fn a_question_keeps_the_figures_it_was_answered_with() {
         .unwrap();
     let text = format!("{}", term.backend());
     assert!(text.contains(&format!("moved {mb} MB")), "{text}");
+}
+
+#[test]
+fn the_glossary_scrolls_where_it_does_not_fit_and_every_line_fits_80_columns() {
+    let entries = panes::glossary::entries();
+    assert!(entries.len() > 22, "more terms than a 24-row screen holds");
+    let mut a = app();
+    a.update(Action::ToggleGlossary);
+    let screen = |a: &App| {
+        let mut t = Terminal::new(TestBackend::new(80, 24)).unwrap();
+        t.draw(|f| draw::draw(a, &THEME, f.area(), f.buffer_mut()))
+            .unwrap();
+        format!("{}", t.backend())
+    };
+    let s = screen(&a);
+    assert!(
+        s.contains(&format!("glossary 1–22 of {}", entries.len())),
+        "{s}"
+    );
+    let last = entries.last().unwrap();
+    assert!(!s.contains(last.1), "{s}");
+    for _ in 0..entries.len() {
+        a.update(Action::LayerDown);
+    }
+    let s = screen(&a);
+    // Scrolled to the end: the last term, whole (no line is cut at 80 columns).
+    assert!(s.contains(last.1), "{s}");
+    assert!(a.glossary);
+    a.update(Action::Step);
+    assert!(!a.glossary, "any other key closes it");
 }

@@ -231,8 +231,9 @@ pub struct App {
     pub replaying: bool,
     pub focus: Pane,
     pub help: bool,
-    /// The glossary overlay is open.
+    /// The glossary overlay is open, and its first entry shown (a short terminal scrolls).
     pub glossary: bool,
+    pub glossary_scroll: usize,
     pub running: bool,
     pub speed: usize,
     pub in_flight: bool,
@@ -297,6 +298,7 @@ impl App {
             focus: Pane::Attention,
             help: false,
             glossary: false,
+            glossary_scroll: 0,
             running: false,
             speed: 2,
             in_flight: false,
@@ -383,13 +385,28 @@ impl App {
             self.help = !self.help;
             return Vec::new();
         }
-        // With help or the glossary open, any key (Esc and q included) only closes it.
+        // The glossary scrolls with j k (and J K, the wheel) where it does not fit.
+        if self.glossary {
+            let step = match a {
+                Action::LayerDown => 1,
+                Action::LayerUp => -1,
+                Action::ScrollLesson(d) => d as isize,
+                _ => 0,
+            };
+            if step != 0 {
+                let last = super::panes::glossary::entries().len().saturating_sub(1);
+                self.glossary_scroll = self.glossary_scroll.saturating_add_signed(step).min(last);
+                return Vec::new();
+            }
+        }
+        // With help or the glossary open, any other key (Esc and q included) only closes it.
         if self.help || self.glossary {
             (self.help, self.glossary) = (false, false);
             return Vec::new();
         }
         if a == Action::ToggleGlossary && self.input.is_none() {
             self.glossary = true;
+            self.glossary_scroll = 0;
             return Vec::new();
         }
         if self.input.is_some() {

@@ -279,7 +279,7 @@ fn overlays(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         panes::help::render(theme, area, buf);
     }
     if app.glossary {
-        panes::glossary::render(theme, area, buf);
+        panes::glossary::render(theme, app.glossary_scroll, area, buf);
     }
 }
 

@@ -362,7 +362,7 @@ fn crossover_lines(v: &TrafficView, narrow: bool) -> Vec<String> {
     }
     vec![
         format!(
-            "KV read passes the weights at ≈{} cached tokens ({}; {})",
+            "KV > weights past ≈{} cached tokens ({}; {})",
             thousands(c.now() as usize),
             c.layout,
             others.join(", ")

@@ -16,18 +16,28 @@ pub fn entries() -> Vec<(&'static str, &'static str)> {
         .collect()
 }
 
-/// Draws the glossary centred in `area`.
-pub fn render(theme: &Theme, area: Rect, buf: &mut Buffer) {
+/// Draws the glossary centred in `area`, from entry `scroll` on where it does not fit.
+pub fn render(theme: &Theme, scroll: usize, area: Rect, buf: &mut Buffer) {
     let rows = entries();
     let term_w = rows.iter().map(|r| r.0.chars().count()).max().unwrap_or(0) as u16;
     let r = super::centered(area, 80, rows.len() as u16 + 2);
     Clear.render(r, buf);
-    let b = Block::default()
-        .borders(Borders::ALL)
-        .title(" glossary (any key closes) ");
+    let shown = (r.height.saturating_sub(2) as usize).max(1);
+    let first = scroll.min(rows.len().saturating_sub(shown));
+    let title = if shown >= rows.len() {
+        " glossary (any key closes) ".to_string()
+    } else {
+        format!(
+            " glossary {}–{} of {} · j k scroll · any other key closes ",
+            first + 1,
+            (first + shown).min(rows.len()),
+            rows.len()
+        )
+    };
+    let b = Block::default().borders(Borders::ALL).title(title);
     let inner = b.inner(r);
     b.render(r, buf);
-    for (i, (term, meaning)) in rows.iter().enumerate() {
+    for (i, (term, meaning)) in rows.iter().skip(first).take(shown).enumerate() {
         let y = inner.y + i as u16;
         super::put(buf, inner, 1, y, term, theme.accent());
         super::put(buf, inner, term_w + 2, y, meaning, Style::default());
