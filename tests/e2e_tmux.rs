@@ -153,7 +153,7 @@ fn layer_head(screen: &str) -> (usize, usize) {
     (num("attention · layer "), num("/29 · head "))
 }
 
-/// The KV pane's first line: "utilization 17.7%: 42 of 237 reserved slots …".
+/// The KV pane's first line: "utilization 17.7%: 42 of 237 slots hold tokens".
 fn kv_line(screen: &str) -> String {
     let line = screen
         .lines()

@@ -1333,3 +1333,35 @@ fn the_glossary_scrolls_where_it_does_not_fit_and_every_line_fits_80_columns() {
     a.update(Action::Step);
     assert!(!a.glossary, "any other key closes it");
 }
+
+#[test]
+fn a_prediction_answered_during_an_iteration_is_graded_by_one_that_shows_its_setting() {
+    use inferlab::worker::Command;
+    let mut a = lesson_app("?predict top_after_temperature: What will the top token get?");
+    a.in_flight = true;
+    let cmds = a.update(Action::Answer(3));
+    assert!(
+        cmds.iter().any(|c| matches!(c, Command::SetSampler(_))),
+        "{cmds:?}"
+    );
+    assert_eq!(
+        a.steps_queued, 1,
+        "the answer's step waits behind the running one"
+    );
+    // The running iteration's report was computed greedy: it grades nothing.
+    let mut r = (**a.report.as_ref().unwrap()).clone();
+    r.iteration += 1;
+    r.info.step += 1;
+    a.on_event(Event::Report(Box::new(r.clone())));
+    let t = a.tutor.as_ref().unwrap();
+    assert!(t.pending.is_some() && t.answers[0].is_none());
+    // The next one ran at temperature 1.5: the top token fell, as answered.
+    r.iteration += 1;
+    r.info.step += 1;
+    r.info.sampler.temperature = 1.5;
+    r.info.top_k[0].prob = 0.6;
+    r.info.top_k[0].drawn = 0.3;
+    a.on_event(Event::Report(Box::new(r)));
+    let ans = a.tutor.as_ref().unwrap().answers[0].clone().unwrap();
+    assert!(ans.right, "{ans:?}");
+}

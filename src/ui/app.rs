@@ -475,6 +475,7 @@ impl App {
                     self.status = "empty prompt ignored".into();
                 } else {
                     self.prompt_queued = true;
+                    self.steps_queued = 0;
                     return vec![Command::Prompt(p)];
                 }
             }
@@ -525,13 +526,20 @@ impl App {
                 let asked = t
                     .open_question()
                     .and_then(|qi| Some((qi, t.step()?.questions.get(qi)?.text.clone())));
-                if let Some((qi, text)) = asked {
-                    let filled = super::figures::fill(self.figure_sources(), &text);
-                    if let Some(t) = self.tutor.as_mut() {
-                        t.asked.entry(qi).or_insert(filled);
+                let filled = asked
+                    .map(|(qi, text)| (qi, super::figures::fill(self.figure_sources(), &text)));
+                let before = self
+                    .tutor
+                    .as_ref()
+                    .map(|t| (t.answers.clone(), t.pending.clone()));
+                let out = self.with_tutor(|t, app| t.answer(app, d));
+                // Kept only when the answer was taken (recorded, or waiting to be graded).
+                if let (Some((qi, text)), Some(t)) = (filled, self.tutor.as_mut()) {
+                    if before != Some((t.answers.clone(), t.pending.clone())) {
+                        t.asked.insert(qi, text);
                     }
                 }
-                Some(self.with_tutor(|t, app| t.answer(app, d)))
+                Some(out)
             }
             Action::ScrollLesson(d) => {
                 t.scroll = t.scroll.saturating_add_signed(d);
@@ -628,6 +636,12 @@ impl App {
         }
         if run != self.run {
             self.run = run;
+            self.steps_queued = 0;
+            // A layout beside the live one that has become the live one is no comparison:
+            // the worker drops it too.
+            if self.beside == Some(run.layout) {
+                self.beside = None;
+            }
             self.history.clear();
             // The engine restarts the serving runs under the new layout.
             self.timeline.clear();
@@ -817,6 +831,7 @@ impl App {
 
     /// Moves the view `delta` iterations through the retained history.
     fn scrub_to(&mut self, delta: isize) {
+        self.steps_queued = 0;
         let n = self.past.len();
         if n == 0 {
             self.status = "no iterations yet".into();
@@ -937,10 +952,16 @@ impl App {
         if let Some(p) = reply.prompt {
             self.running = false;
             self.prompt_queued = true;
+            self.steps_queued = 0;
             out.push(Command::Prompt(p));
         }
         if reply.step {
-            out.extend(self.request_step());
+            match self.request_step() {
+                Some(c) => out.push(c),
+                // One is running: the answer's own step follows it.
+                None if self.in_flight => self.steps_queued += 1,
+                None => {}
+            }
         }
         if let Some(s) = reply.status {
             self.status = s;

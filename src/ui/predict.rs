@@ -396,6 +396,24 @@ pub fn outcome(
     };
     const NO_VIEW: &str = "no serving view";
     const NO_ITERATION: &str = "the serving workload ran no iteration";
+    // A report computed before the answer's setting took hold (it was already running)
+    // grades nothing: the next one will show the setting.
+    let settled = match p.kind {
+        Predict::KvAfterMha => new.info.layout == HeadLayout::Mha,
+        Predict::KvAfterTiled => matches!(new.run.kernel, AttnKernel::Tiled { .. }),
+        Predict::TopAfterTemperature => {
+            (new.info.sampler.temperature * 10.0).round() as u8 == PREDICT_TEMPERATURE
+        }
+        Predict::FlopsWithoutCache => new.info.no_cache,
+        Predict::UtilAfterContiguous => new
+            .serve
+            .as_ref()
+            .is_some_and(|s| s.cache == CacheKind::Contiguous),
+        _ => true,
+    };
+    if !settled {
+        return None;
+    }
     Some(match p.kind {
         Predict::TopAttended => top_attended_outcome(live, chosen, app, new),
         Predict::PagesNext => serve(NO_VIEW, &|sv| pages_outcome(p, live, chosen, sv)),
@@ -440,8 +458,13 @@ fn top_attended_outcome(
         .info
         .captures
         .iter()
-        .find(|c| c.layer == app.layer && c.t == 1)
-        .map(|c| c.weights[head * c.kv_len..(head + 1) * c.kv_len].to_vec());
+        .find(|c| c.layer == app.layer && c.t >= 1 && head < c.n_head)
+        .and_then(|c| {
+            // The newest row: the decode step's own (without a cache the step ran every
+            // row again, and the newest is the one that predicts).
+            let at = (head * c.t + c.t - 1) * c.kv_len;
+            c.weights.get(at..at + c.kv_len).map(<[f32]>::to_vec)
+        });
     let Some(w) = row else {
         return (false, "the step produced no decode row to grade".into());
     };
@@ -634,15 +657,13 @@ fn top_after_t_outcome(chosen: u64, new: &StepReport) -> (bool, String) {
         return (false, "the step reported no distribution".into());
     };
     let (own, drawn) = (top.prob, top.drawn);
-    let actual = if drawn >= 0.9995 {
-        3
-    } else if (drawn - own).abs() <= 0.005 {
-        1
-    } else if drawn > own {
-        0
-    } else {
-        2
-    };
+    // Every description that is true counts: 100% is also a rise.
+    let true_of = [
+        drawn > own + 0.005,
+        (drawn - own).abs() <= 0.005,
+        drawn < own - 0.005,
+        drawn >= 0.9995,
+    ];
     let why = format!(
         "at {} the top token {:?} went from the model's {:.1}% to {:.1}% in the distribution the sampler drew from",
         new.info.sampler.describe(),
@@ -650,7 +671,7 @@ fn top_after_t_outcome(chosen: u64, new: &StepReport) -> (bool, String) {
         100.0 * own,
         100.0 * drawn
     );
-    (chosen == actual, why)
+    (true_of.get(chosen as usize).copied().unwrap_or(false), why)
 }
 
 /// A member of a static batch running on as padding; `None` until one does.

@@ -216,9 +216,10 @@ fn run(cfg: EngineConfig, rx: Receiver<Command>, tx: &Sender<Event>) -> Result<(
         if matches!(cmd, Command::Quit) {
             break;
         }
-        // A failed command is reported and the worker carries on: its state is only
-        // replaced when a command succeeds. A panic leaves no such guarantee, so the
-        // thread says it died and stops; the UI then exits non-zero.
+        // A failed command is reported and the worker carries on with what it has (the
+        // live request stays usable; a step whose side comparison fails still stands). A
+        // panic leaves no such guarantee, so the thread says it died and stops; the UI
+        // then exits non-zero.
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.handle(cmd, &send))) {
             Ok(Ok(())) => {}
             Ok(Err(e)) => send(Event::Error(e)),
@@ -322,8 +323,13 @@ impl Worker {
             Command::Prompt(p) => {
                 self.live = start(&self.model, &p, self.max_new, None, self.sampler)?;
                 self.live.session.recompute = !self.kv_cache;
-                // The layout beside starts over on the new prompt, with the live one.
-                self.start_beside(self.beside.as_ref().map(|b| b.0))?;
+                // The layout beside starts over on the new prompt, with the live one; if
+                // it cannot, the prompt still stands and the comparison says why it ended.
+                if let Err(e) = self.start_beside(self.beside.as_ref().map(|b| b.0)) {
+                    self.beside = None;
+                    send(Event::Beside(None));
+                    send(Event::Status(format!("the layout beside stopped: {e}")));
+                }
                 send(Event::Status(
                     "new request queued: press space to prefill it".into(),
                 ));
@@ -374,9 +380,15 @@ impl Worker {
         // The serving cache is shaped by the layout too: its workload starts again.
         let (serve, compare) = serving_pair(&model, self.setup)?;
         (self.serve, self.compare) = (serve, compare);
+        // The layout beside is no comparison once it is the live one.
+        if self.beside.as_ref().is_some_and(|b| b.0 == run.layout) {
+            self.beside = None;
+        }
         if !started {
             // Nothing ran yet: the next space prefills the prompt under the new settings.
             (self.model, self.sink, self.live) = (model, sink, live);
+            // The layout beside follows the new kernel.
+            self.start_beside(self.beside.as_ref().map(|b| b.0))?;
             send(Event::Status(
                 "settings changed: press space to prefill the prompt".into(),
             ));
@@ -440,8 +452,15 @@ impl Worker {
             self.focus,
         )?;
         self.iteration += 1;
+        // The live token is already taken: a failing comparison ends, the step stands.
         if let Some((_, b)) = self.beside.as_mut() {
-            report.beside = Some(b.step(report.info.token_id)?);
+            match b.step(report.info.token_id) {
+                Ok(v) => report.beside = Some(v),
+                Err(e) => {
+                    self.beside = None;
+                    send(Event::Status(format!("the layout beside stopped: {e}")));
+                }
+            }
         }
         self.step_others(&mut report)?;
         self.keep_last(&mut report);

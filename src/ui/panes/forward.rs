@@ -25,20 +25,28 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
 }
 
 /// Draws where a report's step spent its time, and `layer`'s residual stream, into `inner`:
-/// one line each, most telling first, every line within 78 columns so the smallest
-/// terminal shows them whole when the pane is zoomed.
+/// one line each, most telling first, every line within 68 columns so the pane shows them
+/// whole zoomed at 80 columns and in the grid at 200.
 pub fn draw(r: &StepReport, layer: usize, theme: &Theme, inner: Rect, buf: &mut Buffer) {
-    let mut rows = timing_rows(r, theme);
+    let [stages, spark] = timing_rows(r, theme);
+    // (row, how much it may give way when the pane is short: higher goes first)
+    let mut rows: Vec<(Row, u8)> = vec![(stages, 0), (spark, 9)];
     let capture = r.info.captures.iter().find(|c| c.layer == layer);
     if let Some(c) = capture {
-        rows.push(residual_row(c, theme));
+        rows.push((residual_row(c, theme), 1));
     }
-    rows.push((attention_row(r), Style::default()));
-    rows.push((shapes_row(r), theme.dim()));
+    rows.push(((attention_row(r), Style::default()), 2));
+    rows.extend(shapes_rows(r).map(|t| ((t, theme.dim()), 3)));
     if let Some(c) = capture {
         rows.extend(block_rows(r, c, theme));
     }
-    for (y, (text, style)) in rows.into_iter().enumerate() {
+    while rows.len() > inner.height as usize {
+        let Some(i) = (0..rows.len()).max_by_key(|&i| (rows[i].1, i)) else {
+            break;
+        };
+        rows.remove(i);
+    }
+    for (y, ((text, style), _)) in rows.into_iter().enumerate() {
         put_text(buf, inner, 0, inner.y + y as u16, text, style);
     }
 }
@@ -47,19 +55,13 @@ pub fn draw(r: &StepReport, layer: usize, theme: &Theme, inner: Rect, buf: &mut 
 type Row = (String, Style);
 
 /// The stages of the pass with their times (ms), and a sparkline of the layers.
-fn timing_rows(r: &StepReport, theme: &Theme) -> Vec<Row> {
+fn timing_rows(r: &StepReport, theme: &Theme) -> [Row; 2] {
     let t = &r.info.timing;
     let layers: f64 = t.layers_ms.iter().sum();
     let total = t.embed_ms + layers + t.lm_head_ms + r.info.sample_ms;
     let stages = format!(
-        "{} tok → embed {:.2} → {} layers {:.1} → LM head {:.1} → sample {:.2} = {:.1} ms",
-        r.info.input_len,
-        t.embed_ms,
-        t.layers_ms.len(),
-        layers,
-        t.lm_head_ms,
-        r.info.sample_ms,
-        total
+        "{} tok: embed {:.2} · layers {:.1} · LM head {:.1} · sample {:.2} = {:.1} ms",
+        r.info.input_len, t.embed_ms, layers, t.lm_head_ms, r.info.sample_ms, total
     );
     let max = t.layers_ms.iter().copied().fold(0.0, f64::max).max(1e-9);
     let spark: String = t
@@ -67,9 +69,12 @@ fn timing_rows(r: &StepReport, theme: &Theme) -> Vec<Row> {
         .iter()
         .map(|&ms| SPARK[((ms / max) * 7.0).round() as usize])
         .collect();
-    vec![
+    [
         (stages, Style::default()),
-        (format!("time per layer  {spark}"), theme.accent()),
+        (
+            format!("time per layer ({})  {spark}", t.layers_ms.len()),
+            theme.accent(),
+        ),
     ]
 }
 
@@ -93,7 +98,7 @@ fn residual_row(c: &LayerCapture, theme: &Theme) -> Row {
     let last = c.t - 1;
     (
         format!(
-            "layer {} residual ‖x‖: in {:.1} → +attention {:.1} → +SwiGLU MLP {:.1}",
+            "layer {} ‖x‖: in {:.1} → +attention {:.1} → +SwiGLU MLP {:.1}",
             c.layer, c.resid_norm_in[last], c.resid_norm_attn[last], c.resid_norm_out[last]
         ),
         theme.dim(),
@@ -101,32 +106,39 @@ fn residual_row(c: &LayerCapture, theme: &Theme) -> Row {
 }
 
 /// One layer's matrices at this model's shape, from embedding width to the vocabulary.
-fn shapes_row(r: &StepReport) -> String {
+fn shapes_rows(r: &StepReport) -> [String; 2] {
     let c = &r.cfg;
     let d = c.head_dim;
-    format!(
-        "shapes {} → Q {}×{}, K V {}×{} → W_o {} → {} · MLP {}→{}→{} · LM head {}",
-        c.hidden,
-        c.n_head,
-        d,
-        c.n_kv_head,
-        d,
-        c.n_head * d,
-        c.hidden,
-        c.hidden,
-        c.ffn,
-        c.hidden,
-        crate::views::units::thousands(c.vocab)
-    )
+    let n = crate::views::units::thousands;
+    [
+        format!(
+            "shapes {} → Q {}×{}, K V {}×{} → concat {} → W_o → {}",
+            c.hidden,
+            c.n_head,
+            d,
+            c.n_kv_head,
+            d,
+            c.n_head * d,
+            c.hidden
+        ),
+        format!(
+            "       MLP {} → {} → {} · LM head {} → {}",
+            c.hidden,
+            n(c.ffn),
+            c.hidden,
+            c.hidden,
+            n(c.vocab)
+        ),
+    ]
 }
 
 /// What RoPE, RMSNorm and SwiGLU did to the newest token, and the tile order (tiled
-/// kernel only).
-fn block_rows(r: &StepReport, c: &LayerCapture, theme: &Theme) -> Vec<Row> {
+/// kernel only), each with how much it may give way in a short pane.
+fn block_rows(r: &StepReport, c: &LayerCapture, theme: &Theme) -> Vec<(Row, u8)> {
     let b = &c.block;
     let mut rows = vec![
         format!(
-            "RoPE   q head 0 ‖q‖ {:.2} → {:.2} after rotation · first pair turned {:.0} rad",
+            "RoPE   ‖q‖ head 0: {:.2} → {:.2} rotated · first pair turned {:.0} rad",
             b.q_norm_pre_rope, b.q_norm_post_rope, b.rope_angle0
         ),
         rope_shift_row(&b.rope_shift),
@@ -141,7 +153,7 @@ fn block_rows(r: &StepReport, c: &LayerCapture, theme: &Theme) -> Vec<Row> {
     ]
     .into_iter()
     .filter(|t| !t.is_empty())
-    .map(|t| (t, Style::default()))
+    .map(|t| ((t, Style::default()), 4))
     .collect::<Vec<_>>();
     if !c.tile_schedule.is_empty() {
         let s: Vec<String> = c
@@ -150,7 +162,7 @@ fn block_rows(r: &StepReport, c: &LayerCapture, theme: &Theme) -> Vec<Row> {
             .take(8)
             .map(|(q, k)| format!("Q{q}·K{k}"))
             .collect();
-        rows.push((format!("tiles (head 0): {}", s.join(" ")), theme.dim()));
+        rows.push(((format!("tiles (head 0): {}", s.join(" ")), theme.dim()), 5));
     }
     rows
 }
@@ -161,11 +173,11 @@ fn rope_shift_row(s: &crate::model::probe::RopeShift) -> String {
         return String::new();
     }
     format!(
-        "RoPE   same q·k {} apart at {}: {:.3} · moved +{}: {:.3} · {} apart: {:.3}",
+        "RoPE   q·k {} apart: @{} {:.3} · @{} {:.3} · {} apart {:.3}",
         s.offset,
         s.at,
         s.score,
-        s.shift,
+        s.at + s.shift,
         s.score_shifted,
         2 * s.offset,
         s.score_other_offset

@@ -25,7 +25,7 @@ pub fn render(theme: &Theme, scroll: usize, area: Rect, buf: &mut Buffer) {
     let shown = (r.height.saturating_sub(2) as usize).max(1);
     let first = scroll.min(rows.len().saturating_sub(shown));
     let title = if shown >= rows.len() {
-        " glossary (any key closes) ".to_string()
+        " glossary (j k scroll where it does not fit · other keys close) ".to_string()
     } else {
         format!(
             " glossary {}–{} of {} · j k scroll · any other key closes ",

@@ -28,7 +28,7 @@ pub fn draw(kv: &KvView, theme: &Theme, inner: Rect, buf: &mut Buffer) {
         0,
         inner.y,
         format!(
-            "utilization {:.1}%: {} of {} reserved slots hold tokens",
+            "utilization {:.1}%: {} of {} slots hold tokens",
             kv.utilization_pct(),
             kv.used,
             kv.capacity
