@@ -138,8 +138,8 @@ impl Learner {
         })
     }
 
-    /// At 80×24 and 200×60: the step's title and the pane it focuses are on screen,
-    /// and the engine is alive.
+    /// At 80×24 and 200×60: the step's title, the pane it focuses and that pane's key
+    /// figure are on screen, and the engine is alive.
     fn check_screens(&mut self, at: &str) {
         let title: String = self
             .tutor()
@@ -163,10 +163,33 @@ impl Learner {
             Pane::Traffic => " memory traffic ",
             Pane::Lens => " logit lens ",
         };
+        // The pane's key figure, whole (once an iteration has given it one).
+        let figure: &[&str] = match (self.app.report.is_some(), self.app.focus) {
+            (false, _) => &[],
+            (_, Pane::Heads) => &["q8"],
+            (_, Pane::Output) => &["(greedy)", "drawn %"],
+            (_, Pane::Kv) => &["utilization "],
+            (_, Pane::Serving) if self.app.sink => {
+                match self.app.report.as_ref().and_then(|r| r.sink.as_ref()) {
+                    Some(_) => &["ppl"],
+                    None => &[],
+                }
+            }
+            (_, Pane::Serving) if self.app.compare != inferlab::ui::app::Compare::Off => {
+                &["ratio after", "× the tokens/s"]
+            }
+            (_, Pane::Forward) => &[" ms"],
+            (_, Pane::Traffic) => &["GFLOP"],
+            _ => &[],
+        };
         for s in self.screens() {
             assert!(
                 s.contains(&title),
                 "{at}: the step's title is not on screen\n{s}"
+            );
+            assert!(
+                figure.is_empty() || figure.iter().any(|f| s.contains(f)),
+                "{at}: the pane's key figure {figure:?} is not on screen whole\n{s}"
             );
             assert!(
                 s.contains(pane),
