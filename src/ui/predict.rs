@@ -43,6 +43,11 @@ const TOP_AFTER_T: [&str; 4] = [
 ];
 /// The temperature the prediction switches to, in tenths.
 const PREDICT_TEMPERATURE: u8 = 15;
+
+/// A temperature in tenths, as settings carry it.
+fn tenths(t: f32) -> u8 {
+    (t * 10.0).round() as u8
+}
 const FINISHED_ROW: [&str; 3] = [
     "it keeps running as padding until the batch ends",
     "a waiting request takes over its slot in the next iteration",
@@ -183,8 +188,9 @@ pub fn live_choices(app: &LiveState, kind: Predict) -> Option<LiveChoices> {
     if about_live && app.prompt_queued {
         return None;
     }
-    let t_now = (app.sampler.temperature * 10.0).round() as u8;
-    if kind == Predict::TopAfterTemperature && t_now == PREDICT_TEMPERATURE {
+    if kind == Predict::TopAfterTemperature
+        && tenths(app.sampler.temperature) == PREDICT_TEMPERATURE
+    {
         return None;
     }
     if kind == Predict::FlopsWithoutCache && !app.kv_cache {
@@ -401,9 +407,7 @@ pub fn outcome(
     let settled = match p.kind {
         Predict::KvAfterMha => new.info.layout == HeadLayout::Mha,
         Predict::KvAfterTiled => matches!(new.run.kernel, AttnKernel::Tiled { .. }),
-        Predict::TopAfterTemperature => {
-            (new.info.sampler.temperature * 10.0).round() as u8 == PREDICT_TEMPERATURE
-        }
+        Predict::TopAfterTemperature => tenths(new.info.sampler.temperature) == PREDICT_TEMPERATURE,
         Predict::FlopsWithoutCache => new.info.no_cache,
         Predict::UtilAfterContiguous => new
             .serve
@@ -530,18 +534,20 @@ fn join_outcome(p: &Pending, live: &LiveChoices, chosen: u64, sv: &ServeView) ->
     (right, why)
 }
 
-/// The nearest choice on a log scale to what the step moved: 140 MB is "about 150", not
-/// "about 45".
-fn read_mb_outcome(live: &LiveChoices, chosen: u64, new: &StepReport) -> (bool, String) {
-    let t = &new.info.traffic;
-    let mb = traffic_mb(t);
-    let d = |v: u64| ((v as f64).ln() - mb.max(1e-9).ln()).abs();
-    let nearest = live
-        .values
+/// The value nearest `x` on a log scale: 140 is "about 150", not "about 45".
+fn nearest_on_log_scale(values: &[u64], x: f64) -> Option<u64> {
+    let d = |v: u64| ((v as f64).ln() - x.max(1e-9).ln()).abs();
+    values
         .iter()
         .copied()
         .min_by(|a, b| d(*a).total_cmp(&d(*b)))
-        .unwrap_or(0);
+}
+
+/// The nearest choice on a log scale to what the step moved.
+fn read_mb_outcome(live: &LiveChoices, chosen: u64, new: &StepReport) -> (bool, String) {
+    let t = &new.info.traffic;
+    let mb = traffic_mb(t);
+    let nearest = nearest_on_log_scale(&live.values, mb).unwrap_or(0);
     (
         chosen == nearest,
         format!(
@@ -634,13 +640,7 @@ fn flops_choices(r: &StepReport) -> Option<LiveChoices> {
 /// The multiple nearest (on a log scale) to the step's FLOPs over the cached step's.
 fn flops_outcome(live: &LiveChoices, chosen: u64, new: &StepReport) -> (bool, String) {
     let ratio = new.info.traffic.flops as f64 / live.subject.max(1) as f64;
-    let d = |v: u64| ((v as f64).ln() - ratio.max(1e-9).ln()).abs();
-    let nearest = live
-        .values
-        .iter()
-        .copied()
-        .min_by(|a, b| d(*a).total_cmp(&d(*b)))
-        .unwrap_or(1);
+    let nearest = nearest_on_log_scale(&live.values, ratio).unwrap_or(1);
     let why = format!(
         "without the cache the step ran all {} tokens again: {:.1} GFLOP, {ratio:.0}× the cached step's {:.2}",
         new.info.input_len,
