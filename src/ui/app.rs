@@ -554,9 +554,9 @@ impl App {
         }
     }
 
-    /// Settings the engine must apply: head layout, kernel, serving cache and policy, the
-    /// side-by-side comparison, the sink experiment, the sampler.
-    fn setting(&mut self, a: Action) -> Option<Command> {
+    /// The live request's own settings, which change nothing else: its sampler, its KV
+    /// cache on or off, the head layout run beside it.
+    fn live_request_setting(&mut self, a: Action) -> Option<Command> {
         if let Some(cfg) = self.sampler_for(a) {
             self.sampler = cfg;
             return Some(Command::SetSampler(cfg));
@@ -590,6 +590,15 @@ impl App {
                 }
             }
             return Some(Command::SetBeside(next));
+        }
+        None
+    }
+
+    /// Settings the engine must apply: head layout, kernel, serving cache and policy, the
+    /// side-by-side comparison, the sink experiment, the sampler.
+    fn setting(&mut self, a: Action) -> Option<Command> {
+        if let Some(c) = self.live_request_setting(a) {
+            return Some(c);
         }
         let mut run = self.run;
         let (mut policy, mut cache, mut compare) = (self.policy, self.cache, self.compare);

@@ -266,29 +266,8 @@ impl Worker {
             Command::Quit => {}
             Command::Focus(layer) => self.focus = layer,
             Command::SetLens(on) => self.lens = on,
-            Command::SetBeside(layout) => {
-                let view = self.start_beside(layout)?;
-                send(Event::Beside(view));
-            }
-            Command::SetKvCache(on) => {
-                self.kv_cache = on;
-                self.live.session.recompute = !on;
-                send(Event::Status(
-                    if on {
-                        "KV cache on: each decode step computes one token's keys and values"
-                    } else {
-                        "KV cache off: each decode step recomputes the keys and values of the whole sequence"
-                    }
-                    .into(),
-                ));
-            }
-            Command::SetSampler(cfg) => {
-                self.sampler = cfg;
-                self.live.session.set_sampler(cfg);
-                send(Event::Status(format!(
-                    "sampler: {} from the next step on",
-                    cfg.describe()
-                )));
+            Command::SetBeside(_) | Command::SetKvCache(_) | Command::SetSampler(_) => {
+                self.set_live(cmd, send)?
             }
             Command::SetSink(on) => {
                 self.sink = None;
@@ -325,7 +304,7 @@ impl Worker {
                 self.live.session.recompute = !self.kv_cache;
                 // The layout beside starts over on the new prompt, with the live one; if
                 // it cannot, the prompt still stands and the comparison says why it ended.
-                if let Err(e) = self.start_beside(self.beside.as_ref().map(|b| b.0)) {
+                if let Err(e) = self.restart_beside() {
                     self.beside = None;
                     send(Event::Beside(None));
                     send(Event::Status(format!("the layout beside stopped: {e}")));
@@ -343,6 +322,39 @@ impl Worker {
                 }
                 self.step(send)?
             }
+        }
+        Ok(())
+    }
+
+    /// The live request's own settings, which leave everything else running: the layout
+    /// run beside it, its KV cache, its sampler.
+    fn set_live(&mut self, cmd: Command, send: &dyn Fn(Event)) -> Result<(), String> {
+        match cmd {
+            Command::SetBeside(layout) => {
+                let view = self.start_beside(layout)?;
+                send(Event::Beside(view));
+            }
+            Command::SetKvCache(on) => {
+                self.kv_cache = on;
+                self.live.session.recompute = !on;
+                send(Event::Status(
+                    if on {
+                        "KV cache on: each decode step computes one token's keys and values"
+                    } else {
+                        "KV cache off: each decode step recomputes the keys and values of the whole sequence"
+                    }
+                    .into(),
+                ));
+            }
+            Command::SetSampler(cfg) => {
+                self.sampler = cfg;
+                self.live.session.set_sampler(cfg);
+                send(Event::Status(format!(
+                    "sampler: {} from the next step on",
+                    cfg.describe()
+                )));
+            }
+            _ => {}
         }
         Ok(())
     }
@@ -388,7 +400,7 @@ impl Worker {
             // Nothing ran yet: the next space prefills the prompt under the new settings.
             (self.model, self.sink, self.live) = (model, sink, live);
             // The layout beside follows the new kernel.
-            self.start_beside(self.beside.as_ref().map(|b| b.0))?;
+            self.restart_beside()?;
             send(Event::Status(
                 "settings changed: press space to prefill the prompt".into(),
             ));
@@ -404,10 +416,15 @@ impl Worker {
         (self.model, self.sink, self.live) = (model, sink, live);
         self.iteration += 1;
         report.recomputed = true;
-        report.beside = self.start_beside(self.beside.as_ref().map(|b| b.0))?;
+        report.beside = self.restart_beside()?;
         self.keep_last(&mut report);
         send(Event::Report(Box::new(report)));
         Ok(())
+    }
+
+    /// Starts the layout beside again (if one runs) on the live request as it is now.
+    fn restart_beside(&mut self) -> Result<Option<report::BesideView>, String> {
+        self.start_beside(self.beside.as_ref().map(|b| b.0))
     }
 
     /// Runs the live request's tokens under `layout` beside it from now on (`None`: stops);
