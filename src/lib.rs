@@ -7,6 +7,7 @@ pub mod assets;
 pub mod bench;
 pub mod budget;
 pub mod export;
+pub mod files;
 pub mod kernels;
 pub mod kv;
 pub mod lesson;

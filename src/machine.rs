@@ -122,7 +122,7 @@ pub fn cache_path() -> Option<PathBuf> {
 /// The cached measurement, if it was made on this CPU with as many threads: a name like
 /// "AMD EPYC" covers machines of any size, and the figures are for all threads.
 pub fn cached() -> Option<Machine> {
-    let text = std::fs::read_to_string(cache_path()?).ok()?;
+    let text = crate::files::read_text(&cache_path()?, crate::files::Kind::Machine).ok()?;
     let m: Machine = serde_json::from_str(&text).ok()?;
     m.fits_here().then_some(m)
 }
@@ -146,7 +146,14 @@ pub fn measure() -> Result<Machine> {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
         let text = serde_json::to_string_pretty(&m)?;
-        std::fs::write(&p, text).with_context(|| format!("writing {}", p.display()))?;
+        // Replaced whole, never through a link: a planted `machine.json` link must not
+        // turn a re-measure into overwriting the file it points to.
+        let rules = crate::files::WriteRules {
+            force: true,
+            inputs: &[],
+        };
+        crate::files::write(&p, text.as_bytes(), rules)
+            .with_context(|| "saving the machine's measurement")?;
     }
     Ok(m)
 }

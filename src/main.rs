@@ -86,6 +86,7 @@ fn main() -> std::process::ExitCode {
             cli.record.map(|path| inferlab::ui::Record {
                 path,
                 force: cli.force,
+                inputs: cli.app.model.source.model.iter().cloned().collect(),
             }),
         ),
         Some(Cmd::Replay { file }) => commands::app::replay(&file),

@@ -56,7 +56,14 @@ fn the_png_is_the_svg_at_twice_the_size_with_the_same_colours() {
     let a = app();
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("a.png");
-    export::write(&a.scene(), ExportPane::Attention, ImageFormat::Png, &p).unwrap();
+    export::write(
+        &a.scene(),
+        ExportPane::Attention,
+        ImageFormat::Png,
+        &p,
+        Default::default(),
+    )
+    .unwrap();
     let pix = Pixmap::load_png(&p).unwrap();
     // 10 cells of 22 units with 120 + 140 margins across.
     assert_eq!(pix.width(), 2 * (120 + 220 + 140));
@@ -143,8 +150,15 @@ fn missing_data_and_unwritable_paths_are_clear_errors() {
     let e = export::render_svg(&app().scene(), ExportPane::Kv).unwrap_err();
     assert!(e.to_string().contains("serving workload"), "{e}");
     let bad = std::path::Path::new("/nonexistent-dir/x.svg");
-    let e = export::write(&app().scene(), ExportPane::Heads, ImageFormat::Svg, bad).unwrap_err();
-    assert!(matches!(e, ExportError::Write { .. }));
+    let e = export::write(
+        &app().scene(),
+        ExportPane::Heads,
+        ImageFormat::Svg,
+        bad,
+        Default::default(),
+    )
+    .unwrap_err();
+    assert!(matches!(e, ExportError::File(_)), "{e}");
     assert!(e.to_string().contains("/nonexistent-dir/x.svg"), "{e}");
 }
 
@@ -170,13 +184,24 @@ fn the_e_key_writes_the_focused_pane_and_says_where() {
     a.update(Action::Export);
     assert!(a.status.contains("exported traffic"), "{}", a.status);
     assert!(dir.path().join("inferlab-traffic-iter3.png").exists());
+    // Pressed again, `e` replaces nothing: the next free name, and a planted link at the
+    // default name is skipped, not written through.
+    let users = dir.path().join("users-file");
+    std::fs::write(&users, "precious").unwrap();
+    std::os::unix::fs::symlink(&users, dir.path().join("inferlab-traffic-iter3-2.svg")).unwrap();
+    a.update(Action::Export);
+    assert!(a.status.contains("iter3-3.svg"), "{}", a.status);
+    assert!(dir.path().join("inferlab-traffic-iter3-3.png").exists());
+    assert_eq!(std::fs::read_to_string(&users).unwrap(), "precious");
 }
 
 #[test]
 fn inferlab_export_draws_any_iteration_of_a_recording() {
     let dir = tempfile::tempdir().unwrap();
     let rec = dir.path().join("s.jsonl");
-    let mut w = inferlab::worker::recording::Recorder::create(&rec, "fixture.gguf", false).unwrap();
+    let mut w =
+        inferlab::worker::recording::Recorder::create(&rec, "fixture.gguf", Default::default())
+            .unwrap();
     for r in serving_reports(CacheKind::Paged, 4) {
         w.write(&r).unwrap();
     }
@@ -230,6 +255,31 @@ fn inferlab_export_draws_any_iteration_of_a_recording() {
         !o.status.success() && e.contains("writing /nonexistent-dir/a.png"),
         "{e}"
     );
+    // Nothing the user has is lost: not the recording itself, not an existing picture
+    // (unless --force), not a file a planted link points to.
+    let before = std::fs::read(&rec).unwrap();
+    let o = run(&["--out", rec.to_str().unwrap(), "--force"]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains("own input"), "{e}");
+    assert_eq!(std::fs::read(&rec).unwrap(), before);
+    let o = run(&["--out", out.to_str().unwrap()]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains("--force"), "{e}");
+    assert!(std::fs::read_to_string(&out)
+        .unwrap()
+        .contains("query head 1"));
+    let o = run(&["--out", out.to_str().unwrap(), "--force", "--head", "2"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(std::fs::read_to_string(&out)
+        .unwrap()
+        .contains("query head 2"));
+    let users = dir.path().join("users-notes.txt");
+    std::fs::write(&users, "precious").unwrap();
+    std::os::unix::fs::symlink(&users, dir.path().join("inferlab-heads-l0h0-iter4.png")).unwrap();
+    let o = run(&["--pane", "heads", "--force"]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains("symbolic link"), "{e}");
+    assert_eq!(std::fs::read_to_string(&users).unwrap(), "precious");
     let bad = dir.path().join("bad.jsonl");
     let text = std::fs::read_to_string(&rec).unwrap();
     std::fs::write(
@@ -256,7 +306,9 @@ fn the_sink_picture_and_a_recording_that_holds_the_experiment() {
     r.sink = Some(v.clone());
     let dir = tempfile::tempdir().unwrap();
     let rec = dir.path().join("s.jsonl");
-    let mut w = inferlab::worker::recording::Recorder::create(&rec, "fixture.gguf", false).unwrap();
+    let mut w =
+        inferlab::worker::recording::Recorder::create(&rec, "fixture.gguf", Default::default())
+            .unwrap();
     w.write(&r).unwrap();
     drop(w);
     let back = inferlab::worker::recording::read(&rec).unwrap().reports;
@@ -302,7 +354,9 @@ fn the_kv_pane_exports_the_request_it_shows_and_export_paths_behave() {
     assert!(!svg.contains("paged"), "not the serving pool");
     // Through the CLI: INFERLAB_EXPORT_DIR is honoured, and format and name must agree.
     let rec = dir.path().join("s.jsonl");
-    let mut w = inferlab::worker::recording::Recorder::create(&rec, "fixture.gguf", false).unwrap();
+    let mut w =
+        inferlab::worker::recording::Recorder::create(&rec, "fixture.gguf", Default::default())
+            .unwrap();
     for r in serving_reports(CacheKind::Paged, 3) {
         w.write(&r).unwrap();
     }

@@ -73,7 +73,17 @@ fn mutated_recordings_are_refused_or_drawn_without_panic() {
             serde_json::json!(FLOATS[case % FLOATS.len()])
         };
         *slot = x.clone();
-        drop(Recorder::create(&file, "m", true).unwrap());
+        drop(
+            Recorder::create(
+                &file,
+                "m",
+                inferlab::files::WriteRules {
+                    force: true,
+                    inputs: &[],
+                },
+            )
+            .unwrap(),
+        );
         let mut text = std::fs::read_to_string(&file).unwrap();
         for v in &vals {
             text.push_str(&serde_json::to_string(v).unwrap());

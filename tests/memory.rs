@@ -156,7 +156,9 @@ fn a_recording_keeps_the_layer_on_screen_and_is_written_off_thread() {
     use inferlab::worker::recording::{self, BackgroundRecorder, Recorder};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.jsonl");
-    let w = BackgroundRecorder::spawn(Recorder::create(&path, "fixture.gguf", false).unwrap());
+    let w = BackgroundRecorder::spawn(
+        Recorder::create(&path, "fixture.gguf", Default::default()).unwrap(),
+    );
     let r = fixture::report();
     assert_eq!(r.info.captures.len(), 2);
     assert!(w.write(&r, 1));

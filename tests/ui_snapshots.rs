@@ -402,7 +402,7 @@ fn a_recording_round_trips_and_bad_ones_are_refused_by_name() {
     use inferlab::worker::recording::{self, RecordingError};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.jsonl");
-    let mut rec = recording::Recorder::create(&path, "fixture.gguf", false).unwrap();
+    let mut rec = recording::Recorder::create(&path, "fixture.gguf", Default::default()).unwrap();
     for i in 1..=3 {
         rec.write(&numbered(i)).unwrap();
     }
@@ -469,11 +469,21 @@ fn a_recording_round_trips_and_bad_ones_are_refused_by_name() {
     // An existing recording is kept unless --force says otherwise.
     let before = std::fs::read(&path).unwrap();
     assert!(matches!(
-        recording::Recorder::create(&path, "m", false),
+        recording::Recorder::create(&path, "m", Default::default()),
         Err(RecordingError::Exists { .. })
     ));
     assert_eq!(std::fs::read(&path).unwrap(), before);
-    drop(recording::Recorder::create(&path, "m", true).unwrap());
+    drop(
+        recording::Recorder::create(
+            &path,
+            "m",
+            inferlab::files::WriteRules {
+                force: true,
+                inputs: &[],
+            },
+        )
+        .unwrap(),
+    );
     assert_ne!(std::fs::read(&path).unwrap(), before);
     let other = dir.path().join("other.jsonl");
     std::fs::write(&other, "{\"hello\": 1}\n").unwrap();

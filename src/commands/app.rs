@@ -31,12 +31,7 @@ pub fn run_with(
 /// Fails before the screen opens, not after the model has loaded, and without touching
 /// an existing recording: the file itself is only created once the model is ready.
 fn check_writable(r: &inferlab::ui::Record) -> Result<()> {
-    if r.path.exists() && !r.force {
-        return Err(inferlab::worker::recording::RecordingError::Exists {
-            path: r.path.clone(),
-        }
-        .into());
-    }
+    inferlab::files::check_target(&r.path, r.rules())?;
     let dir = match r.path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => std::path::PathBuf::from("."),

@@ -40,7 +40,7 @@ fn shape_from_path(p: &PathBuf) -> Result<(Shape, Option<u64>)> {
         let (ct, _) = gguf::open(p)?;
         LlamaConfig::from_gguf(&ct).with_context(|| name.clone())?
     } else {
-        let text = std::fs::read_to_string(p).with_context(|| format!("reading {name}"))?;
+        let text = inferlab::files::read_text(p, inferlab::files::Kind::Config)?;
         LlamaConfig::from_hf_json(&text).map_err(|e| anyhow::anyhow!("{name}: {e}"))?
     };
     let params = cfg.vocab * cfg.hidden

@@ -33,23 +33,41 @@ pub struct Args {
     /// Draw raw Q·Kᵀ/√d scores instead of softmax weights.
     #[arg(long)]
     pub scores: bool,
+    /// Replace an existing file at the output path.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// Replays the recording up to the chosen iteration and writes the picture.
 pub fn run(a: &Args) -> Result<()> {
+    if let Some(out) = &a.out {
+        let inputs = [a.recording.clone()];
+        let rules = inferlab::files::WriteRules {
+            force: a.force,
+            inputs: &inputs,
+        };
+        inferlab::files::check_target(out, rules)?;
+    }
     let rec = inferlab::worker::recording::read(&a.recording)?;
     let want = chosen_iteration(a, &rec.reports)?;
     let format = format_of(a)?;
     let app = replay_to(a, rec, want);
     let context = || format!("exporting {} at iteration {want}", a.pane.name());
+    // As the app's `e` does: `$INFERLAB_EXPORT_DIR` (made if missing), else here.
     let out = match &a.out {
-        Some(p) => {
-            export::write(&app.scene(), a.pane, format, p).with_context(context)?;
-            p.clone()
+        Some(p) => p.clone(),
+        None => {
+            let p = export::default_path(&app.scene(), a.pane, format);
+            export::make_parent(&p).with_context(context)?;
+            p
         }
-        // As the app's `e` does: `$INFERLAB_EXPORT_DIR` (made if missing), else here.
-        None => export::write_default(&app.scene(), a.pane, format).with_context(context)?,
     };
+    let inputs = [a.recording.clone()];
+    let rules = inferlab::files::WriteRules {
+        force: a.force,
+        inputs: &inputs,
+    };
+    export::write(&app.scene(), a.pane, format, &out, rules).with_context(context)?;
     println!("{}", out.display());
     Ok(())
 }

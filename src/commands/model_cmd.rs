@@ -54,8 +54,7 @@ impl Info {
     fn read(path: &std::path::Path) -> Result<Self> {
         let (cfg, quant_types) = if path.is_dir() {
             let p = path.join("config.json");
-            let text =
-                std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
+            let text = inferlab::files::read_text(&p, inferlab::files::Kind::Config)?;
             let cfg = LlamaConfig::from_hf_json(&text)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
             (cfg, vec![("F32".to_string(), 0)])

@@ -125,6 +125,8 @@ pub enum ExportError {
     Write { path: PathBuf, err: std::io::Error },
     #[error("rasterizing the picture: {0}")]
     Render(String),
+    #[error(transparent)]
+    File(#[from] crate::files::FileError),
 }
 
 /// The SVG of `pane` as the app state shows it now.
@@ -197,6 +199,16 @@ pub fn to_png(svg: &str, scale: f32) -> Result<Vec<u8>, ExportError> {
         .to_int_size()
         .scale_by(scale)
         .ok_or_else(|| ExportError::Render("the picture has no size".into()))?;
+    // The panes' pictures are at most a few thousand units a side; anything larger came
+    // from counts no session produces, and would allocate gigabytes of pixels.
+    let pixels = u64::from(size.width()) * u64::from(size.height());
+    if pixels > MAX_PIXELS {
+        return Err(ExportError::Render(format!(
+            "the picture would be {}×{} pixels, over the limit of {MAX_PIXELS}",
+            size.width(),
+            size.height()
+        )));
+    }
     let mut pix = tiny_skia::Pixmap::new(size.width(), size.height())
         .ok_or_else(|| ExportError::Render("the picture is too large".into()))?;
     resvg::render(
@@ -208,40 +220,60 @@ pub fn to_png(svg: &str, scale: f32) -> Result<Vec<u8>, ExportError> {
         .map_err(|e| ExportError::Render(e.to_string()))
 }
 
-/// Writes `pane` to `path` as `format` (PNG at 2× for print).
+/// Largest PNG export, in pixels (64 M: 256 MB of RGBA).
+const MAX_PIXELS: u64 = 1 << 26;
+
+/// Writes `pane` to `path` as `format` (PNG at 2× for print) under `rules`: checked before
+/// anything is drawn, then written whole or not at all.
 pub fn write(
     app: &Scene,
     pane: ExportPane,
     format: ImageFormat,
     path: &Path,
+    rules: crate::files::WriteRules,
 ) -> Result<(), ExportError> {
+    crate::files::check_target(path, rules)?;
     let svg = render_svg(app, pane)?;
     let bytes = match format {
         ImageFormat::Svg => svg.into_bytes(),
         ImageFormat::Png => to_png(&svg, 2.0)?,
     };
-    std::fs::write(path, bytes).map_err(|err| ExportError::Write {
-        path: path.to_path_buf(),
-        err,
-    })
+    Ok(crate::files::write(path, &bytes, rules)?)
 }
 
-/// Writes to the default place ([`default_path`]), making `$INFERLAB_EXPORT_DIR` first
-/// when it names a folder that does not exist yet. Returns the path written.
-pub fn write_default(
-    app: &Scene,
-    pane: ExportPane,
-    format: ImageFormat,
-) -> Result<PathBuf, ExportError> {
-    let path = default_path(app, pane, format);
+/// Makes the folder `path` goes in (`$INFERLAB_EXPORT_DIR` may not exist yet).
+pub fn make_parent(path: &Path) -> Result<(), ExportError> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|err| ExportError::Write {
             path: dir.to_path_buf(),
             err,
         })?;
     }
-    write(app, pane, format, &path)?;
-    Ok(path)
+    Ok(())
+}
+
+/// The app's `e`: the SVG and the PNG of `pane` under the default name, or, where a file
+/// (or a link) already has that name, the first free `…-2`, `…-3`: nothing is replaced.
+/// Returns the SVG's path.
+pub fn write_fresh(app: &Scene, pane: ExportPane) -> Result<PathBuf, ExportError> {
+    let svg = default_path(app, pane, ImageFormat::Svg);
+    make_parent(&svg)?;
+    let taken = |p: &Path| std::fs::symlink_metadata(p).is_ok();
+    let stem = svg.with_extension("");
+    let (svg, png) = (1..10_000)
+        .map(|n| {
+            let s = match n {
+                1 => stem.clone(),
+                n => PathBuf::from(format!("{}-{n}", stem.display())),
+            };
+            (s.with_extension("svg"), s.with_extension("png"))
+        })
+        .find(|(a, b)| !taken(a) && !taken(b))
+        .ok_or_else(|| ExportError::NoData(format!("no free name beside {}", svg.display())))?;
+    let rules = crate::files::WriteRules::default();
+    write(app, pane, ImageFormat::Svg, &svg, rules)?;
+    write(app, pane, ImageFormat::Png, &png, rules)?;
+    Ok(svg)
 }
 
 /// Where the app's `e` key writes: `$INFERLAB_EXPORT_DIR` or the current directory.

@@ -46,15 +46,12 @@ pub fn files(src: &LessonSource) -> anyhow::Result<Vec<(String, Result<String, S
                 if !name.ends_with(".md") || name == "README.md" {
                     continue;
                 }
-                let text = std::fs::read(&p)
-                    .map_err(|e| format!("cannot be read ({e})"))
-                    .and_then(|b| {
-                        String::from_utf8(b).map_err(|e| {
-                            format!(
-                                "is not UTF-8 text (bad byte at offset {}); save it as UTF-8",
-                                e.utf8_error().valid_up_to()
-                            )
-                        })
+                let text =
+                    crate::files::read_text(&p, crate::files::Kind::Lesson).map_err(|e| match e {
+                        crate::files::FileError::NotUtf8 { line, .. } => format!(
+                            "is not UTF-8 text (invalid byte on line {line}); save it as UTF-8"
+                        ),
+                        e => format!("cannot be read ({e})"),
                     });
                 out.push((name, text));
             }

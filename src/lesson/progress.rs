@@ -3,7 +3,6 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Progress of every lesson, by lesson id.
@@ -70,9 +69,9 @@ impl Progress {
 
     /// [`Self::load`] from a given file.
     pub fn load_from(p: &Path) -> Loaded {
-        let text = match std::fs::read(p) {
+        let text = match crate::files::read(p, crate::files::Kind::Progress) {
             Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Loaded::default(),
+            Err(e) if e.is_not_found() => return Loaded::default(),
             Err(e) => {
                 return Loaded {
                     progress: Progress::default(),
@@ -134,33 +133,29 @@ impl Progress {
     }
 
     /// Writes progress, creating the directory.
-    pub fn save(&self) -> std::io::Result<()> {
+    pub fn save(&self) -> Result<(), crate::files::FileError> {
         match path() {
             Some(p) => self.save_to(&p),
             None => Ok(()),
         }
     }
 
-    /// Writes to a uniquely named temporary file beside `p`, syncs it, then renames it
-    /// over `p`: a crash or a second inferlab leaves either the old file or the new one.
-    pub fn save_to(&self, p: &Path) -> std::io::Result<()> {
-        let dir = match p.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => Path::new("."),
+    /// Replaces `p` whole (a temporary file beside it, synced, then renamed), so a crash or
+    /// a second inferlab leaves either the old file or the new one; never through a link.
+    pub fn save_to(&self, p: &Path) -> Result<(), crate::files::FileError> {
+        let io = |err| crate::files::FileError::Io {
+            path: p.to_path_buf(),
+            err,
         };
-        std::fs::create_dir_all(dir)?;
-        let mut tmp = tempfile::Builder::new()
-            .prefix(".progress-")
-            .suffix(".part")
-            .tempfile_in(dir)?;
-        tmp.write_all(serde_json::to_string_pretty(self)?.as_bytes())?;
-        tmp.as_file().sync_all()?;
-        tmp.persist(p).map_err(|e| e.error)?;
-        // The rename itself is durable once the directory is synced (where that works).
-        if let Ok(d) = std::fs::File::open(dir) {
-            let _ = d.sync_all();
+        if let Some(dir) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(io)?;
         }
-        Ok(())
+        let text = serde_json::to_string_pretty(self).map_err(|e| io(e.into()))?;
+        let rules = crate::files::WriteRules {
+            force: true,
+            inputs: &[],
+        };
+        crate::files::write(p, text.as_bytes(), rules)
     }
 
     /// The entry of one lesson, created when missing.

@@ -45,6 +45,10 @@ pub enum ModelError {
     /// kernels computed them. Sampling would pick a token from garbage without saying so.
     #[error("the model's output is not a number (NaN or infinite logits) on the {device}: the weights hold such values, or this device's kernels computed them")]
     NotFinite { device: String },
+    /// A file that is not a regular file of a sane size (a FIFO, a device, 5 GB of
+    /// "config"), or that could not be read.
+    #[error(transparent)]
+    File(crate::files::FileError),
     #[error(transparent)]
     Candle(#[from] candle_core::Error),
 }
@@ -60,4 +64,13 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send), fallback: &str) -> St
         .cloned()
         .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
         .unwrap_or_else(|| fallback.to_string())
+}
+
+impl From<crate::files::FileError> for ModelError {
+    fn from(e: crate::files::FileError) -> Self {
+        match e {
+            crate::files::FileError::NotFound { path } => ModelError::NotFound(path),
+            e => ModelError::File(e),
+        }
+    }
 }

@@ -75,8 +75,7 @@ impl Model {
     fn load_unguarded(path: &Path, opts: &LoadOptions) -> Result<Self> {
         let (cfg, weights, tokenizer) = if path.is_dir() {
             let cfg_path = path.join("config.json");
-            let text = std::fs::read_to_string(&cfg_path)
-                .map_err(|_| ModelError::NotFound(cfg_path.clone()))?;
+            let text = crate::files::read_text(&cfg_path, crate::files::Kind::Config)?;
             let cfg = LlamaConfig::from_hf_json(&text).map_err(|reason| ModelError::InFile {
                 path: cfg_path.clone(),
                 inner: Box::new(ModelError::Config(reason)),

@@ -54,15 +54,11 @@ pub fn tensor_bytes(elems: u64, dtype: GgmlDType) -> std::result::Result<u64, St
 /// Reads the header and checks every tensor's bytes lie inside the file. Returns the
 /// header and the open file, positioned anywhere (tensor reads seek).
 pub fn open(path: &Path) -> Result<(Content, File)> {
-    if !path.exists() {
-        return Err(ModelError::NotFound(path.to_path_buf()));
-    }
+    let (file, len) = crate::files::open(path, crate::files::Kind::Model)?;
     let corrupt = |reason: String| ModelError::CorruptFile {
         path: path.to_path_buf(),
         reason,
     };
-    let file = File::open(path).map_err(|e| corrupt(e.to_string()))?;
-    let len = file.metadata().map_err(|e| corrupt(e.to_string()))?.len();
     let mut r = Header {
         inner: BufReader::with_capacity(1 << 16, file),
         len,

@@ -126,7 +126,7 @@ fn check_cached(p: &Path) -> Cached {
     };
     let aside = p.with_extension("gguf.damaged");
     let done = match std::fs::rename(p, &aside) {
-        Ok(()) => format!("moved it to {} and fetched it again", aside.display()),
+        Ok(()) => format!("moved it to {}", aside.display()),
         Err(e) => format!("could not move it aside ({e})"),
     };
     Cached::Damaged(format!(

@@ -132,8 +132,9 @@ impl TextTokenizer {
 
     /// Loads a `tokenizer.json`.
     pub fn from_file(path: &Path) -> Result<Self> {
-        let inner =
-            Tokenizer::from_file(path).map_err(|e| tok_err(format!("{}: {e}", path.display())))?;
+        let bytes = crate::files::read(path, crate::files::Kind::Tokenizer)?;
+        let inner = Tokenizer::from_bytes(bytes)
+            .map_err(|e| tok_err(format!("{}: {e}", path.display())))?;
         let bos = inner
             .token_to_id("<|im_start|>")
             .or_else(|| inner.token_to_id("<s>"));

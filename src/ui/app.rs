@@ -205,6 +205,9 @@ pub struct App {
     pub model_name: String,
     pub ready: bool,
     pub fatal: Option<String>,
+    /// A failure that stays in the header until the app exits, and is printed then (a
+    /// recording that stopped on a full disk).
+    pub alarm: Option<String>,
     pub report: Option<Box<StepReport>>,
     pub history: Vec<LayerHistory>,
     pub layer: usize,
@@ -281,6 +284,7 @@ impl App {
             model_name: String::new(),
             ready: false,
             fatal: None,
+            alarm: None,
             report: None,
             history: Vec::new(),
             layer: 0,
@@ -827,11 +831,9 @@ impl App {
 
     /// Writes the focused pane's picture (SVG and PNG) and says where in the status line.
     fn export_focused(&mut self) {
-        use crate::export::{self, ExportPane, ImageFormat};
+        use crate::export::{self, ExportPane};
         let pane = ExportPane::for_focus(self.focus, self.shows_sink());
-        let scene = self.scene();
-        let r = export::write_default(&scene, pane, ImageFormat::Svg)
-            .and_then(|svg| export::write_default(&scene, pane, ImageFormat::Png).map(|_| svg));
+        let r = export::write_fresh(&self.scene(), pane);
         self.status = match r {
             Ok(svg) => format!("exported {} → {} and .png", pane.name(), svg.display()),
             Err(e) => format!("export failed: {e}"),

@@ -328,7 +328,11 @@ fn header(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         app.run.layout
     );
     let width = area.width as usize;
-    let status_w = app.status.chars().count();
+    let status = match &app.alarm {
+        Some(a) => format!("{a} · {}", app.status),
+        None => app.status.clone(),
+    };
+    let status_w = status.chars().count();
     let minimal = format!(" inferlab · {} · {kernel} · ", app.run.layout);
     let fixed = [full, short]
         .into_iter()
@@ -336,9 +340,9 @@ fn header(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         .unwrap_or(minimal);
     let room = width.saturating_sub(fixed.chars().count());
     let status = if status_w <= room {
-        app.status.clone()
+        status
     } else {
-        let cut: String = app.status.chars().take(room.saturating_sub(1)).collect();
+        let cut: String = status.chars().take(room.saturating_sub(1)).collect();
         format!("{cut}…")
     };
     let s = format!("{fixed}{status}");

@@ -36,6 +36,18 @@ pub fn run(
 pub struct Record {
     pub path: std::path::PathBuf,
     pub force: bool,
+    /// The session's own input files (the model), which the recording must never replace.
+    pub inputs: Vec<std::path::PathBuf>,
+}
+
+impl Record {
+    /// The rules the recording is written under.
+    pub fn rules(&self) -> crate::files::WriteRules<'_> {
+        crate::files::WriteRules {
+            force: self.force,
+            inputs: &self.inputs,
+        }
+    }
 }
 
 /// Opens a recording: the same screens, driven by the recorded iterations.
@@ -120,8 +132,12 @@ fn event_loop(
         }
     }
     let _ = tx.send(Command::Quit);
-    // A model that failed to load was shown in the app; the exit status says so too.
-    match app.fatal {
+    if let Some(Err(e)) = recorder.map(|r| r.finish()) {
+        app.alarm = Some(format!("recording failed: {e}"));
+    }
+    // A model that failed to load, or a recording that stopped, was shown in the app;
+    // the exit status and stderr say so too.
+    match app.fatal.or(app.alarm) {
         Some(e) => Err(std::io::Error::other(e)),
         None => Ok(()),
     }
@@ -255,7 +271,7 @@ fn absorb_events(
             }
         };
         if let (Some(rec), worker::Event::Ready { model }) = (record, &e) {
-            let r = worker::recording::Recorder::create(&rec.path, model, rec.force)
+            let r = worker::recording::Recorder::create(&rec.path, model, rec.rules())
                 .map_err(std::io::Error::other)?;
             *recorder = Some(worker::recording::BackgroundRecorder::spawn(r));
         }
@@ -263,7 +279,8 @@ fn absorb_events(
             rec.write(r, app.layer);
         }
         if let Some(err) = recorder.as_ref().and_then(|r| r.error()) {
-            app.status = format!("recording stopped: {err}");
+            // Kept in the header until the app exits, and printed then.
+            app.alarm = Some(format!("recording stopped: {err}"));
             *recorder = None;
         }
         app.on_event(e);

@@ -9,7 +9,6 @@
 use super::report::StepReport;
 use super::{Command, Event};
 use serde::{Deserialize, Serialize};
-use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, Sender};
 
@@ -56,6 +55,9 @@ pub enum RecordingError {
         line: usize,
         reason: String,
     },
+    /// Not a regular file of a recording's size, a link where one is written, an input.
+    #[error(transparent)]
+    File(crate::files::FileError),
     #[error("{path} holds no iterations")]
     Empty { path: PathBuf },
     #[error("{path} already exists: pass --force to overwrite it, or choose another name")]
@@ -72,7 +74,8 @@ pub struct Recording {
 }
 
 /// A [`Recorder`] on its own thread: serializing a report (megabytes for a long prefill)
-/// never holds up the screen. Write errors come back through [`Self::error`].
+/// never holds up the screen. Write errors come back through [`Self::error`] and
+/// [`Self::finish`].
 pub struct BackgroundRecorder {
     tx: Option<Sender<Box<StepReport>>>,
     errors: Receiver<String>,
@@ -80,7 +83,8 @@ pub struct BackgroundRecorder {
 }
 
 impl BackgroundRecorder {
-    /// Moves `rec` onto a writer thread.
+    /// Moves `rec` onto a writer thread. When the queue closes, the recording is committed
+    /// under its name; after a write error it stays as the partial file the error names.
     pub fn spawn(mut rec: Recorder) -> Self {
         let (tx, rx) = mpsc::channel::<Box<StepReport>>();
         let (etx, errors) = mpsc::channel();
@@ -89,9 +93,21 @@ impl BackgroundRecorder {
             .spawn(move || {
                 for r in rx {
                     if let Err(e) = rec.write(&r) {
-                        let _ = etx.send(e.to_string());
+                        let (target, partial) = rec.paths();
+                        let kept = match rec.finish() {
+                            Ok(()) => {
+                                format!("the iterations before it are in {}", target.display())
+                            }
+                            Err(_) => {
+                                format!("the iterations before it are in {}", partial.display())
+                            }
+                        };
+                        let _ = etx.send(format!("{e}; {kept}"));
                         return;
                     }
+                }
+                if let Err(e) = rec.finish() {
+                    let _ = etx.send(e.to_string());
                 }
             })
             .ok();
@@ -117,6 +133,18 @@ impl BackgroundRecorder {
     pub fn error(&self) -> Option<String> {
         self.errors.try_recv().ok()
     }
+
+    /// Writes everything queued, commits the file, and says what went wrong if anything did.
+    pub fn finish(mut self) -> Result<(), String> {
+        self.tx = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        match self.errors.try_recv() {
+            Ok(e) => Err(e),
+            Err(_) => Ok(()),
+        }
+    }
 }
 
 impl Drop for BackgroundRecorder {
@@ -129,36 +157,24 @@ impl Drop for BackgroundRecorder {
     }
 }
 
-/// Writes step reports as they arrive.
+/// Writes step reports as they arrive, into a partial file beside the target that
+/// [`Self::finish`] (or dropping it) renames over it: an existing recording is replaced
+/// only whole, and a partial one stays readable.
 pub struct Recorder {
-    path: PathBuf,
-    out: BufWriter<std::fs::File>,
+    out: Option<crate::files::AtomicFile>,
 }
 
 impl Recorder {
-    /// Creates `path` and writes the header. An existing file is only replaced when
-    /// `force` is set: a recording is the user's work.
-    pub fn create(path: &Path, model: &str, force: bool) -> Result<Self, RecordingError> {
-        let io = |source| RecordingError::Io {
-            path: path.to_path_buf(),
-            err: source,
-        };
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .create_new(!force)
-            .truncate(force)
-            .open(path)
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::AlreadyExists => RecordingError::Exists {
-                    path: path.to_path_buf(),
-                },
-                _ => io(e),
-            })?;
-        let mut r = Self {
-            path: path.to_path_buf(),
-            out: BufWriter::new(file),
-        };
+    /// Starts a recording at `path` and writes the header. An existing file is only
+    /// replaced when `rules.force` is set (a recording is the user's work), never through
+    /// a link and never when it is one of `rules.inputs`.
+    pub fn create(
+        path: &Path,
+        model: &str,
+        rules: crate::files::WriteRules,
+    ) -> Result<Self, RecordingError> {
+        let out = crate::files::AtomicFile::create(path, rules).map_err(RecordingError::from)?;
+        let mut r = Self { out: Some(out) };
         let h = Header {
             format: FORMAT.into(),
             version: VERSION,
@@ -177,11 +193,49 @@ impl Recorder {
     }
 
     fn line(&mut self, s: &str) -> Result<(), RecordingError> {
-        let path = self.path.clone();
-        let io = |source| RecordingError::Io { path, err: source };
-        writeln!(self.out, "{s}")
-            .and_then(|_| self.out.flush())
-            .map_err(io)
+        let out = self
+            .out
+            .as_mut()
+            .expect("a recorder holds its file until finished");
+        out.write_all(s.as_bytes())?;
+        out.write_all(b"\n")?;
+        Ok(out.flush()?)
+    }
+
+    /// The recording's name and its partial file's.
+    pub fn paths(&self) -> (PathBuf, PathBuf) {
+        let out = self
+            .out
+            .as_ref()
+            .expect("a recorder holds its file until finished");
+        (out.target().to_path_buf(), out.partial().to_path_buf())
+    }
+
+    /// Syncs the recording and puts it under its name.
+    pub fn finish(mut self) -> Result<(), RecordingError> {
+        match self.out.take() {
+            Some(out) => Ok(out.commit()?),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Recorder {
+    /// A recorder dropped unfinished (a panic unwinding) still puts what it wrote in place.
+    fn drop(&mut self) {
+        if let Some(out) = self.out.take() {
+            let _ = out.commit();
+        }
+    }
+}
+
+impl From<crate::files::FileError> for RecordingError {
+    fn from(e: crate::files::FileError) -> Self {
+        match e {
+            crate::files::FileError::Exists { path } => RecordingError::Exists { path },
+            crate::files::FileError::Io { path, err } => RecordingError::Io { path, err },
+            e => RecordingError::File(e),
+        }
     }
 }
 
@@ -203,11 +257,7 @@ pub fn for_screens(r: &StepReport) -> StepReport {
 /// naming `file:line`. The one exception is a last line cut short (what a crash while
 /// writing leaves): everything before it replays, with a warning.
 pub fn read(path: &Path) -> Result<Recording, RecordingError> {
-    let io = |err| RecordingError::Io {
-        path: path.to_path_buf(),
-        err,
-    };
-    let text = std::fs::read(path).map_err(io)?;
+    let text = crate::files::read(path, crate::files::Kind::Recording)?;
     let text = String::from_utf8_lossy(&text);
     let complete = text.ends_with('\n');
     let mut lines = text.lines();
