@@ -488,7 +488,7 @@ mod tests {
         ));
         let own = WriteRules {
             force: true,
-            inputs: &[users.clone()],
+            inputs: std::slice::from_ref(&users),
         };
         assert!(matches!(
             write(&users, b"x", own),
