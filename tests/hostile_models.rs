@@ -386,23 +386,32 @@ fn an_hf_directory_with_a_broken_tokenizer_or_weights_file_is_refused() {
 }
 
 #[test]
-fn weights_that_hold_a_nan_stop_with_an_error_instead_of_sampling_garbage() {
+fn weights_that_hold_a_nan_are_refused_at_load_naming_the_tensor() {
     let (md, mut ts) = tiny_raw(&q8());
-    // The first Q8_0 block's scale (an f16 at the block's start) becomes a NaN.
+    // The second Q8_0 block's scale (an f16 at the block's start) becomes a NaN.
     let w = tensor(&mut ts, "blk.0.ffn_down.weight");
     assert_eq!(w.type_id, 8, "GGML type 8 is Q8_0");
-    w.data[..2].copy_from_slice(&0x7e00u16.to_le_bytes());
+    w.data[34..36].copy_from_slice(&0x7e00u16.to_le_bytes());
+    let e = refuse(&md, &ts);
+    assert!(
+        e.contains("blk.0.ffn_down.weight") && e.contains("block 1") && e.contains("NaN"),
+        "{e}"
+    );
+    // An infinity in an F32 norm too.
+    let (md, mut ts) = tiny_raw(&q8());
+    let n = tensor(&mut ts, "output_norm.weight");
+    n.data[8..12].copy_from_slice(&f32::INFINITY.to_le_bytes());
+    let e = refuse(&md, &ts);
+    assert!(
+        e.contains("output_norm.weight") && e.contains("element 2"),
+        "{e}"
+    );
+    // The command line says so and fails, rather than printing tokens picked from NaN.
+    let (md, mut ts) = tiny_raw(&q8());
+    tensor(&mut ts, "blk.0.ffn_down.weight").data[..2].copy_from_slice(&0x7e00u16.to_le_bytes());
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("nan.gguf");
     std::fs::write(&p, raw_gguf(&md, &ts)).unwrap();
-    let m = load(&p).unwrap();
-    let mut kv = m.new_cache(8);
-    let e = m
-        .forward(&[5, 6, 7], &mut kv, None, Logits::Last)
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("not a number") && e.contains("CPU"), "{e}");
-    // The command line says so and fails, rather than printing tokens picked from NaN.
     let o = std::process::Command::new(bin())
         .args(["generate", "--max-tokens", "4", "--prompt", "the"])
         .arg("--model")
@@ -411,5 +420,388 @@ fn weights_that_hold_a_nan_stop_with_an_error_instead_of_sampling_garbage() {
         .unwrap();
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("not a number"), "{err}");
+    assert!(err.contains("NaN") && err.contains("ffn_down"), "{err}");
+}
+
+// ---- Silently a different model: each must be refused, naming the key or tensor. ----
+
+#[test]
+fn a_repeated_metadata_key_is_refused_not_last_wins() {
+    let (mut md, ts) = tiny_raw(&q8());
+    md.push(("llama.block_count".into(), Value::U32(1)));
+    let e = refuse(&md, &ts);
+    assert!(e.contains("`llama.block_count` appears twice"), "{e}");
+}
+
+#[test]
+fn overlapping_or_out_of_order_tensor_data_is_refused() {
+    let (md, ts) = tiny_raw(&q8());
+    // Every tensor at offset 0: the header declares many times what the file holds.
+    let zeros = vec![0u64; ts.len()];
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("overlap.gguf");
+    std::fs::write(&p, raw_gguf_at(&md, &ts, Some(&zeros))).unwrap();
+    let e = load(&p).err().expect("overlapping data loaded");
+    assert!(
+        e.contains("overlap.gguf") && e.contains("must not overlap"),
+        "{e}"
+    );
+    // The honest offsets, packed in order, load.
+    let mut at = Vec::new();
+    let mut o = 0u64;
+    for t in &ts {
+        at.push(o);
+        o = (o + t.data.len() as u64).div_ceil(32) * 32;
+    }
+    std::fs::write(&p, raw_gguf_at(&md, &ts, Some(&at))).unwrap();
+    load(&p).unwrap();
+    // Two tensors' places swapped (the first two have the same size): disjoint but out
+    // of order is refused as well.
+    let same = ts
+        .iter()
+        .position(|t| t.data.len() == ts[2].data.len() && t.name != ts[2].name);
+    let j = same.unwrap();
+    at.swap(2, j);
+    std::fs::write(&p, raw_gguf_at(&md, &ts, Some(&at))).unwrap();
+    let e = load(&p).err().expect("out-of-order data loaded");
+    assert!(e.contains("in order"), "{e}");
+}
+
+#[test]
+fn a_norm_stored_quantized_or_as_f16_is_refused() {
+    let (md, mut ts) = tiny_raw(&q8());
+    let n = tensor(&mut ts, "blk.1.ffn_norm.weight");
+    let halves: Vec<u8> = n
+        .data
+        .chunks_exact(4)
+        .flat_map(|b| {
+            half::f16::from_f32(f32::from_le_bytes([b[0], b[1], b[2], b[3]])).to_le_bytes()
+        })
+        .collect();
+    n.data = halves;
+    n.type_id = 1;
+    let e = refuse(&md, &ts);
+    assert!(
+        e.contains("blk.1.ffn_norm.weight") && e.contains("must be F32"),
+        "{e}"
+    );
+}
+
+#[test]
+fn features_inferlab_does_not_compute_are_refused_by_name() {
+    let extra = |name: &str, dims: Vec<u64>| RawTensor {
+        name: name.into(),
+        data: vec![0u8; 4 * dims.iter().product::<u64>() as usize],
+        dims,
+        type_id: 0,
+    };
+    let cases = [
+        (extra("blk.0.attn_q.bias", vec![64]), "bias terms"),
+        (
+            extra("rope_freqs.weight", vec![8]),
+            "RoPE frequency factors",
+        ),
+        (
+            extra("blk.2.attn_norm.weight", vec![64]),
+            "beyond block_count",
+        ),
+        (
+            extra("vision.patch_embd.weight", vec![64]),
+            "vision.patch_embd",
+        ),
+    ];
+    for (t, want) in cases {
+        let (md, mut ts) = tiny_raw(&q8());
+        let name = t.name.clone();
+        ts.push(t);
+        let e = refuse(&md, &ts);
+        assert!(
+            e.contains("does not implement") && e.contains(&name) && e.contains(want),
+            "{e}"
+        );
+    }
+    for (key, v, want) in [
+        (
+            "llama.rope.scaling.type",
+            Value::String("yarn".into()),
+            "RoPE scaling",
+        ),
+        (
+            "llama.rope.scaling.type",
+            Value::String("linear".into()),
+            "RoPE scaling",
+        ),
+        ("llama.rope.scaling.factor", Value::F32(8.0), "RoPE scaling"),
+        ("llama.expert_count", Value::U32(8), "mixture-of-experts"),
+        (
+            "llama.attention.sliding_window",
+            Value::U32(4096),
+            "sliding-window",
+        ),
+    ] {
+        let (mut md, ts) = tiny_raw(&q8());
+        set_meta(&mut md, key, v);
+        let e = refuse(&md, &ts);
+        assert!(
+            e.contains("does not implement") && e.contains(key) && e.contains(want),
+            "{e}"
+        );
+    }
+    // Keys that say "off" change nothing and load.
+    let (mut md, ts) = tiny_raw(&q8());
+    set_meta(
+        &mut md,
+        "llama.rope.scaling.type",
+        Value::String("none".into()),
+    );
+    set_meta(&mut md, "llama.rope.scaling.factor", Value::F32(1.0));
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("off.gguf");
+    std::fs::write(&p, raw_gguf(&md, &ts)).unwrap();
+    load(&p).unwrap();
+}
+
+#[test]
+fn special_ids_of_the_wrong_type_negative_or_past_the_vocabulary_are_refused() {
+    for (key, v, want) in [
+        (
+            "tokenizer.ggml.eos_token_id",
+            Value::String("2".into()),
+            "non-negative integer",
+        ),
+        (
+            "tokenizer.ggml.eos_token_id",
+            Value::I32(-1),
+            "non-negative integer",
+        ),
+        (
+            "tokenizer.ggml.bos_token_id",
+            Value::U32(100_000),
+            "outside the vocabulary",
+        ),
+        (
+            "tokenizer.ggml.padding_token_id",
+            Value::F32(0.0),
+            "non-negative integer",
+        ),
+    ] {
+        let (mut md, ts) = tiny_raw(&q8());
+        set_meta(&mut md, key, v);
+        let e = refuse(&md, &ts);
+        assert!(e.contains(key) && e.contains(want), "{e}");
+    }
+    // A metadata value of the wrong type names its key.
+    let (mut md, ts) = tiny_raw(&q8());
+    set_meta(&mut md, "general.architecture", Value::U32(7));
+    let e = refuse(&md, &ts);
+    assert!(
+        e.contains("general.architecture") && e.contains("U32(7)"),
+        "{e}"
+    );
+    let (mut md, ts) = tiny_raw(&q8());
+    set_meta(&mut md, "tokenizer.ggml.model", Value::U32(7));
+    let e = refuse(&md, &ts);
+    assert!(
+        e.contains("tokenizer.ggml.model") && e.contains("U32(7)"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_token_that_is_not_utf8_is_refused_and_a_repeated_one_is_named() {
+    let (md, ts) = tiny_raw(&q8());
+    let mut bytes = raw_gguf(&md, &ts);
+    // The token "he" (the last one) as it is stored: a length, then its bytes.
+    let stored = [&2u64.to_le_bytes()[..], b"he"].concat();
+    let at = bytes
+        .windows(stored.len())
+        .position(|w| w == stored.as_slice())
+        .unwrap();
+    bytes[at + 8] = 0xff;
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("bad-token.gguf");
+    std::fs::write(&p, &bytes).unwrap();
+    let e = load(&p).err().expect("a non-UTF-8 token loaded");
+    assert!(
+        e.contains("tokenizer.ggml.tokens") && e.contains("not UTF-8"),
+        "{e}"
+    );
+    // A token listed twice loads (llama.cpp accepts such files), with a warning naming it.
+    let (mut md, ts) = tiny_raw(&q8());
+    let toks = md
+        .iter_mut()
+        .find(|(k, _)| k == "tokenizer.ggml.tokens")
+        .unwrap();
+    let Value::Array(list) = &mut toks.1 else {
+        unreachable!()
+    };
+    // Two byte-alphabet tokens no merge uses.
+    list[3] = list[4].clone();
+    let p = dir.path().join("twice.gguf");
+    std::fs::write(&p, raw_gguf(&md, &ts)).unwrap();
+    let m = load(&p).unwrap();
+    let w = m.tokenizer.warnings.join("\n");
+    assert!(w.contains("token 4 repeats token 3"), "{w}");
+}
+
+// ---- HF safetensors directories ----
+
+/// The tiny model as an HF directory: f32 safetensors under transformers' names (one shard
+/// per entry of `shards`, each a list of name prefixes it takes), config and tokenizer.
+fn hf_dir(
+    config_extra: &str,
+    edit: impl FnOnce(&mut Vec<(String, candle_core::Tensor)>),
+) -> tempfile::TempDir {
+    let (_, parts) = tiny_parts(&Tiny::default());
+    let hf_name = |n: &str| -> String {
+        let n = n
+            .replace("token_embd", "model.embed_tokens")
+            .replace("output_norm", "model.norm");
+        let Some(rest) = n.strip_prefix("blk.") else {
+            return n;
+        };
+        let (i, t) = rest.split_once('.').unwrap();
+        let t = t
+            .replace("attn_norm", "input_layernorm")
+            .replace("ffn_norm", "post_attention_layernorm")
+            .replace("attn_q", "self_attn.q_proj")
+            .replace("attn_k", "self_attn.k_proj")
+            .replace("attn_v", "self_attn.v_proj")
+            .replace("attn_output", "self_attn.o_proj")
+            .replace("ffn_gate", "mlp.gate_proj")
+            .replace("ffn_up", "mlp.up_proj")
+            .replace("ffn_down", "mlp.down_proj");
+        format!("model.layers.{i}.{t}")
+    };
+    let mut ts: Vec<(String, candle_core::Tensor)> = parts
+        .iter()
+        .map(|(n, q)| (hf_name(n), q.dequantize(&Device::Cpu).unwrap()))
+        .collect();
+    edit(&mut ts);
+    let dir = tempfile::tempdir().unwrap();
+    let map: std::collections::HashMap<String, candle_core::Tensor> = ts.into_iter().collect();
+    candle_core::safetensors::save(&map, dir.path().join("model.safetensors")).unwrap();
+    let cfg = format!(
+        r#"{{"num_hidden_layers":{N_LAYER},"hidden_size":{HIDDEN},"intermediate_size":{FFN},
+        "num_attention_heads":{N_HEAD},"num_key_value_heads":{N_KV},"vocab_size":261{config_extra}}}"#
+    );
+    std::fs::write(dir.path().join("config.json"), cfg).unwrap();
+    let (_d, tiny) = tiny_file(&q8());
+    load(&tiny)
+        .unwrap()
+        .tokenizer
+        .inner
+        .save(dir.path().join("tokenizer.json"), false)
+        .unwrap();
+    dir
+}
+
+fn refuse_dir(dir: &Path) -> String {
+    match load(dir) {
+        Ok(_) => panic!("a crafted directory loaded"),
+        Err(e) => {
+            assert!(!e.contains("panicked"), "{e}");
+            e
+        }
+    }
+}
+
+#[test]
+fn an_hf_directory_loads_and_every_silent_substitution_is_refused() {
+    let ok = hf_dir("", |_| {});
+    let m = load(ok.path()).unwrap();
+    let mut kv = m.new_cache(8);
+    m.forward(&[5, 6, 7], &mut kv, None, Logits::Last).unwrap();
+    // An LM head of the wrong shape is not replaced by the embedding.
+    let d = hf_dir("", |ts| {
+        ts.push((
+            "lm_head.weight".into(),
+            candle_core::Tensor::zeros((261, 32), candle_core::DType::F32, &Device::Cpu).unwrap(),
+        ));
+    });
+    let e = refuse_dir(d.path());
+    assert!(e.contains("lm_head.weight") && e.contains("shape"), "{e}");
+    // Nor one stored as integers.
+    let d = hf_dir("", |ts| {
+        ts.push((
+            "lm_head.weight".into(),
+            candle_core::Tensor::zeros((261, HIDDEN), candle_core::DType::I64, &Device::Cpu)
+                .unwrap(),
+        ));
+    });
+    let e = refuse_dir(d.path());
+    assert!(e.contains("lm_head.weight") && e.contains("I64"), "{e}");
+    // A config with fewer layers than the weights.
+    let d = hf_dir("", |_| {});
+    let cfg = std::fs::read_to_string(d.path().join("config.json")).unwrap();
+    std::fs::write(
+        d.path().join("config.json"),
+        cfg.replace("\"num_hidden_layers\":2", "\"num_hidden_layers\":1"),
+    )
+    .unwrap();
+    let e = refuse_dir(d.path());
+    assert!(
+        e.contains("beyond num_hidden_layers") && e.contains("model.layers.1."),
+        "{e}"
+    );
+    // A bias, and RoPE scaling in the config.
+    let d = hf_dir("", |ts| {
+        ts.push((
+            "model.layers.0.self_attn.q_proj.bias".into(),
+            candle_core::Tensor::zeros(HIDDEN, candle_core::DType::F32, &Device::Cpu).unwrap(),
+        ));
+    });
+    let e = refuse_dir(d.path());
+    assert!(e.contains("bias terms") && e.contains("q_proj.bias"), "{e}");
+    let d = hf_dir(
+        r#","rope_scaling":{"rope_type":"llama3","factor":8.0}"#,
+        |_| {},
+    );
+    let e = refuse_dir(d.path());
+    assert!(
+        e.contains("RoPE scaling") && e.contains("rope_scaling"),
+        "{e}"
+    );
+    // A NaN weight.
+    let d = hf_dir("", |ts| {
+        let t = &mut ts
+            .iter_mut()
+            .find(|(n, _)| n == "model.layers.1.mlp.up_proj.weight")
+            .unwrap()
+            .1;
+        let mut v = t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        v[7] = f32::NAN;
+        *t = candle_core::Tensor::from_vec(v, t.shape(), &Device::Cpu).unwrap();
+    });
+    let e = refuse_dir(d.path());
+    assert!(e.contains("mlp.up_proj") && e.contains("element 7"), "{e}");
+    // The same tensor in two shards.
+    let d = hf_dir("", |_| {});
+    let norm = candle_core::Tensor::ones(HIDDEN, candle_core::DType::F32, &Device::Cpu).unwrap();
+    let map: std::collections::HashMap<String, candle_core::Tensor> =
+        [("model.norm.weight".to_string(), norm)]
+            .into_iter()
+            .collect();
+    candle_core::safetensors::save(&map, d.path().join("model-2.safetensors")).unwrap();
+    let e = refuse_dir(d.path());
+    assert!(
+        e.contains("model.norm.weight") && e.contains("also in"),
+        "{e}"
+    );
+    // Tokenizer ids beyond the config's vocabulary (and an embedding to match).
+    let d = hf_dir("", |ts| {
+        let t = &mut ts
+            .iter_mut()
+            .find(|(n, _)| n == "model.embed_tokens.weight")
+            .unwrap()
+            .1;
+        *t = t.narrow(0, 0, 200).unwrap();
+    });
+    let cfg = std::fs::read_to_string(d.path().join("config.json")).unwrap();
+    std::fs::write(d.path().join("config.json"), cfg.replace("261", "200")).unwrap();
+    let e = refuse_dir(d.path());
+    assert!(
+        e.contains("tokenizer.json") && e.contains("vocab_size of 200"),
+        "{e}"
+    );
 }

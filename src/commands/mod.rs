@@ -211,6 +211,9 @@ pub fn load_from(path: &Path, args: &ModelArgs) -> Result<Model> {
     let m = Model::load(path, &args.load_options()?)
         .with_context(|| format!("loading model {}", path.display()))?;
     let m = m.with_run(run)?;
+    for w in &m.warnings() {
+        eprintln!("inferlab: warning: {}: {w}", path.display());
+    }
     if std::env::var_os("INFERLAB_QUIET").is_none() {
         eprintln!(
             "inferlab: loaded {} in {:.1}s",

@@ -43,7 +43,14 @@ impl LlamaConfig {
     /// validating every number before anything is sized from it.
     pub fn from_gguf(ct: &gguf_file::Content) -> Result<Self> {
         let arch = match ct.metadata.get("general.architecture") {
-            Some(v) => v.to_string().map_err(ModelError::from)?.clone(),
+            Some(gguf_file::Value::String(s)) => crate::files::printable(s),
+            Some(other) => {
+                return Err(invalid(
+                    "general.architecture",
+                    super::tokenizer::brief(other),
+                    "not a string",
+                ))
+            }
             None => return Err(ModelError::MissingMetadata("general.architecture".into())),
         };
         if arch != "llama" {
@@ -81,7 +88,14 @@ impl LlamaConfig {
             None => hidden.checked_div(n_head).unwrap_or(0),
         };
         let vocab = match ct.metadata.get("tokenizer.ggml.tokens") {
-            Some(v) => v.to_vec()?.len(),
+            Some(gguf_file::Value::Array(a)) => a.len(),
+            Some(other) => {
+                return Err(invalid(
+                    "tokenizer.ggml.tokens",
+                    super::tokenizer::brief(other),
+                    "not an array of token strings",
+                ))
+            }
             None => u("vocab_size")?,
         };
         let float = |k: &str, default: f64| match get(k) {
@@ -131,11 +145,45 @@ impl LlamaConfig {
             #[serde(default)]
             max_position_embeddings: Option<usize>,
             vocab_size: usize,
+            #[serde(default)]
+            rope_scaling: Option<serde_json::Value>,
+            #[serde(default)]
+            attention_bias: Option<bool>,
+            #[serde(default)]
+            mlp_bias: Option<bool>,
+            #[serde(default)]
+            hidden_act: Option<String>,
+            #[serde(default)]
+            sliding_window: Option<serde_json::Value>,
         }
         let hf: Hf = serde_json::from_str(text).map_err(|e| e.to_string())?;
         let arch = hf.model_type.unwrap_or_else(|| "llama".into());
         if arch != "llama" {
-            return Err(format!("unsupported architecture `{arch}`"));
+            return Err(format!(
+                "unsupported architecture `{}`",
+                crate::files::printable(&arch)
+            ));
+        }
+        // What transformers' Llama can do and inferlab's forward pass does not.
+        let lacks = |feature: &str, key: &str, v: &dyn std::fmt::Debug| {
+            Err(format!(
+                "inferlab does not implement {feature} (key `{key}` = {v:?})"
+            ))
+        };
+        if let Some(v) = hf.rope_scaling.as_ref().filter(|v| !v.is_null()) {
+            return lacks("RoPE scaling", "rope_scaling", v);
+        }
+        if let Some(v) = hf.sliding_window.as_ref().filter(|v| !v.is_null()) {
+            return lacks("sliding-window attention", "sliding_window", v);
+        }
+        if hf.attention_bias == Some(true) {
+            return lacks("bias terms", "attention_bias", &true);
+        }
+        if hf.mlp_bias == Some(true) {
+            return lacks("bias terms", "mlp_bias", &true);
+        }
+        if let Some(act) = hf.hidden_act.as_ref().filter(|a| a.as_str() != "silu") {
+            return lacks("activations other than SiLU", "hidden_act", act);
         }
         let cfg = Self {
             architecture: arch,
@@ -157,6 +205,15 @@ impl LlamaConfig {
         };
         cfg.validate().map_err(|e| e.to_string())?;
         Ok(cfg)
+    }
+
+    /// Whether an HF `config.json` lets the LM head be the embedding: unless it says
+    /// `tie_word_embeddings: false`.
+    pub fn hf_tied(text: &str) -> bool {
+        serde_json::from_str::<serde_json::Value>(text)
+            .ok()
+            .and_then(|v| v.get("tie_word_embeddings").and_then(|t| t.as_bool()))
+            .unwrap_or(true)
     }
 
     /// The config against itself and against inferlab's bounds. Every size the loader,

@@ -81,7 +81,12 @@ impl Model {
                 inner: Box::new(ModelError::Config(reason)),
             })?;
             let tok = TextTokenizer::from_file(&path.join("tokenizer.json"))?;
-            let w = Weights::from_safetensors(path, &cfg, opts)?;
+            tok.check_vocab(cfg.vocab)
+                .map_err(|reason| ModelError::CorruptFile {
+                    path: path.join("tokenizer.json"),
+                    reason,
+                })?;
+            let w = super::hf_dir::load(path, &cfg, opts, LlamaConfig::hf_tied(&text))?;
             (cfg, w, tok)
         } else {
             let (ct, mut file) = super::gguf::open(path)?;
@@ -125,6 +130,12 @@ impl Model {
             reference: false,
             kv_proj: Arc::new(kv_proj),
         })
+    }
+
+    /// What loading noticed that changes no math (a repeated token, an ignored buffer).
+    pub fn warnings(&self) -> Vec<String> {
+        let t = self.tokenizer.warnings.iter();
+        t.chain(&self.weights.warnings).cloned().collect()
     }
 
     /// How this model runs now.

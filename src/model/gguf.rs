@@ -131,7 +131,9 @@ impl Header {
         Ok(n)
     }
 
-    fn string(&mut self, what: &str) -> R<String> {
+    /// A string; `what` and `index` name it if it is not UTF-8 (a token that is not text
+    /// would be silently replaced by U+FFFD and become another token's twin).
+    fn string(&mut self, what: &str, index: Option<u64>) -> R<String> {
         let n = self.count(what, 1, MAX_STRING_BYTES)?;
         let mut v = vec![0u8; n as usize];
         self.inner
@@ -142,10 +144,19 @@ impl Header {
         while v.last() == Some(&0) {
             v.pop();
         }
-        Ok(String::from_utf8_lossy(&v).into_owned())
+        String::from_utf8(v).map_err(|e| {
+            let at = match index {
+                Some(i) => format!("{what}[{i}]"),
+                None => what.to_string(),
+            };
+            format!(
+                "{at} is not UTF-8 text (invalid byte at offset {})",
+                e.utf8_error().valid_up_to()
+            )
+        })
     }
 
-    fn value(&mut self, key: &str, ty: u32, depth: usize) -> R<Value> {
+    fn value(&mut self, key: &str, ty: u32, depth: usize, index: Option<u64>) -> R<Value> {
         self.values += 1;
         if self.values > MAX_METADATA_VALUES {
             return Err(format!(
@@ -165,7 +176,7 @@ impl Header {
                 1 => Value::Bool(true),
                 b => return Err(format!("`{key}`: {b} is not a boolean")),
             },
-            8 => Value::String(self.string(key)?),
+            8 => Value::String(self.string(&format!("`{key}`"), index)?),
             9 => {
                 if depth >= MAX_DEPTH {
                     return Err(format!("`{key}`: arrays nested deeper than {MAX_DEPTH}"));
@@ -182,8 +193,8 @@ impl Header {
                 let left = MAX_METADATA_VALUES - self.values;
                 let n = self.count(&format!("array `{key}` length"), min, left)?;
                 let mut vs = Vec::with_capacity(n as usize);
-                for _ in 0..n {
-                    vs.push(self.value(key, ety, depth + 1)?);
+                for i in 0..n {
+                    vs.push(self.value(key, ety, depth + 1, Some(i))?);
                 }
                 Value::Array(vs)
             }
@@ -214,10 +225,14 @@ impl Header {
         let n_kv = self.count("metadata count", 8 + 4 + 1, MAX_METADATA_VALUES)?;
         let mut metadata = HashMap::new();
         for _ in 0..n_kv {
-            let key = self.string("a metadata key")?;
+            let key = self.string("a metadata key", None)?;
             let ty = self.u32()?;
-            let v = self.value(&key, ty, 0)?;
-            metadata.insert(key, v);
+            let v = self.value(&key, ty, 0, None)?;
+            // The format has no rule for a repeated key; a second `block_count` must not
+            // silently shrink the model.
+            if metadata.insert(key.clone(), v).is_some() {
+                return Err(format!("metadata key `{key}` appears twice"));
+            }
         }
         let mut infos = Vec::new();
         for _ in 0..n_tensors {
@@ -229,8 +244,20 @@ impl Header {
             .checked_next_multiple_of(alignment)
             .ok_or("the tensor data offset overflows")?;
         let mut tensor_infos = HashMap::new();
+        // Each tensor's bytes start where the one before ended, or later: overlapping
+        // ranges would let a small file declare a model many times its size.
+        let mut end_of_previous: Option<(String, u64)> = None;
         for (name, info) in infos {
-            self.check_extent(&name, &info, data_start, alignment)?;
+            let end = self.check_extent(&name, &info, data_start, alignment)?;
+            if let Some((prev, prev_end)) = &end_of_previous {
+                if info.offset < *prev_end {
+                    return Err(format!(
+                        "tensor `{name}` starts at data offset {} inside the bytes of `{prev}` (which end at {prev_end}): tensor data must not overlap and must be in order",
+                        info.offset
+                    ));
+                }
+            }
+            end_of_previous = Some((name.clone(), end - data_start));
             if tensor_infos.insert(name.clone(), info).is_some() {
                 return Err(format!("tensor `{name}` is declared twice"));
             }
@@ -244,7 +271,7 @@ impl Header {
     }
 
     fn tensor_info(&mut self) -> R<(String, TensorInfo)> {
-        let name = self.string("a tensor name")?;
+        let name = self.string("a tensor name", None)?;
         let rank = self.u32()?;
         if rank == 0 || rank > MAX_DIMS {
             return Err(format!(
@@ -276,7 +303,8 @@ impl Header {
         ))
     }
 
-    fn check_extent(&self, name: &str, t: &TensorInfo, start: u64, align: u64) -> R<()> {
+    /// Checks a tensor's bytes lie inside the file; returns where they end.
+    fn check_extent(&self, name: &str, t: &TensorInfo, start: u64, align: u64) -> R<u64> {
         let elems = t.shape.dims().iter().product::<usize>() as u64;
         let bytes =
             tensor_bytes(elems, t.ggml_dtype).map_err(|e| format!("tensor `{name}`: {e}"))?;
@@ -296,7 +324,7 @@ impl Header {
                 self.len
             ));
         }
-        Ok(())
+        Ok(end)
     }
 }
 

@@ -2,12 +2,14 @@
 //! written out step by step so that every intermediate can be captured.
 
 pub mod attention;
+pub mod audit;
 pub mod config;
 pub mod error;
 pub mod flash;
 pub mod forward;
 pub mod gguf;
 pub mod heads;
+pub mod hf_dir;
 pub mod linear;
 pub mod probe;
 pub mod rope;

@@ -20,6 +20,31 @@ pub struct TextTokenizer {
     pub inner: Tokenizer,
     pub bos: Option<u32>,
     pub eos: Option<u32>,
+    /// What loading noticed that changes no math (a token string listed twice).
+    pub warnings: Vec<String>,
+}
+
+/// Tokens whose text an earlier id already has: the text encodes to the earlier id only,
+/// so the later one can be sampled but never typed. llama.cpp accepts such files; they
+/// are named, not refused.
+fn repeated_tokens(tokens: &[String]) -> Vec<String> {
+    let mut first = std::collections::HashMap::with_capacity(tokens.len());
+    let mut out = Vec::new();
+    for (id, t) in tokens.iter().enumerate() {
+        if let Some(was) = first.insert(t.as_str(), id) {
+            first.insert(t.as_str(), was);
+            if out.len() < 5 {
+                out.push(format!(
+                    "token {id} repeats token {was} ({:?}): typed text encodes to {was}",
+                    crate::files::printable(t)
+                ));
+            } else {
+                out.push("…and more repeated tokens".into());
+                break;
+            }
+        }
+    }
+    out
 }
 
 fn tok_err(e: impl std::fmt::Display) -> ModelError {
@@ -51,11 +76,24 @@ fn bpe(ct: &gguf_file::Content, tokens: &[String]) -> Result<BPE> {
 /// `<|im_start|>`.
 fn control_tokens(ct: &gguf_file::Content, tokens: &[String]) -> Result<Vec<AddedToken>> {
     let types: Vec<u32> = match ct.metadata.get("tokenizer.ggml.token_type") {
-        Some(v) => v
-            .to_vec()?
-            .iter()
-            .map(|x| x.to_i32().map(|x| x as u32).or_else(|_| x.to_u32()))
-            .collect::<std::result::Result<_, _>>()?,
+        Some(v) => {
+            let key = "tokenizer.ggml.token_type";
+            let items = v
+                .to_vec()
+                .map_err(|_| tok_err(format!("`{key}` = {}: not an array", brief(v))))?;
+            items
+                .iter()
+                .enumerate()
+                .map(|(i, x)| {
+                    x.to_i32()
+                        .map(|x| x as u32)
+                        .or_else(|_| x.to_u32())
+                        .map_err(|_| {
+                            tok_err(format!("`{key}`[{i}] = {}: not an integer", brief(x)))
+                        })
+                })
+                .collect::<Result<_>>()?
+        }
         None => Vec::new(),
     };
     if types.len() > tokens.len() {
@@ -78,10 +116,32 @@ fn strings(ct: &gguf_file::Content, key: &str) -> Result<Vec<String>> {
         .metadata
         .get(key)
         .ok_or_else(|| ModelError::MissingMetadata(key.into()))?;
-    v.to_vec()?
+    let Ok(items) = v.to_vec() else {
+        return Err(tok_err(format!(
+            "`{key}` = {}: not an array of strings",
+            brief(v)
+        )));
+    };
+    items
         .iter()
-        .map(|s| Ok(s.to_string()?.clone()))
+        .enumerate()
+        .map(|(i, s)| match s {
+            gguf_file::Value::String(s) => Ok(s.clone()),
+            other => Err(tok_err(format!(
+                "`{key}`[{i}] = {}: not a string",
+                brief(other)
+            ))),
+        })
         .collect()
+}
+
+/// A metadata value for a message: short, whatever its size.
+pub(crate) fn brief(v: &gguf_file::Value) -> String {
+    match v {
+        gguf_file::Value::Array(a) => format!("an array of {}", a.len()),
+        gguf_file::Value::String(s) => format!("{:?}", crate::files::printable(s)),
+        other => format!("{other:?}"),
+    }
 }
 
 impl TextTokenizer {
@@ -93,12 +153,16 @@ impl TextTokenizer {
     ///
     /// `n_vocab` is the config's vocabulary size: special-token ids must lie inside it.
     pub fn from_gguf(ct: &gguf_file::Content, n_vocab: usize) -> Result<Self> {
-        let model = ct
-            .metadata
-            .get("tokenizer.ggml.model")
-            .ok_or_else(|| ModelError::MissingMetadata("tokenizer.ggml.model".into()))?
-            .to_string()?
-            .clone();
+        let model = match ct.metadata.get("tokenizer.ggml.model") {
+            None => return Err(ModelError::MissingMetadata("tokenizer.ggml.model".into())),
+            Some(gguf_file::Value::String(s)) => s.clone(),
+            Some(other) => {
+                return Err(tok_err(format!(
+                    "`tokenizer.ggml.model` = {}: not a string",
+                    brief(other)
+                )))
+            }
+        };
         if model != "gpt2" {
             return Err(ModelError::Tokenizer(format!(
                 "tokenizer.ggml.model = {model}: only byte-level BPE (gpt2) vocabularies are supported"
@@ -116,17 +180,23 @@ impl TextTokenizer {
         let _added = tk
             .add_special_tokens(control_tokens(ct, &tokens)?)
             .map_err(tok_err)?;
-        // An id outside the vocabulary would index past the embedding; treat it as absent.
-        let id = |k: &str| {
-            ct.metadata
-                .get(k)
-                .and_then(|v| v.to_u32().ok())
-                .filter(|&i| (i as usize) < n_vocab)
-        };
+        // Every special id the file sets must be usable, the ones inferlab reads and the
+        // others alike: a bad one is a damaged file, not an absent token.
+        let mut special = ct
+            .metadata
+            .keys()
+            .filter(|k| k.starts_with("tokenizer.ggml.") && k.ends_with("_token_id"))
+            .collect::<Vec<_>>();
+        special.sort();
+        for k in special {
+            super::audit::special_id(ct, k, n_vocab).map_err(ModelError::Tokenizer)?;
+        }
+        let id = |k: &str| super::audit::special_id(ct, k, n_vocab).map_err(ModelError::Tokenizer);
         Ok(Self {
             inner: tk,
-            bos: id("tokenizer.ggml.bos_token_id"),
-            eos: id("tokenizer.ggml.eos_token_id"),
+            bos: id("tokenizer.ggml.bos_token_id")?,
+            eos: id("tokenizer.ggml.eos_token_id")?,
+            warnings: repeated_tokens(&tokens),
         })
     }
 
@@ -141,7 +211,26 @@ impl TextTokenizer {
         let eos = inner
             .token_to_id("<|im_end|>")
             .or_else(|| inner.token_to_id("</s>"));
-        Ok(Self { inner, bos, eos })
+        Ok(Self {
+            inner,
+            bos,
+            eos,
+            warnings: Vec::new(),
+        })
+    }
+
+    /// Every id the tokenizer can produce is a row of the embedding: a `tokenizer.json`
+    /// whose ids run past the config's `vocab_size` is refused here, not as an index error
+    /// in the middle of a prompt.
+    pub fn check_vocab(&self, vocab: usize) -> std::result::Result<(), String> {
+        let ids = self.inner.get_vocab(true);
+        match ids.iter().max_by_key(|(_, &id)| id) {
+            Some((tok, &id)) if id as usize >= vocab => Err(format!(
+                "token {:?} has id {id}, outside config.json's vocab_size of {vocab}",
+                crate::files::printable(tok)
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// Text to ids; special tokens written in the text are recognized.

@@ -5,7 +5,7 @@ use super::config::LlamaConfig;
 use super::error::{ModelError, Result};
 use super::linear::Linear;
 use candle_core::quantized::{gguf_file, GgmlDType, QMatMul, QTensor};
-use candle_core::{DType, Device, Tensor};
+use candle_core::{Device, Tensor};
 use std::path::Path;
 
 /// Whether to re-quantize matrices at load time.
@@ -20,6 +20,17 @@ pub enum Requant {
     Q8_0,
     /// Dequantize to f32 (slow, exact reference for tests).
     F32,
+}
+
+impl Requant {
+    /// Bytes a matrix of `elems` elements, `stored` bytes in the file, takes once loaded.
+    pub fn held_bytes(self, elems: u64, stored: u64) -> u64 {
+        match self {
+            Requant::Keep => stored,
+            Requant::Q8_0 => elems / 32 * 34,
+            Requant::F32 => elems.saturating_mul(4),
+        }
+    }
 }
 
 /// How to load a model.
@@ -77,14 +88,7 @@ fn check_shapes(ct: &gguf_file::Content, cfg: &LlamaConfig) -> std::result::Resu
             .tensor_infos
             .get(&name)
             .ok_or_else(|| format!("missing tensor `{name}`"))?;
-        let got: Vec<usize> = info
-            .shape
-            .dims()
-            .iter()
-            .copied()
-            .skip_while(|&d| d == 1)
-            .collect();
-        if got != dims {
+        if super::audit::squeeze(info.shape.dims()) != super::audit::squeeze(&dims) {
             return Err(format!(
                 "tensor `{name}` has shape {:?}, but the metadata implies {dims:?}",
                 info.shape.dims()
@@ -123,6 +127,36 @@ pub struct Weights {
     pub lm_head: Linear,
     /// The quant types found in the file, with how many tensors have each.
     pub quant_types: Vec<(String, usize)>,
+    /// What loading ignored without changing the math, for the user to read.
+    pub warnings: Vec<String>,
+}
+
+/// Reads one tensor's bytes, checks its scales (or values) are finite, and makes it a
+/// tensor on `dev`. The header was bounded by `gguf::open`, so the size is known good.
+fn read_tensor(
+    ct: &gguf_file::Content,
+    file: &mut std::fs::File,
+    name: &str,
+    dev: &Device,
+) -> std::result::Result<QTensor, String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let info = ct
+        .tensor_infos
+        .get(name)
+        .ok_or_else(|| "missing".to_string())?;
+    let n = super::gguf::tensor_bytes(info.shape.elem_count() as u64, info.ggml_dtype)?;
+    let mut bytes = vec![0u8; n as usize];
+    file.seek(SeekFrom::Start(ct.tensor_data_offset + info.offset))
+        .and_then(|_| file.read_exact(&mut bytes))
+        .map_err(|e| e.to_string())?;
+    super::audit::finite_ggml(info.ggml_dtype, &bytes)?;
+    candle_core::quantized::ggml_file::qtensor_from_ggml(
+        info.ggml_dtype,
+        &bytes,
+        info.shape.dims().to_vec(),
+        dev,
+    )
+    .map_err(|e| e.to_string())
 }
 
 fn to_matmul(t: QTensor, requant: Requant, device: &Device) -> Result<Linear> {
@@ -150,17 +184,29 @@ impl Weights {
         cfg: &LlamaConfig,
         opts: &LoadOptions,
     ) -> Result<Self> {
-        check_shapes(ct, cfg).map_err(|reason| ModelError::CorruptFile {
+        let refuse = |reason: String| ModelError::CorruptFile {
             path: path.to_path_buf(),
             reason,
-        })?;
-        let dev = &opts.device;
-        let corrupt = |e: candle_core::Error| ModelError::CorruptFile {
-            path: path.to_path_buf(),
-            reason: e.to_string(),
         };
-        let mut get =
-            |name: &str| -> Result<QTensor> { ct.tensor(file, name, dev).map_err(corrupt) };
+        let names: Vec<String> = expected_shapes(cfg).into_iter().map(|(n, _)| n).collect();
+        let file_len = file.metadata().map_err(|e| refuse(e.to_string()))?.len();
+        check_shapes(ct, cfg)
+            .and_then(|()| super::audit::check_tensors(ct, &names, cfg.n_layer))
+            .and_then(|()| super::audit::check_features(ct, &cfg.architecture))
+            .and_then(|()| {
+                let mode = format!("{:?}", opts.requant);
+                super::audit::check_allocation(
+                    ct,
+                    &mode,
+                    |e, s| opts.requant.held_bytes(e, s),
+                    file_len,
+                )
+            })
+            .map_err(refuse)?;
+        let dev = &opts.device;
+        let mut get = |name: &str| -> Result<QTensor> {
+            read_tensor(ct, file, name, dev).map_err(|e| refuse(format!("tensor `{name}`: {e}")))
+        };
         let embed_q = get("token_embd.weight")?;
         let embed = embed_q.dequantize(dev)?;
         let final_norm = get("output_norm.weight")?.dequantize(dev)?;
@@ -203,62 +249,7 @@ impl Weights {
             final_norm,
             lm_head,
             quant_types: counts.into_iter().collect(),
-        })
-    }
-
-    /// Loads an HF safetensors directory (`model*.safetensors`, names as in transformers).
-    pub fn from_safetensors(dir: &Path, cfg: &LlamaConfig, opts: &LoadOptions) -> Result<Self> {
-        let mut files: Vec<_> = std::fs::read_dir(dir)
-            .map_err(|_| ModelError::NotFound(dir.to_path_buf()))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
-            .collect();
-        files.sort();
-        if files.is_empty() {
-            return Err(ModelError::NotFound(dir.join("model.safetensors")));
-        }
-        let dev = &opts.device;
-        // SAFETY: the files are only read; mmap is the standard way to open safetensors.
-        let vb =
-            unsafe { candle_nn::VarBuilder::from_mmaped_safetensors(&files, DType::F32, dev) }?;
-        let vb = vb.pp("model");
-        let mat = |t: Tensor| -> Result<Linear> {
-            let q = match opts.requant {
-                Requant::F32 | Requant::Keep => QMatMul::Tensor(t),
-                Requant::Q8_0 => QMatMul::from_qtensor(QTensor::quantize(&t, GgmlDType::Q8_0)?)?,
-            };
-            Ok(Linear::new(q)?)
-        };
-        let (h, kvd) = (cfg.hidden, cfg.n_kv_head * cfg.head_dim);
-        let embed = vb.get((cfg.vocab, h), "embed_tokens.weight")?;
-        let mut layers = Vec::new();
-        for i in 0..cfg.n_layer {
-            let l = vb.pp(format!("layers.{i}"));
-            let a = l.pp("self_attn");
-            let f = l.pp("mlp");
-            layers.push(LayerWeights {
-                attn_norm: l.get(h, "input_layernorm.weight")?,
-                wq: mat(a.get((h, h), "q_proj.weight")?)?,
-                wk: mat(a.get((kvd, h), "k_proj.weight")?)?,
-                wv: mat(a.get((kvd, h), "v_proj.weight")?)?,
-                wo: mat(a.get((h, h), "o_proj.weight")?)?,
-                ffn_norm: l.get(h, "post_attention_layernorm.weight")?,
-                w_gate: mat(f.get((cfg.ffn, h), "gate_proj.weight")?)?,
-                w_up: mat(f.get((cfg.ffn, h), "up_proj.weight")?)?,
-                w_down: mat(f.get((h, cfg.ffn), "down_proj.weight")?)?,
-            });
-        }
-        let final_norm = vb.get(h, "norm.weight")?;
-        let lm_head = match vb.root().get((cfg.vocab, h), "lm_head.weight") {
-            Ok(t) => mat(t)?,
-            Err(_) => mat(embed.clone())?,
-        };
-        Ok(Self {
-            embed,
-            layers,
-            final_norm,
-            lm_head,
-            quant_types: vec![("F32".into(), 0)],
+            warnings: Vec::new(),
         })
     }
 }

@@ -195,6 +195,10 @@ fn run(cfg: EngineConfig, rx: Receiver<Command>, tx: &Sender<Event>) -> Result<(
             .map(|s| s.to_string_lossy().to_string())
             .unwrap_or_default(),
     });
+    // Loading noticed something that changes no math: said once, after the ready line.
+    if let Some(w) = model.warnings().first() {
+        send(Event::Status(format!("warning: {w}")));
+    }
     let mut w = Worker {
         base,
         model,

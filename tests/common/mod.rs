@@ -265,6 +265,12 @@ fn type_id(v: &Value) -> u32 {
 /// GGUF v3 bytes, written by hand so that tests can declare anything: the header exactly
 /// as given, then each tensor's data at 32-byte aligned offsets.
 pub fn raw_gguf(md: &[(String, Value)], tensors: &[RawTensor]) -> Vec<u8> {
+    raw_gguf_at(md, tensors, None)
+}
+
+/// The same with the data offsets the header declares given (`None`: packed in order).
+/// With offsets given, the data section is as long as the furthest tensor's end.
+pub fn raw_gguf_at(md: &[(String, Value)], tensors: &[RawTensor], at: Option<&[u64]>) -> Vec<u8> {
     let align = |n: usize| n.div_ceil(32) * 32;
     let mut out = b"GGUF".to_vec();
     out.extend(3u32.to_le_bytes());
@@ -287,11 +293,40 @@ pub fn raw_gguf(md: &[(String, Value)], tensors: &[RawTensor]) -> Vec<u8> {
         offset = align(offset + t.data.len());
     }
     out.resize(align(out.len()), 0);
-    for t in tensors {
-        out.extend(&t.data);
-        out.resize(align(out.len()), 0);
+    let Some(at) = at else {
+        for t in tensors {
+            out.extend(&t.data);
+            out.resize(align(out.len()), 0);
+        }
+        return out;
+    };
+    // Patch the declared offsets: each is the last 8 bytes of its tensor's info.
+    let mut pos = 24 + md_bytes(md);
+    let mut data = Vec::new();
+    for (t, &o) in tensors.iter().zip(at) {
+        pos += 8 + t.name.len() + 4 + 8 * t.dims.len() + 4;
+        out[pos..pos + 8].copy_from_slice(&o.to_le_bytes());
+        pos += 8;
+        let end = o as usize + t.data.len();
+        if data.len() < end {
+            data.resize(end, 0);
+        }
+        data[o as usize..end].copy_from_slice(&t.data);
     }
+    out.extend(data);
+    out.resize(align(out.len()), 0);
     out
+}
+
+/// Bytes the metadata section takes.
+fn md_bytes(md: &[(String, Value)]) -> usize {
+    let mut out = Vec::new();
+    for (k, v) in md {
+        put_value(&mut out, &Value::String(k.clone()));
+        out.extend(type_id(v).to_le_bytes());
+        put_value(&mut out, v);
+    }
+    out.len()
 }
 
 /// Replaces (or adds) one metadata entry.
