@@ -49,6 +49,11 @@ fn numbers(v: &Value, at: String, out: &mut Vec<String>) {
 fn mutated_recordings_are_refused_or_drawn_without_panic() {
     let mut reports = fixture::serving_reports(inferlab::serve::CacheKind::Paged, 3);
     reports[2].sink = Some(fixture::sink_view());
+    // A contiguous run too: its reservations and gaps are counts the pictures trust.
+    reports.extend(fixture::serving_reports(
+        inferlab::serve::CacheKind::Contiguous,
+        2,
+    ));
     let base: Vec<Value> = reports
         .iter()
         .map(|r| serde_json::to_value(r).unwrap())
@@ -103,6 +108,13 @@ fn mutated_recordings_are_refused_or_drawn_without_panic() {
         }
         let r = std::panic::catch_unwind(|| draw_everything(rec.reports));
         assert!(r.is_ok(), "setting {p} of report {which} to {x} panicked");
+        let biggest = r.unwrap();
+        // What the pictures would rasterize stays in proportion: every count they draw
+        // from is bounded at read time.
+        assert!(
+            biggest < 16 << 20,
+            "setting {p} of report {which} to {x} made a {biggest}-byte picture"
+        );
         drawn += 1;
     }
     eprintln!(
@@ -113,8 +125,9 @@ fn mutated_recordings_are_refused_or_drawn_without_panic() {
 }
 
 /// Replays the reports into an app and draws every pane, with the look-at view and the
-/// side-by-side serving view on, at a normal and a small size.
-fn draw_everything(reports: Vec<inferlab::worker::StepReport>) {
+/// side-by-side serving view on, at a normal and a small size, and renders every pane's
+/// picture; returns the largest picture's size in bytes of SVG.
+fn draw_everything(reports: Vec<inferlab::worker::StepReport>) -> usize {
     let theme = Theme {
         mode: ColorMode::None,
     };
@@ -136,5 +149,64 @@ fn draw_everything(reports: Vec<inferlab::worker::StepReport>) {
             term.draw(|f| draw::draw(&app, &theme, f.area(), f.buffer_mut()))
                 .unwrap();
         }
+    }
+    use clap::ValueEnum;
+    use inferlab::export::{render_svg, ExportPane};
+    ExportPane::value_variants()
+        .iter()
+        .filter_map(|&pane| render_svg(&app.scene(), pane).ok())
+        .map(|svg| svg.len())
+        .max()
+        .unwrap_or(0)
+}
+
+/// The counts the pictures and the replay trust, each set far beyond what a session
+/// produces: refused at read time with `file:line`, before anything allocates for them.
+#[test]
+fn counts_beyond_what_a_session_produces_are_refused_by_line() {
+    let mut reports = fixture::serving_reports(inferlab::serve::CacheKind::Contiguous, 2);
+    reports[1].sink = Some(fixture::sink_view());
+    let base: Vec<Value> = reports
+        .iter()
+        .map(|r| serde_json::to_value(r).unwrap())
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("c.jsonl");
+    let huge = serde_json::json!(1u64 << 40);
+    let cases: [(&str, Value); 7] = [
+        ("/serve/step/memory/capacity_tokens", huge.clone()),
+        ("/serve/requests", huge.clone()),
+        ("/serve/page_size", serde_json::json!(0)),
+        ("/sink/text_tokens", huge.clone()),
+        ("/sink/page_size", serde_json::json!(0)),
+        ("/serve/step/reservations/0/1", huge.clone()),
+        ("/serve/step/gaps", serde_json::json!([[0, 1u64 << 40]])),
+    ];
+    for (p, x) in cases {
+        let mut vals = base.clone();
+        *vals[1].pointer_mut(p).unwrap_or_else(|| panic!("{p}")) = x;
+        let mut text = String::new();
+        drop(
+            Recorder::create(
+                &file,
+                "m",
+                inferlab::files::WriteRules {
+                    force: true,
+                    inputs: &[],
+                },
+            )
+            .unwrap(),
+        );
+        text.push_str(&std::fs::read_to_string(&file).unwrap());
+        for v in &vals {
+            text.push_str(&serde_json::to_string(v).unwrap());
+            text.push('\n');
+        }
+        std::fs::write(&file, text).unwrap();
+        let Err(e) = recording::read(&file) else {
+            panic!("{p} was read as a valid recording");
+        };
+        let e = e.to_string();
+        assert!(e.contains("c.jsonl:3:"), "{p}: {e}");
     }
 }

@@ -210,3 +210,113 @@ pub fn memory(
         }
     }
 }
+
+/// Bounds on a serving step read from a recording: far beyond what a session produces
+/// (32 requests, 6,144 tokens of KV in pages of 16), small enough to draw.
+pub mod limits {
+    pub const REQUESTS: usize = 4096;
+    pub const CAPACITY_TOKENS: usize = 1 << 20;
+    pub const PAGES: usize = 1 << 16;
+    pub const PAGE_SIZE: usize = 1024;
+}
+
+impl ServeStep {
+    /// Every count and index the panes and pictures trust, checked against the run's own
+    /// `requests` and `page_size` and against `limits`: a recording is untrusted input.
+    pub fn check(&self, requests: usize, page_size: usize, context: usize) -> Result<(), String> {
+        use limits::*;
+        let m = &self.memory;
+        if requests > REQUESTS || page_size == 0 || page_size > PAGE_SIZE {
+            return Err(format!(
+                "{requests} requests in pages of {page_size} (at most {REQUESTS} requests, pages of 1 to {PAGE_SIZE})"
+            ));
+        }
+        if m.capacity_tokens > CAPACITY_TOKENS
+            || m.allocated_slots > m.capacity_tokens
+            || m.token_slots > m.allocated_slots.max(m.capacity_tokens)
+            || m.largest_gap > m.capacity_tokens
+            || m.head_need > CAPACITY_TOKENS
+        {
+            return Err(format!(
+                "memory of {} tokens ({} allocated, {} used, gap {}) is impossible or over {CAPACITY_TOKENS}",
+                m.capacity_tokens, m.allocated_slots, m.token_slots, m.largest_gap
+            ));
+        }
+        let known = |id: ReqId| (id as usize) < requests;
+        let ids = self
+            .active
+            .iter()
+            .map(|a| a.id)
+            .chain(self.queue.iter().copied());
+        let ids = ids
+            .chain(self.finished.iter().copied())
+            .chain(self.preempted.iter().copied());
+        if self.active.len() > requests || self.queue.len() > requests || !ids.clone().all(known) {
+            return Err(format!("a request id beyond the run's {requests} requests"));
+        }
+        if self
+            .active
+            .iter()
+            .any(|a| a.len > context || a.scheduled > context)
+        {
+            return Err(format!(
+                "a request longer than the model's {context} tokens"
+            ));
+        }
+        let n_pages = self.pages.len();
+        // The pictures draw a cell per page, for a contiguous arena too.
+        if n_pages > PAGES
+            || m.capacity_tokens / page_size > PAGES
+            || (n_pages > 0 && n_pages * page_size != m.capacity_tokens)
+        {
+            return Err(format!(
+                "{n_pages} pages of {page_size} for {} tokens",
+                m.capacity_tokens
+            ));
+        }
+        let page_ok = |p: &PageView| {
+            p.fill as usize <= page_size
+                && p.owners.len() <= requests
+                && p.owners.iter().all(|&o| known(o))
+        };
+        let table_ok = |(id, t): &(ReqId, Vec<u32>)| {
+            known(*id) && t.len() <= n_pages && t.iter().all(|&p| (p as usize) < n_pages)
+        };
+        let copy_ok = |&(id, a, b): &(ReqId, u32, u32)| {
+            known(id) && (a as usize) < n_pages && (b as usize) < n_pages
+        };
+        if !self.pages.iter().all(page_ok)
+            || self.block_tables.len() > requests
+            || !self.block_tables.iter().all(table_ok)
+            || self.copies.len() > n_pages
+            || !self.copies.iter().all(copy_ok)
+        {
+            return Err(
+                "a page, block table or copy names a page or request the run does not have".into(),
+            );
+        }
+        let reserved = self
+            .reservations
+            .iter()
+            .try_fold(0usize, |sum, &(id, len, used)| {
+                (known(id) && used <= len)
+                    .then(|| sum.checked_add(len))
+                    .flatten()
+            });
+        if self.reservations.len() > requests || reserved.is_none_or(|r| r > m.capacity_tokens) {
+            return Err("reservations exceed the arena or name an unknown request".into());
+        }
+        let gap_ok = |&(start, len): &(usize, usize)| {
+            start
+                .checked_add(len)
+                .is_some_and(|end| end <= m.capacity_tokens)
+        };
+        if self.gaps.len() > m.capacity_tokens || !self.gaps.iter().all(gap_ok) {
+            return Err("a gap lies outside the arena".into());
+        }
+        if !(self.wall_ms.is_finite() && self.wall_ms >= 0.0) {
+            return Err(format!("wall time {} ms", self.wall_ms));
+        }
+        Ok(())
+    }
+}

@@ -133,6 +133,26 @@ impl StepReport {
         if let Some(s) = &self.sink {
             check_sink(s).map_err(|e| format!("sink experiment: {e}"))?;
         }
+        for (name, v) in [("serve", &self.serve), ("serve_b", &self.serve_b)] {
+            if let Some(v) = v {
+                v.check(self.cfg.context)
+                    .map_err(|e| format!("serving run `{name}`: {e}"))?;
+            }
+        }
+        if let Some(b) = &self.beside {
+            if b.agreed > b.compared || b.top_k.iter().any(|t| t.id as usize >= self.cfg.vocab) {
+                return Err("the layout beside names a token or agreement it cannot have".into());
+            }
+        }
+        if self.info.captures.len() > self.cfg.n_layer || self.pieces.len() > self.cfg.context + 1 {
+            return Err(format!(
+                "{} captures and {} tokens for a model of {} layers and {} positions",
+                self.info.captures.len(),
+                self.pieces.len(),
+                self.cfg.n_layer,
+                self.cfg.context
+            ));
+        }
         let lens_ok = |l: &crate::model::session::LensRow| {
             l.layer < self.cfg.n_layer
                 && (l.id as usize) < self.cfg.vocab
@@ -150,23 +170,37 @@ impl StepReport {
     }
 }
 
-/// The sink experiment's sizes: the pane draws one cell per page of the text.
+/// The sink experiment's sizes: the pane and picture draw one cell per page of the text
+/// for each lane.
 fn check_sink(s: &crate::sink::SinkView) -> Result<(), String> {
-    // Far beyond any shipped text; small enough to draw.
-    const MOST_TOKENS: usize = 1 << 20;
-    if s.page_size == 0 || s.text_tokens > MOST_TOKENS || s.pos > s.text_tokens {
+    // Far beyond any shipped text (the experiment reads about 2,000 tokens in pages of
+    // 16, three lanes); small enough to draw.
+    const MOST_PAGES: usize = 1 << 14;
+    const MOST_LANES: usize = 8;
+    const MOST_TOP: usize = 64;
+    let pages = s.text_tokens.checked_div(s.page_size);
+    if s.page_size == 0
+        || s.page_size > crate::serve::view::limits::PAGE_SIZE
+        || pages.is_none_or(|p| p > MOST_PAGES)
+        || s.pos > s.text_tokens
+    {
         return Err(format!(
-            "{} of {} tokens read in pages of {}",
+            "{} of {} tokens read in pages of {} (at most {MOST_PAGES} pages)",
             s.pos, s.text_tokens, s.page_size
         ));
     }
     let pages = s.text_tokens.div_ceil(s.page_size);
-    if s.lanes
-        .iter()
-        .flat_map(|l| &l.kept_pages)
-        .any(|&p| p >= pages.max(1))
+    if s.lanes.len() > MOST_LANES
+        || s.lanes.iter().any(|l| {
+            l.kept_pages.len() > pages.max(1)
+                || l.top.len() > MOST_TOP
+                || l.kept_pages.iter().any(|&p| p >= pages.max(1))
+        })
     {
-        return Err(format!("a lane keeps a page beyond the text's {pages}"));
+        return Err(format!(
+            "{} lanes, or a lane keeping pages beyond the text's {pages}",
+            s.lanes.len()
+        ));
     }
     Ok(())
 }
@@ -234,6 +268,20 @@ pub struct ServeView {
 }
 
 impl ServeView {
+    /// The run's counts against themselves, for a view read from a recording.
+    pub fn check(&self, context: usize) -> Result<(), String> {
+        if !(self.elapsed_ms.is_finite() && self.elapsed_ms >= 0.0) {
+            return Err(format!("elapsed {} ms", self.elapsed_ms));
+        }
+        if let Some((_, id, a, b)) = self.last_copy {
+            let n = self.step.pages.len();
+            if id as usize >= self.requests || a as usize >= n || b as usize >= n {
+                return Err("the last copy names a page or request the run does not have".into());
+            }
+        }
+        self.step.check(self.requests, self.page_size, context)
+    }
+
     /// The run's tokens per second so far (its own compute time, not the live request's).
     pub fn tokens_per_s(&self) -> Option<f64> {
         (self.elapsed_ms > 0.0).then(|| 1e3 * self.generated_total as f64 / self.elapsed_ms)
