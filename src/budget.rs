@@ -66,20 +66,27 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
         "tib" | "t" => 1099511627776.0,
         _ => return Err(format!("unknown unit in `{s}`")),
     };
-    if n < 0.0 {
-        return Err(format!("`{s}` is negative"));
+    if !n.is_finite() || n < 0.0 {
+        return Err(format!("`{s}` is not a size of zero or more bytes"));
     }
-    Ok((n * mult) as u64)
+    // An exabyte is past any device; above 2^62 the float no longer converts exactly.
+    let bytes = n * mult;
+    if bytes > (1u64 << 62) as f64 {
+        return Err(format!("`{s}` is more bytes than any device holds"));
+    }
+    Ok(bytes as u64)
 }
 
-/// Computes the budget. `weight_bytes` defaults to params × `weight_elem_bytes`.
+/// Computes the budget. `weight_bytes` defaults to params × `weight_elem_bytes`. Sizes
+/// come from the command line, so every product is checked: an overflow is an error,
+/// never a wrapped, plausible-looking number.
 pub fn compute(
     shape: &Shape,
     memory: u64,
     weight_bytes: u64,
     seq_len: usize,
     kv_elem_bytes: usize,
-) -> Budget {
+) -> Result<Budget, String> {
     let layouts = [
         (
             format!("own ({} KV heads)", shape.n_kv_head),
@@ -92,26 +99,33 @@ pub fn compute(
     let lines = layouts
         .into_iter()
         .map(|(layout, kv)| {
-            let per_token =
-                crate::kv::bytes_per_token(shape.layers, kv, shape.head_dim, kv_elem_bytes) as u64;
-            let per_request = per_token * seq_len as u64;
-            Line {
+            let per_token = [shape.layers, 2, kv, shape.head_dim, kv_elem_bytes]
+                .iter()
+                .try_fold(1u64, |a, &x| a.checked_mul(x as u64));
+            let per_request = per_token.and_then(|t| t.checked_mul(seq_len as u64));
+            let (Some(per_token), Some(per_request)) = (per_token, per_request) else {
+                return Err(format!(
+                    "{} layers × {kv} KV heads × {} dims × {kv_elem_bytes} bytes × {seq_len} tokens overflows a 64-bit size",
+                    shape.layers, shape.head_dim
+                ));
+            };
+            Ok(Line {
                 layout,
                 kv_heads: kv,
                 kv_bytes_per_token: per_token,
                 kv_bytes_per_request: per_request,
                 requests_that_fit: free.checked_div(per_request).unwrap_or(0),
-            }
+            })
         })
-        .collect();
-    Budget {
+        .collect::<Result<_, String>>()?;
+    Ok(Budget {
         model: shape.display.clone(),
         memory_bytes: memory,
         weight_bytes,
         seq_len,
         kv_elem_bytes,
         lines,
-    }
+    })
 }
 
 impl Budget {
@@ -145,7 +159,7 @@ mod tests {
     fn llama2_7b_is_half_a_mebibyte_per_token_in_f16() {
         let p = presets();
         let l = p.iter().find(|s| s.name == "llama-2-7b").unwrap();
-        let b = compute(l, parse_bytes("80GB").unwrap(), 13_500_000_000, 4096, 2);
+        let b = compute(l, parse_bytes("80GB").unwrap(), 13_500_000_000, 4096, 2).unwrap();
         // 32 layers × 2 × 32 heads × 128 × 2 bytes = 524,288 bytes per token.
         assert_eq!(b.lines[0].kv_bytes_per_token, 524_288);
         assert_eq!(b.lines[0].kv_bytes_per_request, 2 * 1073741824);

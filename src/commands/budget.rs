@@ -81,7 +81,16 @@ pub fn run(a: &Args) -> Result<()> {
         return Ok(());
     }
     anyhow::ensure!(a.seq_len > 0, "--seq-len must be at least 1");
-    anyhow::ensure!(a.kv_bytes > 0, "--kv-bytes must be at least 1");
+    anyhow::ensure!(
+        (1..=16).contains(&a.kv_bytes),
+        "--kv-bytes {} : a KV element is 1 to 16 bytes (2 for f16)",
+        a.kv_bytes
+    );
+    anyhow::ensure!(
+        a.weight_bytes.is_finite() && a.weight_bytes > 0.0 && a.weight_bytes <= 16.0,
+        "--weight-bytes {}: a weight is more than 0 and at most 16 bytes (2 for f16)",
+        a.weight_bytes
+    );
     let (shape, file_bytes) = match &a.config {
         Some(p) => shape_from_path(p)?,
         None => {
@@ -102,7 +111,8 @@ pub fn run(a: &Args) -> Result<()> {
     };
     let memory = budget::parse_bytes(&a.memory).map_err(anyhow::Error::msg)?;
     let weights = file_bytes.unwrap_or((shape.params_b * 1e9 * a.weight_bytes) as u64);
-    let b = budget::compute(&shape, memory, weights, a.seq_len, a.kv_bytes);
+    let b = budget::compute(&shape, memory, weights, a.seq_len, a.kv_bytes)
+        .map_err(anyhow::Error::msg)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&b)?);
     } else {

@@ -38,8 +38,8 @@ struct Summary {
     /// `eos` (the model ended it) or `max_tokens`.
     finish_reason: &'static str,
     prefill_ms: f64,
-    prefill_tok_per_s: f64,
-    decode_tok_per_s: f64,
+    prefill_tok_per_s: Option<f64>,
+    decode_tok_per_s: Option<f64>,
 }
 
 /// Runs `generate`.
@@ -75,8 +75,10 @@ pub fn run(a: &Args) -> Result<()> {
             printed = text.len();
         }
     }
-    let prefill_tok_per_s = s.prompt_len as f64 / (prefill_ms / 1e3).max(1e-9);
-    let decode_tok_per_s = decoded as f64 / (decode_ms / 1e3).max(1e-9);
+    // A rate only where something was timed: `--max-tokens 0` runs no pass at all.
+    let rate = |n: usize, ms: f64| (n > 0 && ms > 0.0).then(|| n as f64 / (ms / 1e3));
+    let prefill_tok_per_s = rate(s.prompt_len, prefill_ms);
+    let decode_tok_per_s = rate(decoded, decode_ms);
     if a.json {
         let summary = Summary {
             text: model.tokenizer.decode(s.generated())?,
@@ -95,7 +97,11 @@ pub fn run(a: &Args) -> Result<()> {
     if a.stats {
         eprintln!(
             "prefill: {} tokens in {:.1} ms ({:.1} tok/s); decode: {} tokens at {:.1} tok/s",
-            s.prompt_len, prefill_ms, prefill_tok_per_s, decoded, decode_tok_per_s
+            s.prompt_len,
+            prefill_ms,
+            prefill_tok_per_s.unwrap_or(0.0),
+            decoded,
+            decode_tok_per_s.unwrap_or(0.0)
         );
     }
     Ok(())

@@ -57,7 +57,7 @@ pub fn list(a: &ListArgs) -> Result<()> {
         let done = progress
             .lessons
             .get(l.id())
-            .map(|p| p.done_steps.len())
+            .map(|p| p.done_of(l.steps.len()))
             .unwrap_or(0);
         println!(
             "{:>2}. {:<title_w$}  {done}/{} steps done",
@@ -171,7 +171,7 @@ fn list_json(
                 "title": l.title,
                 "steps": l.steps.len(),
                 "questions": l.steps.iter().map(|s| s.questions.len()).sum::<usize>(),
-                "done_steps": p.map(|p| p.done_steps.len()).unwrap_or(0),
+                "done_steps": p.map(|p| p.done_of(l.steps.len())).unwrap_or(0),
             })
         })
         .collect();

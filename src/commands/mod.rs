@@ -141,14 +141,34 @@ pub struct AppArgs {
 #[derive(clap::Args, Clone)]
 pub struct SamplingArgs {
     /// Sampling temperature; 0 is greedy.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = temperature)]
     pub temperature: f32,
-    /// Nucleus sampling mass.
-    #[arg(long, default_value_t = 0.9)]
+    /// Nucleus sampling mass, above 0 and at most 1.
+    #[arg(long, default_value_t = 0.9, value_parser = top_p)]
     pub top_p: f32,
     /// Random seed for sampling.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+}
+
+/// `--temperature`: a finite number from 0 (greedy) to 100.
+fn temperature(s: &str) -> std::result::Result<f32, String> {
+    let t: f32 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
+    if !(t.is_finite() && (0.0..=100.0).contains(&t)) {
+        return Err(format!("{s}: a temperature is from 0 (greedy) to 100"));
+    }
+    Ok(t)
+}
+
+/// `--top-p`: a probability mass above 0 and at most 1.
+fn top_p(s: &str) -> std::result::Result<f32, String> {
+    let p: f32 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
+    if !(p.is_finite() && p > 0.0 && p <= 1.0) {
+        return Err(format!(
+            "{s}: top-p is a probability mass above 0 and at most 1"
+        ));
+    }
+    Ok(p)
 }
 
 impl SamplingArgs {

@@ -61,23 +61,29 @@ pub fn files(src: &LessonSource) -> anyhow::Result<Vec<(String, Result<String, S
     }
 }
 
+/// Most problems reported per file: a file with a million bad lines is one broken file,
+/// not a million lines of output.
+const MOST_ERRORS_PER_FILE: usize = 20;
+
 /// Parses every lesson of a source; errors name `file:line` (with the directory for
-/// files on disk, so an editor can jump there).
+/// files on disk, so an editor can jump there). Lesson files are untrusted text: control
+/// characters (escape sequences, a carriage return that would overprint a line) become
+/// `?` before parsing, and names are printed the same way.
 pub fn load(src: &LessonSource) -> anyhow::Result<(Vec<Lesson>, Vec<LessonError>)> {
-    let mut lessons = Vec::new();
+    let mut lessons: Vec<Lesson> = Vec::new();
     let mut errors = Vec::new();
     for (name, text) in files(src)? {
-        let shown = match src {
+        let shown = crate::files::printable(&match src {
             LessonSource::Dir(d) => d.join(&name).display().to_string(),
             LessonSource::Shipped => format!("lessons/{name}"),
-        };
+        });
         let text = match text {
-            Ok(t) => t,
+            Ok(t) => clean(&t),
             Err(message) => {
                 errors.push(LessonError {
                     file: shown,
                     line: 1,
-                    message,
+                    message: crate::files::printable(&message),
                 });
                 continue;
             }
@@ -85,12 +91,54 @@ pub fn load(src: &LessonSource) -> anyhow::Result<(Vec<Lesson>, Vec<LessonError>
         match parse(&shown, &text) {
             Ok(mut l) => {
                 l.file = name;
+                // Two files with one id would share one progress entry.
+                if let Some(other) = lessons.iter().find(|o| o.id() == l.id()) {
+                    errors.push(LessonError {
+                        file: shown,
+                        line: 1,
+                        message: format!(
+                            "lesson id `{}` is also the id of {}: they would share one progress entry; rename one",
+                            crate::files::printable(l.id()),
+                            crate::files::printable(&other.file)
+                        ),
+                    });
+                    continue;
+                }
                 lessons.push(l);
             }
-            Err(e) => errors.extend(e),
+            Err(mut e) => {
+                if e.len() > MOST_ERRORS_PER_FILE {
+                    let more = e.len() - MOST_ERRORS_PER_FILE;
+                    e.truncate(MOST_ERRORS_PER_FILE);
+                    e.push(LessonError {
+                        file: shown.clone(),
+                        line: e.last().map_or(1, |x| x.line),
+                        message: format!("…and {more} more problems in this file"),
+                    });
+                }
+                errors.extend(e.into_iter().map(|mut x| {
+                    x.message = crate::files::printable(&x.message);
+                    x
+                }))
+            }
         }
     }
     Ok((lessons, errors))
+}
+
+/// Lesson text with line ends made `\n` and every other control character but tab
+/// replaced, so nothing in a lesson reaches the terminal as a control sequence.
+fn clean(text: &str) -> String {
+    text.replace("\r\n", "\n")
+        .chars()
+        .map(|c| {
+            if c.is_control() && c != '\n' && c != '\t' {
+                '?'
+            } else {
+                c
+            }
+        })
+        .collect()
 }
 
 /// The source named by a `--dir` flag or `INFERLAB_LESSONS`, else the shipped lessons.

@@ -165,6 +165,19 @@ impl Progress {
 }
 
 impl LessonProgress {
+    /// Steps done among a lesson's `steps`: a progress file is the user's, but it may be
+    /// edited or stale, and "1000000/2 steps done" is not a thing to show.
+    pub fn done_of(&self, steps: usize) -> usize {
+        let mut done: Vec<usize> = self
+            .done_steps
+            .iter()
+            .copied()
+            .filter(|&s| s < steps)
+            .collect();
+        done.dedup();
+        done.len()
+    }
+
     /// Records a step as done once.
     pub fn mark_done(&mut self, step: usize) {
         if !self.done_steps.contains(&step) {

@@ -1093,10 +1093,25 @@ impl App {
                 push_timeline(&mut self.timeline, r.serve.as_ref());
                 push_timeline(&mut self.timeline_b, r.serve_b.as_ref());
                 self.status = report_status(&r);
+                self.fit_view_to(&r.cfg);
                 self.open_on_sharpest_head(&r);
                 self.report = Some(r);
                 self.note_progress();
             }
+        }
+    }
+
+    /// A layer or head chosen before the model's shape was known (a lesson's `set:`)
+    /// that this model lacks: the last one it has is shown, and the status says why.
+    fn fit_view_to(&mut self, cfg: &crate::model::LlamaConfig) {
+        let (layer, head) = (self.layer, self.head);
+        self.layer = layer.min(cfg.n_layer - 1);
+        self.head = head.min(cfg.n_head - 1);
+        if (layer, head) != (self.layer, self.head) {
+            self.status = format!(
+                "layer {layer} / head {head} asked for, but this model has {} layers and {} heads: showing layer {} head {}",
+                cfg.n_layer, cfg.n_head, self.layer, self.head
+            );
         }
     }
 

@@ -360,7 +360,7 @@ pub fn render_list(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
             .progress
             .lessons
             .get(l.id())
-            .map(|p| p.done_steps.len())
+            .map(|p| p.done_of(l.steps.len()))
             .unwrap_or(0);
         let row = format!(
             "{} {:>2}. {:<44} {done}/{} steps",
