@@ -249,10 +249,47 @@ const INTERESTING: [u64; 12] = [
     u64::MAX,
 ];
 
-/// One mutated file: header bytes, a metadata value, a tensor's dims or type, or a cut.
+/// One mutated file: header bytes, a metadata value, a tensor's dims, type, data offset or
+/// name, a repeated key, or a cut.
 fn mutate(rng: &mut Rng, md: &[(String, Value)], ts: &[RawTensor], header_len: usize) -> Vec<u8> {
     let (mut md, mut ts) = (md.to_vec(), ts.to_vec());
-    match rng.below(6) {
+    match rng.below(9) {
+        6 => {
+            // Data offsets: one moved onto another tensor's bytes, or anywhere.
+            let mut at = Vec::new();
+            let mut o = 0u64;
+            for t in &ts {
+                at.push(o);
+                o = (o + t.data.len() as u64).div_ceil(32) * 32;
+            }
+            let i = rng.below(at.len());
+            at[i] = match rng.below(3) {
+                0 => at[rng.below(at.len())],
+                1 => INTERESTING[rng.below(INTERESTING.len())] / 32 * 32,
+                _ => 0,
+            };
+            raw_gguf_at(&md, &ts, Some(&at))
+        }
+        7 => {
+            // A tensor renamed: to a bias, a layer past the end, or another's name.
+            let i = rng.below(ts.len());
+            ts[i].name = match rng.below(3) {
+                0 => ts[i].name.replace(".weight", ".bias"),
+                1 => ts[i].name.replace("blk.1.", "blk.7."),
+                _ => ts[rng.below(ts.len())].name.clone(),
+            };
+            raw_gguf(&md, &ts)
+        }
+        8 => {
+            // A metadata key repeated with another value.
+            let i = rng.below(md.len());
+            let (k, _) = md[i].clone();
+            md.push((
+                k,
+                Value::U32(INTERESTING[rng.below(INTERESTING.len())] as u32),
+            ));
+            raw_gguf(&md, &ts)
+        }
         0 | 1 => {
             let mut b = raw_gguf(&md, &ts);
             for _ in 0..1 + rng.below(4) {
@@ -804,4 +841,96 @@ fn an_hf_directory_loads_and_every_silent_substitution_is_refused() {
         e.contains("tokenizer.json") && e.contains("vocab_size of 200"),
         "{e}"
     );
+}
+
+// ---- Memory: what any input makes inferlab allocate is bounded by the file ----
+
+/// Runs inferlab under an address-space limit of 4× `file_len` plus 1 GB: an allocation
+/// beyond it fails, and Rust aborts the process (a signal, no exit code).
+fn under_memory_bound(args: &[&std::ffi::OsStr], file_len: u64) -> std::process::Output {
+    use std::os::unix::process::CommandExt;
+    let limit = file_len.saturating_mul(4).saturating_add(1 << 30);
+    let mut c = std::process::Command::new(bin());
+    c.args(args)
+        .env("INFERLAB_QUIET", "1")
+        .env("INFERLAB_OFFLINE", "1");
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        c.pre_exec(move || {
+            let r = libc::rlimit {
+                rlim_cur: limit,
+                rlim_max: limit,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &r) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    c.output().unwrap()
+}
+
+#[test]
+fn the_real_model_runs_within_four_times_its_file_plus_a_gigabyte() {
+    let model = real_model();
+    let len = std::fs::metadata(&model).unwrap().len();
+    for weights in ["q8_0", "f32"] {
+        let args = [
+            "generate",
+            "--prompt",
+            "hi",
+            "--max-tokens",
+            "3",
+            "--weights",
+            weights,
+            "--model",
+        ];
+        let mut a: Vec<&std::ffi::OsStr> = args.iter().map(|s| s.as_ref()).collect();
+        a.push(model.as_os_str());
+        let o = under_memory_bound(&a, len);
+        assert!(
+            o.status.success(),
+            "--weights {weights}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+}
+
+#[test]
+fn mutated_model_files_stay_within_the_memory_bound() {
+    let (md, ts) = tiny_raw(&q8());
+    let dir = tempfile::tempdir().unwrap();
+    let clean = dir.path().join("clean.gguf");
+    std::fs::write(&clean, raw_gguf(&md, &ts)).unwrap();
+    let header_len = inferlab::model::gguf::open(&clean)
+        .unwrap()
+        .0
+        .tensor_data_offset as usize;
+    let p = dir.path().join("case.gguf");
+    for case in 0..120u64 {
+        let mut rng = Rng(10_000 + case);
+        let bytes = mutate(&mut rng, &md, &ts, header_len);
+        std::fs::write(&p, &bytes).unwrap();
+        let args = [
+            "generate",
+            "--prompt",
+            "the",
+            "--max-tokens",
+            "2",
+            "--weights",
+            "f32",
+            "--model",
+        ];
+        let mut a: Vec<&std::ffi::OsStr> = args.iter().map(|s| s.as_ref()).collect();
+        a.push(p.as_os_str());
+        let o = under_memory_bound(&a, bytes.len() as u64);
+        // Success or a clean refusal; a signal means an allocation hit the bound.
+        assert!(
+            matches!(o.status.code(), Some(0) | Some(1)),
+            "case {case} (Rng({})): {:?} {}",
+            10_000 + case,
+            o.status,
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
 }

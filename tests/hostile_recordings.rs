@@ -210,3 +210,71 @@ fn counts_beyond_what_a_session_produces_are_refused_by_line() {
         assert!(e.contains("c.jsonl:3:"), "{p}: {e}");
     }
 }
+
+/// Exports of mutated recordings (the kv, batch and sink pictures, as PNG) under an
+/// address-space limit of 4× the file plus 1 GB: done or refused, never an abort.
+#[test]
+fn exports_of_mutated_recordings_stay_within_the_memory_bound() {
+    use std::os::unix::process::CommandExt;
+    let mut reports = fixture::serving_reports(inferlab::serve::CacheKind::Contiguous, 2);
+    reports.extend(fixture::serving_reports(
+        inferlab::serve::CacheKind::Paged,
+        2,
+    ));
+    reports[3].sink = Some(fixture::sink_view());
+    let base: Vec<Value> = reports
+        .iter()
+        .map(|r| serde_json::to_value(r).unwrap())
+        .collect();
+    let mut paths = Vec::new();
+    for (i, b) in base.iter().enumerate() {
+        let mut here = Vec::new();
+        numbers(b, String::new(), &mut here);
+        paths.extend(here.into_iter().map(|p| (i, p)));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("r.jsonl");
+    let header = {
+        drop(Recorder::create(&file, "m", Default::default()).unwrap());
+        std::fs::read_to_string(&file).unwrap()
+    };
+    // Every 12th number, set to the largest interesting values.
+    for (case, (which, p)) in paths.iter().enumerate().step_by(12) {
+        let mut vals = base.clone();
+        *vals[*which].pointer_mut(p).unwrap() = serde_json::json!(INTERESTING[5 + case % 3]);
+        let mut text = header.clone();
+        for v in &vals {
+            text.push_str(&serde_json::to_string(v).unwrap());
+            text.push('\n');
+        }
+        std::fs::write(&file, &text).unwrap();
+        let limit = (text.len() as u64) * 4 + (1 << 30);
+        for pane in ["kv", "batch", "sink"] {
+            let out = dir.path().join(format!("{pane}.png"));
+            let mut c = std::process::Command::new(common::bin());
+            c.arg("export")
+                .arg(&file)
+                .args(["--pane", pane, "--force", "--out"])
+                .arg(&out);
+            // SAFETY: setrlimit is async-signal-safe; nothing else runs before exec.
+            unsafe {
+                c.pre_exec(move || {
+                    let r = libc::rlimit {
+                        rlim_cur: limit,
+                        rlim_max: limit,
+                    };
+                    libc::setrlimit(libc::RLIMIT_AS, &r);
+                    Ok(())
+                });
+            }
+            let o = c.output().unwrap();
+            assert!(
+                matches!(o.status.code(), Some(0) | Some(1)),
+                "{p} of report {which} = {}: export --pane {pane}: {:?} {}",
+                INTERESTING[5 + case % 3],
+                o.status,
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+    }
+}

@@ -136,3 +136,22 @@ fn a_progress_file_that_is_a_fifo_is_not_waited_on() {
         "{all}"
     );
 }
+
+#[test]
+fn a_machine_json_link_is_not_written_through() {
+    let data = tempfile::tempdir().unwrap();
+    let users = data.path().join("users-notes.txt");
+    std::fs::write(&users, "precious").unwrap();
+    std::os::unix::fs::symlink(&users, data.path().join("machine.json")).unwrap();
+    let o = Command::new(common::bin())
+        .args(["bench", "machine", "--fresh"])
+        .env("INFERLAB_DATA_DIR", data.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("symbolic link"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(&users).unwrap(), "precious");
+}

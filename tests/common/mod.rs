@@ -307,7 +307,13 @@ pub fn raw_gguf_at(md: &[(String, Value)], tensors: &[RawTensor], at: Option<&[u
         pos += 8 + t.name.len() + 4 + 8 * t.dims.len() + 4;
         out[pos..pos + 8].copy_from_slice(&o.to_le_bytes());
         pos += 8;
-        let end = o as usize + t.data.len();
+        // An offset past what a test file holds declares bytes the file does not have.
+        let Some(end) = (o as usize)
+            .checked_add(t.data.len())
+            .filter(|&e| e < 1 << 26)
+        else {
+            continue;
+        };
         if data.len() < end {
             data.resize(end, 0);
         }
