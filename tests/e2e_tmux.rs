@@ -570,3 +570,35 @@ fn a_finished_request_stalls_nothing_and_a_new_prompt_is_prefilled_by_space() {
     assert!(s.contains("Name a colour."), "{s}");
     t.quit();
 }
+
+#[test]
+fn a_recording_that_runs_out_of_room_stays_said_and_fails_the_exit() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("full.jsonl");
+    let t = Tmux::start(200, 50);
+    // A file size limit stands in for a full disk: writes past 24 KB fail (EFBIG) and,
+    // with SIGXFSZ ignored, the app sees the error as it would see ENOSPC.
+    t.keys(&["trap '' XFSZ; ulimit -f 24", "Enter"]);
+    let data = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("e2e-data");
+    let cmd = format!(
+        "INFERLAB_DATA_DIR={} {} --model {} --record {} 2>{}; echo RC=$?",
+        data.display(),
+        common::bin().display(),
+        common::real_model().display(),
+        rec.display(),
+        dir.path().join("stderr.txt").display()
+    );
+    t.keys(&[&cmd, "Enter"]);
+    t.wait_for("ready: press space", 60);
+    t.keys(&["Space"]);
+    t.wait_for_all(&["recording stopped", "File too large"], 30);
+    // The next iterations' statuses do not hide it.
+    t.keys(&["Space"]);
+    t.wait_for("iteration 2 ·", 30);
+    t.keys(&["Space"]);
+    t.wait_for_all(&["iteration 3 ·", "RECORDING STOPPED"], 30);
+    t.keys(&["q"]);
+    t.wait_for("RC=1", 20);
+    let err = std::fs::read_to_string(dir.path().join("stderr.txt")).unwrap();
+    assert!(err.contains("recording stopped"), "{err}");
+}

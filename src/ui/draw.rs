@@ -328,8 +328,14 @@ fn header(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         app.run.layout
     );
     let width = area.width as usize;
+    // The alarm's head stays ("RECORDING STOPPED"); its whole text was the status when it
+    // happened and is printed on exit.
     let status = match &app.alarm {
-        Some(a) => format!("{a} · {}", app.status),
+        Some(a) => format!(
+            "{} · {}",
+            a.split(':').next().unwrap_or(a).to_uppercase(),
+            app.status
+        ),
         None => app.status.clone(),
     };
     let status_w = status.chars().count();

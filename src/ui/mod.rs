@@ -257,6 +257,14 @@ fn absorb_events(
     replaying: bool,
 ) -> std::io::Result<bool> {
     let mut any = false;
+    // The writer fails on its own thread, between events: looked at every frame.
+    if let Some(err) = recorder.as_ref().and_then(|r| r.error()) {
+        // Kept in the header until the app exits, and printed then.
+        app.alarm = Some(format!("recording stopped: {err}"));
+        app.status = app.alarm.clone().unwrap_or_default();
+        *recorder = None;
+        any = true;
+    }
     loop {
         let e = match rx.try_recv() {
             Ok(e) => e,
@@ -277,11 +285,6 @@ fn absorb_events(
         }
         if let (Some(rec), worker::Event::Report(r)) = (recorder.as_ref(), &e) {
             rec.write(r, app.layer);
-        }
-        if let Some(err) = recorder.as_ref().and_then(|r| r.error()) {
-            // Kept in the header until the app exits, and printed then.
-            app.alarm = Some(format!("recording stopped: {err}"));
-            *recorder = None;
         }
         app.on_event(e);
         any = true;
