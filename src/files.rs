@@ -294,6 +294,22 @@ pub fn check_target(path: &Path, rules: WriteRules) -> Result<(), FileError> {
     Ok(())
 }
 
+/// Permissions a newly created file gets: 0666, which the process's umask then narrows.
+fn default_permissions() -> std::fs::Permissions {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::Permissions::from_mode(0o666)
+    }
+    #[cfg(not(unix))]
+    {
+        tempfile::tempfile()
+            .and_then(|f| f.metadata())
+            .map(|m| m.permissions())
+            .expect("a temporary file can be made")
+    }
+}
+
 /// The directory a path's temporary sibling goes in.
 fn parent_of(path: &Path) -> &Path {
     match path.parent() {
@@ -321,9 +337,16 @@ impl AtomicFile {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
+        // The mode a new file would get (0666 less the umask), or the replaced file's own:
+        // a temporary file is private by default, and the output should not be.
+        let mode = match std::fs::metadata(path) {
+            Ok(m) => m.permissions(),
+            Err(_) => default_permissions(),
+        };
         let (file, partial) = tempfile::Builder::new()
             .prefix(&format!(".{stem}."))
             .suffix(".partial")
+            .permissions(mode)
             .tempfile_in(dir)
             .map_err(wr(path))?
             .keep()
@@ -374,7 +397,11 @@ impl AtomicFile {
             // A hard link fails when the target exists, where a rename would replace it.
             // Where links are not supported, the check above is the guard.
             match std::fs::hard_link(&self.partial, &self.target) {
-                Ok(()) => std::fs::remove_file(&self.partial),
+                // The target is written; a partial name left behind is only clutter.
+                Ok(()) => {
+                    let _ = std::fs::remove_file(&self.partial);
+                    Ok(())
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(e),
                 Err(_) => std::fs::rename(&self.partial, &self.target),
             }
@@ -392,9 +419,52 @@ impl AtomicFile {
         Ok(())
     }
 
+    /// Commits only where that replaces nothing (the target does not exist): what a
+    /// failed recording does, so a partial one never replaces a whole one.
+    pub fn commit_if_new(mut self) -> Result<(), FileError> {
+        self.force = false;
+        self.commit()
+    }
+
     /// Gives up: the partial file is removed.
     pub fn abandon(self) {
         let _ = std::fs::remove_file(&self.partial);
+    }
+}
+
+/// Partial files to put in place if the process is ended abruptly (a closed terminal,
+/// SIGTERM): a recording made until then is the user's, under the name they gave.
+static ON_EXIT: std::sync::Mutex<Vec<(PathBuf, PathBuf, bool)>> = std::sync::Mutex::new(Vec::new());
+
+/// Registers `partial` to be renamed to `target` by [`commit_pending`] (over an existing
+/// target only with `force`).
+pub fn commit_on_exit(partial: &Path, target: &Path, force: bool) {
+    if let Ok(mut v) = ON_EXIT.lock() {
+        v.push((partial.to_path_buf(), target.to_path_buf(), force));
+    }
+}
+
+/// Takes `partial` off that list (it was committed or abandoned).
+pub fn forget_on_exit(partial: &Path) {
+    if let Ok(mut v) = ON_EXIT.lock() {
+        v.retain(|(p, _, _)| p != partial);
+    }
+}
+
+/// Puts every registered partial file in place; for the signal handler, just before the
+/// process exits. Never blocks: if the list is held, it gives up.
+pub fn commit_pending() {
+    let Ok(mut v) = ON_EXIT.try_lock() else {
+        return;
+    };
+    for (partial, target, force) in v.drain(..) {
+        let replace = match std::fs::symlink_metadata(&target) {
+            Err(_) => true,
+            Ok(m) => force && !m.is_symlink(),
+        };
+        if replace {
+            let _ = std::fs::rename(&partial, &target);
+        }
     }
 }
 

@@ -69,6 +69,8 @@ fn main() -> std::process::ExitCode {
     // terminal back before exiting as interrupted.
     let _ = ctrlc::set_handler(|| {
         inferlab::model::source::abort_fetch();
+        // A recording in progress goes under its name, as a normal exit would put it.
+        inferlab::files::commit_pending();
         // Restoring writes to the terminal, which after a hang-up may be gone or stuck:
         // give it a moment, then leave regardless (`_exit` takes no locks).
         let (tx, rx) = std::sync::mpsc::channel();

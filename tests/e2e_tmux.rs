@@ -288,7 +288,16 @@ fn an_engine_that_dies_is_shown_and_exits_non_zero_with_the_terminal_back() {
 #[test]
 fn closing_the_terminal_ends_the_app() {
     let marker = format!("hangup-{}", std::process::id());
-    let t = Tmux::start_app(160, 40, "", &format!("--prompt {marker}"));
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("hup.jsonl");
+    let t = Tmux::start_app(
+        160,
+        40,
+        "",
+        &format!("--prompt {marker} --record {}", rec.display()),
+    );
+    t.keys(&["Space"]);
+    t.wait_for("iteration 1 ·", 30);
     t.keys(&["r"]);
     drop(t); // kills the tmux session: the app gets SIGHUP
     let alive = || {
@@ -306,6 +315,9 @@ fn closing_the_terminal_ends_the_app() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+    // The recording so far is under the name given, and replays.
+    let back = inferlab::worker::recording::read(&rec).unwrap();
+    assert!(!back.reports.is_empty());
 }
 
 #[test]
@@ -575,13 +587,16 @@ fn a_finished_request_stalls_nothing_and_a_new_prompt_is_prefilled_by_space() {
 fn a_recording_that_runs_out_of_room_stays_said_and_fails_the_exit() {
     let dir = tempfile::tempdir().unwrap();
     let rec = dir.path().join("full.jsonl");
+    // An earlier recording, replaced with --force: a recording cut short must not take
+    // its place.
+    std::fs::write(&rec, "an earlier, whole recording\n").unwrap();
     let t = Tmux::start(200, 50);
     // A file size limit stands in for a full disk: writes past 24 KB fail (EFBIG) and,
     // with SIGXFSZ ignored, the app sees the error as it would see ENOSPC.
     t.keys(&["trap '' XFSZ; ulimit -f 24", "Enter"]);
     let data = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("e2e-data");
     let cmd = format!(
-        "INFERLAB_DATA_DIR={} {} --model {} --record {} 2>{}; echo RC=$?",
+        "INFERLAB_DATA_DIR={} {} --model {} --record {} --force 2>{}; echo RC=$?",
         data.display(),
         common::bin().display(),
         common::real_model().display(),
@@ -600,5 +615,12 @@ fn a_recording_that_runs_out_of_room_stays_said_and_fails_the_exit() {
     t.keys(&["q"]);
     t.wait_for("RC=1", 20);
     let err = std::fs::read_to_string(dir.path().join("stderr.txt")).unwrap();
-    assert!(err.contains("recording stopped"), "{err}");
+    assert!(
+        err.contains("recording stopped") && err.contains(".partial"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&rec).unwrap(),
+        "an earlier, whole recording\n"
+    );
 }

@@ -627,6 +627,19 @@ fn special_ids_of_the_wrong_type_negative_or_past_the_vocabulary_are_refused() {
         let e = refuse(&md, &ts);
         assert!(e.contains(key) && e.contains(want), "{e}");
     }
+    // An id inferlab does not use, one past the vocabulary, is noted, not refused (real
+    // files carry such padding ids; llama.cpp ignores them too).
+    let (mut md, ts) = tiny_raw(&q8());
+    set_meta(
+        &mut md,
+        "tokenizer.ggml.padding_token_id",
+        Value::U32(100_000),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("pad.gguf");
+    std::fs::write(&p, raw_gguf(&md, &ts)).unwrap();
+    let m = load(&p).unwrap();
+    assert!(m.warnings().iter().any(|w| w.contains("padding_token_id")));
     // A metadata value of the wrong type names its key.
     let (mut md, ts) = tiny_raw(&q8());
     set_meta(&mut md, "general.architecture", Value::U32(7));

@@ -85,7 +85,7 @@ fn progress_from_the_future_is_shown_within_the_lesson() {
     std::fs::write(dir.path().join("01-only.md"), LESSON).unwrap();
     std::fs::write(
         data.path().join("progress.json"),
-        r#"{"lessons": {"only": {"step": 99999999, "done_steps": [0, 5, 1000000, 7]}}}"#,
+        r#"{"lessons": {"only": {"step": 99999999, "done_steps": [0, 5, 1000000, 0, 7]}}}"#,
     )
     .unwrap();
     let (ok, out, err) = run(

@@ -93,7 +93,13 @@ pub fn check_features(ct: &Content, arch: &str) -> Result<(), Refusal> {
     ];
     for (suffix, feature) in FEATURES {
         let key = format!("{arch}.{suffix}");
-        if let Some(v) = ct.metadata.get(&key).and_then(active) {
+        let v = ct.metadata.get(&key);
+        // For the attention scale 0 means "the default 1/√d"; 1.0 is a real scale.
+        let v = match (*suffix, v) {
+            ("attention.scale", Some(Value::F32(x))) if *x != 0.0 => Some(format!("{x}")),
+            (_, v) => v.and_then(active),
+        };
+        if let Some(v) = v {
             return Err(format!(
                 "inferlab does not implement {feature} (key `{key}` = {v})"
             ));
@@ -102,10 +108,19 @@ pub fn check_features(ct: &Content, arch: &str) -> Result<(), Refusal> {
     Ok(())
 }
 
+/// Why a special token id is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum BadId {
+    #[error("{0}")]
+    NotAnId(String),
+    #[error("{0}")]
+    OutsideVocabulary(String),
+}
+
 /// A special token id (`tokenizer.ggml.eos_token_id` …): absent is `None`; present it must
 /// be a non-negative integer inside the vocabulary. Treating a bad one as absent would let
 /// chat generation run past `<|im_end|>` without a word.
-pub fn special_id(ct: &Content, key: &str, vocab: usize) -> Result<Option<u32>, Refusal> {
+pub fn special_id(ct: &Content, key: &str, vocab: usize) -> Result<Option<u32>, BadId> {
     let Some(v) = ct.metadata.get(key) else {
         return Ok(None);
     };
@@ -121,14 +136,14 @@ pub fn special_id(ct: &Content, key: &str, vocab: usize) -> Result<Option<u32>, 
         _ => None,
     };
     let Some(id) = id else {
-        return Err(format!(
+        return Err(BadId::NotAnId(format!(
             "`{key}` = {v:?}: a token id must be a non-negative integer"
-        ));
+        )));
     };
     if id >= vocab as u64 {
-        return Err(format!(
+        return Err(BadId::OutsideVocabulary(format!(
             "`{key}` = {id} is outside the vocabulary of {vocab} tokens"
-        ));
+        )));
     }
     Ok(Some(id as u32))
 }

@@ -133,7 +133,7 @@ impl Header {
 
     /// A string; `what` and `index` name it if it is not UTF-8 (a token that is not text
     /// would be silently replaced by U+FFFD and become another token's twin).
-    fn string(&mut self, what: &str, index: Option<u64>) -> R<String> {
+    fn string(&mut self, what: &str, index: Option<u64>, strict: bool) -> R<String> {
         let n = self.count(what, 1, MAX_STRING_BYTES)?;
         let mut v = vec![0u8; n as usize];
         self.inner
@@ -143,6 +143,11 @@ impl Header {
         // Some writers NUL-terminate strings; the format says they should not.
         while v.last() == Some(&0) {
             v.pop();
+        }
+        // Only token text must be exact; a name or a note in another encoding is shown
+        // with U+FFFD, as before.
+        if !strict {
+            return Ok(String::from_utf8_lossy(&v).into_owned());
         }
         String::from_utf8(v).map_err(|e| {
             let at = match index {
@@ -176,7 +181,11 @@ impl Header {
                 1 => Value::Bool(true),
                 b => return Err(format!("`{key}`: {b} is not a boolean")),
             },
-            8 => Value::String(self.string(&format!("`{key}`"), index)?),
+            8 => Value::String(self.string(
+                &format!("`{key}`"),
+                index,
+                key.starts_with("tokenizer.ggml."),
+            )?),
             9 => {
                 if depth >= MAX_DEPTH {
                     return Err(format!("`{key}`: arrays nested deeper than {MAX_DEPTH}"));
@@ -225,7 +234,7 @@ impl Header {
         let n_kv = self.count("metadata count", 8 + 4 + 1, MAX_METADATA_VALUES)?;
         let mut metadata = HashMap::new();
         for _ in 0..n_kv {
-            let key = self.string("a metadata key", None)?;
+            let key = self.string("a metadata key", None, true)?;
             let ty = self.u32()?;
             let v = self.value(&key, ty, 0, None)?;
             // The format has no rule for a repeated key; a second `block_count` must not
@@ -271,7 +280,7 @@ impl Header {
     }
 
     fn tensor_info(&mut self) -> R<(String, TensorInfo)> {
-        let name = self.string("a tensor name", None)?;
+        let name = self.string("a tensor name", None, true)?;
         let rank = self.u32()?;
         if rank == 0 || rank > MAX_DIMS {
             return Err(format!(

@@ -188,15 +188,29 @@ impl TextTokenizer {
             .filter(|k| k.starts_with("tokenizer.ggml.") && k.ends_with("_token_id"))
             .collect::<Vec<_>>();
         special.sort();
+        // The ids inferlab reads must be usable; the others (padding, unknown…) must be
+        // ids, but one past the vocabulary is only noted: llama.cpp ignores those too.
+        let mut warnings = repeated_tokens(&tokens);
         for k in special {
-            super::audit::special_id(ct, k, n_vocab).map_err(ModelError::Tokenizer)?;
+            match super::audit::special_id(ct, k, n_vocab) {
+                Ok(_) => {}
+                Err(super::audit::BadId::OutsideVocabulary(why))
+                    if !k.ends_with("bos_token_id") && !k.ends_with("eos_token_id") =>
+                {
+                    warnings.push(format!("{why}; inferlab does not use it"))
+                }
+                Err(e) => return Err(ModelError::Tokenizer(e.to_string())),
+            }
         }
-        let id = |k: &str| super::audit::special_id(ct, k, n_vocab).map_err(ModelError::Tokenizer);
+        let id = |k: &str| {
+            super::audit::special_id(ct, k, n_vocab)
+                .map_err(|e| ModelError::Tokenizer(e.to_string()))
+        };
         Ok(Self {
             inner: tk,
             bos: id("tokenizer.ggml.bos_token_id")?,
             eos: id("tokenizer.ggml.eos_token_id")?,
-            warnings: repeated_tokens(&tokens),
+            warnings,
         })
     }
 

@@ -93,21 +93,23 @@ impl BackgroundRecorder {
             .spawn(move || {
                 for r in rx {
                     if let Err(e) = rec.write(&r) {
+                        // Put in place only where that replaces nothing: a partial
+                        // recording never takes the place of a whole one.
                         let (target, partial) = rec.paths();
-                        let kept = match rec.finish() {
-                            Ok(()) => {
-                                format!("the iterations before it are in {}", target.display())
-                            }
-                            Err(_) => {
-                                format!("the iterations before it are in {}", partial.display())
-                            }
+                        let kept = match rec.finish_if_new() {
+                            Ok(()) => target,
+                            Err(_) => partial,
                         };
-                        let _ = etx.send(format!("{e}; {kept}"));
+                        let _ = etx.send(format!(
+                            "{e}; the iterations before it are in {}",
+                            kept.display()
+                        ));
                         return;
                     }
                 }
+                let (_, partial) = rec.paths();
                 if let Err(e) = rec.finish() {
-                    let _ = etx.send(e.to_string());
+                    let _ = etx.send(format!("{e}; the recording is in {}", partial.display()));
                 }
             })
             .ok();
@@ -162,6 +164,8 @@ impl Drop for BackgroundRecorder {
 /// only whole, and a partial one stays readable.
 pub struct Recorder {
     out: Option<crate::files::AtomicFile>,
+    /// A write failed: the file holds a cut-short recording.
+    failed: bool,
 }
 
 impl Recorder {
@@ -174,7 +178,11 @@ impl Recorder {
         rules: crate::files::WriteRules,
     ) -> Result<Self, RecordingError> {
         let out = crate::files::AtomicFile::create(path, rules).map_err(RecordingError::from)?;
-        let mut r = Self { out: Some(out) };
+        crate::files::commit_on_exit(out.partial(), out.target(), rules.force);
+        let mut r = Self {
+            out: Some(out),
+            failed: false,
+        };
         let h = Header {
             format: FORMAT.into(),
             version: VERSION,
@@ -182,7 +190,14 @@ impl Recorder {
             model: model.into(),
             machine: crate::machine::cached(),
         };
-        r.line(&serde_json::to_string(&h).expect("a header serializes"))?;
+        if let Err(e) = r.line(&serde_json::to_string(&h).expect("a header serializes")) {
+            // Not even the header: nothing worth keeping.
+            if let Some(out) = r.out.take() {
+                crate::files::forget_on_exit(out.partial());
+                out.abandon();
+            }
+            return Err(e);
+        }
         Ok(r)
     }
 
@@ -213,19 +228,34 @@ impl Recorder {
 
     /// Syncs the recording and puts it under its name.
     pub fn finish(mut self) -> Result<(), RecordingError> {
-        match self.out.take() {
-            Some(out) => Ok(out.commit()?),
-            None => Ok(()),
-        }
+        self.put_in_place()
+    }
+
+    /// The same where that replaces no existing file.
+    pub fn finish_if_new(mut self) -> Result<(), RecordingError> {
+        self.failed = true;
+        self.put_in_place()
+    }
+
+    /// Commits the partial file: over an existing target only while nothing failed.
+    fn put_in_place(&mut self) -> Result<(), RecordingError> {
+        let Some(out) = self.out.take() else {
+            return Ok(());
+        };
+        crate::files::forget_on_exit(out.partial());
+        Ok(if self.failed {
+            out.commit_if_new()?
+        } else {
+            out.commit()?
+        })
     }
 }
 
 impl Drop for Recorder {
-    /// A recorder dropped unfinished (a panic unwinding) still puts what it wrote in place.
+    /// A recorder dropped unfinished (a panic unwinding) still puts what it wrote in place,
+    /// as [`Self::finish`] would.
     fn drop(&mut self) {
-        if let Some(out) = self.out.take() {
-            let _ = out.commit();
-        }
+        let _ = self.put_in_place();
     }
 }
 
