@@ -243,11 +243,12 @@ impl Recorder {
             return Ok(());
         };
         crate::files::forget_on_exit(out.partial());
-        Ok(if self.failed {
-            out.commit_if_new()?
+        if self.failed {
+            out.commit_if_new()?;
         } else {
-            out.commit()?
-        })
+            out.commit()?;
+        }
+        Ok(())
     }
 }
 
