@@ -1375,3 +1375,50 @@ fn a_prediction_answered_during_an_iteration_is_graded_by_one_that_shows_its_set
     let ans = a.tutor.as_ref().unwrap().answers[0].clone().unwrap();
     assert!(ans.right, "{ans:?}");
 }
+
+#[test]
+fn after_c_the_serving_title_names_what_its_body_draws_until_the_new_run_reports() {
+    use inferlab::serve::CacheKind;
+    let mut a = app();
+    for r in common::fixture::serving_reports(CacheKind::Paged, 3) {
+        a.on_event(Event::Report(Box::new(r)));
+    }
+    let cmds = a.update(Action::ToggleCache);
+    assert!(!cmds.is_empty(), "c asks the engine for the other cache");
+    assert_eq!(a.cache, CacheKind::Contiguous);
+    let draw = |a: &App| {
+        let mut term = Terminal::new(TestBackend::new(70, 16)).unwrap();
+        term.draw(|f| panes::serving::render(a, &THEME, f.area(), f.buffer_mut()))
+            .unwrap();
+        format!("{:?}", term.backend())
+    };
+    // The paged run's picture is gone with it: no title of one run over the body of the
+    // other while the new run starts.
+    let before = draw(&a);
+    assert!(before.contains("runs here"), "{before}");
+    assert!(!before.contains("paged kv"), "{before}");
+    // The contiguous run's first report changes both.
+    for r in common::fixture::serving_reports(CacheKind::Contiguous, 1) {
+        a.on_event(Event::Report(Box::new(r)));
+    }
+    let after = draw(&a);
+    assert!(after.contains("contiguous kv"), "{after}");
+}
+
+#[test]
+fn the_header_names_the_settings_the_report_on_screen_ran_under() {
+    use inferlab::model::HeadLayout;
+    let mut a = app();
+    let mut r = common::fixture::report();
+    // A report computed under MHA with sampling and no cache, as a replay shows it while
+    // the app's own settings are the defaults.
+    r.run.layout = HeadLayout::Mha;
+    r.info.sampler.temperature = 0.7;
+    r.info.no_cache = true;
+    a.on_event(Event::Report(Box::new(r)));
+    let screen = format!("{:?}", render_app(&a, 240, 50));
+    let top = screen.lines().find(|l| l.contains(" inferlab · ")).unwrap();
+    assert!(top.contains("MHA") && !top.contains("GQA"), "{top}");
+    assert!(top.contains("NO KV CACHE"), "{top}");
+    assert!(top.contains("0.7"), "{top}");
+}

@@ -310,23 +310,26 @@ fn header(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     } else {
         "PAUSED".into()
     };
-    let kernel = match app.run.kernel {
+    // The settings the report on screen was computed under, so the header never
+    // disagrees with the panes (a key's new setting shows with its first report; a
+    // replay shows the recording's); the app's own before any report.
+    let (layout, kernel, sampler, no_cache) = match &app.report {
+        Some(r) => (r.run.layout, r.run.kernel, r.info.sampler, r.info.no_cache),
+        None => (app.run.layout, app.run.kernel, app.sampler, !app.kv_cache),
+    };
+    let kernel = match kernel {
         crate::model::AttnKernel::Naive => "naive",
         crate::model::AttnKernel::Tiled { .. } => "tiled",
     };
-    let cache = if app.kv_cache { "" } else { " · NO KV CACHE" };
+    let cache = if no_cache { " · NO KV CACHE" } else { "" };
     let full = format!(
-        " inferlab · {} · {} · {kernel} attention{cache} · {} · iteration {iter} · {phase} · {tps:.1} tok/s · {run} · ",
+        " inferlab · {} · {layout} · {kernel} attention{cache} · {} · iteration {iter} · {phase} · {tps:.1} tok/s · {run} · ",
         app.model_name,
-        app.run.layout,
-        app.sampler.describe(),
+        sampler.describe(),
     );
     // The status (an export path, an error) matters more than the fixed facts: when the
     // line is too narrow those shrink first, and only then is the status cut, with "…".
-    let short = format!(
-        " inferlab · {} · {kernel} · it {iter} · {phase} · {run} · ",
-        app.run.layout
-    );
+    let short = format!(" inferlab · {layout} · {kernel} · it {iter} · {phase} · {run} · ");
     let width = area.width as usize;
     // The alarm's head stays ("RECORDING STOPPED"); its whole text was the status when it
     // happened and is printed on exit.
@@ -339,7 +342,7 @@ fn header(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         None => app.status.clone(),
     };
     let status_w = status.chars().count();
-    let minimal = format!(" inferlab · {} · {kernel} · ", app.run.layout);
+    let minimal = format!(" inferlab · {layout} · {kernel} · ");
     let fixed = [full, short]
         .into_iter()
         .find(|f| f.chars().count() + status_w <= width)

@@ -37,7 +37,11 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         app,
         theme,
         Pane::Heads,
-        format!(" heads · {} ", app.run.layout),
+        // The layout the body's report ran under, not the one just asked for.
+        format!(
+            " heads · {} ",
+            app.report.as_ref().map_or(app.run.layout, |r| r.run.layout)
+        ),
     );
     let inner = b.inner(area);
     b.render(area, buf);

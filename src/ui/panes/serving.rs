@@ -15,10 +15,13 @@ use ratatui::widgets::Widget;
 /// Draws the pane for the main serving workload.
 pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let view = app.report.as_ref().and_then(|r| r.serve.as_ref());
+    // The title names what the body draws: the report's run (after `c`, the paged grid
+    // stays until the contiguous run's first report, and so does its title).
+    let (policy, cache) = view.map_or((app.policy, app.cache), |v| (v.policy, v.cache));
     let title = fitted_title(
         area,
-        format!(" serving · {:?} batching · {:?} KV ", app.policy, app.cache),
-        format!(" {:?} · {:?} ", app.policy, app.cache),
+        format!(" serving · {policy:?} batching · {cache:?} KV "),
+        format!(" {policy:?} · {cache:?} "),
     );
     render_view(app, theme, area, buf, title, view, &app.timeline);
 }
@@ -37,7 +40,8 @@ pub fn render_compare(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     // The two runs see the same requests: the ratio of their speeds is the lesson. The
     // figure comes first, so a narrow pane cuts the words, not the number.
     let inner = ratatui::widgets::Block::bordered().inner(area);
-    let (policy, cache) = (app.policy, app.cache);
+    let main = app.report.as_ref().and_then(|r| r.serve.as_ref());
+    let (policy, cache) = main.map_or((app.policy, app.cache), |v| (v.policy, v.cache));
     let line = match app.report.as_deref().and_then(|r| r.serve_ratio()) {
         Some(ratio) => {
             format!("{ratio:.2}× the tokens/s: left ({policy:?}, {cache:?}) ÷ this").to_lowercase()
