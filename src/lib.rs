@@ -13,6 +13,7 @@ pub mod kv;
 pub mod lesson;
 pub mod machine;
 pub mod model;
+pub mod report;
 pub mod screen;
 pub mod serve;
 pub mod sink;

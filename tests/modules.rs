@@ -216,3 +216,23 @@ fn a_cycle_through_a_brace_group_or_super_is_found() {
     assert!(g["ui::tutor"].iter().all(|m| m != "kv"), "{g:?}");
     assert!(g["kv::pool"].is_empty(), "{g:?}");
 }
+
+#[test]
+fn pictures_and_lessons_read_reports_not_the_worker_thread() {
+    // The report types are plain data (`report`); the worker thread is one producer of
+    // them, a recording another. What draws or teaches depends on the data only.
+    let g = graph(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
+    for (m, deps) in &g {
+        if ["views", "export", "lesson"]
+            .iter()
+            .any(|p| m == p || m.starts_with(&format!("{p}::")))
+        {
+            let into: Vec<_> = deps.iter().filter(|d| d.starts_with("worker")).collect();
+            assert!(into.is_empty(), "{m} imports {into:?}");
+        }
+    }
+    assert!(
+        g["views::heatmap"].contains("report"),
+        "the walk sees `report`"
+    );
+}

@@ -3,7 +3,7 @@
 
 use super::svg::Svg;
 use super::ExportError;
-use crate::worker::report::StepReport;
+use crate::report::StepReport;
 
 /// The bar chart for a report; `layer` is the layer whose residual norms are quoted.
 pub fn render(r: &StepReport, layer: usize) -> Result<String, ExportError> {

@@ -3,9 +3,9 @@
 
 use super::svg::{hex, Svg};
 use super::ExportError;
+use crate::report::StepReport;
 use crate::views::heads::Heads;
 use crate::views::palette::request_rgb;
-use crate::worker::report::StepReport;
 
 /// Width of a query head's box.
 const BOX_W: f32 = 54.0;

@@ -14,9 +14,9 @@ pub mod svg;
 pub mod timeline;
 pub mod traffic;
 
+use crate::report::StepReport;
 use crate::screen::Pane;
 use crate::serve::{CacheKind, Policy, ReqPhase};
-use crate::worker::report::StepReport;
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 

@@ -3,7 +3,7 @@
 
 use super::svg::Svg;
 use super::ExportError;
-use crate::worker::report::StepReport;
+use crate::report::StepReport;
 
 /// Characters of generated text kept in the picture (its end, where the newest token is).
 const TEXT_CHARS: usize = 300;

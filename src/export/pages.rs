@@ -3,10 +3,10 @@
 
 use super::svg::{hex, Svg};
 use super::ExportError;
+use crate::report::ServeView;
 use crate::serve::CacheKind;
 use crate::views::pages::{self, Cell, Grid};
 use crate::views::palette::request_rgb;
-use crate::worker::report::ServeView;
 
 const COLS: usize = 16;
 const CELL: f32 = 34.0;

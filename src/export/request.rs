@@ -3,8 +3,8 @@
 
 use super::svg::{hex, Svg};
 use super::ExportError;
+use crate::report::KvView;
 use crate::views::palette::request_rgb;
-use crate::worker::report::KvView;
 
 const COLS: usize = 32;
 const CELL: f32 = 18.0;

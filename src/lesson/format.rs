@@ -2,8 +2,8 @@
 
 use crate::model::HeadLayout;
 pub use crate::screen::Pane;
+use crate::serve::workload::AppWorkload;
 use crate::serve::{CacheKind, Policy};
-use crate::worker::AppWorkload;
 
 /// One lesson file.
 #[derive(Debug, Clone, PartialEq)]

@@ -19,7 +19,7 @@ use super::traffic::Traffic;
 use super::weights::{LoadOptions, Weights};
 use crate::kv::{BatchKv, KvStore};
 use candle_core::quantized::QMatMul;
-use candle_core::{DType, Device, Tensor, D};
+use candle_core::{DType, Device, Tensor};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -489,11 +489,6 @@ impl Model {
     pub fn last_logits(logits: &Tensor) -> Result<Vec<f32>> {
         let n = logits.dim(0)?;
         Ok(logits.narrow(0, n - 1, 1)?.squeeze(0)?.to_vec1()?)
-    }
-
-    /// Softmax of a logits row, in f32.
-    pub fn probs(logits: &Tensor) -> Result<Tensor> {
-        Ok(candle_nn::ops::softmax(logits, D::Minus1)?)
     }
 }
 

@@ -3,7 +3,7 @@
 
 use super::runner::Runner;
 use super::scheduler::{Memory, Request, Scheduler, ServeConfig};
-use super::view::{self, MemoryStats, PageView, ServeStep};
+use super::view::{self, ServeStep};
 use crate::kv::pool::ReqId;
 use crate::model::Model;
 use std::time::Instant;
@@ -106,11 +106,6 @@ impl ServeEngine {
     /// Token slots the KV memory really has (whole pages for the paged pool).
     pub fn capacity_tokens(&self) -> usize {
         self.scheduler.cfg.capacity_tokens()
-    }
-
-    /// Memory statistics and the per-page / per-reservation views.
-    pub fn memory_view(&self) -> (MemoryStats, Vec<PageView>, Vec<(ReqId, usize, usize)>) {
-        view::memory(&self.scheduler, self.bytes_per_token())
     }
 
     /// Checks the KV memory's invariants.

@@ -2,7 +2,7 @@
 //! layout, and what each layout costs in KV bytes for this request's cache.
 
 use crate::model::HeadLayout;
-use crate::worker::report::StepReport;
+use crate::report::StepReport;
 
 /// What the heads pane and its picture show.
 pub struct Heads {

@@ -3,7 +3,7 @@
 //! scale's ends, the token labels and the prompt/generation boundary. The terminal pane
 //! and the exported picture both draw this.
 
-use crate::worker::report::StepReport;
+use crate::report::StepReport;
 
 /// Which rows and columns fit: at most `rows` query rows and `cols` key columns, ending
 /// `scroll` rows before the newest (0 follows the newest).

@@ -2,7 +2,7 @@
 //! model would pick if it stopped there, and where the finally sampled token takes over.
 
 use crate::model::session::LensRow;
-use crate::worker::report::StepReport;
+use crate::report::StepReport;
 
 /// What the lens shows for one step.
 #[derive(Debug, Clone, PartialEq)]

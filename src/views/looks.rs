@@ -2,7 +2,7 @@
 //! its chosen head attends to most, how its attention splits between the prompt and the
 //! generated text, and every head's favourite key.
 
-use crate::worker::report::StepReport;
+use crate::report::StepReport;
 
 /// The ranked keys of one query row: `(position, weight)`, largest first.
 pub fn ranked(row: &[f32]) -> Vec<(usize, f32)> {

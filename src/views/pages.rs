@@ -2,9 +2,9 @@
 //! page-sized run of a reservation (contiguous), each with its owner, the slots holding
 //! tokens and how many requests share it. The serving pane and the exported grid draw it.
 
+use crate::report::ServeView;
 use crate::serve::view::ServeStep;
 use crate::serve::CacheKind;
-use crate::worker::report::ServeView;
 
 /// One cell of the grid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,8 +9,8 @@
 use crate::machine::Machine;
 use crate::model::traffic::Traffic;
 use crate::model::HeadLayout;
+use crate::report::StepReport;
 use crate::views::units::{bytes, thousands};
-use crate::worker::report::StepReport;
 
 /// One measured iteration: what it moved and computed, and how long it took.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -5,7 +5,8 @@
 mod beside;
 pub mod live;
 pub mod recording;
-pub mod report;
+/// The report types, at home in `crate::report`; named here too for the worker's callers.
+pub use crate::report;
 
 pub use live::{plan_capture, run_request, CAPTURE_ALL_BYTES, CAPTURE_ONE_BYTES, MAX_CAPTURE_ROWS};
 use live::{start, step, Live};
@@ -13,9 +14,8 @@ use live::{start, step, Live};
 pub use report::{KvView, StepReport};
 
 use crate::model::source::{self, Progress};
-use crate::model::{HeadLayout, LoadOptions, Model, RunOptions, SamplerConfig, TextTokenizer};
-use crate::serve::workload::{LengthDist, Workload};
-use crate::serve::{CacheKind, Policy, Request, ServeConfig, ServeEngine};
+use crate::model::{HeadLayout, LoadOptions, Model, RunOptions, SamplerConfig};
+use crate::serve::{CacheKind, Policy, ServeEngine};
 use crate::sink::SinkRun;
 use beside::Beside;
 use report::ServeView;
@@ -79,15 +79,7 @@ pub enum Event {
     Beside(Option<report::BesideView>),
 }
 
-/// Which requests the app's serving engine runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum AppWorkload {
-    /// Ten short chat prompts in a small KV budget: batching and paging at work.
-    #[default]
-    Chat,
-    /// The eight parts of a long story at once: the batch's cache outgrows the weights.
-    Long,
-}
+pub use crate::serve::workload::AppWorkload;
 
 /// What the serving side runs: policy, cache, the comparison beside it, the requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -533,8 +525,8 @@ impl Worker {
 pub const SINK_WINDOW: usize = 128;
 const SINK_PAGE: usize = APP_PAGE_SIZE;
 
-/// Token slots per KV page in the app's serving engines.
-pub const APP_PAGE_SIZE: usize = 16;
+use crate::serve::workload::long_serving;
+pub use crate::serve::workload::{chat_serving, long_parts, APP_PAGE_SIZE};
 
 /// A fresh sink experiment over the shipped eval text.
 fn sink_run(model: &Model) -> Result<SinkRun, String> {
@@ -615,118 +607,4 @@ fn serving(
         cfg.max_batch = 1;
     }
     ServeEngine::new(model, cfg, reqs)
-}
-
-/// The eight parts of the long story, all arriving in the first iterations, with room for
-/// all of them: some 3,000 cached tokens once their prompts are in, a little under the
-/// GQA crossover (the weights' ~143 MB ÷ 46,080 B per token ≈ 3,100 tokens), which they
-/// pass while they decode; under MHA (≈ 1,140 tokens) the prompts alone are past it.
-fn long_serving(
-    model: &Model,
-    policy: Policy,
-    cache: CacheKind,
-) -> Result<(ServeConfig, Vec<Request>), String> {
-    let parts = long_parts();
-    let w = Workload {
-        requests: parts.len(),
-        prompt_min: 1,
-        prompt_max: 1,
-        output_min: 96,
-        output_max: 192,
-        output_dist: LengthDist::Uniform,
-        mean_gap: 0.5,
-        seed: 5,
-    };
-    let mut reqs = w.generate(&[0]);
-    for (r, part) in reqs.iter_mut().zip(&parts) {
-        r.prompt = model
-            .tokenizer
-            .encode(&TextTokenizer::chat_prompt(part))
-            .map_err(|e| e.to_string())?;
-    }
-    let cfg = ServeConfig {
-        policy,
-        cache,
-        kv_budget_tokens: 6144,
-        page_size: APP_PAGE_SIZE,
-        max_batch: parts.len(),
-        token_budget: 512,
-        prefix_sharing: true,
-        reserve: Default::default(),
-    };
-    Ok((cfg, reqs))
-}
-
-/// The long story split at its numbered part headings ("I. …", "II. …").
-pub fn long_parts() -> Vec<String> {
-    let mut parts: Vec<String> = Vec::new();
-    for line in crate::assets::LONG_TEXT.lines() {
-        let heading = line
-            .split_once(". ")
-            .is_some_and(|(n, _)| !n.is_empty() && n.chars().all(|c| "IVX".contains(c)));
-        match parts.last_mut() {
-            Some(p) if !heading => {
-                p.push_str(line);
-                p.push('\n');
-            }
-            _ => parts.push(format!("{line}\n")),
-        }
-    }
-    // The title line before part I joins it.
-    if parts.len() > 1 && !parts[0].contains(". ") {
-        let title = parts.remove(0);
-        parts[0].insert_str(0, &title);
-    }
-    parts
-}
-
-/// The app's chat workload: ten chat requests from the shipped prompts, arriving a few
-/// iterations apart, in a KV budget of 1,024 tokens.
-/// The app's chat workload: ten requests, each a question from `assets/prompts.txt`
-/// after the shared system prompt, arriving a few iterations apart. The last asks again
-/// the question of the third from last (a story summary, whose answer runs long), as users
-/// do: admitted while that request still runs, its prompt shares every page with it, the
-/// partly filled last one too, until its first write copies that page (copy-on-write).
-pub fn chat_serving(
-    model: &Model,
-    policy: Policy,
-    cache: CacheKind,
-) -> Result<(ServeConfig, Vec<Request>), String> {
-    let w = Workload {
-        requests: 10,
-        prompt_min: 1,
-        prompt_max: 1,
-        output_min: 16,
-        output_max: 64,
-        output_dist: LengthDist::Uniform,
-        mean_gap: 3.0,
-        seed: 11,
-    };
-    let prompts: Vec<&str> = crate::assets::PROMPTS
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .collect();
-    let mut reqs = w.generate(&[0]);
-    let n = reqs.len();
-    for (i, r) in reqs.iter_mut().enumerate() {
-        let asked = if i + 1 == n { n - 3 } else { i };
-        r.prompt = model
-            .tokenizer
-            .encode(&TextTokenizer::chat_prompt(prompts[asked % prompts.len()]))
-            .map_err(|e| e.to_string())?;
-    }
-    // The first asker may write its whole answer, so it still runs when the repeat is
-    // admitted (finished requests free their pages, and with them what could be shared).
-    reqs[n - 3].max_new = w.output_max;
-    let cfg = ServeConfig {
-        policy,
-        cache,
-        kv_budget_tokens: 1024,
-        page_size: APP_PAGE_SIZE,
-        max_batch: 6,
-        token_budget: 256,
-        prefix_sharing: true,
-        reserve: Default::default(),
-    };
-    Ok((cfg, reqs))
 }
