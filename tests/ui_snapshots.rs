@@ -1422,3 +1422,13 @@ fn the_header_names_the_settings_the_report_on_screen_ran_under() {
     assert!(top.contains("NO KV CACHE"), "{top}");
     assert!(top.contains("0.7"), "{top}");
 }
+
+#[test]
+fn w_with_the_lens_shown_brings_the_attention_pane_back() {
+    let mut a = app();
+    a.update(Action::ToggleLens);
+    assert!(a.lens_shown);
+    a.update(Action::ToggleLooksAt);
+    assert!(a.looks_at && !a.lens_shown, "w changed something visible");
+    assert_eq!(a.focus, inferlab::ui::app::Pane::Attention);
+}

@@ -767,7 +767,9 @@ impl App {
             Action::Set(Setting::Head(h)) => self.head = h.min(n_head - 1),
             Action::ToggleLooksAt => {
                 self.looks_at = !self.looks_at;
-                self.focus = Pane::Attention;
+                // Through `focus_on`: with the lens in the attention pane's place, `w`
+                // brings the attention pane back rather than change something hidden.
+                self.focus_on(Pane::Attention);
             }
             Action::ScrubBack => self.scrub_to(-1),
             Action::ScrubForward => self.scrub_to(1),
