@@ -180,7 +180,7 @@ fn check_sink(s: &crate::sink::SinkView) -> Result<(), String> {
     const MOST_TOP: usize = 64;
     let pages = s.text_tokens.checked_div(s.page_size);
     if s.page_size == 0
-        || s.page_size > crate::serve::view::limits::PAGE_SIZE
+        || s.page_size > limits::PAGE_SIZE
         || pages.is_none_or(|p| p > MOST_PAGES)
         || s.pos > s.text_tokens
     {
@@ -279,11 +279,120 @@ impl ServeView {
                 return Err("the last copy names a page or request the run does not have".into());
             }
         }
-        self.step.check(self.requests, self.page_size, context)
+        check_step(&self.step, self.requests, self.page_size, context)
     }
 
     /// The run's tokens per second so far (its own compute time, not the live request's).
     pub fn tokens_per_s(&self) -> Option<f64> {
         (self.elapsed_ms > 0.0).then(|| 1e3 * self.generated_total as f64 / self.elapsed_ms)
     }
+}
+
+/// Bounds on a serving step read from a recording: far beyond what a session produces
+/// (32 requests, 6,144 tokens of KV in pages of 16), small enough to draw.
+pub mod limits {
+    pub const REQUESTS: usize = 4096;
+    pub const CAPACITY_TOKENS: usize = 1 << 20;
+    pub const PAGES: usize = 1 << 16;
+    pub const PAGE_SIZE: usize = 1024;
+}
+
+/// Every count and index the panes and pictures trust in a serving step, checked against
+/// the run's own `requests` and `page_size` and against `limits`: a recording is
+/// untrusted input.
+fn check_step(
+    s: &ServeStep,
+    requests: usize,
+    page_size: usize,
+    context: usize,
+) -> Result<(), String> {
+    use limits::*;
+    let m = &s.memory;
+    if requests > REQUESTS || page_size == 0 || page_size > PAGE_SIZE {
+        return Err(format!(
+                "{requests} requests in pages of {page_size} (at most {REQUESTS} requests, pages of 1 to {PAGE_SIZE})"
+            ));
+    }
+    if m.capacity_tokens > CAPACITY_TOKENS
+        || m.allocated_slots > m.capacity_tokens
+        || m.token_slots > m.allocated_slots.max(m.capacity_tokens)
+        || m.largest_gap > m.capacity_tokens
+        || m.head_need > CAPACITY_TOKENS
+    {
+        return Err(format!(
+                "memory of {} tokens ({} allocated, {} used, gap {}) is impossible or over {CAPACITY_TOKENS}",
+                m.capacity_tokens, m.allocated_slots, m.token_slots, m.largest_gap
+            ));
+    }
+    let known = |id: crate::kv::pool::ReqId| (id as usize) < requests;
+    let ids = s.active.iter().map(|a| a.id).chain(s.queue.iter().copied());
+    let ids = ids
+        .chain(s.finished.iter().copied())
+        .chain(s.preempted.iter().copied());
+    if s.active.len() > requests || s.queue.len() > requests || !ids.clone().all(known) {
+        return Err(format!("a request id beyond the run's {requests} requests"));
+    }
+    if s.active
+        .iter()
+        .any(|a| a.len > context || a.scheduled > context)
+    {
+        return Err(format!(
+            "a request longer than the model's {context} tokens"
+        ));
+    }
+    let n_pages = s.pages.len();
+    // The pictures draw a cell per page, for a contiguous arena too.
+    if n_pages > PAGES
+        || m.capacity_tokens / page_size > PAGES
+        || (n_pages > 0 && n_pages * page_size != m.capacity_tokens)
+    {
+        return Err(format!(
+            "{n_pages} pages of {page_size} for {} tokens",
+            m.capacity_tokens
+        ));
+    }
+    let page_ok = |p: &crate::serve::view::PageView| {
+        p.fill as usize <= page_size
+            && p.owners.len() <= requests
+            && p.owners.iter().all(|&o| known(o))
+    };
+    let table_ok = |(id, t): &(crate::kv::pool::ReqId, Vec<u32>)| {
+        known(*id) && t.len() <= n_pages && t.iter().all(|&p| (p as usize) < n_pages)
+    };
+    let copy_ok = |&(id, a, b): &(crate::kv::pool::ReqId, u32, u32)| {
+        known(id) && (a as usize) < n_pages && (b as usize) < n_pages
+    };
+    if !s.pages.iter().all(page_ok)
+        || s.block_tables.len() > requests
+        || !s.block_tables.iter().all(table_ok)
+        || s.copies.len() > n_pages
+        || !s.copies.iter().all(copy_ok)
+    {
+        return Err(
+            "a page, block table or copy names a page or request the run does not have".into(),
+        );
+    }
+    let reserved = s
+        .reservations
+        .iter()
+        .try_fold(0usize, |sum, &(id, len, used)| {
+            (known(id) && used <= len)
+                .then(|| sum.checked_add(len))
+                .flatten()
+        });
+    if s.reservations.len() > requests || reserved.is_none_or(|r| r > m.capacity_tokens) {
+        return Err("reservations exceed the arena or name an unknown request".into());
+    }
+    let gap_ok = |&(start, len): &(usize, usize)| {
+        start
+            .checked_add(len)
+            .is_some_and(|end| end <= m.capacity_tokens)
+    };
+    if s.gaps.len() > m.capacity_tokens || !s.gaps.iter().all(gap_ok) {
+        return Err("a gap lies outside the arena".into());
+    }
+    if !(s.wall_ms.is_finite() && s.wall_ms >= 0.0) {
+        return Err(format!("wall time {} ms", s.wall_ms));
+    }
+    Ok(())
 }

@@ -122,7 +122,10 @@ impl SinkRun {
         };
         Ok(Self {
             full: model.new_cache(tokens.len()),
-            windows: [w(false)?, w(true)?],
+            windows: [
+                w(false).map_err(|e| e.to_string())?,
+                w(true).map_err(|e| e.to_string())?,
+            ],
             tokens,
             pos: 0,
             window,

@@ -77,7 +77,7 @@ proptest! {
                 }
             }
             if let Err(e) = pool.check() {
-                return Err(TestCaseError::fail(e));
+                return Err(TestCaseError::fail(e.to_string()));
             }
             // Every full, hashed page's hash is H(parent, tokens), recomputed here. (After a
             // truncate a request may see only part of a page others share full.)

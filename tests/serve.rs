@@ -256,24 +256,22 @@ fn never_fitting_request_is_rejected_while_others_go_on() {
 
 #[test]
 fn bad_settings_are_refused() {
+    use inferlab::serve::{ServeConfig, ServeError};
     let (_d, m) = tiny_f32();
+    let refused = |c: &ServeConfig, want: &str| match ServeEngine::new(&m, c.clone(), vec![]) {
+        // Settings are the user's to fix: the kind says so, the text says what.
+        Err(ServeError::Config(why)) => assert!(why.contains(want), "{why}"),
+        Err(e) => panic!("{want}: refused as another kind: {e}"),
+        Ok(_) => panic!("{want}: accepted"),
+    };
     let mut c = cfg(Policy::Continuous, CacheKind::Paged, 64);
     c.page_size = 0;
-    assert!(ServeEngine::new(&m, c.clone(), vec![])
-        .err()
-        .unwrap()
-        .contains("page size"));
+    refused(&c, "page size");
     c.page_size = 128;
-    assert!(ServeEngine::new(&m, c.clone(), vec![])
-        .err()
-        .unwrap()
-        .contains("smaller than one page"));
+    refused(&c, "smaller than one page");
     c.page_size = 4;
     c.max_batch = 0;
-    assert!(ServeEngine::new(&m, c, vec![])
-        .err()
-        .unwrap()
-        .contains("batch size"));
+    refused(&c, "batch size");
 }
 
 #[test]

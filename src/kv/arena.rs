@@ -106,7 +106,11 @@ impl Arena {
     }
 
     /// Runs inside the arena and not overlapping: the allocator's invariant.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), super::pool::KvError> {
+        self.check_text().map_err(super::pool::KvError::Broken)
+    }
+
+    fn check_text(&self) -> Result<(), String> {
         let mut end = 0;
         for (id, r) in self.runs() {
             if r.start < end || r.start + r.len > self.capacity {

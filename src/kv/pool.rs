@@ -19,6 +19,9 @@ pub enum KvError {
     AlreadyAdmitted(ReqId),
     #[error("bad pool settings: {0}")]
     BadSettings(String),
+    /// The allocator's state disagrees with itself: a bug in inferlab, said plainly.
+    #[error("KV invariant broken: {0}")]
+    Broken(String),
 }
 
 /// One request's pages, in token order, and its tokens (for prefix hashes).
@@ -424,7 +427,11 @@ impl PagePool {
     }
 
     /// Checks the allocator's invariants, returning the first one broken.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), KvError> {
+        self.check_text().map_err(KvError::Broken)
+    }
+
+    fn check_text(&self) -> Result<(), String> {
         let n = self.total_pages();
         let mut holders = vec![0u32; n];
         for t in self.tables.values() {

@@ -37,11 +37,11 @@ impl Windowed {
         page_size: usize,
         keep_sink: bool,
         device: &Device,
-    ) -> std::result::Result<Self, String> {
+    ) -> std::result::Result<Self, super::pool::KvError> {
         if page_size == 0 || window < 2 * page_size {
-            return Err(format!(
+            return Err(super::pool::KvError::BadSettings(format!(
                 "a window of {window} tokens must hold at least two pages of {page_size}"
-            ));
+            )));
         }
         Ok(Self {
             k: vec![Vec::new(); n_layer],

@@ -4,6 +4,7 @@
 use super::runner::Runner;
 use super::scheduler::{Memory, Request, Scheduler, ServeConfig};
 use super::view::{self, ServeStep};
+use super::ServeError;
 use crate::kv::pool::ReqId;
 use crate::model::Model;
 use std::time::Instant;
@@ -17,7 +18,11 @@ pub struct ServeEngine {
 
 impl ServeEngine {
     /// An engine over `model` with `requests` (ids must be 0..n in order).
-    pub fn new(model: &Model, cfg: ServeConfig, requests: Vec<Request>) -> Result<Self, String> {
+    pub fn new(
+        model: &Model,
+        cfg: ServeConfig,
+        requests: Vec<Request>,
+    ) -> Result<Self, ServeError> {
         // The scheduler validates the settings the runner sizes its stores from.
         let scheduler = Scheduler::new(cfg, requests, model.cfg.context)?;
         Ok(Self {
@@ -28,7 +33,7 @@ impl ServeEngine {
     }
 
     /// Runs one iteration.
-    pub fn step(&mut self) -> Result<ServeStep, String> {
+    pub fn step(&mut self) -> Result<ServeStep, ServeError> {
         let t0 = Instant::now();
         let plan = self.scheduler.schedule(self.now())?;
         let (tokens, traffic) = self.runner.run(&mut self.scheduler, &plan)?;
@@ -109,7 +114,7 @@ impl ServeEngine {
     }
 
     /// Checks the KV memory's invariants.
-    pub fn check_pool(&self) -> Result<(), String> {
+    pub fn check_pool(&self) -> Result<(), crate::kv::pool::KvError> {
         self.scheduler.check_memory()
     }
 

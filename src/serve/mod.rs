@@ -9,5 +9,23 @@ pub mod view;
 pub mod workload;
 
 pub use engine::ServeEngine;
+
+/// Why a serving run could not be built or stepped: callers branch on the kind (a user's
+/// settings, the memory, the model, or a bug).
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// Settings or requests that cannot run (a zero page size, ids out of order …).
+    #[error("{0}")]
+    Config(String),
+    /// The page pool or the arena refused, or found its state broken.
+    #[error(transparent)]
+    Kv(#[from] crate::kv::pool::KvError),
+    /// The model failed on the batch.
+    #[error(transparent)]
+    Model(#[from] crate::model::ModelError),
+    /// The scheduler and the KV store disagree: a bug in inferlab, said plainly.
+    #[error("internal: {0}")]
+    Invariant(String),
+}
 pub use scheduler::{CacheKind, Policy, ReqPhase, Request, Reserve, ServeConfig};
 pub use view::ServeStep;

@@ -4,6 +4,7 @@
 //! token greedily.
 
 use super::scheduler::{CacheKind, Memory, Plan, Scheduler, ServeConfig};
+use super::ServeError;
 use crate::kv::pool::ReqId;
 use crate::kv::{paged::PagedKv, Contiguous, ContiguousBatch, KvStore};
 use crate::model::sampler::argmax;
@@ -26,19 +27,16 @@ pub struct Runner {
 
 impl Runner {
     /// A runner over `model` with the KV memory `cfg` asks for.
-    pub fn new(model: &Model, cfg: &ServeConfig) -> Result<Self, String> {
+    pub fn new(model: &Model, cfg: &ServeConfig) -> Result<Self, ServeError> {
         let store = match cfg.cache {
-            CacheKind::Paged => Store::Paged(Box::new(
-                PagedKv::new(
-                    model.cfg.n_layer,
-                    model.kv_heads(),
-                    model.cfg.head_dim,
-                    cfg.kv_budget_tokens / cfg.page_size,
-                    cfg.page_size,
-                    &model.device,
-                )
-                .map_err(|e| e.to_string())?,
-            )),
+            CacheKind::Paged => Store::Paged(Box::new(PagedKv::new(
+                model.cfg.n_layer,
+                model.kv_heads(),
+                model.cfg.head_dim,
+                cfg.kv_budget_tokens / cfg.page_size,
+                cfg.page_size,
+                &model.device,
+            )?)),
             CacheKind::Contiguous => Store::Contiguous(BTreeMap::new()),
         };
         Ok(Self {
@@ -58,7 +56,7 @@ impl Runner {
         &mut self,
         s: &mut Scheduler,
         plan: &Plan,
-    ) -> Result<(Vec<Option<u32>>, Traffic), String> {
+    ) -> Result<(Vec<Option<u32>>, Traffic), ServeError> {
         self.sync(s);
         if plan.work.is_empty() {
             return Ok((Vec::new(), Traffic::default()));
@@ -79,7 +77,7 @@ impl Runner {
                     .zip(&refs)
                     .map(|(w, t)| (w.id, *t))
                     .collect();
-                let mut batch = kv.batch(pool, &items).map_err(|e| e.to_string())?;
+                let mut batch = kv.batch(pool, &items)?;
                 self.model
                     .forward_batch(&refs, &mut batch, Some(&mut probe), Logits::Last)
             }
@@ -95,9 +93,12 @@ impl Runner {
                 self.model
                     .forward_batch(&refs, &mut batch, Some(&mut probe), Logits::Last)
             }
-            _ => return Err("the KV store and the scheduler's memory disagree".into()),
-        }
-        .map_err(|e| e.to_string())?;
+            _ => {
+                return Err(ServeError::Invariant(
+                    "the KV store and the scheduler's memory disagree".into(),
+                ))
+            }
+        }?;
         let tokens = plan
             .work
             .iter()
@@ -109,10 +110,10 @@ impl Runner {
                 let row: Vec<f32> = l
                     .squeeze(0)
                     .and_then(|x| x.to_vec1())
-                    .map_err(|e| e.to_string())?;
+                    .map_err(crate::model::ModelError::from)?;
                 Ok(Some(argmax(&row)))
             })
-            .collect::<Result<_, String>>()?;
+            .collect::<Result<_, ServeError>>()?;
         Ok((tokens, probe.traffic))
     }
 

@@ -5,6 +5,7 @@
 //! token budget, preemption), the runner's forward pass, then `postprocess` (tokens in,
 //! finished requests out), as in nano-vllm.
 
+use super::ServeError;
 use crate::kv::pool::{KvError, PagePool, ReqId};
 use crate::kv::Arena;
 use serde::{Deserialize, Serialize};
@@ -63,21 +64,22 @@ pub struct ServeConfig {
 
 impl ServeConfig {
     /// Refuses zero and absurd settings.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ServeError> {
+        let bad = |why: String| Err(ServeError::Config(why));
         if self.page_size == 0 {
-            return Err("page size must be at least 1 token".into());
+            return bad("page size must be at least 1 token".into());
         }
         if self.kv_budget_tokens < self.page_size {
-            return Err(format!(
+            return bad(format!(
                 "the KV budget of {} tokens is smaller than one page of {}",
                 self.kv_budget_tokens, self.page_size
             ));
         }
         if self.max_batch == 0 {
-            return Err("the batch size must be at least 1".into());
+            return bad("the batch size must be at least 1".into());
         }
         if self.token_budget == 0 {
-            return Err("the token budget per iteration must be at least 1".into());
+            return bad("the token budget per iteration must be at least 1".into());
         }
         Ok(())
     }
@@ -231,22 +233,25 @@ pub struct Scheduler {
 impl Scheduler {
     /// A scheduler for `requests` (ids must be 0..n in order) over a model whose context
     /// is `context` tokens.
-    pub fn new(cfg: ServeConfig, requests: Vec<Request>, context: usize) -> Result<Self, String> {
+    pub fn new(
+        cfg: ServeConfig,
+        requests: Vec<Request>,
+        context: usize,
+    ) -> Result<Self, ServeError> {
         cfg.validate()?;
         if let Some((i, r)) = requests
             .iter()
             .enumerate()
             .find(|(i, r)| r.id != *i as ReqId)
         {
-            return Err(format!(
+            return Err(ServeError::Config(format!(
                 "request ids must be 0..n in order (found {} at {i})",
                 r.id
-            ));
+            )));
         }
         let memory = match cfg.cache {
             CacheKind::Paged => {
-                let mut pool = PagePool::new(cfg.kv_budget_tokens / cfg.page_size, cfg.page_size)
-                    .map_err(|e| e.to_string())?;
+                let mut pool = PagePool::new(cfg.kv_budget_tokens / cfg.page_size, cfg.page_size)?;
                 pool.prefix_sharing = cfg.prefix_sharing;
                 Memory::Paged(Box::new(pool))
             }
@@ -304,7 +309,7 @@ impl Scheduler {
     }
 
     /// Checks the memory's invariants: the allocator's own, or reservations within budget.
-    pub fn check_memory(&self) -> Result<(), String> {
+    pub fn check_memory(&self) -> Result<(), KvError> {
         match &self.memory {
             Memory::Paged(p) => p.check(),
             Memory::Reserved(a) => a.check(),
@@ -313,7 +318,7 @@ impl Scheduler {
 
     /// Decides this iteration: arrivals, admission, padding rewinds, and the work that
     /// fits the token budget and the free pages (preempting when it does not).
-    pub fn schedule(&mut self, now: f64) -> Result<Plan, String> {
+    pub fn schedule(&mut self, now: f64) -> Result<Plan, ServeError> {
         self.arrive(now);
         self.admit_waiting()?;
         self.rewind_padding()?;
@@ -338,8 +343,10 @@ impl Scheduler {
                 self.finish(id, now);
                 plan.finished.push(id);
             } else {
-                plan.preempted
-                    .push(self.preempt_last().ok_or("no request to preempt")?);
+                let victim = self.preempt_last().ok_or_else(|| {
+                    ServeError::Invariant("out of pages with no request to preempt".into())
+                })?;
+                plan.preempted.push(victim);
             }
         };
         Ok(plan)
@@ -436,7 +443,7 @@ impl Scheduler {
 
     /// Admission from the head of the queue while the batch and the memory allow:
     /// continuous batching every iteration, static only when the last batch has left.
-    fn admit_waiting(&mut self) -> Result<(), String> {
+    fn admit_waiting(&mut self) -> Result<(), KvError> {
         if self.cfg.policy == Policy::Static && !self.running.is_empty() {
             return Ok(());
         }
@@ -454,7 +461,7 @@ impl Scheduler {
                 break;
             }
             self.queue.pop_front();
-            self.admit(head).map_err(|e| e.to_string())?;
+            self.admit(head)?;
         }
         Ok(())
     }
@@ -553,7 +560,7 @@ impl Scheduler {
     /// A padding row re-runs its last position in place: the cache drops that token and
     /// the step writes it again (the same K/V), so the row costs a full decode step while
     /// holding no more memory than its own tokens.
-    fn rewind_padding(&mut self) -> Result<(), String> {
+    fn rewind_padding(&mut self) -> Result<(), KvError> {
         for &id in &self.running {
             let r = &mut self.requests[id as usize];
             if r.phase != ReqPhase::Padding || r.computed < r.len() {
@@ -561,7 +568,7 @@ impl Scheduler {
             }
             r.computed -= 1;
             if let Memory::Paged(p) = &mut self.memory {
-                p.truncate(id, 1).map_err(|e| e.to_string())?;
+                p.truncate(id, 1)?;
             }
         }
         Ok(())

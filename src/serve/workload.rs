@@ -153,7 +153,7 @@ pub fn long_serving(
     model: &Model,
     policy: Policy,
     cache: CacheKind,
-) -> Result<(ServeConfig, Vec<Request>), String> {
+) -> Result<(ServeConfig, Vec<Request>), super::ServeError> {
     let parts = long_parts();
     let w = Workload {
         requests: parts.len(),
@@ -167,10 +167,7 @@ pub fn long_serving(
     };
     let mut reqs = w.generate(&[0]);
     for (r, part) in reqs.iter_mut().zip(&parts) {
-        r.prompt = model
-            .tokenizer
-            .encode(&TextTokenizer::chat_prompt(part))
-            .map_err(|e| e.to_string())?;
+        r.prompt = model.tokenizer.encode(&TextTokenizer::chat_prompt(part))?;
     }
     let cfg = ServeConfig {
         policy,
@@ -217,7 +214,7 @@ pub fn chat_serving(
     model: &Model,
     policy: Policy,
     cache: CacheKind,
-) -> Result<(ServeConfig, Vec<Request>), String> {
+) -> Result<(ServeConfig, Vec<Request>), super::ServeError> {
     let w = Workload {
         requests: 10,
         prompt_min: 1,
@@ -238,8 +235,7 @@ pub fn chat_serving(
         let asked = if i + 1 == n { n - 3 } else { i };
         r.prompt = model
             .tokenizer
-            .encode(&TextTokenizer::chat_prompt(prompts[asked % prompts.len()]))
-            .map_err(|e| e.to_string())?;
+            .encode(&TextTokenizer::chat_prompt(prompts[asked % prompts.len()]))?;
     }
     // The first asker may write its whole answer, so it still runs when the repeat is
     // admitted (finished requests free their pages, and with them what could be shared).

@@ -558,7 +558,7 @@ fn serve_step(s: &mut Served) -> Result<Option<ServeView>, String> {
     if e.done() {
         return Ok(s.last.clone());
     }
-    let step = e.step()?;
+    let step = e.step().map_err(|e| e.to_string())?;
     let prev = s.last.as_ref();
     let last_copy = step
         .copies
@@ -599,12 +599,15 @@ fn serving(
     workload: AppWorkload,
     one_at_a_time: bool,
 ) -> Result<ServeEngine, String> {
-    let (mut cfg, reqs) = match workload {
-        AppWorkload::Chat => chat_serving(model, policy, cache)?,
-        AppWorkload::Long => long_serving(model, policy, cache)?,
+    let engine = || -> Result<ServeEngine, crate::serve::ServeError> {
+        let (mut cfg, reqs) = match workload {
+            AppWorkload::Chat => chat_serving(model, policy, cache)?,
+            AppWorkload::Long => long_serving(model, policy, cache)?,
+        };
+        if one_at_a_time {
+            cfg.max_batch = 1;
+        }
+        ServeEngine::new(model, cfg, reqs)
     };
-    if one_at_a_time {
-        cfg.max_batch = 1;
-    }
-    ServeEngine::new(model, cfg, reqs)
+    engine().map_err(|e| e.to_string())
 }
