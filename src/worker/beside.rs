@@ -24,8 +24,8 @@ impl Beside {
         run: RunOptions,
         live: &Session,
         max_new: usize,
-    ) -> Result<(Self, Option<BesideView>), String> {
-        let model = base.with_run(run).map_err(|e| e.to_string())?;
+    ) -> Result<(Self, Option<BesideView>), super::WorkerError> {
+        let model = base.with_run(run)?;
         let started = live.step > 0;
         let mut tokens = live.tokens.clone();
         let took = if started { tokens.pop() } else { None };
@@ -46,8 +46,8 @@ impl Beside {
 
     /// Runs the position the live request just ran; `took` is the token it took there,
     /// which this session then feeds too.
-    pub(super) fn step(&mut self, took: u32) -> Result<BesideView, String> {
-        let info = self.session.step().map_err(|e| e.to_string())?;
+    pub(super) fn step(&mut self, took: u32) -> Result<BesideView, super::WorkerError> {
+        let info = self.session.step()?;
         self.compared += 1;
         if info.top_k.first().map(|t| t.id) == Some(took) {
             self.agreed += 1;

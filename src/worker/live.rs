@@ -23,24 +23,24 @@ pub(super) fn start(
     max_new: usize,
     tokens: Option<Vec<u32>>,
     sampler: SamplerConfig,
-) -> Result<Live, String> {
+) -> Result<Live, super::WorkerError> {
     let ids = match tokens {
         Some(t) => t,
         None => model
             .tokenizer
-            .encode(&TextTokenizer::chat_prompt(prompt))
-            .map_err(|e| e.to_string())?,
+            .encode(&TextTokenizer::chat_prompt(prompt))?,
     };
     if ids
         .len()
         .checked_add(max_new)
         .is_none_or(|n| n > model.cfg.context)
     {
-        return Err(format!(
-            "the prompt is {} tokens; with {max_new} to generate that is over the context of {} (lower --max-tokens)",
-            ids.len(),
-            model.cfg.context
-        ));
+        return Err(crate::model::ModelError::PromptTooLong {
+            tokens: ids.len(),
+            max_new,
+            context: model.cfg.context,
+        }
+        .into());
     }
     let mut session = Session::new(model, ids, max_new, sampler);
     session.probe.select = LayerSelect::All;
@@ -90,10 +90,10 @@ pub(super) fn step(
     iteration: usize,
     max_new: usize,
     focus: usize,
-) -> Result<StepReport, String> {
+) -> Result<StepReport, super::WorkerError> {
     let rows = live.session.next_rows();
     plan_capture(&mut live.session.probe, &model.cfg, rows, focus);
-    let info = live.session.step().map_err(|e| e.to_string())?;
+    let info = live.session.step()?;
     if info.step > 0 {
         live.decode_ms += info.wall_ms;
         live.decode_steps += 1;
@@ -143,7 +143,7 @@ pub fn run_request(
     prompt: &str,
     max_new: usize,
     steps: usize,
-) -> Result<Vec<StepReport>, String> {
+) -> Result<Vec<StepReport>, super::WorkerError> {
     let mut live = start(model, prompt, max_new, None, SamplerConfig::default())?;
     let mut out = Vec::new();
     for i in 0..steps {

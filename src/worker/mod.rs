@@ -132,6 +132,28 @@ pub struct EngineConfig {
     pub max_new: usize,
 }
 
+/// Why a command failed in the worker: the model could not be found or loaded, or a
+/// forward pass, a layout, a serving run or the sink experiment refused. The UI shows it
+/// as text (`Event::Error`); callers in the library branch on the kind.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error(transparent)]
+    Source(#[from] source::SourceError),
+    #[error("loading {}: {err}", path.display())]
+    Load {
+        path: PathBuf,
+        err: crate::model::ModelError,
+    },
+    #[error(transparent)]
+    Model(#[from] crate::model::ModelError),
+    #[error(transparent)]
+    Layout(#[from] crate::model::heads::LayoutError),
+    #[error(transparent)]
+    Serve(#[from] crate::serve::ServeError),
+    #[error("the sink experiment: {0}")]
+    Sink(String),
+}
+
 /// Starts the worker thread.
 pub fn spawn(cfg: EngineConfig) -> (Sender<Command>, Receiver<Event>) {
     let (ctx, crx) = mpsc::channel();
@@ -140,14 +162,14 @@ pub fn spawn(cfg: EngineConfig) -> (Sender<Command>, Receiver<Event>) {
         .name("engine".into())
         .spawn(move || {
             if let Err(e) = run(cfg, crx, &etx) {
-                let _ = etx.send(Event::Error(e));
+                let _ = etx.send(Event::Error(e.to_string()));
             }
         })
         .expect("spawning the engine thread");
     (ctx, erx)
 }
 
-fn run(cfg: EngineConfig, rx: Receiver<Command>, tx: &Sender<Event>) -> Result<(), String> {
+fn run(cfg: EngineConfig, rx: Receiver<Command>, tx: &Sender<Event>) -> Result<(), WorkerError> {
     let send = |e: Event| {
         let _ = tx.send(e);
     };
@@ -156,12 +178,13 @@ fn run(cfg: EngineConfig, rx: Receiver<Command>, tx: &Sender<Event>) -> Result<(
         Progress::Stage(s) => send(Event::Status(s)),
         Progress::Bytes { done, total } => send(Event::Progress { done, total }),
     };
-    let (path, _) =
-        source::resolve(cfg.model.as_deref(), &mut progress).map_err(|e| e.to_string())?;
+    let (path, _) = source::resolve(cfg.model.as_deref(), &mut progress)?;
     send(Event::Status(format!("loading {}", path.display())));
-    let base =
-        Model::load(&path, &cfg.load).map_err(|e| format!("loading {}: {e}", path.display()))?;
-    let model = base.with_run(cfg.run).map_err(|e| e.to_string())?;
+    let base = Model::load(&path, &cfg.load).map_err(|err| WorkerError::Load {
+        path: path.clone(),
+        err,
+    })?;
+    let model = base.with_run(cfg.run)?;
     let live = start(
         &model,
         &cfg.prompt,
@@ -218,7 +241,7 @@ fn run(cfg: EngineConfig, rx: Receiver<Command>, tx: &Sender<Event>) -> Result<(
         // then exits non-zero.
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.handle(cmd, &send))) {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => send(Event::Error(e)),
+            Ok(Err(e)) => send(Event::Error(e.to_string())),
             Err(p) => {
                 let why = crate::model::error::panic_message(p.as_ref(), "a panic");
                 send(Event::Died(why));
@@ -257,7 +280,7 @@ struct Worker {
 }
 
 impl Worker {
-    fn handle(&mut self, cmd: Command, send: &dyn Fn(Event)) -> Result<(), String> {
+    fn handle(&mut self, cmd: Command, send: &dyn Fn(Event)) -> Result<(), WorkerError> {
         match cmd {
             Command::Quit => {}
             Command::Focus(layer) => self.focus = layer,
@@ -324,7 +347,7 @@ impl Worker {
 
     /// The live request's own settings, which leave everything else running: the layout
     /// run beside it, its KV cache, its sampler.
-    fn set_live(&mut self, cmd: Command, send: &dyn Fn(Event)) -> Result<(), String> {
+    fn set_live(&mut self, cmd: Command, send: &dyn Fn(Event)) -> Result<(), WorkerError> {
         match cmd {
             Command::SetBeside(layout) => {
                 let view = self.start_beside(layout)?;
@@ -360,8 +383,8 @@ impl Worker {
     /// the report shows the distribution for the same next position the last one did
     /// (the token it sampled is set aside and sampled again under the new settings).
     /// Stepping then goes on from there.
-    fn set_run(&mut self, run: RunOptions, send: &dyn Fn(Event)) -> Result<(), String> {
-        let model = self.base.with_run(run).map_err(|e| e.to_string())?;
+    fn set_run(&mut self, run: RunOptions, send: &dyn Fn(Event)) -> Result<(), WorkerError> {
+        let model = self.base.with_run(run)?;
         // The experiment's caches are shaped for the old layout: start it again.
         let sink = match self.sink {
             Some(_) => Some(sink_run(&model)?),
@@ -419,7 +442,7 @@ impl Worker {
     }
 
     /// Starts the layout beside again (if one runs) on the live request as it is now.
-    fn restart_beside(&mut self) -> Result<Option<report::BesideView>, String> {
+    fn restart_beside(&mut self) -> Result<Option<report::BesideView>, WorkerError> {
         self.start_beside(self.beside.as_ref().map(|b| b.0))
     }
 
@@ -428,7 +451,7 @@ impl Worker {
     fn start_beside(
         &mut self,
         layout: Option<HeadLayout>,
-    ) -> Result<Option<report::BesideView>, String> {
+    ) -> Result<Option<report::BesideView>, WorkerError> {
         self.beside = None;
         let Some(layout) = layout else {
             return Ok(None);
@@ -452,7 +475,7 @@ impl Worker {
 
     /// One iteration of everything that runs: the live request, the serving workload (and
     /// its comparison) and the sink experiment. A finished request stalls none of them.
-    fn step(&mut self, send: &dyn Fn(Event)) -> Result<(), String> {
+    fn step(&mut self, send: &dyn Fn(Event)) -> Result<(), WorkerError> {
         if self.live.finished {
             return self.step_beside(send);
         }
@@ -483,7 +506,7 @@ impl Worker {
 
     /// An iteration after the live request has finished: the serving runs and the sink
     /// experiment go on, under the request's last report again (no new attention rows).
-    fn step_beside(&mut self, send: &dyn Fn(Event)) -> Result<(), String> {
+    fn step_beside(&mut self, send: &dyn Fn(Event)) -> Result<(), WorkerError> {
         let serving_left =
             !self.serve.engine.done() || self.compare.as_ref().is_some_and(|c| !c.engine.done());
         let sink_left = self.sink.as_ref().is_some_and(|s| !s.done());
@@ -509,13 +532,13 @@ impl Worker {
 
     /// The serving workload, its comparison and the sink experiment, one iteration each,
     /// into `report`.
-    fn step_others(&mut self, report: &mut StepReport) -> Result<(), String> {
+    fn step_others(&mut self, report: &mut StepReport) -> Result<(), WorkerError> {
         report.serve = serve_step(&mut self.serve)?;
         if let Some(c) = self.compare.as_mut() {
             report.serve_b = serve_step(c)?;
         }
         if let Some(s) = self.sink.as_mut().filter(|s| !s.done()) {
-            report.sink = Some(s.step(&self.model)?);
+            report.sink = Some(s.step(&self.model).map_err(WorkerError::Sink)?);
         }
         Ok(())
     }
@@ -529,12 +552,9 @@ use crate::serve::workload::long_serving;
 pub use crate::serve::workload::{chat_serving, long_parts, APP_PAGE_SIZE};
 
 /// A fresh sink experiment over the shipped eval text.
-fn sink_run(model: &Model) -> Result<SinkRun, String> {
-    let tokens = model
-        .tokenizer
-        .encode(crate::assets::EVAL_TEXT.trim())
-        .map_err(|e| e.to_string())?;
-    SinkRun::new(model, tokens, SINK_WINDOW, SINK_PAGE)
+fn sink_run(model: &Model) -> Result<SinkRun, WorkerError> {
+    let tokens = model.tokenizer.encode(crate::assets::EVAL_TEXT.trim())?;
+    SinkRun::new(model, tokens, SINK_WINDOW, SINK_PAGE).map_err(WorkerError::Sink)
 }
 
 /// A serving engine and what it has done since it started.
@@ -553,12 +573,12 @@ impl From<ServeEngine> for Served {
 
 /// One iteration of a serving engine as the app shows it; once the run is done, its
 /// last view again, so the pane keeps the finished run on screen.
-fn serve_step(s: &mut Served) -> Result<Option<ServeView>, String> {
+fn serve_step(s: &mut Served) -> Result<Option<ServeView>, WorkerError> {
     let e = &mut s.engine;
     if e.done() {
         return Ok(s.last.clone());
     }
-    let step = e.step().map_err(|e| e.to_string())?;
+    let step = e.step()?;
     let prev = s.last.as_ref();
     let last_copy = step
         .copies
@@ -582,7 +602,7 @@ fn serve_step(s: &mut Served) -> Result<Option<ServeView>, String> {
 }
 
 /// The serving engine of a setup, and its comparison when the setup names one.
-fn serving_pair(model: &Model, s: ServeSetup) -> Result<(Served, Option<Served>), String> {
+fn serving_pair(model: &Model, s: ServeSetup) -> Result<(Served, Option<Served>), WorkerError> {
     let serve = serving(model, s.policy, s.cache, s.workload, false)?.into();
     let compare = match s.other {
         Some(o) => Some(serving(model, o.policy, o.cache, s.workload, o.one_at_a_time)?.into()),
@@ -598,16 +618,13 @@ fn serving(
     cache: CacheKind,
     workload: AppWorkload,
     one_at_a_time: bool,
-) -> Result<ServeEngine, String> {
-    let engine = || -> Result<ServeEngine, crate::serve::ServeError> {
-        let (mut cfg, reqs) = match workload {
-            AppWorkload::Chat => chat_serving(model, policy, cache)?,
-            AppWorkload::Long => long_serving(model, policy, cache)?,
-        };
-        if one_at_a_time {
-            cfg.max_batch = 1;
-        }
-        ServeEngine::new(model, cfg, reqs)
+) -> Result<ServeEngine, WorkerError> {
+    let (mut cfg, reqs) = match workload {
+        AppWorkload::Chat => chat_serving(model, policy, cache)?,
+        AppWorkload::Long => long_serving(model, policy, cache)?,
     };
-    engine().map_err(|e| e.to_string())
+    if one_at_a_time {
+        cfg.max_batch = 1;
+    }
+    Ok(ServeEngine::new(model, cfg, reqs)?)
 }

@@ -58,6 +58,10 @@ pub enum RecordingError {
     /// Not a regular file of a recording's size, a link where one is written, an input.
     #[error(transparent)]
     File(crate::files::FileError),
+    /// The writer thread stopped on an error; the text says which and where the
+    /// iterations before it are.
+    #[error("{0}")]
+    Stopped(String),
     #[error("{path} holds no iterations")]
     Empty { path: PathBuf },
     #[error("{path} already exists: pass --force to overwrite it, or choose another name")]
@@ -137,13 +141,13 @@ impl BackgroundRecorder {
     }
 
     /// Writes everything queued, commits the file, and says what went wrong if anything did.
-    pub fn finish(mut self) -> Result<(), String> {
+    pub fn finish(mut self) -> Result<(), RecordingError> {
         self.tx = None;
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
         match self.errors.try_recv() {
-            Ok(e) => Err(e),
+            Ok(e) => Err(RecordingError::Stopped(e)),
             Err(_) => Ok(()),
         }
     }
