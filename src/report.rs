@@ -307,61 +307,81 @@ fn check_step(
     context: usize,
 ) -> Result<(), String> {
     use limits::*;
-    let m = &s.memory;
     if requests > REQUESTS || page_size == 0 || page_size > PAGE_SIZE {
         return Err(format!(
-                "{requests} requests in pages of {page_size} (at most {REQUESTS} requests, pages of 1 to {PAGE_SIZE})"
-            ));
+            "{requests} requests in pages of {page_size} (at most {REQUESTS} requests, pages of 1 to {PAGE_SIZE})"
+        ));
     }
-    if m.capacity_tokens > CAPACITY_TOKENS
+    check_memory_counts(&s.memory)?;
+    check_requests(s, requests, context)?;
+    check_pages(s, requests, page_size)?;
+    check_arena(s, requests)?;
+    if !(s.wall_ms.is_finite() && s.wall_ms >= 0.0) {
+        return Err(format!("wall time {} ms", s.wall_ms));
+    }
+    Ok(())
+}
+
+/// The memory statistics against each other and the capacity bound.
+fn check_memory_counts(m: &crate::serve::view::MemoryStats) -> Result<(), String> {
+    let cap = limits::CAPACITY_TOKENS;
+    if m.capacity_tokens > cap
         || m.allocated_slots > m.capacity_tokens
         || m.token_slots > m.allocated_slots.max(m.capacity_tokens)
         || m.largest_gap > m.capacity_tokens
-        || m.head_need > CAPACITY_TOKENS
+        || m.head_need > cap
     {
         return Err(format!(
-                "memory of {} tokens ({} allocated, {} used, gap {}) is impossible or over {CAPACITY_TOKENS}",
-                m.capacity_tokens, m.allocated_slots, m.token_slots, m.largest_gap
-            ));
+            "memory of {} tokens ({} allocated, {} used, gap {}) is impossible or over {cap}",
+            m.capacity_tokens, m.allocated_slots, m.token_slots, m.largest_gap
+        ));
     }
+    Ok(())
+}
+
+/// Every request id the step names is one of the run's, and no request is longer than
+/// the model's context.
+fn check_requests(s: &ServeStep, requests: usize, context: usize) -> Result<(), String> {
     let known = |id: crate::kv::pool::ReqId| (id as usize) < requests;
-    let ids = s.active.iter().map(|a| a.id).chain(s.queue.iter().copied());
-    let ids = ids
+    let mut ids = (s.active.iter().map(|a| a.id))
+        .chain(s.queue.iter().copied())
         .chain(s.finished.iter().copied())
         .chain(s.preempted.iter().copied());
-    if s.active.len() > requests || s.queue.len() > requests || !ids.clone().all(known) {
+    if s.active.len() > requests || s.queue.len() > requests || !ids.all(known) {
         return Err(format!("a request id beyond the run's {requests} requests"));
     }
-    if s.active
-        .iter()
-        .any(|a| a.len > context || a.scheduled > context)
-    {
+    if (s.active.iter()).any(|a| a.len > context || a.scheduled > context) {
         return Err(format!(
             "a request longer than the model's {context} tokens"
         ));
     }
-    let n_pages = s.pages.len();
-    // The pictures draw a cell per page, for a contiguous arena too.
-    if n_pages > PAGES
-        || m.capacity_tokens / page_size > PAGES
-        || (n_pages > 0 && n_pages * page_size != m.capacity_tokens)
+    Ok(())
+}
+
+/// The page grid (one cell per page, for a contiguous arena too), block tables and
+/// copies name only pages and requests the run has.
+fn check_pages(s: &ServeStep, requests: usize, page_size: usize) -> Result<(), String> {
+    let (n_pages, capacity) = (s.pages.len(), s.memory.capacity_tokens);
+    if n_pages > limits::PAGES
+        || capacity / page_size > limits::PAGES
+        || (n_pages > 0 && n_pages * page_size != capacity)
     {
         return Err(format!(
-            "{n_pages} pages of {page_size} for {} tokens",
-            m.capacity_tokens
+            "{n_pages} pages of {page_size} for {capacity} tokens"
         ));
     }
+    let known = |id: crate::kv::pool::ReqId| (id as usize) < requests;
+    let page = |p: u32| (p as usize) < n_pages;
     let page_ok = |p: &crate::serve::view::PageView| {
         p.fill as usize <= page_size
             && p.owners.len() <= requests
             && p.owners.iter().all(|&o| known(o))
     };
     let table_ok = |(id, t): &(crate::kv::pool::ReqId, Vec<u32>)| {
-        known(*id) && t.len() <= n_pages && t.iter().all(|&p| (p as usize) < n_pages)
+        known(*id) && t.len() <= n_pages && t.iter().all(|&p| page(p))
     };
-    let copy_ok = |&(id, a, b): &(crate::kv::pool::ReqId, u32, u32)| {
-        known(id) && (a as usize) < n_pages && (b as usize) < n_pages
-    };
+    let copy_ok =
+        |&(id, a, b): &(crate::kv::pool::ReqId, u32, u32)| known(id) && page(a) && page(b);
     if !s.pages.iter().all(page_ok)
         || s.block_tables.len() > requests
         || !s.block_tables.iter().all(table_ok)
@@ -372,27 +392,24 @@ fn check_step(
             "a page, block table or copy names a page or request the run does not have".into(),
         );
     }
-    let reserved = s
-        .reservations
-        .iter()
-        .try_fold(0usize, |sum, &(id, len, used)| {
-            (known(id) && used <= len)
-                .then(|| sum.checked_add(len))
-                .flatten()
-        });
-    if s.reservations.len() > requests || reserved.is_none_or(|r| r > m.capacity_tokens) {
+    Ok(())
+}
+
+/// A contiguous arena's reservations and gaps fit inside it.
+fn check_arena(s: &ServeStep, requests: usize) -> Result<(), String> {
+    let capacity = s.memory.capacity_tokens;
+    let reserved = (s.reservations.iter()).try_fold(0usize, |sum, &(id, len, used)| {
+        ((id as usize) < requests && used <= len)
+            .then(|| sum.checked_add(len))
+            .flatten()
+    });
+    if s.reservations.len() > requests || reserved.is_none_or(|r| r > capacity) {
         return Err("reservations exceed the arena or name an unknown request".into());
     }
-    let gap_ok = |&(start, len): &(usize, usize)| {
-        start
-            .checked_add(len)
-            .is_some_and(|end| end <= m.capacity_tokens)
-    };
-    if s.gaps.len() > m.capacity_tokens || !s.gaps.iter().all(gap_ok) {
+    let gap_ok =
+        |&(start, len): &(usize, usize)| start.checked_add(len).is_some_and(|end| end <= capacity);
+    if s.gaps.len() > capacity || !s.gaps.iter().all(gap_ok) {
         return Err("a gap lies outside the arena".into());
-    }
-    if !(s.wall_ms.is_finite() && s.wall_ms >= 0.0) {
-        return Err(format!("wall time {} ms", s.wall_ms));
     }
     Ok(())
 }

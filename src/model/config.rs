@@ -126,65 +126,15 @@ impl LlamaConfig {
 
     /// Reads an HF `config.json` (LlamaForCausalLM and friends), validated as GGUF is.
     pub fn from_hf_json(text: &str) -> std::result::Result<Self, String> {
-        #[derive(Deserialize)]
-        struct Hf {
-            #[serde(default)]
-            model_type: Option<String>,
-            num_hidden_layers: usize,
-            hidden_size: usize,
-            intermediate_size: usize,
-            num_attention_heads: usize,
-            #[serde(default)]
-            num_key_value_heads: Option<usize>,
-            #[serde(default)]
-            head_dim: Option<usize>,
-            #[serde(default)]
-            rope_theta: Option<f32>,
-            #[serde(default)]
-            rms_norm_eps: Option<f64>,
-            #[serde(default)]
-            max_position_embeddings: Option<usize>,
-            vocab_size: usize,
-            #[serde(default)]
-            rope_scaling: Option<serde_json::Value>,
-            #[serde(default)]
-            attention_bias: Option<bool>,
-            #[serde(default)]
-            mlp_bias: Option<bool>,
-            #[serde(default)]
-            hidden_act: Option<String>,
-            #[serde(default)]
-            sliding_window: Option<serde_json::Value>,
-        }
         let hf: Hf = serde_json::from_str(text).map_err(|e| e.to_string())?;
-        let arch = hf.model_type.unwrap_or_else(|| "llama".into());
+        let arch = hf.model_type.clone().unwrap_or_else(|| "llama".into());
         if arch != "llama" {
             return Err(format!(
                 "unsupported architecture `{}`",
                 crate::files::printable(&arch)
             ));
         }
-        // What transformers' Llama can do and inferlab's forward pass does not.
-        let lacks = |feature: &str, key: &str, v: &dyn std::fmt::Debug| {
-            Err(format!(
-                "inferlab does not implement {feature} (key `{key}` = {v:?})"
-            ))
-        };
-        if let Some(v) = hf.rope_scaling.as_ref().filter(|v| !v.is_null()) {
-            return lacks("RoPE scaling", "rope_scaling", v);
-        }
-        if let Some(v) = hf.sliding_window.as_ref().filter(|v| !v.is_null()) {
-            return lacks("sliding-window attention", "sliding_window", v);
-        }
-        if hf.attention_bias == Some(true) {
-            return lacks("bias terms", "attention_bias", &true);
-        }
-        if hf.mlp_bias == Some(true) {
-            return lacks("bias terms", "mlp_bias", &true);
-        }
-        if let Some(act) = hf.hidden_act.as_ref().filter(|a| a.as_str() != "silu") {
-            return lacks("activations other than SiLU", "hidden_act", act);
-        }
+        hf.refuse_what_inferlab_lacks()?;
         let cfg = Self {
             architecture: arch,
             n_layer: hf.num_hidden_layers,
@@ -276,6 +226,66 @@ impl LlamaConfig {
                 self.rms_eps,
                 "must be between 0 and 1",
             ));
+        }
+        Ok(())
+    }
+}
+
+/// The fields of an HF `config.json` inferlab reads, and those it must refuse.
+#[derive(Deserialize)]
+struct Hf {
+    #[serde(default)]
+    model_type: Option<String>,
+    num_hidden_layers: usize,
+    hidden_size: usize,
+    intermediate_size: usize,
+    num_attention_heads: usize,
+    #[serde(default)]
+    num_key_value_heads: Option<usize>,
+    #[serde(default)]
+    head_dim: Option<usize>,
+    #[serde(default)]
+    rope_theta: Option<f32>,
+    #[serde(default)]
+    rms_norm_eps: Option<f64>,
+    #[serde(default)]
+    max_position_embeddings: Option<usize>,
+    vocab_size: usize,
+    #[serde(default)]
+    rope_scaling: Option<serde_json::Value>,
+    #[serde(default)]
+    attention_bias: Option<bool>,
+    #[serde(default)]
+    mlp_bias: Option<bool>,
+    #[serde(default)]
+    hidden_act: Option<String>,
+    #[serde(default)]
+    sliding_window: Option<serde_json::Value>,
+}
+
+impl Hf {
+    /// What transformers' Llama can do and inferlab's forward pass does not, refused by
+    /// key rather than ignored.
+    fn refuse_what_inferlab_lacks(&self) -> std::result::Result<(), String> {
+        let lacks = |feature: &str, key: &str, v: &dyn std::fmt::Debug| {
+            Err(format!(
+                "inferlab does not implement {feature} (key `{key}` = {v:?})"
+            ))
+        };
+        if let Some(v) = self.rope_scaling.as_ref().filter(|v| !v.is_null()) {
+            return lacks("RoPE scaling", "rope_scaling", v);
+        }
+        if let Some(v) = self.sliding_window.as_ref().filter(|v| !v.is_null()) {
+            return lacks("sliding-window attention", "sliding_window", v);
+        }
+        if self.attention_bias == Some(true) {
+            return lacks("bias terms", "attention_bias", &true);
+        }
+        if self.mlp_bias == Some(true) {
+            return lacks("bias terms", "mlp_bias", &true);
+        }
+        if let Some(act) = self.hidden_act.as_ref().filter(|a| a.as_str() != "silu") {
+            return lacks("activations other than SiLU", "hidden_act", act);
         }
         Ok(())
     }

@@ -104,6 +104,23 @@ fn check_shapes(ct: &gguf_file::Content, cfg: &LlamaConfig) -> std::result::Resu
     Ok(())
 }
 
+/// Everything about a GGUF checked before a tensor is read: shapes against the config,
+/// every tensor one the forward pass reads, no feature it lacks, and what loading under
+/// `requant` allocates bounded by the file's size.
+fn check_file(
+    ct: &gguf_file::Content,
+    cfg: &LlamaConfig,
+    requant: Requant,
+    file_len: u64,
+) -> std::result::Result<(), String> {
+    let names: Vec<String> = expected_shapes(cfg).into_iter().map(|(n, _)| n).collect();
+    check_shapes(ct, cfg)?;
+    super::audit::check_tensors(ct, &names, cfg.n_layer)?;
+    super::audit::check_features(ct, &cfg.architecture)?;
+    let mode = format!("{requant:?}");
+    super::audit::check_allocation(ct, &mode, |e, s| requant.held_bytes(e, s), file_len)
+}
+
 /// One transformer block's weights.
 pub struct LayerWeights {
     pub attn_norm: Tensor,
@@ -188,21 +205,8 @@ impl Weights {
             path: path.to_path_buf(),
             reason,
         };
-        let names: Vec<String> = expected_shapes(cfg).into_iter().map(|(n, _)| n).collect();
         let file_len = file.metadata().map_err(|e| refuse(e.to_string()))?.len();
-        check_shapes(ct, cfg)
-            .and_then(|()| super::audit::check_tensors(ct, &names, cfg.n_layer))
-            .and_then(|()| super::audit::check_features(ct, &cfg.architecture))
-            .and_then(|()| {
-                let mode = format!("{:?}", opts.requant);
-                super::audit::check_allocation(
-                    ct,
-                    &mode,
-                    |e, s| opts.requant.held_bytes(e, s),
-                    file_len,
-                )
-            })
-            .map_err(refuse)?;
+        check_file(ct, cfg, opts.requant, file_len).map_err(refuse)?;
         let dev = &opts.device;
         let mut get = |name: &str| -> Result<QTensor> {
             read_tensor(ct, file, name, dev).map_err(|e| refuse(format!("tensor `{name}`: {e}")))

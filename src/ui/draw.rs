@@ -283,6 +283,28 @@ fn overlays(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     }
 }
 
+/// The settings the report on screen was computed under, so the header never disagrees
+/// with the panes (a key's new setting shows with its first report; a replay shows the
+/// recording's); the app's own before any report. The kernel in a word.
+fn shown_settings(
+    app: &App,
+) -> (
+    crate::model::HeadLayout,
+    &'static str,
+    crate::model::SamplerConfig,
+    bool,
+) {
+    let (layout, kernel, sampler, no_cache) = match &app.report {
+        Some(r) => (r.run.layout, r.run.kernel, r.info.sampler, r.info.no_cache),
+        None => (app.run.layout, app.run.kernel, app.sampler, !app.kv_cache),
+    };
+    let kernel = match kernel {
+        crate::model::AttnKernel::Naive => "naive",
+        crate::model::AttnKernel::Tiled { .. } => "tiled",
+    };
+    (layout, kernel, sampler, no_cache)
+}
+
 fn header(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let (iter, phase, tps) = match &app.report {
         Some(r) => (
@@ -310,17 +332,7 @@ fn header(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     } else {
         "PAUSED".into()
     };
-    // The settings the report on screen was computed under, so the header never
-    // disagrees with the panes (a key's new setting shows with its first report; a
-    // replay shows the recording's); the app's own before any report.
-    let (layout, kernel, sampler, no_cache) = match &app.report {
-        Some(r) => (r.run.layout, r.run.kernel, r.info.sampler, r.info.no_cache),
-        None => (app.run.layout, app.run.kernel, app.sampler, !app.kv_cache),
-    };
-    let kernel = match kernel {
-        crate::model::AttnKernel::Naive => "naive",
-        crate::model::AttnKernel::Tiled { .. } => "tiled",
-    };
+    let (layout, kernel, sampler, no_cache) = shown_settings(app);
     let cache = if no_cache { " · NO KV CACHE" } else { "" };
     let full = format!(
         " inferlab · {} · {layout} · {kernel} attention{cache} · {} · iteration {iter} · {phase} · {tps:.1} tok/s · {run} · ",
