@@ -3,13 +3,15 @@
 //! live request, the serving workloads and the attention-sink experiment.
 
 mod beside;
-pub mod live;
 pub mod recording;
+pub mod request;
 /// The report types, at home in `crate::report`; named here too for the worker's callers.
 pub use crate::report;
 
-pub use live::{plan_capture, run_request, CAPTURE_ALL_BYTES, CAPTURE_ONE_BYTES, MAX_CAPTURE_ROWS};
-use live::{start, step, Live};
+pub use request::{
+    plan_capture, run_request, CAPTURE_ALL_BYTES, CAPTURE_ONE_BYTES, MAX_CAPTURE_ROWS,
+};
+use request::{start, step, Live};
 
 pub use report::{KvView, StepReport};
 
