@@ -1409,6 +1409,7 @@ fn after_c_the_serving_title_names_what_its_body_draws_until_the_new_run_reports
 fn the_header_names_the_settings_the_report_on_screen_ran_under() {
     use inferlab::model::HeadLayout;
     let mut a = app();
+    a.replaying = true;
     let mut r = common::fixture::report();
     // A report computed under MHA with sampling and no cache, as a replay shows it while
     // the app's own settings are the defaults.
@@ -1421,6 +1422,14 @@ fn the_header_names_the_settings_the_report_on_screen_ran_under() {
     assert!(top.contains("MHA") && !top.contains("GQA"), "{top}");
     assert!(top.contains("NO KV CACHE"), "{top}");
     assert!(top.contains("0.7"), "{top}");
+    // Live, `T` and `k` take effect from the next step and no report follows them: the
+    // header says what the next step will use.
+    let mut a = app();
+    a.on_event(Event::Report(Box::new(common::fixture::report())));
+    a.update(Action::ToggleKvCache);
+    let screen = format!("{:?}", render_app(&a, 240, 50));
+    let top = screen.lines().find(|l| l.contains(" inferlab · ")).unwrap();
+    assert!(top.contains("NO KV CACHE"), "{top}");
 }
 
 #[test]

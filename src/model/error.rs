@@ -33,7 +33,7 @@ pub enum ModelError {
     },
     #[error("the prompt is empty: give at least one token of text")]
     EmptyPrompt,
-    #[error("the prompt is {tokens} tokens plus {max_new} to generate, over the model's context of {context} tokens")]
+    #[error("the prompt is {tokens} tokens plus {max_new} to generate, over the model's context of {context} tokens (shorten the prompt or lower --max-tokens)")]
     PromptTooLong {
         tokens: usize,
         max_new: usize,

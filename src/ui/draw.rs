@@ -283,9 +283,11 @@ fn overlays(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     }
 }
 
-/// The settings the report on screen was computed under, so the header never disagrees
-/// with the panes (a key's new setting shows with its first report; a replay shows the
-/// recording's); the app's own before any report. The kernel in a word.
+/// The settings the header names. The layout and kernel are the report's on screen, so
+/// the header never disagrees with the panes (`m` and `f` recompute at once, and their
+/// new setting shows with that report). The sampler and the cache mode apply from the
+/// next step and no report follows `T`, `P` or `k`: live, the app's own; in a replay or
+/// while scrubbing history, the report's. The kernel in a word.
 fn shown_settings(
     app: &App,
 ) -> (
@@ -294,8 +296,10 @@ fn shown_settings(
     crate::model::SamplerConfig,
     bool,
 ) {
+    let past = app.replaying || app.scrub.is_some();
     let (layout, kernel, sampler, no_cache) = match &app.report {
-        Some(r) => (r.run.layout, r.run.kernel, r.info.sampler, r.info.no_cache),
+        Some(r) if past => (r.run.layout, r.run.kernel, r.info.sampler, r.info.no_cache),
+        Some(r) => (r.run.layout, r.run.kernel, app.sampler, !app.kv_cache),
         None => (app.run.layout, app.run.kernel, app.sampler, !app.kv_cache),
     };
     let kernel = match kernel {

@@ -15,8 +15,8 @@ use ratatui::widgets::Widget;
 /// Draws the pane for the main serving workload.
 pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let view = app.report.as_ref().and_then(|r| r.serve.as_ref());
-    // The title names what the body draws: the report's run (after `c`, the paged grid
-    // stays until the contiguous run's first report, and so does its title).
+    // The title names what the body draws: the report's run (after `c` the old run's
+    // picture is cleared, and the app's new setting titles the placeholder).
     let (policy, cache) = view.map_or((app.policy, app.cache), |v| (v.policy, v.cache));
     let title = fitted_title(
         area,
