@@ -238,34 +238,14 @@ fn zoomed(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     overlays(app, theme, area, buf);
 }
 
-/// Every pane at once; the lens, the traffic pane, the sink experiment and the
-/// side-by-side runs take the places of the panes they stand in for.
+/// Every pane at once, where [`grid_rects`] places them.
 fn grid(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let a = areas(area, app.tutor.is_some());
     header(app, theme, a.header, buf);
     panes::lesson::render(app, theme, a.lesson, buf);
-    let top_left = if app.lens_shown {
-        Pane::Lens
-    } else {
-        Pane::Attention
-    };
-    draw_pane(app, theme, top_left, a.attention, buf);
-    draw_pane(app, theme, Pane::Output, a.output, buf);
-    draw_pane(app, theme, Pane::Heads, a.heads, buf);
-    if app.shows_sink() || app.compare != super::app::Compare::Off {
-        // The experiment, or the two serving runs side by side, take the KV and serving
-        // columns.
-        draw_pane(app, theme, Pane::Serving, a.kv.union(a.serving), buf);
-    } else {
-        draw_pane(app, theme, Pane::Kv, a.kv, buf);
-        draw_pane(app, theme, Pane::Serving, a.serving, buf);
+    for (p, r) in grid_rects(&a, app) {
+        draw_pane(app, theme, p, r, buf);
     }
-    let bottom_right = if app.traffic_shown {
-        Pane::Traffic
-    } else {
-        Pane::Forward
-    };
-    draw_pane(app, theme, bottom_right, a.forward, buf);
     footer(app, theme, a.footer, buf);
     overlays(app, theme, area, buf);
 }
@@ -398,6 +378,36 @@ fn footer(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     }
 }
 
+/// Where each pane stands in the grid: the one place that says it, for drawing, mouse
+/// hit-testing and focus. The lens, the traffic pane, the sink experiment and the
+/// side-by-side runs take the places of the panes they stand in for.
+fn grid_rects(a: &Areas, app: &App) -> Vec<(Pane, Rect)> {
+    let top_left = if app.lens_shown {
+        Pane::Lens
+    } else {
+        Pane::Attention
+    };
+    let bottom_right = if app.traffic_shown {
+        Pane::Traffic
+    } else {
+        Pane::Forward
+    };
+    let mut out = vec![
+        (top_left, a.attention),
+        (Pane::Output, a.output),
+        (Pane::Heads, a.heads),
+        (bottom_right, a.forward),
+    ];
+    if app.shows_sink() || app.compare != super::app::Compare::Off {
+        // The experiment, or the two serving runs side by side, take the KV and serving
+        // columns.
+        out.push((Pane::Serving, a.kv.union(a.serving)));
+    } else {
+        out.extend([(Pane::Kv, a.kv), (Pane::Serving, a.serving)]);
+    }
+    out
+}
+
 /// Each pane's rectangle as drawn now (grid or focused arrangement), and the lesson's.
 fn pane_rects(screen: Rect, app: &App) -> (Vec<(Pane, Rect)>, Rect) {
     let lesson = app.tutor.is_some();
@@ -408,27 +418,7 @@ fn pane_rects(screen: Rect, app: &App) -> (Vec<(Pane, Rect)>, Rect) {
         return (out, f.lesson);
     }
     let a = areas(screen, lesson);
-    let bottom_right = if app.traffic_shown {
-        Pane::Traffic
-    } else {
-        Pane::Forward
-    };
-    let top_left = if app.lens_shown {
-        Pane::Lens
-    } else {
-        Pane::Attention
-    };
-    let mut out = vec![
-        (top_left, a.attention),
-        (Pane::Output, a.output),
-        (Pane::Heads, a.heads),
-        (bottom_right, a.forward),
-    ];
-    if app.shows_sink() || app.compare != super::app::Compare::Off {
-        out.push((Pane::Serving, a.kv.union(a.serving)));
-    } else {
-        out.extend([(Pane::Kv, a.kv), (Pane::Serving, a.serving)]);
-    }
+    let out = grid_rects(&a, app);
     (out, a.lesson)
 }
 
