@@ -265,9 +265,24 @@ pub struct ServeView {
     pub copies_total: usize,
     #[serde(default)]
     pub last_copy: Option<(usize, u64, u32, u32)>,
+    /// Most requests in one iteration (1: the same requests one at a time; 0 in
+    /// recordings made before it was kept).
+    #[serde(default)]
+    pub max_batch: usize,
 }
 
 impl ServeView {
+    /// "continuous batching · paged kv", or "one at a time · paged kv": what the run
+    /// did, as the serving panes title it.
+    pub fn describe(&self) -> String {
+        let how = if self.max_batch == 1 {
+            "one at a time".to_string()
+        } else {
+            format!("{:?} batching", self.policy)
+        };
+        format!("{how} · {:?} KV", self.cache).to_lowercase()
+    }
+
     /// The run's counts against themselves, for a view read from a recording.
     pub fn check(&self, context: usize) -> Result<(), String> {
         if !(self.elapsed_ms.is_finite() && self.elapsed_ms >= 0.0) {

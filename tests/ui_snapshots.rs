@@ -1441,3 +1441,23 @@ fn w_with_the_lens_shown_brings_the_attention_pane_back() {
     assert!(a.looks_at && !a.lens_shown, "w changed something visible");
     assert_eq!(a.focus, inferlab::ui::app::Pane::Attention);
 }
+
+#[test]
+fn the_comparison_title_names_the_run_its_body_draws() {
+    use inferlab::serve::CacheKind;
+    use inferlab::ui::live::Compare;
+    let mut a = app();
+    // The app now asks for the other cache, but the report on screen holds the run of
+    // the same requests one at a time (as after a switch, or in history).
+    a.compare = Compare::Cache;
+    let mut r = common::fixture::serving_reports(CacheKind::Paged, 1).remove(0);
+    let mut b = r.serve.clone().unwrap();
+    b.max_batch = 1;
+    r.serve_b = Some(b);
+    a.on_event(Event::Report(Box::new(r)));
+    let mut term = Terminal::new(TestBackend::new(90, 16)).unwrap();
+    term.draw(|f| panes::serving::render_compare(&a, &THEME, f.area(), f.buffer_mut()))
+        .unwrap();
+    let s = format!("{:?}", term.backend());
+    assert!(s.contains("one at a time"), "{s}");
+}

@@ -595,6 +595,7 @@ fn serve_step(s: &mut Served) -> Result<Option<ServeView>, WorkerError> {
         cache: e.cfg().cache,
         page_size: e.cfg().page_size,
         requests: e.requests().len(),
+        max_batch: e.cfg().max_batch,
         step,
         preemptions: e.preemptions(),
         done: e.done(),

@@ -242,6 +242,7 @@ pub fn serving_reports_with(
                 cache,
                 page_size: 4,
                 requests: 5,
+                max_batch: 3,
                 step: s,
                 preemptions: e.preemptions(),
                 done: e.done(),

@@ -30,12 +30,23 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
 pub fn render_compare(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let Some(other) = app.other() else { return };
     let view = app.report.as_ref().and_then(|r| r.serve_b.as_ref());
-    let short = if other.one_at_a_time {
+    // As for the main run: the title of the run the body draws, where a report says it
+    // (recordings before `max_batch` was kept fall back to the app's setting).
+    let (long, one_at_a_time, policy, cache) = match view.filter(|v| v.max_batch > 0) {
+        Some(v) => (v.describe(), v.max_batch == 1, v.policy, v.cache),
+        None => (
+            other.describe(),
+            other.one_at_a_time,
+            other.policy,
+            other.cache,
+        ),
+    };
+    let short = if one_at_a_time {
         " one at a time ".to_string()
     } else {
-        format!(" {:?} · {:?} ", other.policy, other.cache)
+        format!(" {policy:?} · {cache:?} ")
     };
-    let title = fitted_title(area, format!(" serving · {} ", other.describe()), short);
+    let title = fitted_title(area, format!(" serving · {long} "), short);
     render_view(app, theme, area, buf, title, view, &app.timeline_b);
     // The two runs see the same requests: the ratio of their speeds is the lesson. The
     // figure comes first, so a narrow pane cuts the words, not the number.
