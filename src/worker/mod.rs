@@ -175,64 +175,7 @@ fn run(cfg: EngineConfig, rx: Receiver<Command>, tx: &Sender<Event>) -> Result<(
     let send = |e: Event| {
         let _ = tx.send(e);
     };
-    send(Event::Status("finding the model".into()));
-    let mut progress = |p: Progress| match p {
-        Progress::Stage(s) => send(Event::Status(s)),
-        Progress::Bytes { done, total } => send(Event::Progress { done, total }),
-    };
-    let (path, _) = source::resolve(cfg.model.as_deref(), &mut progress)?;
-    send(Event::Status(format!("loading {}", path.display())));
-    let base = Model::load(&path, &cfg.load).map_err(|err| WorkerError::Load {
-        path: path.clone(),
-        err,
-    })?;
-    let model = base.with_run(cfg.run)?;
-    let live = start(
-        &model,
-        &cfg.prompt,
-        cfg.max_new,
-        None,
-        SamplerConfig::default(),
-    )?;
-    let setup = ServeSetup::default();
-    let serve = serving(&model, setup.policy, setup.cache, setup.workload, false)?.into();
-    send(Event::Status(
-        "measuring this machine's memory bandwidth and int8 peak (once per CPU)".into(),
-    ));
-    // The traffic pane works without the limits, so a failure is said, not fatal.
-    match crate::machine::get() {
-        Ok(m) => send(Event::Machine(m)),
-        Err(e) => send(Event::Status(format!(
-            "could not measure this machine: {e:#}"
-        ))),
-    }
-    send(Event::Ready {
-        model: path
-            .file_name()
-            .map(|s| s.to_string_lossy().to_string())
-            .unwrap_or_default(),
-    });
-    // Loading noticed something that changes no math: said once, after the ready line.
-    if let Some(w) = model.warnings().first() {
-        send(Event::Status(format!("warning: {w}")));
-    }
-    let mut w = Worker {
-        base,
-        model,
-        max_new: cfg.max_new,
-        live,
-        iteration: 0,
-        serve,
-        compare: None,
-        setup,
-        sink: None,
-        last: None,
-        focus: 0,
-        lens: false,
-        sampler: SamplerConfig::default(),
-        kv_cache: true,
-        beside: None,
-    };
+    let mut w = Worker::start(&cfg, &send)?;
     while let Ok(cmd) = rx.recv() {
         if matches!(cmd, Command::Quit) {
             break;
@@ -252,6 +195,69 @@ fn run(cfg: EngineConfig, rx: Receiver<Command>, tx: &Sender<Event>) -> Result<(
         }
     }
     Ok(())
+}
+
+impl Worker {
+    /// Finds and loads the model (saying so as it goes), starts the live request and the
+    /// serving run, measures the machine once, and says the app is ready.
+    fn start(cfg: &EngineConfig, send: &dyn Fn(Event)) -> Result<Self, WorkerError> {
+        send(Event::Status("finding the model".into()));
+        let mut progress = |p: Progress| match p {
+            Progress::Stage(s) => send(Event::Status(s)),
+            Progress::Bytes { done, total } => send(Event::Progress { done, total }),
+        };
+        let (path, _) = source::resolve(cfg.model.as_deref(), &mut progress)?;
+        send(Event::Status(format!("loading {}", path.display())));
+        let base = Model::load(&path, &cfg.load).map_err(|err| WorkerError::Load {
+            path: path.clone(),
+            err,
+        })?;
+        let model = base.with_run(cfg.run)?;
+        let live = start(
+            &model,
+            &cfg.prompt,
+            cfg.max_new,
+            None,
+            SamplerConfig::default(),
+        )?;
+        let setup = ServeSetup::default();
+        let serve = serving(&model, setup.policy, setup.cache, setup.workload, false)?.into();
+        send(Event::Status(
+            "measuring this machine's memory bandwidth and int8 peak (once per CPU)".into(),
+        ));
+        // The traffic pane works without the limits, so a failure is said, not fatal.
+        match crate::machine::get() {
+            Ok(m) => send(Event::Machine(m)),
+            Err(e) => send(Event::Status(format!(
+                "could not measure this machine: {e:#}"
+            ))),
+        }
+        let name = path.file_name().map(|s| s.to_string_lossy().to_string());
+        send(Event::Ready {
+            model: name.unwrap_or_default(),
+        });
+        // Loading noticed something that changes no math: said once, after the ready line.
+        if let Some(w) = model.warnings().first() {
+            send(Event::Status(format!("warning: {w}")));
+        }
+        Ok(Self {
+            base,
+            model,
+            max_new: cfg.max_new,
+            live,
+            iteration: 0,
+            serve,
+            compare: None,
+            setup,
+            sink: None,
+            last: None,
+            focus: 0,
+            lens: false,
+            sampler: SamplerConfig::default(),
+            kv_cache: true,
+            beside: None,
+        })
+    }
 }
 
 /// Everything the worker thread holds between commands.
