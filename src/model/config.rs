@@ -42,20 +42,7 @@ impl LlamaConfig {
     /// Reads the config from GGUF metadata, refusing non-Llama architectures and
     /// validating every number before anything is sized from it.
     pub fn from_gguf(ct: &gguf_file::Content) -> Result<Self> {
-        let arch = match ct.metadata.get("general.architecture") {
-            Some(gguf_file::Value::String(s)) => crate::files::printable(s),
-            Some(other) => {
-                return Err(invalid(
-                    "general.architecture",
-                    super::tokenizer::brief(other),
-                    "not a string",
-                ))
-            }
-            None => return Err(ModelError::MissingMetadata("general.architecture".into())),
-        };
-        if arch != "llama" {
-            return Err(ModelError::UnsupportedArchitecture(arch));
-        }
+        let arch = llama_architecture(ct)?;
         let key = |k: &str| format!("{arch}.{k}");
         let get = |k: &str| ct.metadata.get(&key(k));
         let int = |k: &str, v: &gguf_file::Value| -> Result<usize> {
@@ -289,6 +276,25 @@ impl Hf {
         }
         Ok(())
     }
+}
+
+/// `general.architecture`, which must be the string `llama`.
+fn llama_architecture(ct: &gguf_file::Content) -> Result<String> {
+    let arch = match ct.metadata.get("general.architecture") {
+        Some(gguf_file::Value::String(s)) => crate::files::printable(s),
+        Some(other) => {
+            return Err(invalid(
+                "general.architecture",
+                super::tokenizer::brief(other),
+                "not a string",
+            ))
+        }
+        None => return Err(ModelError::MissingMetadata("general.architecture".into())),
+    };
+    if arch != "llama" {
+        return Err(ModelError::UnsupportedArchitecture(arch));
+    }
+    Ok(arch)
 }
 
 /// Bounds on a model's shape: far above any model this tool can run on a laptop, far below
