@@ -82,6 +82,17 @@ pub struct BesideView {
     pub agreed: usize,
 }
 
+/// A serving run in words: "continuous batching · paged kv", or "one at a time · paged
+/// kv" for the same requests in batches of one.
+pub fn describe_run(one_at_a_time: bool, policy: Policy, cache: CacheKind) -> String {
+    let how = if one_at_a_time {
+        "one at a time".to_string()
+    } else {
+        format!("{policy:?} batching")
+    };
+    format!("{how} · {cache:?} KV").to_lowercase()
+}
+
 /// Iterations both serving runs must have run before their speeds are compared: the
 /// first few are all prefill and arrivals, and their ratio says little.
 pub const RATIO_WARMUP: usize = 10;
@@ -275,12 +286,7 @@ impl ServeView {
     /// "continuous batching · paged kv", or "one at a time · paged kv": what the run
     /// did, as the serving panes title it.
     pub fn describe(&self) -> String {
-        let how = if self.max_batch == 1 {
-            "one at a time".to_string()
-        } else {
-            format!("{:?} batching", self.policy)
-        };
-        format!("{how} · {:?} KV", self.cache).to_lowercase()
+        describe_run(self.max_batch == 1, self.policy, self.cache)
     }
 
     /// The run's counts against themselves, for a view read from a recording.

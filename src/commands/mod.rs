@@ -255,18 +255,6 @@ pub fn prompt_ids(model: &Model, prompt: &str, chat: bool, max_new: usize) -> Re
         prompt.to_string()
     };
     let ids = model.tokenizer.encode(&text)?;
-    // Checked: --max-tokens is the user's number and may be anything up to u64::MAX.
-    if ids
-        .len()
-        .checked_add(max_new)
-        .is_none_or(|n| n > model.cfg.context)
-    {
-        return Err(inferlab::model::ModelError::PromptTooLong {
-            tokens: ids.len(),
-            max_new,
-            context: model.cfg.context,
-        }
-        .into());
-    }
+    model.cfg.check_fits(ids.len(), max_new)?;
     Ok(ids)
 }

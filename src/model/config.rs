@@ -39,6 +39,19 @@ impl LlamaConfig {
         crate::kv::bytes_per_token(self.n_layer, kv_heads, self.head_dim, elem_bytes)
     }
 
+    /// A prompt of `tokens` plus `max_new` to generate fits the context (checked: the
+    /// command line's `--max-tokens` may be anything up to `usize::MAX`).
+    pub fn check_fits(&self, tokens: usize, max_new: usize) -> Result<()> {
+        if tokens.checked_add(max_new).is_none_or(|n| n > self.context) {
+            return Err(ModelError::PromptTooLong {
+                tokens,
+                max_new,
+                context: self.context,
+            });
+        }
+        Ok(())
+    }
+
     /// Reads the config from GGUF metadata, refusing non-Llama architectures and
     /// validating every number before anything is sized from it.
     pub fn from_gguf(ct: &gguf_file::Content) -> Result<Self> {

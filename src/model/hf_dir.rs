@@ -16,31 +16,42 @@ use candle_core::{DType, Tensor};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-/// The tensors the forward pass reads, with their shapes, in HF's names.
-fn expected(cfg: &LlamaConfig) -> Vec<(String, Vec<usize>)> {
-    let (h, q, kv, f) = (
-        cfg.hidden,
-        cfg.n_head * cfg.head_dim,
-        cfg.n_kv_head * cfg.head_dim,
-        cfg.ffn,
-    );
-    let mut v = vec![
-        ("model.embed_tokens.weight".to_string(), vec![cfg.vocab, h]),
-        ("model.norm.weight".to_string(), vec![h]),
-    ];
-    for i in 0..cfg.n_layer {
-        let p = |n: &str| format!("model.layers.{i}.{n}.weight");
-        v.push((p("input_layernorm"), vec![h]));
-        v.push((p("post_attention_layernorm"), vec![h]));
-        v.push((p("self_attn.q_proj"), vec![q, h]));
-        v.push((p("self_attn.k_proj"), vec![kv, h]));
-        v.push((p("self_attn.v_proj"), vec![kv, h]));
-        v.push((p("self_attn.o_proj"), vec![h, q]));
-        v.push((p("mlp.gate_proj"), vec![f, h]));
-        v.push((p("mlp.up_proj"), vec![f, h]));
-        v.push((p("mlp.down_proj"), vec![h, f]));
+/// A block tensor's GGUF role and its name in transformers' Llama.
+const ROLES: [(&str, &str); 9] = [
+    ("attn_norm", "input_layernorm"),
+    ("ffn_norm", "post_attention_layernorm"),
+    ("attn_q", "self_attn.q_proj"),
+    ("attn_k", "self_attn.k_proj"),
+    ("attn_v", "self_attn.v_proj"),
+    ("attn_output", "self_attn.o_proj"),
+    ("ffn_gate", "mlp.gate_proj"),
+    ("ffn_up", "mlp.up_proj"),
+    ("ffn_down", "mlp.down_proj"),
+];
+
+/// A tensor's GGUF name as transformers names it.
+fn hf_name(gguf: &str) -> String {
+    match gguf {
+        "token_embd.weight" => return "model.embed_tokens.weight".into(),
+        "output_norm.weight" => return "model.norm.weight".into(),
+        _ => {}
     }
-    v
+    let renamed = gguf.strip_prefix("blk.").and_then(|rest| {
+        let (layer, role) = rest.split_once('.')?;
+        let role = role.strip_suffix(".weight")?;
+        let (_, hf) = ROLES.iter().find(|(g, _)| *g == role)?;
+        Some(format!("model.layers.{layer}.{hf}.weight"))
+    });
+    renamed.unwrap_or_else(|| gguf.to_string())
+}
+
+/// The tensors the forward pass reads, with their shapes, in HF's names: the GGUF
+/// loader's list, renamed.
+fn expected(cfg: &LlamaConfig) -> Vec<(String, Vec<usize>)> {
+    super::weights::expected_shapes(cfg)
+        .into_iter()
+        .map(|(name, shape)| (hf_name(&name), shape))
+        .collect()
 }
 
 /// Why a tensor name is not one inferlab reads.

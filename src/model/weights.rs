@@ -49,8 +49,9 @@ impl Default for LoadOptions {
     }
 }
 
-/// The shape (outermost first) every tensor the forward pass reads must have.
-fn expected_shapes(cfg: &LlamaConfig) -> Vec<(String, Vec<usize>)> {
+/// The shape (outermost first) every tensor the forward pass reads must have, in GGUF's
+/// names.
+pub(super) fn expected_shapes(cfg: &LlamaConfig) -> Vec<(String, Vec<usize>)> {
     let (h, q, kv, f) = (
         cfg.hidden,
         cfg.n_head * cfg.head_dim,

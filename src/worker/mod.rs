@@ -104,12 +104,7 @@ pub struct OtherRun {
 impl OtherRun {
     /// "static batching · paged KV", or "one at a time · paged KV".
     pub fn describe(&self) -> String {
-        let how = if self.one_at_a_time {
-            "one at a time".to_string()
-        } else {
-            format!("{:?} batching", self.policy)
-        };
-        format!("{how} · {:?} KV", self.cache).to_lowercase()
+        crate::report::describe_run(self.one_at_a_time, self.policy, self.cache)
     }
 }
 

@@ -30,18 +30,7 @@ pub(super) fn start(
             .tokenizer
             .encode(&TextTokenizer::chat_prompt(prompt))?,
     };
-    if ids
-        .len()
-        .checked_add(max_new)
-        .is_none_or(|n| n > model.cfg.context)
-    {
-        return Err(crate::model::ModelError::PromptTooLong {
-            tokens: ids.len(),
-            max_new,
-            context: model.cfg.context,
-        }
-        .into());
-    }
+    model.cfg.check_fits(ids.len(), max_new)?;
     let mut session = Session::new(model, ids, max_new, sampler);
     session.probe.select = LayerSelect::All;
     session.top_k = 8;
