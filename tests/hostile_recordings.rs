@@ -26,6 +26,22 @@ const INTERESTING: [u64; 8] = [
 ];
 const FLOATS: [f64; 5] = [0.0, -1.0, 1e30, 4_294_967_295.0, 0.5];
 
+/// The header line a recorder writes (made once at `file`, which later cases replace).
+fn recording_header(file: &std::path::Path) -> String {
+    drop(Recorder::create(file, "m", Default::default()).unwrap());
+    std::fs::read_to_string(file).unwrap()
+}
+
+/// A recording: `header`, then one report per line.
+fn recording_text(header: &str, reports: &[Value]) -> String {
+    let mut text = header.to_string();
+    for v in reports {
+        text.push_str(&serde_json::to_string(v).unwrap());
+        text.push('\n');
+    }
+    text
+}
+
 /// Pointers to every number in a JSON value.
 fn numbers(v: &Value, at: String, out: &mut Vec<String>) {
     match v {
@@ -67,6 +83,7 @@ fn mutated_recordings_are_refused_or_drawn_without_panic() {
     assert!(paths.len() > 300, "{} numbers", paths.len());
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("m.jsonl");
+    let header = recording_header(&file);
     let (mut drawn, mut refused) = (0, 0);
     for (case, (which, p)) in paths.iter().enumerate() {
         let mut vals = base.clone();
@@ -78,23 +95,7 @@ fn mutated_recordings_are_refused_or_drawn_without_panic() {
             serde_json::json!(FLOATS[case % FLOATS.len()])
         };
         *slot = x.clone();
-        drop(
-            Recorder::create(
-                &file,
-                "m",
-                inferlab::files::WriteRules {
-                    force: true,
-                    inputs: &[],
-                },
-            )
-            .unwrap(),
-        );
-        let mut text = std::fs::read_to_string(&file).unwrap();
-        for v in &vals {
-            text.push_str(&serde_json::to_string(v).unwrap());
-            text.push('\n');
-        }
-        std::fs::write(&file, text).unwrap();
+        std::fs::write(&file, recording_text(&header, &vals)).unwrap();
         let rec = match recording::read(&file) {
             Ok(r) => r,
             Err(e) => {
@@ -172,6 +173,7 @@ fn counts_beyond_what_a_session_produces_are_refused_by_line() {
         .collect();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("c.jsonl");
+    let header = recording_header(&file);
     let huge = serde_json::json!(1u64 << 40);
     let cases: [(&str, Value); 7] = [
         ("/serve/step/memory/capacity_tokens", huge.clone()),
@@ -185,24 +187,7 @@ fn counts_beyond_what_a_session_produces_are_refused_by_line() {
     for (p, x) in cases {
         let mut vals = base.clone();
         *vals[1].pointer_mut(p).unwrap_or_else(|| panic!("{p}")) = x;
-        let mut text = String::new();
-        drop(
-            Recorder::create(
-                &file,
-                "m",
-                inferlab::files::WriteRules {
-                    force: true,
-                    inputs: &[],
-                },
-            )
-            .unwrap(),
-        );
-        text.push_str(&std::fs::read_to_string(&file).unwrap());
-        for v in &vals {
-            text.push_str(&serde_json::to_string(v).unwrap());
-            text.push('\n');
-        }
-        std::fs::write(&file, text).unwrap();
+        std::fs::write(&file, recording_text(&header, &vals)).unwrap();
         let Err(e) = recording::read(&file) else {
             panic!("{p} was read as a valid recording");
         };
@@ -234,19 +219,12 @@ fn exports_of_mutated_recordings_stay_within_the_memory_bound() {
     }
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("r.jsonl");
-    let header = {
-        drop(Recorder::create(&file, "m", Default::default()).unwrap());
-        std::fs::read_to_string(&file).unwrap()
-    };
+    let header = recording_header(&file);
     // Every 12th number, set to the largest interesting values.
     for (case, (which, p)) in paths.iter().enumerate().step_by(12) {
         let mut vals = base.clone();
         *vals[*which].pointer_mut(p).unwrap() = serde_json::json!(INTERESTING[5 + case % 3]);
-        let mut text = header.clone();
-        for v in &vals {
-            text.push_str(&serde_json::to_string(v).unwrap());
-            text.push('\n');
-        }
+        let text = recording_text(&header, &vals);
         std::fs::write(&file, &text).unwrap();
         let limit = (text.len() as u64) * 4 + (1 << 30);
         for pane in ["kv", "batch", "sink"] {
