@@ -16,6 +16,7 @@ pub mod model;
 pub mod report;
 pub mod screen;
 pub mod serve;
+pub mod settings;
 pub mod sink;
 pub mod ui;
 pub mod views;

@@ -2,8 +2,9 @@
 //! recordings read the same structs.
 
 use crate::model::session::StepInfo;
-use crate::model::{LlamaConfig, RunOptions};
+use crate::model::LlamaConfig;
 use crate::serve::{CacheKind, Policy, ServeStep};
+use crate::settings::Settings;
 use serde::{Deserialize, Serialize};
 
 /// The KV cache of the request as the store reports it.
@@ -34,7 +35,10 @@ pub struct StepReport {
     /// Iterations since the engine started (survives prompt changes).
     pub iteration: usize,
     pub cfg: LlamaConfig,
-    pub run: RunOptions,
+    /// What the worker ran this iteration under: every pane's title reads these, so a
+    /// title names what its body was computed with (the user's newer choices apply from
+    /// the next report on).
+    pub settings: Settings,
     pub prompt: String,
     /// Every token of the sequence so far as printable pieces (prompt, then generated).
     pub pieces: Vec<String>,
@@ -80,17 +84,6 @@ pub struct BesideView {
     /// Positions compared so far, and at how many its top token was the live one's.
     pub compared: usize,
     pub agreed: usize,
-}
-
-/// A serving run in words: "continuous batching · paged kv", or "one at a time · paged
-/// kv" for the same requests in batches of one.
-pub fn describe_run(one_at_a_time: bool, policy: Policy, cache: CacheKind) -> String {
-    let how = if one_at_a_time {
-        "one at a time".to_string()
-    } else {
-        format!("{policy:?} batching")
-    };
-    format!("{how} · {cache:?} KV").to_lowercase()
 }
 
 /// Iterations both serving runs must have run before their speeds are compared: the
@@ -286,7 +279,12 @@ impl ServeView {
     /// "continuous batching · paged kv", or "one at a time · paged kv": what the run
     /// did, as the serving panes title it.
     pub fn describe(&self) -> String {
-        describe_run(self.max_batch == 1, self.policy, self.cache)
+        crate::settings::ServingRun {
+            policy: self.policy,
+            cache: self.cache,
+            one_at_a_time: self.max_batch == 1,
+        }
+        .describe()
     }
 
     /// The run's counts against themselves, for a view read from a recording.

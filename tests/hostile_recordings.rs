@@ -132,7 +132,7 @@ fn draw_everything(reports: Vec<inferlab::worker::StepReport>) -> usize {
     let theme = Theme {
         mode: ColorMode::None,
     };
-    let mut app = App::new(reports[0].run);
+    let mut app = App::new(reports[0].settings.run);
     app.replaying = true;
     app.on_event(Event::Ready { model: "m".into() });
     for r in reports {

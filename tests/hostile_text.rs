@@ -208,7 +208,7 @@ fn a_lesson_layer_the_model_lacks_is_clamped_and_said() {
     use inferlab::ui::live::Setting;
     use inferlab::worker::Event;
     let r = common::fixture::report();
-    let mut app = App::new(r.run);
+    let mut app = App::new(r.settings.run);
     app.on_event(Event::Ready { model: "m".into() });
     // As a lesson's `set: layer=29 head=8` does before the first report.
     app.update(Action::Set(Setting::Layer(29)));

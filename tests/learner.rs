@@ -30,8 +30,6 @@ struct Learner {
     app: App,
     tx: Sender<Command>,
     rx: Receiver<Event>,
-    focus_sent: usize,
-    lens_sent: bool,
     /// Iterations the learner ran (space, or an answer that runs one).
     iterations: usize,
     small: Terminal<TestBackend>,
@@ -55,8 +53,6 @@ impl Learner {
             app: App::new(run),
             tx,
             rx,
-            focus_sent: usize::MAX,
-            lens_sent: false,
             iterations: 0,
             small: Terminal::new(TestBackend::new(80, 24)).unwrap(),
             large: Terminal::new(TestBackend::new(200, 60)).unwrap(),
@@ -79,33 +75,28 @@ impl Learner {
     }
 
     /// Sends commands as the event loop does, then takes the engine's answer to each
-    /// one that has one, so the app is settled when this returns.
+    /// one (to an `Apply`, everything up to its `Applied`), so the app is settled when
+    /// this returns.
     fn send(&mut self, mut cmds: Vec<Command>) {
         // The event loop tells the engine the layer on screen and whether the lens is.
-        if self.app.layer != self.focus_sent {
-            self.focus_sent = self.app.layer;
-            cmds.insert(0, Command::Focus(self.app.layer));
-        }
-        let lens = self.app.lens_shown || self.app.focus == Pane::Lens;
-        if lens != self.lens_sent {
-            self.lens_sent = lens;
-            cmds.insert(0, Command::SetLens(lens));
-        }
-        let answers = cmds
-            .iter()
-            .filter(|c| !matches!(c, Command::Focus(_) | Command::SetLens(_)))
-            .count();
+        cmds.splice(0..0, self.app.watch_command());
         self.iterations += cmds.iter().filter(|c| matches!(c, Command::Step)).count();
-        for c in cmds {
-            self.tx.send(c).unwrap();
+        for c in &cmds {
+            self.tx.send(c.clone()).unwrap();
         }
         let t0 = Instant::now();
-        for _ in 0..answers {
-            let e = self.recv(t0);
-            if let Event::Died(why) = &e {
-                panic!("the engine died: {why}");
+        for c in cmds {
+            loop {
+                let e = self.recv(t0);
+                if let Event::Died(why) = &e {
+                    panic!("the engine died: {why}");
+                }
+                let last = !matches!(c, Command::Apply(_)) || matches!(e, Event::Applied(_));
+                self.app.on_event(e);
+                if last {
+                    break;
+                }
             }
-            self.app.on_event(e);
         }
     }
 
@@ -155,9 +146,13 @@ impl Learner {
             Pane::Heads => " heads · ",
             Pane::Output => " output · ",
             Pane::Kv => " KV cache · ",
-            Pane::Serving if self.app.sink => " attention sink",
+            Pane::Serving if self.app.settings.sink => " attention sink",
             // Side by side, a narrow serving pane's title is its policy and cache alone.
-            Pane::Serving if self.app.compare == inferlab::ui::app::Compare::Off => " serving · ",
+            Pane::Serving
+                if self.app.settings.serving.compare == inferlab::ui::app::Compare::Off =>
+            {
+                " serving · "
+            }
             Pane::Serving => " · paged ",
             Pane::Forward => " forward pass ",
             Pane::Traffic => " memory traffic ",
@@ -169,13 +164,15 @@ impl Learner {
             (_, Pane::Heads) => &["q8"],
             (_, Pane::Output) => &["(greedy)", "drawn %"],
             (_, Pane::Kv) => &["utilization "],
-            (_, Pane::Serving) if self.app.sink => {
+            (_, Pane::Serving) if self.app.settings.sink => {
                 match self.app.report.as_ref().and_then(|r| r.sink.as_ref()) {
                     Some(_) => &["ppl"],
                     None => &[],
                 }
             }
-            (_, Pane::Serving) if self.app.compare != inferlab::ui::app::Compare::Off => {
+            (_, Pane::Serving)
+                if self.app.settings.serving.compare != inferlab::ui::app::Compare::Off =>
+            {
                 &["ratio after", "× the tokens/s"]
             }
             (_, Pane::Forward) => &[" ms"],
@@ -282,7 +279,7 @@ impl Learner {
                 assert!(
                     waited < 40,
                     "{at}: {kind:?} was never posed (app {:?}, report {:?}, status {})",
-                    self.app.run,
+                    self.app.settings.run,
                     self.app.report.as_ref().map(|r| (
                         r.info.layout,
                         r.recomputed,
@@ -298,12 +295,13 @@ impl Learner {
                     Predict::TopAfterTemperature if !self.app.report.as_ref().unwrap().finished => {
                         self.press(Action::CycleTemperature)
                     }
-                    Predict::FlopsWithoutCache if !self.app.kv_cache => {
+                    Predict::FlopsWithoutCache if !self.app.settings.request.kv_cache => {
                         self.press(Action::ToggleKvCache);
                         self.space();
                     }
                     Predict::UtilAfterContiguous
-                        if self.app.cache == inferlab::serve::CacheKind::Contiguous =>
+                        if self.app.settings.serving.cache
+                            == inferlab::serve::CacheKind::Contiguous =>
                     {
                         self.press(Action::ToggleCache)
                     }
@@ -579,7 +577,9 @@ fn the_same_tokens_run_beside_under_another_layout() {
         assert!(s.contains("beside MQA: top"), "{s}");
     }
     l.press(Action::CycleBeside);
-    assert!(l.app.beside.is_none() && l.app.report.as_ref().unwrap().beside.is_none());
+    assert!(
+        l.app.settings.request.beside.is_none() && l.app.report.as_ref().unwrap().beside.is_none()
+    );
     let [small, large] = l.screens();
     assert!(!small.contains("beside ") && !large.contains("beside "));
 }

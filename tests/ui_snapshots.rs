@@ -129,7 +129,7 @@ fn serving_pane_from_a_real_engine_on_the_tiny_model() {
     use inferlab::serve::CacheKind;
     for cache in [CacheKind::Paged, CacheKind::Contiguous] {
         let mut a = app();
-        a.cache = cache;
+        a.settings.serving.cache = cache;
         for r in common::fixture::serving_reports(cache, 6) {
             a.on_event(Event::Report(Box::new(r)));
         }
@@ -144,7 +144,7 @@ fn serving_pane_from_a_real_engine_on_the_tiny_model() {
 fn static_batching_draws_finished_rows_as_padding() {
     use inferlab::serve::{CacheKind, Policy};
     let mut a = app();
-    a.policy = Policy::Static;
+    a.settings.serving.policy = Policy::Static;
     for r in common::fixture::serving_reports_with(Policy::Static, CacheKind::Paged, 14) {
         a.on_event(Event::Report(Box::new(r)));
     }
@@ -191,7 +191,7 @@ fn a_lesson_step_sets_the_app_and_notices_the_task() {
     use inferlab::worker::Command;
     let mut a = tutor_app(4);
     // Step 1 of the heads lesson asks for GQA and sends its prompt.
-    assert_eq!(a.run.layout, HeadLayout::Gqa);
+    assert_eq!(a.settings.run.layout, HeadLayout::Gqa);
     assert_eq!(a.focus, inferlab::ui::app::Pane::Heads);
     // n: step 2, whose task is "switch to MHA".
     assert!(a.update(Action::NextStep).is_empty());
@@ -200,7 +200,7 @@ fn a_lesson_step_sets_the_app_and_notices_the_task() {
     // m cycles GQA → MQA → MHA; only then is the task done.
     assert!(matches!(
         a.update(Action::CycleLayout).as_slice(),
-        [Command::SetRun(_)]
+        [Command::Apply(_)]
     ));
     assert!(!a.task_done());
     a.update(Action::CycleLayout);
@@ -209,7 +209,7 @@ fn a_lesson_step_sets_the_app_and_notices_the_task() {
     a.update(Action::NextStep);
     let c = a.update(Action::NextStep);
     assert!(
-        matches!(c.as_slice(), [Command::SetRun(r)] if r.layout == HeadLayout::Gqa),
+        matches!(c.as_slice(), [Command::Apply(s)] if s.run.layout == HeadLayout::Gqa),
         "{c:?}"
     );
     // p goes back a step.
@@ -417,11 +417,43 @@ fn a_recording_round_trips_and_bad_ones_are_refused_by_name() {
     // Newer format, corrupt line, not a recording, empty.
     let text = std::fs::read_to_string(&path).unwrap();
     let newer = dir.path().join("newer.jsonl");
-    std::fs::write(&newer, text.replacen("\"version\":1", "\"version\":7", 1)).unwrap();
+    std::fs::write(
+        &newer,
+        text.replacen(
+            &format!("\"version\":{}", recording::VERSION),
+            "\"version\":7",
+            1,
+        ),
+    )
+    .unwrap();
     assert!(matches!(
         recording::read(&newer),
         Err(RecordingError::TooNew { found: 7, .. })
     ));
+    // A version 1 recording kept the head layout and kernel as `run`: it still replays.
+    let mut v1 = vec![text.lines().next().unwrap().replacen(
+        &format!("\"version\":{}", recording::VERSION),
+        "\"version\":1",
+        1,
+    )];
+    for l in text.lines().skip(1) {
+        let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+        let mut run = v["settings"]["run"].clone();
+        run["layout"] = "mha".into();
+        let o = v.as_object_mut().unwrap();
+        o.remove("settings");
+        o.insert("run".into(), run);
+        v1.push(v.to_string());
+    }
+    let old = dir.path().join("v1.jsonl");
+    std::fs::write(&old, v1.join("\n") + "\n").unwrap();
+    let back = recording::read(&old).unwrap();
+    assert_eq!(back.reports.len(), 3);
+    assert_eq!(back.reports[0].settings.run.layout, HeadLayout::Mha);
+    assert_eq!(
+        back.reports[0].settings.run.kernel,
+        report().settings.run.kernel
+    );
     // A broken line in the middle is an error naming file and line.
     let corrupt = dir.path().join("corrupt.jsonl");
     let lines: Vec<&str> = text.lines().collect();
@@ -544,7 +576,7 @@ fn the_sink_experiment_takes_the_serving_columns_and_outlives_the_request() {
     let mut a = app();
     assert!(matches!(
         a.update(Action::ToggleSink).as_slice(),
-        [Command::SetSink(true)]
+        [Command::Apply(s)] if s.sink
     ));
     let mut r = report();
     r.iteration = 4;
@@ -595,8 +627,8 @@ fn the_sink_experiment_takes_the_serving_columns_and_outlives_the_request() {
     let mut replay = app();
     replay.replaying = true;
     replay.on_event(Event::Report(Box::new(r.clone())));
-    assert!(replay.shows_sink() && !replay.sink);
-    assert!(replay.update(Action::ToggleSink).is_empty() && !replay.sink);
+    assert!(replay.shows_sink() && !replay.settings.sink);
+    assert!(replay.update(Action::ToggleSink).is_empty() && !replay.settings.sink);
     // The request has finished, but the experiment has text left: steps go on.
     assert!(matches!(a.request_step(), Some(Command::Step)));
     a.in_flight = false;
@@ -613,9 +645,8 @@ fn the_sink_experiment_takes_the_serving_columns_and_outlives_the_request() {
 fn a_replay_ignores_settings_keys_and_keeps_what_was_recorded() {
     let mut a = app();
     a.replaying = true;
-    let before_run = a.run;
+    let before = a.settings;
     let rows = a.history[0].weights.len();
-    let (cache, policy) = (a.cache, a.policy);
     for act in [
         Action::CycleLayout,
         Action::ToggleKernel,
@@ -627,8 +658,7 @@ fn a_replay_ignores_settings_keys_and_keeps_what_was_recorded() {
         assert!(a.update(act).is_empty(), "{act:?} sends nothing");
         assert!(a.status.contains("replay"), "{}", a.status);
     }
-    assert_eq!(a.run, before_run);
-    assert_eq!((a.cache, a.policy), (cache, policy));
+    assert_eq!(a.settings, before);
     assert_eq!(
         a.history[0].weights.len(),
         rows,
@@ -1034,7 +1064,7 @@ fn a_prediction_before_a_toggle_applies_the_toggle_and_grades_what_follows() {
     );
     let cmds = a.update(Action::Answer(3));
     assert!(
-        matches!(cmds.as_slice(), [Command::SetRun(r)] if r.layout == HeadLayout::Mha),
+        matches!(cmds.as_slice(), [Command::Apply(s)] if s.run.layout == HeadLayout::Mha),
         "{cmds:?}"
     );
     // The engine's answer: the request recomputed under MHA.
@@ -1048,7 +1078,7 @@ fn a_prediction_before_a_toggle_applies_the_toggle_and_grades_what_follows() {
     let mut a = lesson_app("?predict util_after_contiguous: Utilization after the switch?");
     let cmds = a.update(Action::Answer(3));
     assert!(
-        matches!(cmds.as_slice(), [Command::SetServe(s), Command::Step] if s.cache == inferlab::serve::CacheKind::Contiguous),
+        matches!(cmds.as_slice(), [Command::Apply(s), Command::Step] if s.serving.cache == inferlab::serve::CacheKind::Contiguous),
         "{cmds:?}"
     );
 }
@@ -1183,7 +1213,7 @@ fn a_prediction_about_static_batching_waits_for_the_iteration_that_shows_it() {
     );
     let cmds = a.update(Action::Answer(1));
     assert!(
-        matches!(cmds.as_slice(), [Command::SetServe(s), Command::Step] if s.policy == Policy::Static),
+        matches!(cmds.as_slice(), [Command::Apply(s), Command::Step] if s.serving.policy == Policy::Static),
         "{cmds:?}"
     );
     // A real static run of the tiny engine: iterations before any member is padding
@@ -1231,7 +1261,10 @@ fn a_lesson_opened_at_a_later_step_sets_what_walking_there_would_have() {
     // Step 4 names only compare=one_at_a_time; step 1 put the serving pane in front.
     assert_eq!(a.tutor.as_ref().unwrap().step, 3);
     assert_eq!(a.focus, inferlab::ui::app::Pane::Serving);
-    assert_eq!(a.compare, inferlab::ui::app::Compare::OneAtATime);
+    assert_eq!(
+        a.settings.serving.compare,
+        inferlab::ui::app::Compare::OneAtATime
+    );
 }
 
 #[test]
@@ -1239,14 +1272,15 @@ fn the_sampler_keys_set_temperature_and_top_p_and_the_output_shows_what_was_draw
     use inferlab::worker::Command;
     let mut a = app();
     let cmds = a.update(Action::CycleTemperature);
-    let [Command::SetSampler(cfg)] = cmds.as_slice() else {
+    let [Command::Apply(s)] = cmds.as_slice() else {
         panic!("{cmds:?}")
     };
+    let cfg = s.request.sampler;
     assert_eq!((cfg.temperature, cfg.top_p), (0.7, 0.9));
     a.update(Action::CycleTopP);
-    assert_eq!(a.sampler.top_p, 0.5);
+    assert_eq!(a.settings.request.sampler.top_p, 0.5);
     let mut r = report();
-    r.info.sampler = a.sampler;
+    r.info.sampler = a.settings.request.sampler;
     r.info.top_k[0].drawn = 0.75;
     a.on_event(Event::Report(Box::new(r)));
     let mut term = Terminal::new(TestBackend::new(60, 12)).unwrap();
@@ -1274,10 +1308,26 @@ fn space_pressed_while_an_iteration_runs_is_kept_and_a_restart_drops_the_old_run
         a.steps_queued, 2,
         "two presses wait for the running iteration"
     );
-    // c restarts the serving run: the old run's pages are not drawn under the new title.
-    assert!(a.report.as_ref().unwrap().serve.is_some());
+    // c restarts the serving run: the old run's pages are not drawn under the new title;
+    // the pane names the new run and waits for its first iteration.
+    a.update(Action::Set(inferlab::ui::app::Setting::Focus(
+        inferlab::ui::app::Pane::Serving,
+    )));
+    let before = format!("{:?}", render_app(&a, 200, 60));
+    assert!(
+        before.contains("paged kv") && !before.contains("starts at the next"),
+        "{before}"
+    );
     a.update(Action::ToggleCache);
-    assert!(a.report.as_ref().unwrap().serve.is_none());
+    let after = format!("{:?}", render_app(&a, 200, 60));
+    assert!(
+        after.contains("contiguous kv") && after.contains("this run starts at the next iteration"),
+        "{after}"
+    );
+    assert!(
+        a.report.as_ref().unwrap().serve.is_some(),
+        "the report itself is what ran"
+    );
     a.on_event(Event::Idle("nothing left".into()));
     assert_eq!(a.steps_queued, 0);
 }
@@ -1351,7 +1401,8 @@ fn a_prediction_answered_during_an_iteration_is_graded_by_one_that_shows_its_set
     a.in_flight = true;
     let cmds = a.update(Action::Answer(3));
     assert!(
-        cmds.iter().any(|c| matches!(c, Command::SetSampler(_))),
+        cmds.iter()
+            .any(|c| matches!(c, Command::Apply(s) if s.request.sampler.temperature > 0.0)),
         "{cmds:?}"
     );
     assert_eq!(
@@ -1385,7 +1436,7 @@ fn after_c_the_serving_title_names_what_its_body_draws_until_the_new_run_reports
     }
     let cmds = a.update(Action::ToggleCache);
     assert!(!cmds.is_empty(), "c asks the engine for the other cache");
-    assert_eq!(a.cache, CacheKind::Contiguous);
+    assert_eq!(a.settings.serving.cache, CacheKind::Contiguous);
     let draw = |a: &App| {
         let mut term = Terminal::new(TestBackend::new(70, 16)).unwrap();
         term.draw(|f| panes::serving::render(a, &THEME, f.area(), f.buffer_mut()))
@@ -1393,10 +1444,13 @@ fn after_c_the_serving_title_names_what_its_body_draws_until_the_new_run_reports
         format!("{:?}", term.backend())
     };
     // The paged run's picture is gone with it: no title of one run over the body of the
-    // other while the new run starts.
+    // other while the new run starts (the report itself stays what it was).
     let before = draw(&a);
-    assert!(before.contains("runs here"), "{before}");
-    assert!(!before.contains("paged kv"), "{before}");
+    assert!(before.contains("starts at the next iteration"), "{before}");
+    assert!(
+        !before.contains("paged kv") && before.contains("contiguous kv"),
+        "{before}"
+    );
     // The contiguous run's first report changes both.
     for r in common::fixture::serving_reports(CacheKind::Contiguous, 1) {
         a.on_event(Event::Report(Box::new(r)));
@@ -1413,7 +1467,7 @@ fn the_header_names_the_settings_the_report_on_screen_ran_under() {
     let mut r = common::fixture::report();
     // A report computed under MHA with sampling and no cache, as a replay shows it while
     // the app's own settings are the defaults.
-    r.run.layout = HeadLayout::Mha;
+    r.settings.run.layout = HeadLayout::Mha;
     r.info.sampler.temperature = 0.7;
     r.info.no_cache = true;
     a.on_event(Event::Report(Box::new(r)));
@@ -1445,19 +1499,38 @@ fn w_with_the_lens_shown_brings_the_attention_pane_back() {
 #[test]
 fn the_comparison_title_names_the_run_its_body_draws() {
     use inferlab::serve::CacheKind;
-    use inferlab::ui::live::Compare;
+    use inferlab::settings::Compare;
+    let draw = |a: &App| {
+        let mut term = Terminal::new(TestBackend::new(90, 16)).unwrap();
+        term.draw(|f| panes::serving::render_compare(a, &THEME, f.area(), f.buffer_mut()))
+            .unwrap();
+        format!("{:?}", term.backend())
+    };
+    // The report on screen ran the same requests one at a time beside the main run.
     let mut a = app();
-    // The app now asks for the other cache, but the report on screen holds the run of
-    // the same requests one at a time (as after a switch, or in history).
-    a.compare = Compare::Cache;
     let mut r = common::fixture::serving_reports(CacheKind::Paged, 1).remove(0);
     let mut b = r.serve.clone().unwrap();
     b.max_batch = 1;
     r.serve_b = Some(b);
+    r.settings.serving.compare = Compare::OneAtATime;
+    a.settings.serving.compare = Compare::OneAtATime;
     a.on_event(Event::Report(Box::new(r)));
-    let mut term = Terminal::new(TestBackend::new(90, 16)).unwrap();
-    term.draw(|f| panes::serving::render_compare(&a, &THEME, f.area(), f.buffer_mut()))
-        .unwrap();
-    let s = format!("{:?}", term.backend());
+    let s = draw(&a);
+    assert!(
+        s.contains("one at a time") && !s.contains("starts at the next"),
+        "{s}"
+    );
+    // Live, the user now asks for the other cache: the title names that run and the body
+    // waits for its first iteration instead of drawing the old run under the new name.
+    a.settings.serving.compare = Compare::Cache;
+    let s = draw(&a);
+    assert!(
+        s.contains("contiguous") && !s.contains("one at a time"),
+        "{s}"
+    );
+    assert!(s.contains("starts at the next"), "{s}");
+    // In a replay (or history) the report's own run is what is shown.
+    a.replaying = true;
+    let s = draw(&a);
     assert!(s.contains("one at a time"), "{s}");
 }

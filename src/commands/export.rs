@@ -142,7 +142,8 @@ fn format_of(a: &Args) -> Result<ImageFormat> {
 /// The same state the app would have reached at iteration `want`, built by the app's own
 /// event handling, with the layer, head and values asked for.
 fn replay_to(a: &Args, rec: Recording, want: usize) -> App {
-    let mut app = App::new(rec.reports[0].run);
+    let mut app = App::new(rec.reports[0].settings.run);
+    app.settings = rec.reports[0].settings;
     app.on_event(Event::Ready {
         model: rec.header.model,
     });

@@ -54,7 +54,7 @@ pub fn render(src: &Source) -> Result<String, ExportError> {
         &format!(
             "{} · {} layout · iteration {} · {} prompt + {} generated tokens · rows: queries, columns: keys",
             r.cfg.architecture,
-            r.run.layout,
+            r.settings.run.layout,
             r.iteration,
             v.prompt_len.min(n),
             n.saturating_sub(v.prompt_len)

@@ -27,7 +27,7 @@ pub fn render(r: &StepReport, selected: usize) -> Result<String, ExportError> {
         "start",
         &format!(
             "Heads · {} · {nq} query heads read {n_kv} KV head(s)",
-            r.run.layout
+            r.settings.run.layout
         ),
         0.0,
     );

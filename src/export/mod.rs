@@ -16,7 +16,7 @@ pub mod traffic;
 
 use crate::report::StepReport;
 use crate::screen::Pane;
-use crate::serve::{CacheKind, Policy, ReqPhase};
+use crate::serve::ReqPhase;
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 
@@ -31,8 +31,7 @@ pub struct Scene<'a> {
     /// The batching timeline: per iteration, each request's phase.
     pub timeline: &'a VecDeque<Vec<(u64, ReqPhase)>>,
     /// The app's settings, for a timeline without a serving report.
-    pub policy: Policy,
-    pub cache: CacheKind,
+    pub settings: crate::settings::Settings,
     /// Earlier reports, oldest first (the roofline's prefill and decode points).
     pub past: &'a VecDeque<Box<StepReport>>,
     /// This machine's limits, when measured.
@@ -167,7 +166,7 @@ pub fn render_svg(app: &Scene, pane: ExportPane) -> Result<String, ExportError> 
                 .serve
                 .as_ref()
                 .map(|s| (s.policy, s.cache))
-                .unwrap_or((app.policy, app.cache));
+                .unwrap_or((app.settings.serving.policy, app.settings.serving.cache));
             let title = format!("Batching timeline · {policy:?} batching · {cache:?} KV cache")
                 .to_lowercase();
             timeline::render(&title, app.timeline)

@@ -40,7 +40,7 @@ pub struct Step {
     /// Line of the `## ` heading, 1-based.
     pub line: usize,
     pub prose: String,
-    pub set: Settings,
+    pub set: StepSettings,
     /// A new request for the live model, sent when the step opens.
     pub prompt: Option<String>,
     /// What the user should notice, shown highlighted.
@@ -51,13 +51,13 @@ pub struct Step {
 
 /// The app state a step sets; `None` leaves a setting as the user had it.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Settings {
+pub struct StepSettings {
     pub focus: Option<Pane>,
     pub layout: Option<HeadLayout>,
     pub cache: Option<CacheKind>,
     pub policy: Option<Policy>,
     pub attention: Option<Kernel>,
-    pub compare: Option<CompareName>,
+    pub compare: Option<Compare>,
     pub values: Option<Values>,
     pub layer: Option<usize>,
     pub head: Option<usize>,
@@ -73,11 +73,11 @@ pub struct Settings {
     pub kv_cache: Option<bool>,
 }
 
-impl Settings {
+impl StepSettings {
     /// These settings over `earlier` ones: what a learner who walked both steps in order
     /// has (a later step's value wins).
-    pub fn over(&self, earlier: &Settings) -> Settings {
-        Settings {
+    pub fn over(&self, earlier: &StepSettings) -> StepSettings {
+        StepSettings {
             focus: self.focus.or(earlier.focus),
             layout: self.layout.or(earlier.layout),
             cache: self.cache.or(earlier.cache),
@@ -103,15 +103,7 @@ pub enum Kernel {
     Tiled,
 }
 
-/// What the side-by-side serving view compares.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CompareName {
-    Off,
-    Cache,
-    Policy,
-    /// The same requests served one at a time.
-    OneAtATime,
-}
+pub use crate::settings::Compare;
 
 /// What the heatmap shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -402,11 +394,11 @@ pub const POLICIES: [(&str, Policy); 2] = [
     ("static", Policy::Static),
 ];
 pub const KERNELS: [(&str, Kernel); 2] = [("naive", Kernel::Naive), ("tiled", Kernel::Tiled)];
-pub const COMPARES: [(&str, CompareName); 4] = [
-    ("off", CompareName::Off),
-    ("cache", CompareName::Cache),
-    ("policy", CompareName::Policy),
-    ("one_at_a_time", CompareName::OneAtATime),
+pub const COMPARES: [(&str, Compare); 4] = [
+    ("off", Compare::Off),
+    ("cache", Compare::Cache),
+    ("policy", Compare::Policy),
+    ("one_at_a_time", Compare::OneAtATime),
 ];
 pub const VALUES: [(&str, Values); 2] = [("weights", Values::Weights), ("scores", Values::Scores)];
 pub const WORKLOADS: [(&str, AppWorkload); 2] =

@@ -367,7 +367,7 @@ impl Parser<'_> {
         lesson.steps.push(s);
     }
 
-    fn settings(&mut self, n: usize, value: &str, set: &mut Settings) {
+    fn settings(&mut self, n: usize, value: &str, set: &mut StepSettings) {
         for pair in value.split_whitespace() {
             let Some((k, v)) = pair.split_once('=') else {
                 self.err(n, format!("`{pair}` should be key=value"));
@@ -392,7 +392,7 @@ impl Parser<'_> {
 }
 
 /// Sets `key` to `value` in `set`, or says what is wrong.
-fn setting(set: &mut Settings, key: &str, value: &str) -> Result<(), String> {
+fn setting(set: &mut StepSettings, key: &str, value: &str) -> Result<(), String> {
     fn pick<T: Copy>(list: &[(&str, T)], what: &str, value: &str) -> Result<Option<T>, String> {
         word(list, value)
             .map(Some)

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 
 /// Request-level (static) or iteration-level (continuous) batching.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Policy {
     /// Take up to B requests, run until all have finished, then take the next B. The batch
@@ -20,17 +20,39 @@ pub enum Policy {
     /// until the longest one finishes, and only then do they all leave.
     Static,
     /// Every iteration finished requests leave and waiting ones join (ORCA).
+    #[default]
     Continuous,
 }
 
+impl Policy {
+    /// Static ↔ continuous.
+    pub fn other(self) -> Self {
+        match self {
+            Policy::Static => Policy::Continuous,
+            Policy::Continuous => Policy::Static,
+        }
+    }
+}
+
 /// How KV memory is handed out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CacheKind {
     /// Each request reserves prompt + max new tokens up front.
     Contiguous,
     /// Pages on demand from a shared pool.
+    #[default]
     Paged,
+}
+
+impl CacheKind {
+    /// Paged ↔ contiguous.
+    pub fn other(self) -> Self {
+        match self {
+            CacheKind::Paged => CacheKind::Contiguous,
+            CacheKind::Contiguous => CacheKind::Paged,
+        }
+    }
 }
 
 /// How much a contiguous cache reserves per request when it is admitted.

@@ -131,13 +131,24 @@ mod tests {
 }
 
 /// Which requests the app's serving engine runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum AppWorkload {
     /// Ten short chat prompts in a small KV budget: batching and paging at work.
     #[default]
     Chat,
     /// The eight parts of a long story at once: the batch's cache outgrows the weights.
     Long,
+}
+
+impl AppWorkload {
+    /// Chat ↔ the long story.
+    pub fn other(self) -> Self {
+        match self {
+            AppWorkload::Chat => AppWorkload::Long,
+            AppWorkload::Long => AppWorkload::Chat,
+        }
+    }
 }
 
 // ---- The app's two workloads (what the serving pane and the lessons run) ----

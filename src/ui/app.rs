@@ -3,13 +3,14 @@
 
 use super::tutor::{Reply, Tutor};
 use crate::model::sampler::{TEMPERATURES, TOP_PS};
-use crate::model::{AttnKernel, HeadLayout, RunOptions, SamplerConfig};
-use crate::serve::{CacheKind, Policy, ReqPhase};
-use crate::worker::{AppWorkload, Command, Event, OtherRun, ServeSetup, StepReport};
+use crate::model::RunOptions;
+use crate::serve::ReqPhase;
+use crate::settings::{next_layout, other_kernel, Settings, Watch};
+use crate::worker::{Command, Event, StepReport};
 use std::collections::VecDeque;
 
 /// Everything the user can ask for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Action {
     Step,
     ToggleRun,
@@ -76,8 +77,11 @@ pub enum Action {
     Backspace,
     Submit,
     Cancel,
-    /// A lesson step's setting, applied as if the user had chosen it.
+    /// A lesson step's view setting, applied as if the user had chosen it.
     Set(Setting),
+    /// A lesson step's settings, applied as if the user had chosen them (what the
+    /// screen watches stays as the screen has it).
+    Apply(Settings),
     Quit,
 }
 
@@ -105,33 +109,12 @@ fn needs_model(a: Action) -> bool {
             | Action::CycleTopP
             | Action::ToggleKvCache
             | Action::CycleBeside
-            | Action::Set(
-                Setting::Temperature(_)
-                    | Setting::KvCache(_)
-                    | Setting::Layout(_)
-                    | Setting::Kernel(_)
-                    | Setting::Serve(..)
-                    | Setting::Sink(_)
-                    | Setting::Workload(_)
-            )
+            | Action::Apply(_)
     )
 }
 
-fn flip_cache(c: CacheKind) -> CacheKind {
-    match c {
-        CacheKind::Paged => CacheKind::Contiguous,
-        CacheKind::Contiguous => CacheKind::Paged,
-    }
-}
-
-fn flip_policy(p: Policy) -> Policy {
-    match p {
-        Policy::Continuous => Policy::Static,
-        Policy::Static => Policy::Continuous,
-    }
-}
-
-pub use super::live::{Compare, LiveState, Pane, Setting};
+pub use super::live::{LiveState, Pane, Setting};
+pub use crate::settings::Compare;
 
 /// Most space presses kept while an iteration runs.
 pub const MAX_QUEUED_STEPS: usize = 64;
@@ -217,8 +200,6 @@ pub struct App {
     pub scroll: usize,
     /// Show the ranked list of what the bottom heatmap row attends to instead of the heatmap.
     pub looks_at: bool,
-    /// The attention-sink experiment runs beside the request.
-    pub sink: bool,
     /// The memory-traffic pane holds the forward pane's place.
     pub traffic_shown: bool,
     /// The logit lens holds the attention pane's place.
@@ -243,19 +224,10 @@ pub struct App {
     /// Space presses that came while an iteration ran, run one after another.
     pub steps_queued: usize,
     pub input: Option<String>,
-    pub run: RunOptions,
-    /// How the live request picks its tokens (greedy by default).
-    pub sampler: SamplerConfig,
-    /// The live request keeps a KV cache (off: every step recomputes the sequence).
-    pub kv_cache: bool,
-    /// The head layout whose view of the same tokens is shown beside the live one.
-    pub beside: Option<HeadLayout>,
-    pub policy: Policy,
-    pub cache: CacheKind,
-    pub workload: AppWorkload,
+    /// What the user asked for; each report says what the worker ran under.
+    pub settings: Settings,
     /// Per serving iteration: each request's phase (newest last).
     pub timeline: VecDeque<Vec<(u64, ReqPhase)>>,
-    pub compare: Compare,
     pub timeline_b: VecDeque<Vec<(u64, ReqPhase)>>,
     /// Every report of the session, oldest first, within [`MAX_PAST_BYTES`].
     pub past: VecDeque<Box<StepReport>>,
@@ -292,7 +264,6 @@ impl App {
             show_scores: false,
             scroll: 0,
             looks_at: false,
-            sink: false,
             traffic_shown: false,
             lens_shown: false,
             selected_req: None,
@@ -308,15 +279,11 @@ impl App {
             in_flight: false,
             steps_queued: 0,
             input: None,
-            run,
-            sampler: SamplerConfig::default(),
-            kv_cache: true,
-            beside: None,
-            policy: Policy::Continuous,
-            cache: CacheKind::Paged,
-            workload: AppWorkload::Chat,
+            settings: Settings {
+                run,
+                ..Settings::default()
+            },
             timeline: VecDeque::new(),
-            compare: Compare::Off,
             timeline_b: VecDeque::new(),
             past: VecDeque::new(),
             past_bytes: 0,
@@ -343,20 +310,12 @@ impl App {
     pub fn live(&self) -> LiveState<'_> {
         LiveState {
             report: self.report.as_deref(),
+            settings: self.settings,
             layer: self.layer,
             head: self.head,
-            layout: self.run.layout,
-            kernel: self.run.kernel,
-            policy: self.policy,
-            cache: self.cache,
-            compare: self.compare,
-            workload: self.workload,
             focus: self.focus,
             show_scores: self.show_scores,
-            sink: self.sink,
             prompt_queued: self.prompt_queued,
-            sampler: self.sampler,
-            kv_cache: self.kv_cache,
         }
     }
 
@@ -453,7 +412,10 @@ impl App {
                 }
                 self.request_step().into_iter().collect()
             }
-            _ if needs_model(a) && a != Action::StartInput => self.setting(a).into_iter().collect(),
+            _ if needs_model(a) && a != Action::StartInput => match self.asked_settings(a) {
+                Some(new) => self.change_settings(new),
+                None => Vec::new(),
+            },
             _ => {
                 self.view_action(a);
                 Vec::new()
@@ -558,147 +520,70 @@ impl App {
         }
     }
 
-    /// The live request's own settings, which change nothing else: its sampler, its KV
-    /// cache on or off, the head layout run beside it.
-    fn live_request_setting(&mut self, a: Action) -> Option<Command> {
-        if let Some(cfg) = self.sampler_for(a) {
-            self.sampler = cfg;
-            return Some(Command::SetSampler(cfg));
-        }
-        let kv_cache = match a {
-            Action::ToggleKvCache => Some(!self.kv_cache),
-            Action::Set(Setting::KvCache(on)) => Some(on),
-            _ => None,
-        };
-        if let Some(on) = kv_cache.filter(|&on| on != self.kv_cache) {
-            self.kv_cache = on;
-            return Some(Command::SetKvCache(on));
-        }
-        if a == Action::CycleBeside {
-            // The layouts other than the live one, then off again.
-            let others: Vec<HeadLayout> = HeadLayout::ALL
-                .into_iter()
-                .filter(|&l| l != self.run.layout)
-                .collect();
-            let next = match self
-                .beside
-                .and_then(|b| others.iter().position(|&l| l == b))
-            {
-                None => others.first().copied(),
-                Some(i) => others.get(i + 1).copied(),
-            };
-            self.beside = next;
-            if next.is_none() {
-                if let Some(r) = self.report.as_mut() {
-                    r.beside = None;
-                }
-            }
-            return Some(Command::SetBeside(next));
-        }
-        None
-    }
-
-    /// Settings the engine must apply: head layout, kernel, serving cache and policy, the
-    /// side-by-side comparison, the sink experiment, the sampler.
-    fn setting(&mut self, a: Action) -> Option<Command> {
-        if let Some(c) = self.live_request_setting(a) {
-            return Some(c);
-        }
-        let mut run = self.run;
-        let (mut policy, mut cache, mut compare) = (self.policy, self.cache, self.compare);
-        let (mut sink, mut workload) = (self.sink, self.workload);
-        match a {
-            Action::CycleLayout => {
-                let i = HeadLayout::ALL
-                    .iter()
-                    .position(|l| *l == run.layout)
-                    .unwrap_or(1);
-                run.layout = HeadLayout::ALL[(i + 1) % HeadLayout::ALL.len()];
-            }
-            Action::ToggleKernel => {
-                run.kernel = match run.kernel {
-                    AttnKernel::Naive => AttnKernel::Tiled {
-                        sram_bytes: crate::model::flash::A100_SRAM_BYTES,
-                    },
-                    AttnKernel::Tiled { .. } => AttnKernel::Naive,
-                }
-            }
-            Action::ToggleCache => cache = flip_cache(cache),
-            Action::TogglePolicy => policy = flip_policy(policy),
-            Action::CycleCompare => {
-                compare = match compare {
-                    Compare::Off => Compare::Cache,
-                    Compare::Cache => Compare::Policy,
-                    Compare::Policy => Compare::OneAtATime,
-                    Compare::OneAtATime => Compare::Off,
-                }
-            }
-            Action::ToggleSink => sink = !sink,
-            Action::ToggleWorkload => {
-                workload = match workload {
-                    AppWorkload::Chat => AppWorkload::Long,
-                    AppWorkload::Long => AppWorkload::Chat,
-                }
-            }
-            Action::Set(Setting::Workload(w)) => workload = w,
-            Action::Set(Setting::Layout(l)) => run.layout = l,
-            Action::Set(Setting::Kernel(k)) => run.kernel = k,
-            Action::Set(Setting::Serve(p, c, cmp)) => (policy, cache, compare) = (p, c, cmp),
-            Action::Set(Setting::Sink(on)) => sink = on,
-            _ => {}
-        }
-        if run != self.run {
-            self.run = run;
-            self.steps_queued = 0;
-            // A layout beside the live one that has become the live one is no comparison:
-            // the worker drops it too.
-            if self.beside == Some(run.layout) {
-                self.beside = None;
-            }
-            self.history.clear();
-            // The engine restarts the serving runs under the new layout.
-            self.timeline.clear();
-            self.timeline_b.clear();
-            return Some(Command::SetRun(run));
-        }
-        let serve = (policy, cache, compare, workload);
-        if serve != (self.policy, self.cache, self.compare, self.workload) {
-            (self.policy, self.cache, self.compare, self.workload) = serve;
-            self.timeline.clear();
-            self.timeline_b.clear();
-            // The old run's views would be drawn (and quoted, and asked about) under the
-            // new run's titles until the next step: the serving panes wait for it instead.
-            if let Some(r) = self.report.as_mut() {
-                (r.serve, r.serve_b) = (None, None);
-            }
-            return Some(Command::SetServe(ServeSetup {
-                policy,
-                cache,
-                other: self.other(),
-                workload,
-            }));
-        }
-        if sink != self.sink {
-            self.sink = sink;
-            return Some(Command::SetSink(sink));
-        }
-        None
-    }
-
-    /// The sampler an action asks for, if it is about the sampler.
-    fn sampler_for(&self, a: Action) -> Option<SamplerConfig> {
+    /// The settings an action asks for, if it is about them.
+    fn asked_settings(&self, a: Action) -> Option<Settings> {
+        let mut s = self.settings;
+        let (serving, request) = (&mut s.serving, &mut s.request);
         let next = |list: &[f32], now: f32| {
             let i = list.iter().position(|&x| (x - now).abs() < 1e-6);
             list[i.map_or(0, |i| (i + 1) % list.len())]
         };
-        let mut cfg = self.sampler;
         match a {
-            Action::CycleTemperature => cfg.temperature = next(&TEMPERATURES, cfg.temperature),
-            Action::CycleTopP => cfg.top_p = next(&TOP_PS, cfg.top_p),
-            Action::Set(Setting::Temperature(tenths)) => cfg.temperature = f32::from(tenths) / 10.0,
+            Action::CycleLayout => s.run.layout = next_layout(s.run.layout),
+            Action::ToggleKernel => s.run.kernel = other_kernel(s.run.kernel),
+            Action::ToggleCache => serving.cache = serving.cache.other(),
+            Action::TogglePolicy => serving.policy = serving.policy.other(),
+            Action::CycleCompare => serving.compare = serving.compare.next(),
+            Action::ToggleWorkload => serving.workload = serving.workload.other(),
+            Action::ToggleSink => s.sink = !s.sink,
+            Action::ToggleKvCache => request.kv_cache = !request.kv_cache,
+            Action::CycleBeside => request.beside = self.settings.next_beside(),
+            Action::CycleTemperature => {
+                request.sampler.temperature = next(&TEMPERATURES, request.sampler.temperature)
+            }
+            Action::CycleTopP => request.sampler.top_p = next(&TOP_PS, request.sampler.top_p),
+            Action::Apply(new) => {
+                s = Settings {
+                    watch: s.watch,
+                    ..new
+                }
+            }
             _ => return None,
         }
-        Some(cfg)
+        Some(s.settled())
+    }
+
+    /// Takes new settings: what the app keeps of the old ones' output goes (a new layout
+    /// starts the heatmap rows again, a restarted workload its timelines), and one
+    /// command tells the worker.
+    fn change_settings(&mut self, new: Settings) -> Vec<Command> {
+        let old = std::mem::replace(&mut self.settings, new);
+        if new == old {
+            return Vec::new();
+        }
+        if new.run != old.run {
+            self.steps_queued = 0;
+            self.history.clear();
+        }
+        if new.run != old.run || new.serving != old.serving {
+            self.timeline.clear();
+            self.timeline_b.clear();
+        }
+        vec![Command::Apply(new)]
+    }
+
+    /// The command that tells the worker what the screen now watches (the layer whose
+    /// captures long contexts keep, whether the lens is shown), when that changed.
+    pub fn watch_command(&mut self) -> Option<Command> {
+        let watch = Watch {
+            layer: self.layer,
+            lens: self.lens_shown || self.focus == Pane::Lens,
+        };
+        if watch == self.settings.watch || self.replaying {
+            return None;
+        }
+        self.settings.watch = watch;
+        Some(Command::Apply(self.settings))
     }
 
     /// What is shown and how: layer, head, values, scrolling, focus, running, speed.
@@ -824,8 +709,7 @@ impl App {
             head: self.head,
             show_scores: self.show_scores,
             timeline: &self.timeline,
-            policy: self.policy,
-            cache: self.cache,
+            settings: self.settings,
             past: &self.past,
             machine: self.machine.as_ref(),
         }
@@ -958,10 +842,13 @@ impl App {
         let reply = f(&mut t, &self.live());
         self.tutor = Some(t);
         let mut out: Vec<Command> = reply
-            .settings
+            .view
             .into_iter()
             .flat_map(|s| self.update(Action::Set(s)))
             .collect();
+        if let Some(s) = reply.settings {
+            out.extend(self.update(Action::Apply(s)));
+        }
         if let Some(p) = reply.prompt {
             self.running = false;
             self.prompt_queued = true;
@@ -994,22 +881,8 @@ impl App {
     /// Whether the sink experiment's pane is on screen: while it runs, or in a replay of
     /// a session that ran it.
     pub fn shows_sink(&self) -> bool {
-        self.sink || (self.replaying && self.report.as_ref().is_some_and(|r| r.sink.is_some()))
-    }
-
-    /// The comparison engine's settings: one of ours flipped.
-    pub fn other(&self) -> Option<OtherRun> {
-        let run = |policy, cache, one_at_a_time| OtherRun {
-            policy,
-            cache,
-            one_at_a_time,
-        };
-        match self.compare {
-            Compare::Off => None,
-            Compare::Cache => Some(run(self.policy, flip_cache(self.cache), false)),
-            Compare::Policy => Some(run(flip_policy(self.policy), self.cache, false)),
-            Compare::OneAtATime => Some(run(Policy::Static, self.cache, true)),
-        }
+        self.settings.sink
+            || (self.replaying && self.report.as_ref().is_some_and(|r| r.sink.is_some()))
     }
 
     /// A step command unless one is already running or the engine is not ready. A
@@ -1037,6 +910,15 @@ impl App {
                 self.loading = None;
                 self.model_name = model;
                 self.status = "ready: press space to prefill the prompt".into();
+            }
+            // What the worker runs under now: what was asked, unless it failed (then the
+            // keys and the lessons read what really runs). What the screen watches is the
+            // screen's own.
+            Event::Applied(s) => {
+                self.settings = Settings {
+                    watch: self.settings.watch,
+                    ..s
+                }
             }
             Event::Beside(v) => {
                 if let Some(r) = self.report.as_mut() {

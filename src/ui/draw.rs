@@ -146,7 +146,7 @@ pub fn draw_pane(app: &App, theme: &Theme, pane: Pane, area: Rect, buf: &mut Buf
         Pane::Heads => panes::heads::render(app, theme, area, buf),
         Pane::Kv => panes::kv::render(app, theme, area, buf),
         Pane::Serving if app.shows_sink() => panes::sink::render(app, theme, area, buf),
-        Pane::Serving if app.compare != super::app::Compare::Off => {
+        Pane::Serving if app.settings.serving.compare != super::app::Compare::Off => {
             let [left, right] =
                 Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)])
                     .areas(area);
@@ -278,9 +278,24 @@ fn shown_settings(
 ) {
     let past = app.replaying || app.scrub.is_some();
     let (layout, kernel, sampler, no_cache) = match &app.report {
-        Some(r) if past => (r.run.layout, r.run.kernel, r.info.sampler, r.info.no_cache),
-        Some(r) => (r.run.layout, r.run.kernel, app.sampler, !app.kv_cache),
-        None => (app.run.layout, app.run.kernel, app.sampler, !app.kv_cache),
+        Some(r) if past => (
+            r.settings.run.layout,
+            r.settings.run.kernel,
+            r.info.sampler,
+            r.info.no_cache,
+        ),
+        Some(r) => (
+            r.settings.run.layout,
+            r.settings.run.kernel,
+            app.settings.request.sampler,
+            !app.settings.request.kv_cache,
+        ),
+        None => (
+            app.settings.run.layout,
+            app.settings.run.kernel,
+            app.settings.request.sampler,
+            !app.settings.request.kv_cache,
+        ),
     };
     let kernel = match kernel {
         crate::model::AttnKernel::Naive => "naive",
@@ -398,7 +413,7 @@ fn grid_rects(a: &Areas, app: &App) -> Vec<(Pane, Rect)> {
         (Pane::Heads, a.heads),
         (bottom_right, a.forward),
     ];
-    if app.shows_sink() || app.compare != super::app::Compare::Off {
+    if app.shows_sink() || app.settings.serving.compare != super::app::Compare::Off {
         // The experiment, or the two serving runs side by side, take the KV and serving
         // columns.
         out.push((Pane::Serving, a.kv.union(a.serving)));

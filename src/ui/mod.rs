@@ -26,9 +26,12 @@ pub fn run(
     tutor: Option<tutor::Tutor>,
     record: Option<Record>,
 ) -> std::io::Result<()> {
-    let run = cfg.run;
+    let settings = crate::settings::Settings {
+        run: cfg.run,
+        ..Default::default()
+    };
     let (tx, rx) = worker::spawn(cfg);
-    with_terminal(|t| event_loop(t, run, tx, rx, tutor, record, false))
+    with_terminal(|t| event_loop(t, settings, tx, rx, tutor, record, false))
 }
 
 /// Where to record the session, and whether an existing file may be replaced.
@@ -52,9 +55,9 @@ impl Record {
 
 /// Opens a recording: the same screens, driven by the recorded iterations.
 pub fn replay(rec: worker::recording::Recording) -> std::io::Result<()> {
-    let run = rec.reports[0].run;
+    let settings = rec.reports[0].settings;
     let (tx, rx) = worker::recording::spawn_player(rec);
-    with_terminal(|t| event_loop(t, run, tx, rx, None, None, true))
+    with_terminal(|t| event_loop(t, settings, tx, rx, None, None, true))
 }
 
 /// Whether the app has the terminal in raw mode, alternate screen and mouse capture.
@@ -94,7 +97,7 @@ fn with_terminal(
 
 fn event_loop(
     terminal: &mut ratatui::DefaultTerminal,
-    run: crate::model::RunOptions,
+    settings: crate::settings::Settings,
     tx: std::sync::mpsc::Sender<Command>,
     rx: std::sync::mpsc::Receiver<worker::Event>,
     tutor: Option<tutor::Tutor>,
@@ -102,7 +105,8 @@ fn event_loop(
     replaying: bool,
 ) -> std::io::Result<()> {
     let theme = theme::Theme::detect();
-    let mut app = App::new(run);
+    let mut app = App::new(settings.run);
+    app.settings = settings;
     app.replaying = replaying;
     app.auto_head = !replaying;
     let mut recorder: Option<worker::recording::BackgroundRecorder> = None;
@@ -121,7 +125,7 @@ fn event_loop(
         // Engine events: every report is absorbed (the heatmap history needs them all),
         // but the screen is drawn once per frame.
         dirty |= absorb_events(&mut app, &rx, record.as_ref(), &mut recorder, replaying)?;
-        send(pace.engine_commands(&mut app, replaying));
+        send(pace.engine_commands(&mut app));
         if dirty {
             terminal.draw(|f| draw::draw(&app, &theme, f.area(), f.buffer_mut()))?;
             dirty = false;
@@ -143,12 +147,9 @@ fn event_loop(
     }
 }
 
-/// What the event loop remembers between frames: what the engine was last told, when
-/// the last iteration was asked for, and the last title clicked.
+/// What the event loop remembers between frames: when the last iteration was asked
+/// for, and the last title clicked.
 struct Pace {
-    /// The engine keeps long contexts' captures to the layer on screen.
-    focus_sent: usize,
-    lens_sent: bool,
     last_step: Instant,
     /// The last title clicked and when: a second click soon after is a double click.
     last_click: Option<(app::Pane, Instant)>,
@@ -157,8 +158,6 @@ struct Pace {
 impl Pace {
     fn new() -> Self {
         Self {
-            focus_sent: usize::MAX,
-            lens_sent: false,
             last_step: Instant::now() - Duration::from_secs(10),
             last_click: None,
         }
@@ -166,18 +165,10 @@ impl Pace {
 
     /// What the engine must hear before the next frame: the layer on screen, whether
     /// the lens is shown, and, while running, the next iteration when its time has come.
-    fn engine_commands(&mut self, app: &mut App, replaying: bool) -> Vec<Command> {
-        let mut out = Vec::new();
-        if app.layer != self.focus_sent && !replaying {
-            self.focus_sent = app.layer;
-            out.push(Command::Focus(app.layer));
-        }
-        // The lens costs an LM head pass per layer: the engine runs it only while shown.
-        let lens = app.lens_shown || app.focus == app::Pane::Lens;
-        if lens != self.lens_sent && !replaying {
-            self.lens_sent = lens;
-            out.push(Command::SetLens(lens));
-        }
+    fn engine_commands(&mut self, app: &mut App) -> Vec<Command> {
+        // The engine keeps long contexts' captures to the layer on screen, and runs the
+        // lens (an LM head pass per layer) only while it is shown.
+        let mut out: Vec<Command> = app.watch_command().into_iter().collect();
         if app.steps_queued > 0 && !app.in_flight {
             app.steps_queued -= 1;
             out.extend(app.request_step());

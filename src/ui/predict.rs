@@ -2,11 +2,12 @@
 //! state, what answering it sets off (the next iteration, or the toggle it asks about),
 //! and, from the report that follows, whether the prediction came true and why.
 
-use super::live::{LiveState, Setting};
+use super::live::LiveState;
 use crate::lesson::Predict;
 use crate::model::traffic::Traffic;
 use crate::model::{AttnKernel, HeadLayout};
 use crate::serve::CacheKind;
+use crate::settings::Settings;
 use crate::worker::report::{ServeView, StepReport};
 
 /// Choices of a prediction question, built from the live state when it is shown.
@@ -141,35 +142,38 @@ pub fn unavailable(kind: Predict, ran: bool) -> &'static str {
 
 /// What answering sets off: the toggle the question is about (then its report grades
 /// it), and whether an iteration must run.
-pub fn action(kind: Predict, app: &LiveState) -> (Vec<Setting>, bool) {
-    match kind {
-        Predict::KvAfterMha => (vec![Setting::Layout(HeadLayout::Mha)], false),
-        Predict::KvAfterTiled => (
-            vec![Setting::Kernel(AttnKernel::Tiled {
+pub fn action(kind: Predict, app: &LiveState) -> (Option<Settings>, bool) {
+    let mut s = app.settings;
+    let step = match kind {
+        Predict::KvAfterMha => {
+            s.run.layout = HeadLayout::Mha;
+            false
+        }
+        Predict::KvAfterTiled => {
+            s.run.kernel = AttnKernel::Tiled {
                 sram_bytes: crate::model::flash::A100_SRAM_BYTES,
-            })],
-            false,
-        ),
-        Predict::UtilAfterContiguous => (
-            vec![Setting::Serve(
-                app.policy,
-                CacheKind::Contiguous,
-                app.compare,
-            )],
-            true,
-        ),
-        Predict::FinishedRowStatic => (
-            vec![Setting::Serve(
-                crate::serve::Policy::Static,
-                app.cache,
-                app.compare,
-            )],
-            true,
-        ),
-        Predict::TopAfterTemperature => (vec![Setting::Temperature(PREDICT_TEMPERATURE)], true),
-        Predict::FlopsWithoutCache => (vec![Setting::KvCache(false)], true),
-        _ => (Vec::new(), true),
-    }
+            };
+            false
+        }
+        Predict::UtilAfterContiguous => {
+            s.serving.cache = CacheKind::Contiguous;
+            true
+        }
+        Predict::FinishedRowStatic => {
+            s.serving.policy = crate::serve::Policy::Static;
+            true
+        }
+        Predict::TopAfterTemperature => {
+            s.request.sampler.temperature = f32::from(PREDICT_TEMPERATURE) / 10.0;
+            true
+        }
+        Predict::FlopsWithoutCache => {
+            s.request.kv_cache = false;
+            true
+        }
+        _ => return (None, true),
+    };
+    (Some(s), step)
 }
 
 /// The choices of prediction `kind` in the app's current state.
@@ -189,11 +193,11 @@ pub fn live_choices(app: &LiveState, kind: Predict) -> Option<LiveChoices> {
         return None;
     }
     if kind == Predict::TopAfterTemperature
-        && tenths(app.sampler.temperature) == PREDICT_TEMPERATURE
+        && tenths(app.settings.request.sampler.temperature) == PREDICT_TEMPERATURE
     {
         return None;
     }
-    if kind == Predict::FlopsWithoutCache && !app.kv_cache {
+    if kind == Predict::FlopsWithoutCache && !app.settings.request.kv_cache {
         return None;
     }
     choices_for(app.report?, kind)
@@ -216,9 +220,8 @@ pub fn choices_for(r: &StepReport, kind: Predict) -> Option<LiveChoices> {
             .map(|_| labelled(&DOMINANT, 0)),
         Predict::NextReadMb => read_mb_choices(r),
         Predict::KvAfterMha => mha_choices(r),
-        Predict::KvAfterTiled => {
-            matches!(r.run.kernel, AttnKernel::Naive).then(|| labelled(&KV_AFTER_TILED, kv_now))
-        }
+        Predict::KvAfterTiled => matches!(r.settings.run.kernel, AttnKernel::Naive)
+            .then(|| labelled(&KV_AFTER_TILED, kv_now)),
         Predict::FinishedRowStatic => r.serve.as_ref().map(|_| labelled(&FINISHED_ROW, 0)),
         Predict::LensLayer => lens_choices(r),
         Predict::TopAfterTemperature => (!r.finished).then(|| labelled(&TOP_AFTER_T, 0)),
@@ -406,7 +409,7 @@ pub fn outcome(
     // grades nothing: the next one will show the setting.
     let settled = match p.kind {
         Predict::KvAfterMha => new.info.layout == HeadLayout::Mha,
-        Predict::KvAfterTiled => matches!(new.run.kernel, AttnKernel::Tiled { .. }),
+        Predict::KvAfterTiled => matches!(new.settings.run.kernel, AttnKernel::Tiled { .. }),
         Predict::TopAfterTemperature => tenths(new.info.sampler.temperature) == PREDICT_TEMPERATURE,
         Predict::FlopsWithoutCache => new.info.no_cache,
         Predict::UtilAfterContiguous => new
@@ -570,7 +573,7 @@ fn kv_outcome(p: &Pending, chosen: u64, new: &StepReport) -> (bool, String) {
     let why = format!(
         "under {} with {} attention each token now stores {} bytes of K and V (before: {})",
         new.info.layout,
-        kernel_name(new.run.kernel),
+        kernel_name(new.settings.run.kernel),
         crate::views::units::thousands(after as usize),
         crate::views::units::thousands(before as usize)
     );

@@ -2,11 +2,12 @@
 //! done, and how the user answered. It reads the app's live state; it never computes
 //! figures of its own.
 
-use super::live::{Compare, LiveState, Setting};
+use super::live::{LiveState, Setting};
 use super::predict::Pending;
 use crate::lesson::progress::Progress;
 use crate::lesson::*;
 use crate::model::AttnKernel;
+use crate::settings::Settings;
 use crate::worker::report::StepReport;
 
 /// One answer the user gave, with the app's verdict.
@@ -131,7 +132,10 @@ impl Tutor {
 /// line for the status bar. The runtime never writes the app's fields itself.
 #[derive(Debug, Default, PartialEq)]
 pub struct Reply {
-    pub settings: Vec<Setting>,
+    /// What the screen shows: focus, zoom, values, layer, head.
+    pub view: Vec<Setting>,
+    /// What the worker runs under, when the step or the answer changes it.
+    pub settings: Option<Settings>,
     pub prompt: Option<String>,
     pub step: bool,
     pub status: Option<String>,
@@ -159,7 +163,7 @@ impl Tutor {
         if !(lesson == self.lesson && step == self.step + 1) {
             s.set = l.steps[..=step]
                 .iter()
-                .fold(Settings::default(), |acc, st| st.set.over(&acc));
+                .fold(StepSettings::default(), |acc, st| st.set.over(&acc));
         }
         self.lesson = lesson;
         self.step = step;
@@ -207,48 +211,51 @@ impl Tutor {
     }
 }
 
-/// The settings a step asks for, as the actions a user's keys would give, and its prompt.
+/// What a step asks for: its view settings, its settings over the learner's own (a
+/// step names only what it is about), and its prompt.
 fn settings_of(app: &LiveState, s: &Step) -> Reply {
     let set = &s.set;
-    let mut acts: Vec<Setting> = Vec::new();
-    acts.extend(set.focus.map(Setting::Focus));
-    acts.extend(set.values.map(|v| Setting::Values(v == Values::Scores)));
+    let mut view: Vec<Setting> = Vec::new();
+    view.extend(set.focus.map(Setting::Focus));
+    view.extend(set.values.map(|v| Setting::Values(v == Values::Scores)));
     let (n_layer, n_head) = app
         .report
         .as_ref()
         .map_or((DEFAULT_LAYERS, DEFAULT_HEADS), |r| {
             (r.cfg.n_layer, r.cfg.n_head)
         });
-    acts.extend(set.layer.map(|l| Setting::Layer(l.min(n_layer - 1))));
-    acts.extend(set.head.map(|h| Setting::Head(h.min(n_head - 1))));
-    acts.extend(set.layout.map(Setting::Layout));
-    if let Some(k) = set.attention {
-        acts.push(Setting::Kernel(match (k, app.kernel) {
-            (Kernel::Naive, _) => AttnKernel::Naive,
-            (Kernel::Tiled, tiled @ AttnKernel::Tiled { .. }) => tiled,
-            (Kernel::Tiled, _) => AttnKernel::Tiled {
-                sram_bytes: crate::model::flash::A100_SRAM_BYTES,
-            },
-        }));
-    }
-    if set.policy.is_some() || set.cache.is_some() || set.compare.is_some() {
-        let compare = set.compare.map(compare_of);
-        acts.push(Setting::Serve(
-            set.policy.unwrap_or(app.policy),
-            set.cache.unwrap_or(app.cache),
-            compare.unwrap_or(app.compare),
-        ));
-    }
-    acts.extend(set.sink.map(Setting::Sink));
-    acts.extend(set.temperature.map(Setting::Temperature));
-    acts.extend(set.kv_cache.map(Setting::KvCache));
-    acts.extend(set.workload.map(Setting::Workload));
-    acts.extend(set.view.map(Setting::Zoom));
+    view.extend(set.layer.map(|l| Setting::Layer(l.min(n_layer - 1))));
+    view.extend(set.head.map(|h| Setting::Head(h.min(n_head - 1))));
+    view.extend(set.view.map(Setting::Zoom));
     Reply {
-        settings: acts,
+        view,
+        settings: Some(step_settings(set, app.settings)),
         prompt: s.prompt.clone(),
         ..Reply::default()
     }
+}
+
+/// `set` over the settings `now`: what the step names changes, the rest stays.
+fn step_settings(set: &StepSettings, now: Settings) -> Settings {
+    let mut s = now;
+    let (serving, request) = (&mut s.serving, &mut s.request);
+    s.run.layout = set.layout.unwrap_or(now.run.layout);
+    s.run.kernel = match (set.attention, now.run.kernel) {
+        (None, k) => k,
+        (Some(Kernel::Naive), _) => AttnKernel::Naive,
+        (Some(Kernel::Tiled), tiled @ AttnKernel::Tiled { .. }) => tiled,
+        (Some(Kernel::Tiled), naive) => crate::settings::other_kernel(naive),
+    };
+    serving.policy = set.policy.unwrap_or(serving.policy);
+    serving.cache = set.cache.unwrap_or(serving.cache);
+    serving.compare = set.compare.unwrap_or(serving.compare);
+    serving.workload = set.workload.unwrap_or(serving.workload);
+    s.sink = set.sink.unwrap_or(now.sink);
+    if let Some(t) = set.temperature {
+        request.sampler.temperature = f32::from(t) / 10.0;
+    }
+    request.kv_cache = set.kv_cache.unwrap_or(request.kv_cache);
+    s
 }
 
 /// Whether one condition holds in the live app.
@@ -279,20 +286,11 @@ fn live_number(app: &LiveState, t: &Tutor, var: Var) -> Option<f64> {
     Some(n as f64)
 }
 
-/// The side-by-side view a lesson's `compare=` names.
-fn compare_of(c: CompareName) -> Compare {
-    match c {
-        CompareName::Off => Compare::Off,
-        CompareName::Cache => Compare::Cache,
-        CompareName::Policy => Compare::Policy,
-        CompareName::OneAtATime => Compare::OneAtATime,
-    }
-}
-
 /// A word-valued check variable's value in the live app, as lessons write it (`None`
 /// for numeric ones).
 fn live_word(app: &LiveState, var: Var) -> Option<&'static str> {
-    let kernel = match app.kernel {
+    let (s, serving) = (app.settings, app.settings.serving);
+    let kernel = match s.run.kernel {
         AttnKernel::Naive => Kernel::Naive,
         AttnKernel::Tiled { .. } => Kernel::Tiled,
     };
@@ -303,18 +301,15 @@ fn live_word(app: &LiveState, var: Var) -> Option<&'static str> {
     };
     Some(match var {
         Var::Finished => ["false", "true"][usize::from(app.report.is_some_and(|r| r.finished))],
-        Var::Layout => word_for(&LAYOUTS, app.layout),
-        Var::Cache => word_for(&CACHES, app.cache),
-        Var::Policy => word_for(&POLICIES, app.policy),
+        Var::Layout => word_for(&LAYOUTS, s.run.layout),
+        Var::Cache => word_for(&CACHES, serving.cache),
+        Var::Policy => word_for(&POLICIES, serving.policy),
         Var::Attention => word_for(&KERNELS, kernel),
-        Var::Compare => COMPARES
-            .iter()
-            .find(|&&(_, c)| compare_of(c) == app.compare)
-            .map_or("", |(w, _)| w),
+        Var::Compare => word_for(&COMPARES, serving.compare),
         Var::Values => word_for(&VALUES, values),
-        Var::Sink => word_for(&SWITCH, app.sink),
-        Var::KvCache => word_for(&SWITCH, app.kv_cache),
-        Var::Workload => word_for(&WORKLOADS, app.workload),
+        Var::Sink => word_for(&SWITCH, s.sink),
+        Var::KvCache => word_for(&SWITCH, s.request.kv_cache),
+        Var::Workload => word_for(&WORKLOADS, serving.workload),
         Var::Focus => word_for(&PANES, app.focus),
         _ => return None,
     })
@@ -468,27 +463,26 @@ pub fn grade(t: &mut Tutor, app: &LiveState, new: &StepReport) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::HeadLayout;
-    use crate::serve::{CacheKind, Policy};
-    use crate::worker::AppWorkload;
 
     fn base() -> LiveState<'static> {
         LiveState {
             report: None,
+            settings: Settings::default(),
             layer: 0,
             head: 0,
-            layout: HeadLayout::Gqa,
-            kernel: AttnKernel::Naive,
-            policy: Policy::Continuous,
-            cache: CacheKind::Paged,
-            compare: Compare::Off,
-            workload: AppWorkload::Chat,
             focus: Pane::Attention,
             show_scores: false,
-            sink: false,
             prompt_queued: false,
-            sampler: Default::default(),
-            kv_cache: true,
+        }
+    }
+
+    /// The base state with its settings changed by `f`.
+    fn with(f: impl Fn(&mut Settings)) -> LiveState<'static> {
+        let mut s = Settings::default();
+        f(&mut s);
+        LiveState {
+            settings: s,
+            ..base()
         }
     }
 
@@ -518,20 +512,17 @@ mod tests {
 
     #[test]
     fn a_word_check_holds_exactly_when_the_app_has_that_setting() {
-        each(Var::Layout, &LAYOUTS, |layout| LiveState {
-            layout,
-            ..base()
+        each(Var::Layout, &LAYOUTS, |l| with(|s| s.run.layout = l));
+        each(Var::Cache, &CACHES, |c| with(|s| s.serving.cache = c));
+        each(Var::Policy, &POLICIES, |p| with(|s| s.serving.policy = p));
+        each(Var::Workload, &WORKLOADS, |w| {
+            with(|s| s.serving.workload = w)
         });
-        each(Var::Cache, &CACHES, |cache| LiveState { cache, ..base() });
-        each(Var::Policy, &POLICIES, |policy| LiveState {
-            policy,
-            ..base()
+        each(Var::Compare, &COMPARES, |c| with(|s| s.serving.compare = c));
+        each(Var::Sink, &SWITCH, |on| with(|s| s.sink = on));
+        each(Var::KvCache, &SWITCH, |on| {
+            with(|s| s.request.kv_cache = on)
         });
-        each(Var::Workload, &WORKLOADS, |workload| LiveState {
-            workload,
-            ..base()
-        });
-        each(Var::Sink, &SWITCH, |sink| LiveState { sink, ..base() });
         each(Var::Focus, &PANES, |focus| LiveState { focus, ..base() });
         // The app holds these in its own types; the lesson's words name the same choices.
         let show_scores = |v| v == Values::Scores;
@@ -545,19 +536,8 @@ mod tests {
                 sram_bytes: 1 << 20,
             },
         };
-        each(Var::Attention, &KERNELS, |k| LiveState {
-            kernel: kernel(k),
-            ..base()
-        });
-        let compare = |c| match c {
-            CompareName::Off => Compare::Off,
-            CompareName::Cache => Compare::Cache,
-            CompareName::Policy => Compare::Policy,
-            CompareName::OneAtATime => Compare::OneAtATime,
-        };
-        each(Var::Compare, &COMPARES, |c| LiveState {
-            compare: compare(c),
-            ..base()
+        each(Var::Attention, &KERNELS, |k| {
+            with(|s| s.run.kernel = kernel(k))
         });
     }
 

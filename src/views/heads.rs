@@ -34,7 +34,7 @@ impl Heads {
         Some(Self {
             n_kv: map.iter().max().map_or(0, |m| m + 1),
             map,
-            layout: r.run.layout,
+            layout: r.settings.run.layout,
             tokens,
             costs,
         })

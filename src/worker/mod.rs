@@ -16,8 +16,9 @@ use request::{start, step, Live};
 pub use report::{KvView, StepReport};
 
 use crate::model::source::{self, Progress};
-use crate::model::{HeadLayout, LoadOptions, Model, RunOptions, SamplerConfig};
-use crate::serve::{CacheKind, Policy, ServeEngine};
+use crate::model::{LoadOptions, Model, RunOptions};
+use crate::serve::ServeEngine;
+use crate::settings::{RequestSettings, ServingRun, Settings};
 use crate::sink::SinkRun;
 use beside::Beside;
 use report::ServeView;
@@ -29,28 +30,12 @@ use std::sync::mpsc::{self, Receiver, Sender};
 pub enum Command {
     /// Run one iteration (prefill first, then one decode step each).
     Step,
-    /// Switch head layout / kernel; the current request is recomputed under it.
-    SetRun(RunOptions),
     /// Start a new request with this user message (chat template applied).
     Prompt(String),
-    /// Restart the serving workload under this setup (and, when it names one, a second copy
-    /// beside it under other settings: both see identical work).
-    SetServe(ServeSetup),
-    /// The layer the screen shows: captures of long contexts keep only that layer.
-    Focus(usize),
-    /// Start (or stop) the attention-sink experiment beside the request: every step then
-    /// reads one more token of the shipped text through a full and two windowed caches.
-    SetSink(bool),
-    /// Run the logit lens on the live request's steps (only while it is on screen: it
-    /// costs an LM head pass over every layer's newest row).
-    SetLens(bool),
-    /// How the live request picks its next tokens: temperature and top-p (0: greedy).
-    SetSampler(SamplerConfig),
-    /// The live request with its KV cache (true), or recomputing every key and value of
-    /// the sequence at each step (false): the cache's counterfactual.
-    SetKvCache(bool),
-    /// Run the live request's tokens under a second head layout beside it (or stop).
-    SetBeside(Option<crate::model::HeadLayout>),
+    /// Run under these settings from now on: the worker rebuilds only what changed (the
+    /// model and everything shaped by it for a new layout or kernel, the serving runs, the
+    /// sink experiment, the live request's own switches) and echoes them in every report.
+    Apply(Settings),
     Quit,
 }
 
@@ -79,45 +64,12 @@ pub enum Event {
     /// The second layout's view of the position on screen, when it starts or changes
     /// without an iteration (an iteration's report carries it otherwise).
     Beside(Option<report::BesideView>),
+    /// The answer to every [`Command::Apply`], after whatever else it said: the settings
+    /// the worker now runs under (after a failure, not those asked for).
+    Applied(Settings),
 }
 
 pub use crate::serve::workload::AppWorkload;
-
-/// What the serving side runs: policy, cache, the comparison beside it, the requests.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ServeSetup {
-    pub policy: Policy,
-    pub cache: CacheKind,
-    pub other: Option<OtherRun>,
-    pub workload: AppWorkload,
-}
-
-/// The run beside the main one: another policy or cache, or the same requests one at a
-/// time (a batch of one, first come first served).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OtherRun {
-    pub policy: Policy,
-    pub cache: CacheKind,
-    pub one_at_a_time: bool,
-}
-
-impl OtherRun {
-    /// "static batching · paged KV", or "one at a time · paged KV".
-    pub fn describe(&self) -> String {
-        crate::report::describe_run(self.one_at_a_time, self.policy, self.cache)
-    }
-}
-
-impl Default for ServeSetup {
-    fn default() -> Self {
-        Self {
-            policy: Policy::Continuous,
-            cache: CacheKind::Paged,
-            other: None,
-            workload: AppWorkload::Chat,
-        }
-    }
-}
 
 /// How to start the engine.
 #[derive(Debug, Clone)]
@@ -207,16 +159,19 @@ impl Worker {
             path: path.clone(),
             err,
         })?;
+        let settings = Settings {
+            run: cfg.run,
+            ..Settings::default()
+        };
         let model = base.with_run(cfg.run)?;
         let live = start(
             &model,
             &cfg.prompt,
             cfg.max_new,
             None,
-            SamplerConfig::default(),
+            settings.request.sampler,
         )?;
-        let setup = ServeSetup::default();
-        let serve = serving(&model, setup.policy, setup.cache, setup.workload, false)?.into();
+        let (serve, compare) = serving_pair(&model, &settings)?;
         send(Event::Status(
             "measuring this machine's memory bandwidth and int8 peak (once per CPU)".into(),
         ));
@@ -242,14 +197,10 @@ impl Worker {
             live,
             iteration: 0,
             serve,
-            compare: None,
-            setup,
+            compare,
+            settings,
             sink: None,
             last: None,
-            focus: 0,
-            lens: false,
-            sampler: SamplerConfig::default(),
-            kv_cache: true,
             beside: None,
         })
     }
@@ -257,77 +208,43 @@ impl Worker {
 
 /// Everything the worker thread holds between commands.
 struct Worker {
-    /// The model as loaded; `model` is it under the current run options.
+    /// The model as loaded; `model` is it under `settings.run`.
     base: Model,
     model: Model,
     max_new: usize,
     live: Live,
     iteration: usize,
-    serve: Served,
-    compare: Option<Served>,
-    /// What `serve` and `compare` run, to start them again under a new head layout.
-    setup: ServeSetup,
+    /// The serving run, and the run beside it on the same requests.
+    serve: ServingEngine,
+    compare: Option<ServingEngine>,
+    /// What everything here runs under; every report carries it.
+    settings: Settings,
     sink: Option<SinkRun>,
     /// The newest report without its attention captures, for steps after the request ends.
     last: Option<StepReport>,
-    /// The layer on screen.
-    focus: usize,
-    /// The logit lens is on screen.
-    lens: bool,
-    /// How the live request picks tokens; a new prompt keeps it.
-    sampler: SamplerConfig,
-    /// The live request keeps a KV cache (false: recomputes the sequence every step).
-    kv_cache: bool,
-    /// The live request's tokens under a second head layout, and that layout.
-    beside: Option<(HeadLayout, Beside)>,
+    /// The live request's tokens under `settings.request.beside`.
+    beside: Option<Beside>,
 }
 
 impl Worker {
     fn handle(&mut self, cmd: Command, send: &dyn Fn(Event)) -> Result<(), WorkerError> {
         match cmd {
             Command::Quit => {}
-            Command::Focus(layer) => self.focus = layer,
-            Command::SetLens(on) => self.lens = on,
-            Command::SetBeside(_) | Command::SetKvCache(_) | Command::SetSampler(_) => {
-                self.set_live(cmd, send)?
-            }
-            Command::SetSink(on) => {
-                self.sink = None;
-                if on {
-                    self.sink = Some(sink_run(&self.model)?);
-                    send(Event::Status(format!(
-                        "attention sink: each step reads one token of the eval text through a full cache and a {SINK_WINDOW}-token window, with and without the first page"
-                    )));
-                } else {
-                    send(Event::Status("attention-sink experiment off".into()));
+            Command::Apply(s) => {
+                // Always answered, last, with what now runs: after a failure that is not
+                // what was asked, and the app takes it back.
+                if let Err(e) = self.apply(s, send) {
+                    send(Event::Error(e.to_string()));
                 }
-            }
-            Command::SetServe(setup) => {
-                (self.serve, self.compare) = serving_pair(&self.model, setup)?;
-                self.setup = setup;
-                let ServeSetup {
-                    policy,
-                    cache,
-                    other,
-                    workload,
-                } = setup;
-                send(Event::Status(match other {
-                    Some(o) => format!(
-                        "serving restarted: {workload:?} requests, {policy:?}/{cache:?} beside {} on the same requests",
-                        o.describe()
-                    ),
-                    None => format!(
-                        "serving workload restarted: {workload:?} requests, {policy:?} batching, {cache:?} cache"
-                    ),
-                }));
+                send(Event::Applied(self.settings));
             }
             Command::Prompt(p) => {
-                self.live = start(&self.model, &p, self.max_new, None, self.sampler)?;
-                self.live.session.recompute = !self.kv_cache;
+                let req = self.settings.request;
+                self.live = start(&self.model, &p, self.max_new, None, req.sampler)?;
+                self.live.session.recompute = !req.kv_cache;
                 // The layout beside starts over on the new prompt, with the live one; if
                 // it cannot, the prompt still stands and the comparison says why it ended.
-                if let Err(e) = self.restart_beside() {
-                    self.beside = None;
+                if let Err(e) = self.start_beside() {
                     send(Event::Beside(None));
                     send(Event::Status(format!("the layout beside stopped: {e}")));
                 }
@@ -335,7 +252,6 @@ impl Worker {
                     "new request queued: press space to prefill it".into(),
                 ));
             }
-            Command::SetRun(run) => self.set_run(run, send)?,
             Command::Step => {
                 // Fault injection, so the tests can check what the user sees when the
                 // engine dies (a bug, or a panic deep in a library).
@@ -348,35 +264,70 @@ impl Worker {
         Ok(())
     }
 
-    /// The live request's own settings, which leave everything else running: the layout
+    /// Runs under `new` from now on, rebuilding only what changed: a new head layout or
+    /// kernel rebuilds the model and everything shaped by it; otherwise the serving runs,
+    /// the sink experiment and the live request's switches each change on their own. A
+    /// part's settings change only once it runs under them.
+    fn apply(&mut self, new: Settings, send: &dyn Fn(Event)) -> Result<(), WorkerError> {
+        let new = new.settled();
+        self.settings.watch = new.watch;
+        if new.run != self.settings.run {
+            return self.set_run(new, send);
+        }
+        if new.serving != self.settings.serving {
+            (self.serve, self.compare) = serving_pair(&self.model, &new)?;
+            self.settings.serving = new.serving;
+            send(Event::Status(serving_restarted(&new)));
+        }
+        if new.sink != self.settings.sink {
+            self.sink = match new.sink {
+                true => Some(sink_run(&self.model)?),
+                false => None,
+            };
+            self.settings.sink = new.sink;
+            send(Event::Status(match new.sink {
+                true => format!(
+                    "attention sink: each step reads one token of the eval text through a full cache and a {SINK_WINDOW}-token window, with and without the first page"
+                ),
+                false => "attention-sink experiment off".into(),
+            }));
+        }
+        if new.request != self.settings.request {
+            self.set_request(new.request, send)?;
+        }
+        Ok(())
+    }
+
+    /// The live request's own switches, which leave everything else running: the layout
     /// run beside it, its KV cache, its sampler.
-    fn set_live(&mut self, cmd: Command, send: &dyn Fn(Event)) -> Result<(), WorkerError> {
-        match cmd {
-            Command::SetBeside(layout) => {
-                let view = self.start_beside(layout)?;
-                send(Event::Beside(view));
-            }
-            Command::SetKvCache(on) => {
-                self.kv_cache = on;
-                self.live.session.recompute = !on;
-                send(Event::Status(
-                    if on {
-                        "KV cache on: each decode step computes one token's keys and values"
-                    } else {
-                        "KV cache off: each decode step recomputes the keys and values of the whole sequence"
-                    }
-                    .into(),
-                ));
-            }
-            Command::SetSampler(cfg) => {
-                self.sampler = cfg;
-                self.live.session.set_sampler(cfg);
-                send(Event::Status(format!(
-                    "sampler: {} from the next step on",
-                    cfg.describe()
-                )));
-            }
-            _ => {}
+    fn set_request(
+        &mut self,
+        new: RequestSettings,
+        send: &dyn Fn(Event),
+    ) -> Result<(), WorkerError> {
+        let old = std::mem::replace(&mut self.settings.request, new);
+        if new.kv_cache != old.kv_cache {
+            self.live.session.recompute = !new.kv_cache;
+            send(Event::Status(
+                if new.kv_cache {
+                    "KV cache on: each decode step computes one token's keys and values"
+                } else {
+                    "KV cache off: each decode step recomputes the keys and values of the whole sequence"
+                }
+                .into(),
+            ));
+        }
+        if new.sampler != old.sampler {
+            self.live.session.set_sampler(new.sampler);
+            send(Event::Status(format!(
+                "sampler: {} from the next step on",
+                new.sampler.describe()
+            )));
+        }
+        if new.beside != old.beside {
+            let view = self.start_beside();
+            send(Event::Beside(view.as_ref().ok().cloned().flatten()));
+            view?;
         }
         Ok(())
     }
@@ -385,87 +336,91 @@ impl Worker {
     /// panes compare like with like: the tokens fed so far run again as one prefill and
     /// the report shows the distribution for the same next position the last one did
     /// (the token it sampled is set aside and sampled again under the new settings).
-    /// Stepping then goes on from there.
-    fn set_run(&mut self, run: RunOptions, send: &dyn Fn(Event)) -> Result<(), WorkerError> {
-        let model = self.base.with_run(run)?;
-        // The experiment's caches are shaped for the old layout: start it again.
-        let sink = match self.sink {
-            Some(_) => Some(sink_run(&model)?),
-            None => None,
+    /// Stepping then goes on from there. The serving runs and the sink experiment are
+    /// shaped by the layout too: they start again.
+    fn set_run(&mut self, s: Settings, send: &dyn Fn(Event)) -> Result<(), WorkerError> {
+        // Everything is built before anything is replaced: a failure leaves all as it ran.
+        let model = self.base.with_run(s.run)?;
+        let sink = match s.sink {
+            true => Some(sink_run(&model)?),
+            false => None,
         };
-        let s = &self.live.session;
-        let (prompt_len, started) = (s.prompt_len, s.step > 0);
-        let mut toks = s.tokens.clone();
-        if started {
-            toks.pop();
-        }
-        let fed = toks.len() - prompt_len;
-        let remaining = self.max_new.saturating_sub(fed).max(1);
-        let mut live = start(
-            &model,
-            &self.live.prompt,
-            remaining,
-            Some(toks),
-            self.sampler,
-        )?;
-        live.session.prompt_len = prompt_len;
-        live.session.probe.lens = self.lens;
-        live.session.recompute = !self.kv_cache;
-        // The serving cache is shaped by the layout too: its workload starts again.
-        let (serve, compare) = serving_pair(&model, self.setup)?;
+        let started = self.live.session.step > 0;
+        let live = self.recomputed_live(&model, &s)?;
+        let (serve, compare) = serving_pair(&model, &s)?;
         (self.serve, self.compare) = (serve, compare);
-        // The layout beside is no comparison once it is the live one.
-        if self.beside.as_ref().is_some_and(|b| b.0 == run.layout) {
-            self.beside = None;
-        }
+        (self.model, self.sink, self.live) = (model, sink, live);
+        self.settings = s;
         if !started {
             // Nothing ran yet: the next space prefills the prompt under the new settings.
-            (self.model, self.sink, self.live) = (model, sink, live);
-            // The layout beside follows the new kernel.
-            self.restart_beside()?;
+            self.start_beside()?;
             send(Event::Status(
                 "settings changed: press space to prefill the prompt".into(),
             ));
             return Ok(());
         }
         let mut report = step(
-            &mut live,
-            &model,
+            &mut self.live,
+            &self.model,
             self.iteration + 1,
             self.max_new,
-            self.focus,
+            &self.settings,
         )?;
-        (self.model, self.sink, self.live) = (model, sink, live);
         self.iteration += 1;
         report.recomputed = true;
-        report.beside = self.restart_beside()?;
+        report.beside = self.start_beside()?;
         self.keep_last(&mut report);
         send(Event::Report(Box::new(report)));
         Ok(())
     }
 
-    /// Starts the layout beside again (if one runs) on the live request as it is now.
-    fn restart_beside(&mut self) -> Result<Option<report::BesideView>, WorkerError> {
-        self.start_beside(self.beside.as_ref().map(|b| b.0))
+    /// The live request again under `model`: the tokens it fed so far, less the one it
+    /// sampled last (sampled again under the new model), with its switches as they are.
+    fn recomputed_live(&self, model: &Model, settings: &Settings) -> Result<Live, WorkerError> {
+        let s = &self.live.session;
+        let mut toks = s.tokens.clone();
+        if s.step > 0 {
+            toks.pop();
+        }
+        let fed = toks.len() - s.prompt_len;
+        let remaining = self.max_new.saturating_sub(fed).max(1);
+        let req = settings.request;
+        let mut live = start(model, &self.live.prompt, remaining, Some(toks), req.sampler)?;
+        live.session.prompt_len = s.prompt_len;
+        live.session.probe.lens = settings.watch.lens;
+        live.session.recompute = !req.kv_cache;
+        Ok(live)
     }
 
-    /// Runs the live request's tokens under `layout` beside it from now on (`None`: stops);
-    /// returns its view of the position on screen, when the live request has run.
-    fn start_beside(
-        &mut self,
-        layout: Option<HeadLayout>,
-    ) -> Result<Option<report::BesideView>, WorkerError> {
+    /// Starts the layout beside again (if the settings name one) on the live request as
+    /// it is now; returns its view of the position on screen, when the live request has run.
+    /// One that fails to start is stopped (in the settings too).
+    fn start_beside(&mut self) -> Result<Option<report::BesideView>, WorkerError> {
         self.beside = None;
-        let Some(layout) = layout else {
+        let Some(layout) = self.settings.request.beside else {
             return Ok(None);
         };
         let run = RunOptions {
             layout,
             ..self.model.run_options()
         };
-        let (b, view) = Beside::start(&self.base, run, &self.live.session, self.max_new)?;
-        self.beside = Some((layout, b));
-        Ok(view)
+        // A layout that cannot run beside is no comparison: it ends, and the error says why.
+        match Beside::start(&self.base, run, &self.live.session, self.max_new) {
+            Ok((b, view)) => {
+                self.beside = Some(b);
+                Ok(view)
+            }
+            Err(e) => {
+                self.stop_beside();
+                Err(e)
+            }
+        }
+    }
+
+    /// Ends the layout beside (it failed): the settings say so too, so reports agree.
+    fn stop_beside(&mut self) {
+        self.beside = None;
+        self.settings.request.beside = None;
     }
 
     /// Keeps the newest report without its attention captures (most of its bytes) for
@@ -482,21 +437,22 @@ impl Worker {
         if self.live.finished {
             return self.step_beside(send);
         }
-        self.live.session.probe.lens = self.lens;
+        self.live.session.probe.lens = self.settings.watch.lens;
         let mut report = step(
             &mut self.live,
             &self.model,
             self.iteration + 1,
             self.max_new,
-            self.focus,
+            &self.settings,
         )?;
         self.iteration += 1;
         // The live token is already taken: a failing comparison ends, the step stands.
-        if let Some((_, b)) = self.beside.as_mut() {
+        if let Some(b) = self.beside.as_mut() {
             match b.step(report.info.token_id) {
                 Ok(v) => report.beside = Some(v),
                 Err(e) => {
-                    self.beside = None;
+                    self.stop_beside();
+                    report.settings.request.beside = None;
                     send(Event::Status(format!("the layout beside stopped: {e}")));
                 }
             }
@@ -524,6 +480,7 @@ impl Worker {
         };
         let mut r = prev.clone();
         r.iteration = self.iteration + 1;
+        r.settings = self.settings;
         r.recomputed = false;
         r.repeat = true;
         (r.serve, r.serve_b, r.sink) = (None, None, None);
@@ -536,14 +493,30 @@ impl Worker {
     /// The serving workload, its comparison and the sink experiment, one iteration each,
     /// into `report`.
     fn step_others(&mut self, report: &mut StepReport) -> Result<(), WorkerError> {
-        report.serve = serve_step(&mut self.serve)?;
+        report.serve = self.serve.step()?;
         if let Some(c) = self.compare.as_mut() {
-            report.serve_b = serve_step(c)?;
+            report.serve_b = c.step()?;
         }
         if let Some(s) = self.sink.as_mut().filter(|s| !s.done()) {
             report.sink = Some(s.step(&self.model).map_err(WorkerError::Sink)?);
         }
         Ok(())
+    }
+}
+
+/// The status line after the serving settings changed.
+fn serving_restarted(s: &Settings) -> String {
+    let w = s.serving.workload;
+    match s.serving.other() {
+        Some(o) => format!(
+            "serving restarted: {w:?} requests, {} beside {} on the same requests",
+            s.serving.main().describe(),
+            o.describe()
+        ),
+        None => format!(
+            "serving workload restarted: {w:?} requests, {}",
+            s.serving.main().describe()
+        ),
     }
 }
 
@@ -561,74 +534,71 @@ fn sink_run(model: &Model) -> Result<SinkRun, WorkerError> {
 }
 
 /// A serving engine and what it has done since it started.
-struct Served {
+struct ServingEngine {
     engine: ServeEngine,
     /// The last iteration's view: the running totals the next one adds to, and what is
     /// shown again once the run is done.
     last: Option<ServeView>,
 }
 
-impl From<ServeEngine> for Served {
-    fn from(engine: ServeEngine) -> Self {
-        Self { engine, last: None }
+impl ServingEngine {
+    /// One iteration as the app shows it; once the run is done, its last view again, so
+    /// the pane keeps the finished run on screen.
+    fn step(&mut self) -> Result<Option<ServeView>, WorkerError> {
+        let e = &mut self.engine;
+        if e.done() {
+            return Ok(self.last.clone());
+        }
+        let step = e.step()?;
+        let prev = self.last.as_ref();
+        let last_copy = step
+            .copies
+            .last()
+            .map(|&(id, from, to)| (step.iteration, id, from, to));
+        let view = ServeView {
+            copies_total: prev.map_or(0, |v| v.copies_total) + step.copies.len(),
+            last_copy: last_copy.or(prev.and_then(|v| v.last_copy)),
+            generated_total: prev.map_or(0, |v| v.generated_total) + step.tokens_generated,
+            elapsed_ms: prev.map_or(0.0, |v| v.elapsed_ms) + step.wall_ms,
+            policy: e.cfg().policy,
+            cache: e.cfg().cache,
+            page_size: e.cfg().page_size,
+            requests: e.requests().len(),
+            max_batch: e.cfg().max_batch,
+            step,
+            preemptions: e.preemptions(),
+            done: e.done(),
+        };
+        self.last = Some(view.clone());
+        Ok(Some(view))
     }
 }
 
-/// One iteration of a serving engine as the app shows it; once the run is done, its
-/// last view again, so the pane keeps the finished run on screen.
-fn serve_step(s: &mut Served) -> Result<Option<ServeView>, WorkerError> {
-    let e = &mut s.engine;
-    if e.done() {
-        return Ok(s.last.clone());
-    }
-    let step = e.step()?;
-    let prev = s.last.as_ref();
-    let last_copy = step
-        .copies
-        .last()
-        .map(|&(id, from, to)| (step.iteration, id, from, to));
-    let view = ServeView {
-        copies_total: prev.map_or(0, |v| v.copies_total) + step.copies.len(),
-        last_copy: last_copy.or(prev.and_then(|v| v.last_copy)),
-        generated_total: prev.map_or(0, |v| v.generated_total) + step.tokens_generated,
-        elapsed_ms: prev.map_or(0.0, |v| v.elapsed_ms) + step.wall_ms,
-        policy: e.cfg().policy,
-        cache: e.cfg().cache,
-        page_size: e.cfg().page_size,
-        requests: e.requests().len(),
-        max_batch: e.cfg().max_batch,
-        step,
-        preemptions: e.preemptions(),
-        done: e.done(),
-    };
-    s.last = Some(view.clone());
-    Ok(Some(view))
-}
-
-/// The serving engine of a setup, and its comparison when the setup names one.
-fn serving_pair(model: &Model, s: ServeSetup) -> Result<(Served, Option<Served>), WorkerError> {
-    let serve = serving(model, s.policy, s.cache, s.workload, false)?.into();
-    let compare = match s.other {
-        Some(o) => Some(serving(model, o.policy, o.cache, s.workload, o.one_at_a_time)?.into()),
+/// The serving engines the settings ask for: the main run, and the run beside it.
+fn serving_pair(
+    model: &Model,
+    s: &Settings,
+) -> Result<(ServingEngine, Option<ServingEngine>), WorkerError> {
+    let w = s.serving.workload;
+    let serve = serving(model, s.serving.main(), w)?;
+    let compare = match s.serving.other() {
+        Some(o) => Some(serving(model, o, w)?),
         None => None,
     };
     Ok((serve, compare))
 }
 
 /// The app's serving engine over one of its workloads.
-fn serving(
-    model: &Model,
-    policy: Policy,
-    cache: CacheKind,
-    workload: AppWorkload,
-    one_at_a_time: bool,
-) -> Result<ServeEngine, WorkerError> {
-    let (mut cfg, reqs) = match workload {
-        AppWorkload::Chat => chat_serving(model, policy, cache)?,
-        AppWorkload::Long => long_serving(model, policy, cache)?,
+fn serving(model: &Model, run: ServingRun, w: AppWorkload) -> Result<ServingEngine, WorkerError> {
+    let (mut cfg, reqs) = match w {
+        AppWorkload::Chat => chat_serving(model, run.policy, run.cache)?,
+        AppWorkload::Long => long_serving(model, run.policy, run.cache)?,
     };
-    if one_at_a_time {
+    if run.one_at_a_time {
         cfg.max_batch = 1;
     }
-    Ok(ServeEngine::new(model, cfg, reqs)?)
+    Ok(ServingEngine {
+        engine: ServeEngine::new(model, cfg, reqs)?,
+        last: None,
+    })
 }

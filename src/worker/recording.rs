@@ -1,10 +1,12 @@
 //! Recordings: a session's step reports as JSON lines, so the same screens replay on
 //! another machine without the model.
 //!
-//! Format, version 1: the first line is a [`Header`] object; every further line is one
+//! Format, version 2: the first line is a [`Header`] object; every further line is one
 //! [`StepReport`] as `serde_json` writes it (the struct's fields are its schema), with the
 //! per-layer q/k/v/head-output vectors left empty since no screen draws them. Readers
-//! refuse files whose header names a newer version.
+//! refuse files whose header names a newer version. Version 1 reports carried the head
+//! layout and kernel as `run` where version 2 carries all the settings: they are read
+//! with their `run` as the settings' and the other settings at their defaults.
 
 use super::report::StepReport;
 use super::{Command, Event};
@@ -13,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, Sender};
 
 /// The version this build writes and the newest it reads.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// The `format` field of every recording header.
 pub const FORMAT: &str = "inferlab-recording";
 
@@ -310,7 +312,10 @@ pub fn read(path: &Path) -> Result<Recording, RecordingError> {
     let mut reports = Vec::new();
     let mut warning = None;
     for (k, &(line, l)) in body.iter().enumerate() {
-        let parsed = serde_json::from_str::<StepReport>(l);
+        let parsed = match header.version {
+            1 => from_version_1(l),
+            _ => serde_json::from_str::<StepReport>(l),
+        };
         let r = match parsed {
             Ok(r) => r,
             Err(e) if k + 1 == body.len() && !complete && !reports.is_empty() => {
@@ -346,6 +351,16 @@ pub fn read(path: &Path) -> Result<Recording, RecordingError> {
         reports,
         warning,
     })
+}
+
+/// A version 1 report line: its `run` becomes the settings' run.
+fn from_version_1(line: &str) -> serde_json::Result<StepReport> {
+    let mut v: serde_json::Value = serde_json::from_str(line)?;
+    if let Some(o) = v.as_object_mut() {
+        let run = o.remove("run").unwrap_or_default();
+        o.insert("settings".into(), serde_json::json!({ "run": run }));
+    }
+    serde_json::from_value(v)
 }
 
 fn read_header(path: &Path, first: &str) -> Result<Header, RecordingError> {
@@ -410,8 +425,9 @@ pub fn spawn_player(rec: Recording) -> (Sender<Command>, Receiver<Event>) {
             while let Ok(c) = crx.recv() {
                 let e = match c {
                     Command::Quit => break,
-                    // The layer on screen changes nothing in a replay.
-                    Command::Focus(_) => continue,
+                    // The layer on screen changes nothing in a replay (the app itself
+                    // refuses the settings that would).
+                    Command::Apply(_) => continue,
                     Command::Step => match next.next() {
                         Some(r) => Event::Report(Box::new(r)),
                         None => Event::Idle("end of the recording: [ scrubs back".into()),

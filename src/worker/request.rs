@@ -6,6 +6,7 @@ use super::report::{KvView, StepReport};
 use crate::kv::KvStore;
 use crate::model::session::Session;
 use crate::model::{LayerSelect, Model, Probe, SamplerConfig, TextTokenizer};
+use crate::settings::Settings;
 
 /// The live request: its session and the figures its reports carry.
 pub(super) struct Live {
@@ -78,10 +79,15 @@ pub(super) fn step(
     model: &Model,
     iteration: usize,
     max_new: usize,
-    focus: usize,
+    settings: &Settings,
 ) -> Result<StepReport, super::WorkerError> {
     let rows = live.session.next_rows();
-    plan_capture(&mut live.session.probe, &model.cfg, rows, focus);
+    plan_capture(
+        &mut live.session.probe,
+        &model.cfg,
+        rows,
+        settings.watch.layer,
+    );
     let info = live.session.step()?;
     if info.step > 0 {
         live.decode_ms += info.wall_ms;
@@ -98,7 +104,11 @@ pub(super) fn step(
     Ok(StepReport {
         iteration,
         cfg: model.cfg.clone(),
-        run: model.run_options(),
+        // The model's own options: what this iteration really ran under.
+        settings: Settings {
+            run: model.run_options(),
+            ..*settings
+        },
         prompt: live.prompt.clone(),
         pieces,
         prompt_len: s.prompt_len,
@@ -139,7 +149,13 @@ pub fn run_request(
         if live.finished {
             break;
         }
-        out.push(step(&mut live, model, i + 1, max_new, 0)?);
+        out.push(step(
+            &mut live,
+            model,
+            i + 1,
+            max_new,
+            &Settings::default(),
+        )?);
     }
     Ok(out)
 }

@@ -93,9 +93,12 @@ pub fn report() -> StepReport {
     StepReport {
         iteration: 3,
         cfg: cfg(),
-        run: RunOptions {
-            layout: HeadLayout::Gqa,
-            kernel: AttnKernel::Naive,
+        settings: inferlab::settings::Settings {
+            run: RunOptions {
+                layout: HeadLayout::Gqa,
+                kernel: AttnKernel::Naive,
+            },
+            ..Default::default()
         },
         prompt: "What is a cache?".into(),
         pieces,
@@ -237,6 +240,7 @@ pub fn serving_reports_with(
             generated += s.tokens_generated;
             let mut r = report();
             r.iteration = i;
+            (r.settings.serving.policy, r.settings.serving.cache) = (policy, cache);
             r.serve = Some(ServeView {
                 policy,
                 cache,

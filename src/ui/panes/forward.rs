@@ -80,7 +80,7 @@ fn timing_rows(r: &StepReport, theme: &Theme) -> [Row; 2] {
 
 /// The attention kernel and the bytes it moved in this pass.
 fn attention_row(r: &StepReport) -> String {
-    let kernel = match r.run.kernel {
+    let kernel = match r.settings.run.kernel {
         AttnKernel::Naive => "naive".to_string(),
         // On-chip memory is sized in binary units (an A100 SM's 192 KiB).
         AttnKernel::Tiled { sram_bytes } => format!("tiled for {} KiB on-chip", sram_bytes >> 10),

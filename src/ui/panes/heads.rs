@@ -40,7 +40,9 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         // The layout the body's report ran under, not the one just asked for.
         format!(
             " heads · {} ",
-            app.report.as_ref().map_or(app.run.layout, |r| r.run.layout)
+            app.report
+                .as_ref()
+                .map_or(app.settings.run.layout, |r| r.settings.run.layout)
         ),
     );
     let inner = b.inner(area);

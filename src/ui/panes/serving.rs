@@ -12,12 +12,29 @@ use ratatui::layout::Rect;
 use ratatui::style::Style;
 use ratatui::widgets::Widget;
 
+/// The serving settings the panes draw, and whether the report's serving views belong
+/// to them. Live, once the user has asked for another run (`c`, `b`, `g`), the report on
+/// screen still holds the old run's: the panes then name the new run and wait for its
+/// first iteration rather than draw the old one under the new name.
+fn shown(app: &App) -> (crate::settings::Serving, bool) {
+    match app.report.as_deref() {
+        Some(r) if app.replaying || app.scrub.is_some() => (r.settings.serving, true),
+        Some(r) if r.settings.serving == app.settings.serving => (r.settings.serving, true),
+        _ => (app.settings.serving, false),
+    }
+}
+
 /// Draws the pane for the main serving workload.
 pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
-    let view = app.report.as_ref().and_then(|r| r.serve.as_ref());
-    // The title names what the body draws: the report's run (after `c` the old run's
-    // picture is cleared, and the app's new setting titles the placeholder).
-    let (policy, cache) = view.map_or((app.policy, app.cache), |v| (v.policy, v.cache));
+    let (serving, current) = shown(app);
+    let view = app
+        .report
+        .as_ref()
+        .and_then(|r| r.serve.as_ref())
+        .filter(|_| current);
+    // The engine's own policy and cache where it ran (recordings older than the
+    // settings in each report have only these).
+    let (policy, cache) = view.map_or((serving.policy, serving.cache), |v| (v.policy, v.cache));
     let title = fitted_title(
         area,
         format!(" serving · {policy:?} batching · {cache:?} KV "),
@@ -28,19 +45,20 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
 
 /// Draws the side-by-side copy (the same workload, one setting flipped).
 pub fn render_compare(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
-    let Some(other) = app.other() else { return };
-    let view = app.report.as_ref().and_then(|r| r.serve_b.as_ref());
-    // As for the main run: the title of the run the body draws, where a report says it
-    // (recordings before `max_batch` was kept fall back to the app's setting).
-    let (long, one_at_a_time, policy, cache) = match view.filter(|v| v.max_batch > 0) {
-        Some(v) => (v.describe(), v.max_batch == 1, v.policy, v.cache),
-        None => (
-            other.describe(),
-            other.one_at_a_time,
-            other.policy,
-            other.cache,
-        ),
-    };
+    let (serving, current) = shown(app);
+    let view = app
+        .report
+        .as_ref()
+        .and_then(|r| r.serve_b.as_ref())
+        .filter(|_| current);
+    // The engine's own run where it ran, else the settings' (the recordings from before
+    // `max_batch` was kept, and before settings were, have only the first).
+    let (long, one_at_a_time, policy, cache) =
+        match (view.filter(|v| v.max_batch > 0), serving.other()) {
+            (Some(v), _) => (v.describe(), v.max_batch == 1, v.policy, v.cache),
+            (None, Some(o)) => (o.describe(), o.one_at_a_time, o.policy, o.cache),
+            (None, None) => return,
+        };
     let short = if one_at_a_time {
         " one at a time ".to_string()
     } else {
@@ -51,9 +69,18 @@ pub fn render_compare(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     // The two runs see the same requests: the ratio of their speeds is the lesson. The
     // figure comes first, so a narrow pane cuts the words, not the number.
     let inner = ratatui::widgets::Block::bordered().inner(area);
-    let main = app.report.as_ref().and_then(|r| r.serve.as_ref());
-    let (policy, cache) = main.map_or((app.policy, app.cache), |v| (v.policy, v.cache));
-    let line = match app.report.as_deref().and_then(|r| r.serve_ratio()) {
+    let main = app
+        .report
+        .as_ref()
+        .and_then(|r| r.serve.as_ref())
+        .filter(|_| current);
+    let (policy, cache) = main.map_or((serving.policy, serving.cache), |v| (v.policy, v.cache));
+    let ratio = app
+        .report
+        .as_deref()
+        .filter(|_| current)
+        .and_then(|r| r.serve_ratio());
+    let line = match ratio {
         Some(ratio) => {
             format!("{ratio:.2}× the tokens/s: left ({policy:?}, {cache:?}) ÷ this").to_lowercase()
         }
@@ -95,14 +122,11 @@ fn render_view(
     let inner = b.inner(area);
     b.render(area, buf);
     let Some(sv) = view else {
-        put(
-            buf,
-            inner,
-            0,
-            inner.y,
-            "a 10-request workload runs here, one iteration per step",
-            theme.dim(),
-        );
+        let line = match app.report {
+            Some(_) => "this run starts at the next iteration (space)",
+            None => "a 10-request workload runs here, one iteration per step",
+        };
+        put(buf, inner, 0, inner.y, line, theme.dim());
         return;
     };
     header(sv, inner, buf);
