@@ -173,7 +173,7 @@ fn the_e_key_writes_the_focused_pane_and_says_where() {
     assert!(svg.with_extension("png").exists());
     assert!(a.status.contains("exported attention"), "{}", a.status);
     // Every pane has a picture: the output pane's too.
-    while a.focus != Pane::Output {
+    while a.view.focus != Pane::Output {
         a.update(Action::FocusNext);
     }
     a.update(Action::Export);
@@ -343,12 +343,12 @@ fn the_sink_picture_and_a_recording_that_holds_the_experiment() {
 fn the_kv_pane_exports_the_request_it_shows_and_export_paths_behave() {
     let dir = tempfile::tempdir().unwrap();
     let mut a = app_with(&serving_reports(CacheKind::Paged, 2));
-    while a.focus != Pane::Kv {
+    while a.view.focus != Pane::Kv {
         a.update(Action::FocusNext);
     }
     assert_eq!(ExportPane::for_focus(Pane::Kv, false), ExportPane::Request);
     let svg = export::render_svg(&a.scene(), ExportPane::Request).unwrap();
-    let kv = &a.report.as_ref().unwrap().kv;
+    let kv = &a.report().unwrap().kv;
     assert!(svg.contains("the live request"), "{svg}");
     assert!(svg.contains(&format!("{} of {} reserved slots", kv.used, kv.capacity)));
     assert!(!svg.contains("paged"), "not the serving pool");
@@ -444,7 +444,7 @@ fn the_timeline_picture_holds_one_run_and_its_legend_fits() {
 #[test]
 fn the_output_and_forward_panes_export_what_they_show() {
     let a = app_with(&serving_reports(CacheKind::Paged, 3));
-    let r = a.report.as_ref().unwrap();
+    let r = a.report().unwrap();
     assert_eq!(
         ExportPane::for_focus(Pane::Output, false),
         ExportPane::Output
@@ -473,7 +473,7 @@ fn the_output_and_forward_panes_export_what_they_show() {
 #[test]
 fn the_traffic_pane_exports_its_bars_crossover_and_roofline() {
     let mut a = common::fixture::traffic_app();
-    assert_eq!(a.focus, Pane::Traffic);
+    assert_eq!(a.view.focus, Pane::Traffic);
     assert_eq!(
         ExportPane::for_focus(Pane::Traffic, false),
         ExportPane::Traffic
@@ -495,7 +495,7 @@ fn the_traffic_pane_exports_its_bars_crossover_and_roofline() {
     let png = export::to_png(&svg, 1.0).unwrap();
     assert_eq!(&png[1..4], b"PNG");
     // Without measured limits the picture says so instead of drawing a roofline.
-    a.machine = None;
+    a.engine.machine = None;
     let svg = export::render_svg(&a.scene(), ExportPane::Traffic).unwrap();
     assert!(svg.contains("No roofline") && !svg.contains("int8 peak"));
 }

@@ -59,8 +59,8 @@ impl Learner {
             log: Vec::new(),
         };
         let t0 = Instant::now();
-        while !l.app.ready {
-            assert!(l.app.fatal.is_none(), "{:?}", l.app.fatal);
+        while !l.app.engine.ready {
+            assert!(l.app.engine.fatal.is_none(), "{:?}", l.app.engine.fatal);
             let e = l.recv(t0);
             l.app.on_event(e);
         }
@@ -107,9 +107,9 @@ impl Learner {
 
     /// Space: it must always run an iteration (or say there is nothing left to run).
     fn space(&mut self) {
-        let before = self.app.report.as_ref().map_or(0, |r| r.iteration);
+        let before = self.app.report().map_or(0, |r| r.iteration);
         self.press(Action::Step);
-        let after = self.app.report.as_ref().map_or(0, |r| r.iteration);
+        let after = self.app.report().map_or(0, |r| r.iteration);
         assert!(
             after > before
                 || self.app.status.contains("nothing")
@@ -140,8 +140,8 @@ impl Learner {
             .chars()
             .take(24)
             .collect();
-        let pane = match self.app.focus {
-            Pane::Attention if self.app.looks_at => " what does",
+        let pane = match self.app.view.focus {
+            Pane::Attention if self.app.view.looks_at => " what does",
             Pane::Attention => " attention · layer",
             Pane::Heads => " heads · ",
             Pane::Output => " output · ",
@@ -159,13 +159,13 @@ impl Learner {
             Pane::Lens => " logit lens ",
         };
         // The pane's key figure, whole (once an iteration has given it one).
-        let figure: &[&str] = match (self.app.report.is_some(), self.app.focus) {
+        let figure: &[&str] = match (self.app.report().is_some(), self.app.view.focus) {
             (false, _) => &[],
             (_, Pane::Heads) => &["q8"],
             (_, Pane::Output) => &["(greedy)", "drawn %"],
             (_, Pane::Kv) => &["utilization "],
             (_, Pane::Serving) if self.app.settings.sink => {
-                match self.app.report.as_ref().and_then(|r| r.sink.as_ref()) {
+                match self.app.report().and_then(|r| r.sink.as_ref()) {
                     Some(_) => &["ppl"],
                     None => &[],
                 }
@@ -280,19 +280,16 @@ impl Learner {
                     waited < 40,
                     "{at}: {kind:?} was never posed (app {:?}, report {:?}, status {})",
                     self.app.settings.run,
-                    self.app.report.as_ref().map(|r| (
-                        r.info.layout,
-                        r.recomputed,
-                        r.repeat,
-                        r.finished
-                    )),
+                    self.app
+                        .report()
+                        .map(|r| (r.info.layout, r.recomputed, r.repeat, r.finished)),
                     self.app.status
                 );
                 // What the app's line under the question says to do.
                 match kind {
                     Predict::KvAfterMha => self.press(Action::CycleLayout),
                     Predict::KvAfterTiled => self.press(Action::ToggleKernel),
-                    Predict::TopAfterTemperature if !self.app.report.as_ref().unwrap().finished => {
+                    Predict::TopAfterTemperature if !self.app.report().unwrap().finished => {
                         self.press(Action::CycleTemperature)
                     }
                     Predict::FlopsWithoutCache if !self.app.settings.request.kv_cache => {
@@ -311,7 +308,7 @@ impl Learner {
             }
             let live = predict::live_choices(&self.app.live(), kind).unwrap();
             let choice = pick.min(live.values.len() - 1);
-            let before = self.app.report.clone();
+            let before = self.app.report().cloned();
             self.press(Action::Answer(choice + 1));
             // Some predictions wait for their event: keep stepping.
             let mut n = 0;
@@ -326,7 +323,7 @@ impl Learner {
                     live.labels, self.app.status
                 )
             });
-            let new = self.app.report.clone().unwrap();
+            let new = self.app.report().cloned().unwrap();
             // Every choice graded against the same iteration: what happened is offered.
             let p = predict::Pending {
                 question: qi,
@@ -396,7 +393,7 @@ fn a_toggle_recomputes_the_same_position_and_mha_matches_gqa() {
     for _ in 0..4 {
         l.space();
     }
-    let gqa = l.app.report.clone().unwrap();
+    let gqa = l.app.report().cloned().unwrap();
     assert_eq!(gqa.info.step, 3);
     let top = |r: &inferlab::worker::StepReport| -> Vec<(u32, f32)> {
         r.info.top_k.iter().map(|t| (t.id, t.prob)).collect()
@@ -405,7 +402,7 @@ fn a_toggle_recomputes_the_same_position_and_mha_matches_gqa() {
     // the same position: the sequence does not grow.
     for layout in ["mqa", "mha"] {
         l.press(Action::CycleLayout);
-        let r = l.app.report.clone().unwrap();
+        let r = l.app.report().cloned().unwrap();
         assert!(r.recomputed, "{layout}");
         assert_eq!(r.info.layout.to_string().to_lowercase(), layout);
         assert_eq!(
@@ -416,19 +413,16 @@ fn a_toggle_recomputes_the_same_position_and_mha_matches_gqa() {
         assert_eq!(r.kv.used, gqa.kv.used, "{layout}");
     }
     // MHA repeats GQA's K/V heads exactly: the same distribution, to the digits shown.
-    let mha = l.app.report.clone().unwrap();
+    let mha = l.app.report().cloned().unwrap();
     for ((a, pa), (b, pb)) in top(&gqa).into_iter().zip(top(&mha)) {
         assert_eq!(a, b, "the same tokens in the same order");
         assert!((pa - pb).abs() < 5e-5, "GQA {pa} vs MHA {pb}");
     }
     // f, too, stays at the position; stepping then goes on from there.
     l.press(Action::ToggleKernel);
-    assert_eq!(
-        l.app.report.as_ref().unwrap().pieces.len(),
-        gqa.pieces.len()
-    );
+    assert_eq!(l.app.report().unwrap().pieces.len(), gqa.pieces.len());
     l.space();
-    let next = l.app.report.clone().unwrap();
+    let next = l.app.report().cloned().unwrap();
     assert_eq!(next.pieces.len(), gqa.pieces.len() + 1);
     assert!(!next.recomputed && next.info.step > 0);
 }
@@ -496,14 +490,14 @@ fn a_scripted_learner_walks_every_lesson_to_the_end() {
         }
     }
     // The learner then types a new prompt after the last request finished: space prefills it.
-    let last = l.app.report.as_ref().map_or(0, |r| r.iteration);
+    let last = l.app.report().map_or(0, |r| r.iteration);
     l.press(Action::StartInput);
     for c in "Name a colour.".chars() {
         l.press(Action::Type(c));
     }
     l.press(Action::Submit);
     l.space();
-    let r = l.app.report.clone().unwrap();
+    let r = l.app.report().cloned().unwrap();
     assert!(r.iteration > last && r.info.step == 0 && r.prompt == "Name a colour.");
     drop(l);
     let out = std::process::Command::new(common::bin())
@@ -536,7 +530,7 @@ fn the_same_tokens_run_beside_under_another_layout() {
     }
     // M: the live (GQA) request's tokens under MHA beside it, for the same position.
     l.press(Action::CycleBeside);
-    let r = l.app.report.clone().unwrap();
+    let r = l.app.report().cloned().unwrap();
     let b = r.beside.clone().expect("the view beside");
     assert_eq!(b.layout, inferlab::model::HeadLayout::Mha);
     assert_eq!((b.compared, b.agreed), (1, 1));
@@ -549,7 +543,7 @@ fn the_same_tokens_run_beside_under_another_layout() {
     for _ in 0..3 {
         l.space();
     }
-    let b = l.app.report.as_ref().unwrap().beside.clone().unwrap();
+    let b = l.app.report().unwrap().beside.clone().unwrap();
     assert_eq!(
         (b.compared, b.agreed),
         (4, 4),
@@ -557,29 +551,17 @@ fn the_same_tokens_run_beside_under_another_layout() {
     );
     // M again: MQA, a different model, compared from the same position on; then off.
     l.press(Action::CycleBeside);
-    let b = l.app.report.as_ref().unwrap().beside.clone().unwrap();
+    let b = l.app.report().unwrap().beside.clone().unwrap();
     assert_eq!(b.layout, inferlab::model::HeadLayout::Mqa);
     assert_eq!(b.compared, 1);
     l.space();
-    assert_eq!(
-        l.app
-            .report
-            .as_ref()
-            .unwrap()
-            .beside
-            .as_ref()
-            .unwrap()
-            .compared,
-        2
-    );
+    assert_eq!(l.app.report().unwrap().beside.as_ref().unwrap().compared, 2);
     l.press(Action::Set(inferlab::ui::app::Setting::Focus(Pane::Heads)));
     for s in l.screens() {
         assert!(s.contains("beside MQA: top"), "{s}");
     }
     l.press(Action::CycleBeside);
-    assert!(
-        l.app.settings.request.beside.is_none() && l.app.report.as_ref().unwrap().beside.is_none()
-    );
+    assert!(l.app.settings.request.beside.is_none() && l.app.report().unwrap().beside.is_none());
     let [small, large] = l.screens();
     assert!(!small.contains("beside ") && !large.contains("beside "));
 }

@@ -85,7 +85,7 @@ fn trace_json_carries_one_lens_row_per_layer() {
 fn the_lens_pane_and_picture_show_each_layers_guess() {
     use inferlab::ui::app::{Action, Pane};
     let mut a = fixture::app();
-    let mut r = (**a.report.as_ref().unwrap()).clone();
+    let mut r = a.report().unwrap().clone();
     r.iteration += 1;
     r.info.token_id = 4;
     r.info.token = " stores".into();
@@ -107,7 +107,7 @@ fn the_lens_pane_and_picture_show_each_layers_guess() {
     ];
     a.on_event(inferlab::worker::Event::Report(Box::new(r)));
     a.update(Action::ToggleLens);
-    assert!(a.lens_shown && a.focus == Pane::Lens);
+    assert!(a.view.lens_shown && a.view.focus == Pane::Lens);
     let mut term = ratatui::Terminal::new(ratatui::backend::TestBackend::new(200, 60)).unwrap();
     let theme = inferlab::ui::theme::Theme {
         mode: inferlab::ui::theme::ColorMode::None,
@@ -133,5 +133,5 @@ fn the_lens_pane_and_picture_show_each_layers_guess() {
     // o again gives the heatmap back, and the engine stops the lens (the event loop sends
     // SetLens(false) when neither shown nor focused).
     a.update(Action::ToggleLens);
-    assert!(!a.lens_shown && a.focus == Pane::Attention);
+    assert!(!a.view.lens_shown && a.view.focus == Pane::Attention);
 }

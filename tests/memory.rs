@@ -197,7 +197,7 @@ fn the_heatmap_history_stays_within_its_byte_cap_and_keeps_the_newest_rows() {
         }];
         app.on_event(Event::Report(Box::new(r)));
     }
-    let h = &app.history[0];
+    let h = &app.frames.shown().history[0];
     let floats: usize = h
         .weights
         .iter()

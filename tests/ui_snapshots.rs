@@ -98,20 +98,20 @@ fn head_selection_moves_the_heatmap() {
     let mut a = app();
     a.update(Action::HeadRight);
     a.update(Action::LayerDown);
-    assert_eq!((a.head, a.layer), (1, 1));
+    assert_eq!((a.view.head, a.view.layer), (1, 1));
     a.update(Action::HeadLeft);
     a.update(Action::HeadLeft);
-    assert_eq!(a.head, 2, "wraps around");
+    assert_eq!(a.view.head, 2, "wraps around");
     // Scrolling moves the heatmap window back and stops at the first position.
     a.update(Action::ScrollBack);
-    assert_eq!(a.scroll, 8);
+    assert_eq!(a.view.scroll, 8);
     a.update(Action::ScrollBack);
-    assert_eq!(a.scroll, 9);
+    assert_eq!(a.view.scroll, 9);
     a.update(Action::ScrollForward);
-    assert_eq!(a.scroll, 1);
+    assert_eq!(a.view.scroll, 1);
     // The history holds every query row for every layer.
-    assert_eq!(a.history[1].weights.len(), 10);
-    assert_eq!(a.history[1].weights[9][0].len(), 10);
+    assert_eq!(a.frames.shown().history[1].weights.len(), 10);
+    assert_eq!(a.frames.shown().history[1].weights[9][0].len(), 10);
 }
 
 #[test]
@@ -192,7 +192,7 @@ fn a_lesson_step_sets_the_app_and_notices_the_task() {
     let mut a = tutor_app(4);
     // Step 1 of the heads lesson asks for GQA and sends its prompt.
     assert_eq!(a.settings.run.layout, HeadLayout::Gqa);
-    assert_eq!(a.focus, inferlab::ui::app::Pane::Heads);
+    assert_eq!(a.view.focus, inferlab::ui::app::Pane::Heads);
     // n: step 2, whose task is "switch to MHA".
     assert!(a.update(Action::NextStep).is_empty());
     assert_eq!(a.tutor.as_ref().unwrap().step, 1);
@@ -246,8 +246,8 @@ fn a_prediction_runs_the_next_step_and_is_graded_by_what_the_model_did() {
         a.update(Action::NextStep);
     }
     // The lesson's prompt has been prefilled: the fixture's report stands for it.
-    assert!(a.prompt_queued);
-    a.prompt_queued = false;
+    assert!(a.engine.prompt_queued);
+    a.engine.prompt_queued = false;
     // Choice 1 is position 0, the first token.
     let live =
         inferlab::ui::predict::live_choices(&a.live(), inferlab::lesson::Predict::TopAttended)
@@ -307,8 +307,8 @@ fn a_wrong_prediction_asks_about_the_next_iteration_instead_of_a_retry() {
         a.update(Action::NextStep);
     }
     // The lesson's prompt has been prefilled: the fixture's report stands for it.
-    assert!(a.prompt_queued);
-    a.prompt_queued = false;
+    assert!(a.engine.prompt_queued);
+    a.engine.prompt_queued = false;
     // Choice 2 is position 1; the model will look at position 0.
     a.update(Action::Answer(2));
     a.on_event(Event::Report(Box::new(
@@ -367,17 +367,17 @@ fn scrubbing_walks_back_through_the_session_and_resumes_live() {
     for i in 1..=4 {
         a.on_event(Event::Report(Box::new(numbered(i))));
     }
-    assert_eq!(a.past.len(), 4);
+    assert_eq!(a.frames.past().len(), 4);
     a.update(Action::ScrubBack);
-    assert_eq!(a.report.as_ref().unwrap().iteration, 3);
+    assert_eq!(a.report().unwrap().iteration, 3);
     assert!(a.status.contains("history: iteration 3"));
     for _ in 0..5 {
         a.update(Action::ScrubBack);
     }
-    assert_eq!(a.report.as_ref().unwrap().iteration, 1);
+    assert_eq!(a.report().unwrap().iteration, 1);
     assert!(a.status.contains("start of the session"), "{}", a.status);
     a.update(Action::ScrubForward);
-    assert_eq!(a.report.as_ref().unwrap().iteration, 2);
+    assert_eq!(a.report().unwrap().iteration, 2);
     // Every pane draws the chosen iteration: the output pane shows its text.
     let mut term = Terminal::new(TestBackend::new(44, 10)).unwrap();
     term.draw(|f| panes::output::render(&a, &THEME, f.area(), f.buffer_mut()))
@@ -386,15 +386,15 @@ fn scrubbing_walks_back_through_the_session_and_resumes_live() {
     // Forward past the newest iteration returns to the live state.
     a.update(Action::ScrubForward);
     a.update(Action::ScrubForward);
-    assert!(a.scrub.is_none());
-    assert_eq!(a.report.as_ref().unwrap().iteration, 4);
+    assert!(a.frames.cursor().is_none());
+    assert_eq!(a.report().unwrap().iteration, 4);
     // A step while scrubbed goes back to live first.
     a.update(Action::ScrubBack);
     assert!(matches!(
         a.update(Action::Step).as_slice(),
         [inferlab::worker::Command::Step]
     ));
-    assert!(a.scrub.is_none());
+    assert!(a.frames.cursor().is_none());
 }
 
 #[test]
@@ -535,7 +535,7 @@ fn a_recording_round_trips_and_bad_ones_are_refused_by_name() {
 fn looks_at_view_ranks_what_the_newest_token_attends_to() {
     let mut a = app();
     a.update(Action::ToggleLooksAt);
-    assert!(a.looks_at);
+    assert!(a.view.looks_at);
     let draw = |a: &App| {
         let mut term = Terminal::new(TestBackend::new(96, 22)).unwrap();
         term.draw(|f| draw::draw(a, &THEME, f.area(), f.buffer_mut()))
@@ -625,28 +625,28 @@ fn the_sink_experiment_takes_the_serving_columns_and_outlives_the_request() {
     assert!(s.contains("  pages █××█▄"), "{s}");
     // A replay of that session shows the pane without the key.
     let mut replay = app();
-    replay.replaying = true;
+    replay.engine.replaying = true;
     replay.on_event(Event::Report(Box::new(r.clone())));
     assert!(replay.shows_sink() && !replay.settings.sink);
     assert!(replay.update(Action::ToggleSink).is_empty() && !replay.settings.sink);
     // The request has finished, but the experiment has text left: steps go on.
     assert!(matches!(a.request_step(), Some(Command::Step)));
-    a.in_flight = false;
+    a.engine.in_flight = false;
     a.update(Action::ToggleSink);
     // Without it the step still goes to the engine, which runs the serving workload or
     // says that nothing is left; only that answer stops a run.
-    a.running = true;
+    a.engine.running = true;
     assert!(matches!(a.request_step(), Some(Command::Step)));
     a.on_event(Event::Idle("nothing left".into()));
-    assert!(!a.running && !a.in_flight && a.status == "nothing left");
+    assert!(!a.engine.running && !a.engine.in_flight && a.status == "nothing left");
 }
 
 #[test]
 fn a_replay_ignores_settings_keys_and_keeps_what_was_recorded() {
     let mut a = app();
-    a.replaying = true;
+    a.engine.replaying = true;
     let before = a.settings;
-    let rows = a.history[0].weights.len();
+    let rows = a.frames.shown().history[0].weights.len();
     for act in [
         Action::CycleLayout,
         Action::ToggleKernel,
@@ -660,7 +660,7 @@ fn a_replay_ignores_settings_keys_and_keeps_what_was_recorded() {
     }
     assert_eq!(a.settings, before);
     assert_eq!(
-        a.history[0].weights.len(),
+        a.frames.shown().history[0].weights.len(),
         rows,
         "the heatmap keeps its rows"
     );
@@ -805,7 +805,7 @@ fn typed_text_and_the_mouse_go_through_actions_like_keys() {
         .collect();
     heads.sort();
     heads.dedup();
-    let n = a.report.as_ref().unwrap().cfg.n_head;
+    let n = a.report().unwrap().cfg.n_head;
     assert_eq!(heads, (0..n).collect::<Vec<_>>());
 }
 
@@ -921,7 +921,7 @@ fn the_lesson_pane_draws_a_tutor_and_what_the_app_says_of_it() {
 #[test]
 fn the_traffic_pane_at_80x24_and_200x60() {
     let a = common::fixture::traffic_app();
-    assert!(a.traffic_shown);
+    assert!(a.view.traffic_shown);
     for (w, h) in [(80, 24), (200, 60)] {
         let b = render_app(&a, w, h);
         let text = format!("{b}");
@@ -950,7 +950,7 @@ fn the_traffic_pane_at_80x24_and_200x60() {
     // t again gives the forward pane back; tab walks through both.
     let mut a = a;
     a.update(Action::ToggleTraffic);
-    assert!(!a.traffic_shown);
+    assert!(!a.view.traffic_shown);
     assert!(format!("{}", render_app(&a, 200, 60)).contains("forward pass"));
 }
 
@@ -968,7 +968,7 @@ fn lesson_app(questions: &str) -> App {
 fn lessons_quote_live_figures_from_what_the_app_shows() {
     use inferlab::ui::figures::{fill, value, PENDING};
     let a = common::fixture::traffic_app();
-    let r = a.report.as_deref().unwrap();
+    let r = a.report().unwrap();
     let kv = r.info.kv_bytes_per_token[&r.info.layout];
     assert_eq!(
         value(a.figure_sources(), "kv_bytes_per_token").unwrap(),
@@ -1035,7 +1035,7 @@ fn a_traffic_prediction_is_graded_by_the_bytes_of_the_next_step() {
         a.update(Action::Answer(2)).as_slice(),
         [Command::Step]
     ));
-    let mut next = (**a.report.as_ref().unwrap()).clone();
+    let mut next = a.report().unwrap().clone();
     next.iteration += 1;
     next.info.traffic.kv_read_bytes = 3 * next.info.traffic.weight_bytes;
     a.on_event(Event::Report(Box::new(next.clone())));
@@ -1068,7 +1068,7 @@ fn a_prediction_before_a_toggle_applies_the_toggle_and_grades_what_follows() {
         "{cmds:?}"
     );
     // The engine's answer: the request recomputed under MHA.
-    let mut next = (**a.report.as_ref().unwrap()).clone();
+    let mut next = a.report().unwrap().clone();
     next.iteration += 1;
     next.info.layout = HeadLayout::Mha;
     a.on_event(Event::Report(Box::new(next)));
@@ -1118,7 +1118,7 @@ fn the_main_screen_a_zoomed_pane_and_a_lesson_layout_at_80x24_and_200x60() {
     // A click on a summary line focuses that pane; a second click on its title (the
     // event loop's double click) gives the grid back.
     let screen = ratatui::layout::Rect::new(0, 0, 200, 60);
-    let f = inferlab::ui::draw::focused_areas(screen, a.focus, false);
+    let f = inferlab::ui::draw::focused_areas(screen, a.view.focus, false);
     let (pane, row) = f.summaries[0];
     let click = MouseEvent {
         kind: MouseEventKind::Down(MouseButton::Left),
@@ -1129,9 +1129,12 @@ fn the_main_screen_a_zoomed_pane_and_a_lesson_layout_at_80x24_and_200x60() {
     let act = inferlab::ui::draw::mouse_action(click, screen, &a).unwrap();
     assert_eq!(act, Action::Set(inferlab::ui::app::Setting::Focus(pane)));
     a.update(act);
-    assert!(a.zoomed && a.focus == pane);
+    assert!(a.view.zoomed && a.view.focus == pane);
     a.update(Action::ZoomPane(pane));
-    assert!(!a.zoomed, "zooming the zoomed pane gives the grid back");
+    assert!(
+        !a.view.zoomed,
+        "zooming the zoomed pane gives the grid back"
+    );
     // A lesson gives its step's pane the room: at 80×24 the text above one full-width
     // pane, at 200×60 the text beside it with the others as summaries.
     let mut a = common::fixture::traffic_app();
@@ -1145,7 +1148,7 @@ fn the_main_screen_a_zoomed_pane_and_a_lesson_layout_at_80x24_and_200x60() {
         Default::default(),
         false,
     ));
-    assert!(a.zoomed && a.focus == inferlab::ui::app::Pane::Traffic);
+    assert!(a.view.zoomed && a.view.focus == inferlab::ui::app::Pane::Traffic);
     for (w, h) in [(80, 24), (200, 60)] {
         let b = render_app(&a, w, h);
         let text = format!("{b}");
@@ -1169,7 +1172,7 @@ fn the_serving_pane_shows_a_requests_block_table_and_marks_its_pages() {
     for r in common::fixture::serving_reports(CacheKind::Paged, 6) {
         a.on_event(Event::Report(Box::new(r)));
     }
-    let sv = a.report.as_ref().unwrap().serve.clone().unwrap();
+    let sv = a.report().unwrap().serve.clone().unwrap();
     assert!(!sv.step.block_tables.is_empty());
     // Each table lists the request's pages in logical order; every page it names holds it.
     for (id, pages) in &sv.step.block_tables {
@@ -1186,10 +1189,10 @@ fn the_serving_pane_shows_a_requests_block_table_and_marks_its_pages() {
     // u walks through the requests that hold pages; the pane names the chosen one.
     let first = sv.step.block_tables[0].0;
     a.update(Action::NextRequest);
-    assert_eq!(a.selected_req, Some(first));
+    assert_eq!(a.view.selected_req, Some(first));
     a.update(Action::NextRequest);
     let second = sv.step.block_tables.get(1).map_or(first, |t| t.0);
-    assert_eq!(a.selected_req, Some(second));
+    assert_eq!(a.view.selected_req, Some(second));
     let mut term = Terminal::new(TestBackend::new(120, 24)).unwrap();
     term.draw(|f| panes::serving::render(&a, &THEME, f.area(), f.buffer_mut()))
         .unwrap();
@@ -1260,7 +1263,7 @@ fn a_lesson_opened_at_a_later_step_sets_what_walking_there_would_have() {
     a.open_lesson(t);
     // Step 4 names only compare=one_at_a_time; step 1 put the serving pane in front.
     assert_eq!(a.tutor.as_ref().unwrap().step, 3);
-    assert_eq!(a.focus, inferlab::ui::app::Pane::Serving);
+    assert_eq!(a.view.focus, inferlab::ui::app::Pane::Serving);
     assert_eq!(
         a.settings.serving.compare,
         inferlab::ui::app::Compare::OneAtATime
@@ -1305,7 +1308,7 @@ fn space_pressed_while_an_iteration_runs_is_kept_and_a_restart_drops_the_old_run
     assert!(matches!(a.update(Action::Step).as_slice(), [Command::Step]));
     assert!(a.update(Action::Step).is_empty() && a.update(Action::Step).is_empty());
     assert_eq!(
-        a.steps_queued, 2,
+        a.engine.steps_queued, 2,
         "two presses wait for the running iteration"
     );
     // c restarts the serving run: the old run's pages are not drawn under the new title;
@@ -1325,11 +1328,11 @@ fn space_pressed_while_an_iteration_runs_is_kept_and_a_restart_drops_the_old_run
         "{after}"
     );
     assert!(
-        a.report.as_ref().unwrap().serve.is_some(),
+        a.report().unwrap().serve.is_some(),
         "the report itself is what ran"
     );
     a.on_event(Event::Idle("nothing left".into()));
-    assert_eq!(a.steps_queued, 0);
+    assert_eq!(a.engine.steps_queued, 0);
 }
 
 #[test]
@@ -1348,7 +1351,7 @@ fn a_question_keeps_the_figures_it_was_answered_with() {
     let asked = a.tutor.as_ref().unwrap().asked[&0].clone();
     assert!(asked.contains(&format!("moved {mb} MB")), "{asked}");
     // The iteration the answer ran moves more: the question still reads as it was asked.
-    let mut r = (**a.report.as_ref().unwrap()).clone();
+    let mut r = a.report().unwrap().clone();
     r.iteration += 1;
     r.info.step += 1;
     r.info.traffic.weight_bytes *= 3;
@@ -1389,16 +1392,16 @@ fn the_glossary_scrolls_where_it_does_not_fit_and_every_line_fits_80_columns() {
     let s = screen(&a);
     // Scrolled to the end: the last term, whole (no line is cut at 80 columns).
     assert!(s.contains(last.1), "{s}");
-    assert!(a.glossary);
+    assert!(a.view.glossary);
     a.update(Action::Step);
-    assert!(!a.glossary, "any other key closes it");
+    assert!(!a.view.glossary, "any other key closes it");
 }
 
 #[test]
 fn a_prediction_answered_during_an_iteration_is_graded_by_one_that_shows_its_setting() {
     use inferlab::worker::Command;
     let mut a = lesson_app("?predict top_after_temperature: What will the top token get?");
-    a.in_flight = true;
+    a.engine.in_flight = true;
     let cmds = a.update(Action::Answer(3));
     assert!(
         cmds.iter()
@@ -1406,11 +1409,11 @@ fn a_prediction_answered_during_an_iteration_is_graded_by_one_that_shows_its_set
         "{cmds:?}"
     );
     assert_eq!(
-        a.steps_queued, 1,
+        a.engine.steps_queued, 1,
         "the answer's step waits behind the running one"
     );
     // The running iteration's report was computed greedy: it grades nothing.
-    let mut r = (**a.report.as_ref().unwrap()).clone();
+    let mut r = a.report().unwrap().clone();
     r.iteration += 1;
     r.info.step += 1;
     a.on_event(Event::Report(Box::new(r.clone())));
@@ -1463,7 +1466,7 @@ fn after_c_the_serving_title_names_what_its_body_draws_until_the_new_run_reports
 fn the_header_names_the_settings_the_report_on_screen_ran_under() {
     use inferlab::model::HeadLayout;
     let mut a = app();
-    a.replaying = true;
+    a.engine.replaying = true;
     let mut r = common::fixture::report();
     // A report computed under MHA with sampling and no cache, as a replay shows it while
     // the app's own settings are the defaults.
@@ -1490,10 +1493,13 @@ fn the_header_names_the_settings_the_report_on_screen_ran_under() {
 fn w_with_the_lens_shown_brings_the_attention_pane_back() {
     let mut a = app();
     a.update(Action::ToggleLens);
-    assert!(a.lens_shown);
+    assert!(a.view.lens_shown);
     a.update(Action::ToggleLooksAt);
-    assert!(a.looks_at && !a.lens_shown, "w changed something visible");
-    assert_eq!(a.focus, inferlab::ui::app::Pane::Attention);
+    assert!(
+        a.view.looks_at && !a.view.lens_shown,
+        "w changed something visible"
+    );
+    assert_eq!(a.view.focus, inferlab::ui::app::Pane::Attention);
 }
 
 #[test]
@@ -1530,7 +1536,7 @@ fn the_comparison_title_names_the_run_its_body_draws() {
     );
     assert!(s.contains("starts at the next"), "{s}");
     // In a replay (or history) the report's own run is what is shown.
-    a.replaying = true;
+    a.engine.replaying = true;
     let s = draw(&a);
     assert!(s.contains("one at a time"), "{s}");
 }

@@ -49,7 +49,7 @@ pub fn run(model: &Model, steps: usize, frames: usize) -> Result<RenderReport> {
     for r in reports {
         app.on_event(Event::Report(Box::new(r)));
     }
-    let kv_len = app.report.as_ref().map(|r| r.kv.used).unwrap_or(0);
+    let kv_len = app.report().map(|r| r.kv.used).unwrap_or(0);
     let theme = Theme {
         mode: ColorMode::TrueColor,
     };
@@ -58,7 +58,7 @@ pub fn run(model: &Model, steps: usize, frames: usize) -> Result<RenderReport> {
     let mut times = Vec::with_capacity(frames);
     for i in 0..frames {
         // Alternate layers so every frame does the full work of a changed picture.
-        app.layer = i % model.cfg.n_layer;
+        app.view.layer = i % model.cfg.n_layer;
         let t = Instant::now();
         term.draw(|f| draw::draw(&app, &theme, f.area(), f.buffer_mut()))?;
         times.push(t.elapsed().as_secs_f64() * 1e3);

@@ -157,8 +157,8 @@ fn replay_to(a: &Args, rec: Recording, want: usize) -> App {
             break;
         }
     }
-    app.layer = a.layer;
-    app.head = a.head;
-    app.show_scores = a.scores;
+    app.view.layer = a.layer;
+    app.view.head = a.head;
+    app.view.show_scores = a.scores;
     app
 }

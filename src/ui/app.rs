@@ -1,13 +1,14 @@
 //! App state and what each action does to it. Drawing reads this state; nothing here
 //! runs model code — changes that need the model become [`Command`]s for the engine.
 
+use super::engine::EngineState;
+use super::frames::Frames;
 use super::tutor::{Reply, Tutor};
+use super::view::View;
 use crate::model::sampler::{TEMPERATURES, TOP_PS};
 use crate::model::RunOptions;
-use crate::serve::ReqPhase;
 use crate::settings::{next_layout, other_kernel, Settings, Watch};
 use crate::worker::{Command, Event, StepReport};
-use std::collections::VecDeque;
 
 /// Everything the user can ask for.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -113,137 +114,29 @@ fn needs_model(a: Action) -> bool {
     )
 }
 
+pub use super::frames::{LayerHistory, HISTORY_BYTES, MAX_PAST_BYTES, TIMELINE};
 pub use super::live::{LiveState, Pane, Setting};
 pub use crate::settings::Compare;
 
 /// Most space presses kept while an iteration runs.
 pub const MAX_QUEUED_STEPS: usize = 64;
 
-/// Iterations of the batching timeline kept for drawing.
-pub const TIMELINE: usize = 240;
-
 /// Run speeds, iterations per second (`0` = as fast as the model goes).
 pub const SPEEDS: [f64; 6] = [1.0, 2.0, 5.0, 10.0, 30.0, 0.0];
 
-/// Attention rows of the current request for one layer: row `p` holds every head's
-/// weights (or scores) of query position `p` over keys `0..=p`.
-#[derive(Debug, Clone, Default)]
-pub struct LayerHistory {
-    /// `rows[p][h]` = weights of head `h` at query position `p`; empty for positions not
-    /// captured (a long prompt keeps its newest rows) or dropped to bound memory.
-    pub weights: Vec<Vec<Vec<f32>>>,
-    pub scores: Vec<Vec<Vec<f32>>>,
-    /// Bytes the kept rows hold, and the first position still kept.
-    bytes: usize,
-    kept_from: usize,
-}
-
-impl LayerHistory {
-    /// Empties the oldest kept rows until at most `cap` bytes remain (the newest row stays).
-    fn trim(&mut self, cap: usize) {
-        while self.bytes > cap && self.kept_from + 1 < self.weights.len() {
-            let p = self.kept_from;
-            let row_bytes: usize = self.weights[p].iter().map(|r| 8 * r.len()).sum();
-            self.bytes -= row_bytes;
-            self.weights[p] = Vec::new();
-            self.scores[p] = Vec::new();
-            self.kept_from += 1;
-        }
-    }
-}
-
-/// Bytes of attention rows the heatmap history keeps, all layers together. A row of a
-/// long context is large (9 heads × 8,000 keys × 2 floats is 576 KB), so the oldest rows
-/// give way first.
-pub const HISTORY_BYTES: usize = 128 << 20;
-
-/// Retained past reports (for scrubbing), estimated from the captured floats.
-pub const MAX_PAST_BYTES: usize = 128 << 20;
-
-/// What the screen showed live, kept while the user scrubs through the past.
-struct Stash {
-    report: Option<Box<StepReport>>,
-    history: Vec<LayerHistory>,
-    timeline: VecDeque<Vec<(u64, ReqPhase)>>,
-    timeline_b: VecDeque<Vec<(u64, ReqPhase)>>,
-}
-
-/// Rough bytes one report holds (its captures dominate).
-fn report_bytes(r: &StepReport) -> usize {
-    let floats: usize = r
-        .info
-        .captures
-        .iter()
-        .map(|c| {
-            c.q.len() + c.k.len() + c.v.len() + c.scores.len() + c.weights.len() + c.head_out.len()
-        })
-        .sum();
-    4 * floats + 4096
-}
-
-/// The app.
+/// The app: what the user asked for, how the screen shows it, what it knows of the
+/// worker, the frames it draws, and the lesson, the status line and the prompt being typed.
 pub struct App {
-    pub status: String,
-    pub loading: Option<(u64, u64)>,
-    pub model_name: String,
-    pub ready: bool,
-    pub fatal: Option<String>,
-    /// A failure that stays in the header until the app exits, and is printed then (a
-    /// recording that stopped on a full disk).
-    pub alarm: Option<String>,
-    pub report: Option<Box<StepReport>>,
-    pub history: Vec<LayerHistory>,
-    pub layer: usize,
-    pub head: usize,
-    pub show_scores: bool,
-    /// Heatmap window: positions back from the newest (0 follows the newest).
-    pub scroll: usize,
-    /// Show the ranked list of what the bottom heatmap row attends to instead of the heatmap.
-    pub looks_at: bool,
-    /// The memory-traffic pane holds the forward pane's place.
-    pub traffic_shown: bool,
-    /// The logit lens holds the attention pane's place.
-    pub lens_shown: bool,
-    /// The serving request whose block table is shown and whose pages are marked.
-    pub selected_req: Option<u64>,
-    /// The focused pane has the body; the others are one-line summaries.
-    pub zoomed: bool,
-    /// This machine's measured limits, for the traffic pane (the engine measures them
-    /// once, or reads them from `bench machine`'s cache).
-    pub machine: Option<crate::machine::Machine>,
-    /// The reports come from a recording, not the engine.
-    pub replaying: bool,
-    pub focus: Pane,
-    pub help: bool,
-    /// The glossary overlay is open, and its first entry shown (a short terminal scrolls).
-    pub glossary: bool,
-    pub glossary_scroll: usize,
-    pub running: bool,
-    pub speed: usize,
-    pub in_flight: bool,
-    /// Space presses that came while an iteration ran, run one after another.
-    pub steps_queued: usize,
-    pub input: Option<String>,
     /// What the user asked for; each report says what the worker ran under.
     pub settings: Settings,
-    /// Per serving iteration: each request's phase (newest last).
-    pub timeline: VecDeque<Vec<(u64, ReqPhase)>>,
-    pub timeline_b: VecDeque<Vec<(u64, ReqPhase)>>,
-    /// Every report of the session, oldest first, within [`MAX_PAST_BYTES`].
-    pub past: VecDeque<Box<StepReport>>,
-    past_bytes: usize,
-    /// Reports dropped from the front of `past` to bound memory.
-    pub dropped: usize,
-    /// While scrubbing: the index into `past` on screen, and the live state to go back to.
-    pub scrub: Option<usize>,
-    stash: Option<Stash>,
+    pub view: View,
+    pub engine: EngineState,
+    pub frames: Frames,
+    pub status: String,
+    /// The new prompt being typed.
+    pub input: Option<String>,
     /// The open lesson, when the app runs one.
     pub tutor: Option<Tutor>,
-    /// Opens the heatmap on the head the first prefill shows sharpest, until the user
-    /// picks a layer or head (the live app, without a lesson: lessons name their head).
-    pub auto_head: bool,
-    /// A new prompt was sent and its prefill has not run yet.
-    pub prompt_queued: bool,
     pub quit: bool,
 }
 
@@ -251,71 +144,44 @@ impl App {
     /// A fresh app waiting for the engine.
     pub fn new(run: RunOptions) -> Self {
         Self {
-            status: "starting".into(),
-            loading: None,
-            model_name: String::new(),
-            ready: false,
-            fatal: None,
-            alarm: None,
-            report: None,
-            history: Vec::new(),
-            layer: 0,
-            head: 0,
-            show_scores: false,
-            scroll: 0,
-            looks_at: false,
-            traffic_shown: false,
-            lens_shown: false,
-            selected_req: None,
-            zoomed: false,
-            machine: None,
-            replaying: false,
-            focus: Pane::Attention,
-            help: false,
-            glossary: false,
-            glossary_scroll: 0,
-            running: false,
-            speed: 2,
-            in_flight: false,
-            steps_queued: 0,
-            input: None,
             settings: Settings {
                 run,
                 ..Settings::default()
             },
-            timeline: VecDeque::new(),
-            timeline_b: VecDeque::new(),
-            past: VecDeque::new(),
-            past_bytes: 0,
-            dropped: 0,
-            scrub: None,
-            stash: None,
+            view: View::default(),
+            engine: EngineState::default(),
+            frames: Frames::default(),
+            status: "starting".into(),
+            input: None,
             tutor: None,
-            auto_head: false,
-            prompt_queued: false,
             quit: false,
         }
+    }
+
+    /// The report on screen (the newest, or the one scrubbed to).
+    pub fn report(&self) -> Option<&StepReport> {
+        self.frames.report()
     }
 
     /// What lesson text's live figures are read from.
     pub fn figure_sources(&self) -> super::figures::Sources<'_> {
         super::figures::Sources {
-            report: self.report.as_deref(),
-            past: &self.past,
-            machine: self.machine.as_ref(),
+            report: self.report(),
+            past: self.frames.past(),
+            machine: self.engine.machine.as_ref(),
         }
     }
 
     /// The app's state as the lessons and predictions read it.
     pub fn live(&self) -> LiveState<'_> {
         LiveState {
-            report: self.report.as_deref(),
+            report: self.report(),
             settings: self.settings,
-            layer: self.layer,
-            head: self.head,
-            focus: self.focus,
-            show_scores: self.show_scores,
-            prompt_queued: self.prompt_queued,
+            layer: self.view.layer,
+            head: self.view.head,
+            focus: self.view.focus,
+            show_scores: self.view.show_scores,
+            prompt_queued: self.engine.prompt_queued,
         }
     }
 
@@ -328,8 +194,7 @@ impl App {
 
     /// Layers and heads of the model once a report has arrived (one of each before).
     pub fn dims(&self) -> (usize, usize) {
-        self.report
-            .as_ref()
+        self.report()
             .map(|r| (r.cfg.n_layer, r.cfg.n_head))
             .unwrap_or((1, 1))
     }
@@ -345,11 +210,11 @@ impl App {
 
     fn apply(&mut self, a: Action) -> Vec<Command> {
         if a == Action::ToggleHelp {
-            self.help = !self.help;
+            self.view.help = !self.view.help;
             return Vec::new();
         }
         // The glossary scrolls with j k (and J K, the wheel) where it does not fit.
-        if self.glossary {
+        if self.view.glossary {
             let step = match a {
                 Action::LayerDown => 1,
                 Action::LayerUp => -1,
@@ -358,18 +223,22 @@ impl App {
             };
             if step != 0 {
                 let last = super::panes::glossary::entries().len().saturating_sub(1);
-                self.glossary_scroll = self.glossary_scroll.saturating_add_signed(step).min(last);
+                self.view.glossary_scroll = self
+                    .view
+                    .glossary_scroll
+                    .saturating_add_signed(step)
+                    .min(last);
                 return Vec::new();
             }
         }
         // With help or the glossary open, any other key (Esc and q included) only closes it.
-        if self.help || self.glossary {
-            (self.help, self.glossary) = (false, false);
+        if self.view.help || self.view.glossary {
+            (self.view.help, self.view.glossary) = (false, false);
             return Vec::new();
         }
         if a == Action::ToggleGlossary && self.input.is_none() {
-            self.glossary = true;
-            self.glossary_scroll = 0;
+            self.view.glossary = true;
+            self.view.glossary_scroll = 0;
             return Vec::new();
         }
         if self.input.is_some() {
@@ -380,7 +249,7 @@ impl App {
                 return cmds;
             }
         }
-        if self.replaying && needs_model(a) {
+        if self.engine.replaying && needs_model(a) {
             self.status = match a {
                 Action::ToggleSink => "a replay shows the experiment only where it was recorded",
                 _ => "a replay shows what was recorded: settings cannot change (space steps, [ ] scrub)",
@@ -389,9 +258,11 @@ impl App {
             return Vec::new();
         }
         // Anything that changes the live state first returns to it.
-        if self.scrub.is_some() && (needs_model(a) || matches!(a, Action::Step | Action::ToggleRun))
+        if self.frames.cursor().is_some()
+            && (needs_model(a) || matches!(a, Action::Step | Action::ToggleRun))
         {
-            self.resume_live();
+            self.frames.resume_live();
+            self.status = "live".into();
         }
         match a {
             Action::Quit => {
@@ -403,11 +274,11 @@ impl App {
                 Vec::new()
             }
             Action::Step => {
-                self.running = false;
+                self.engine.running = false;
                 // A press while an iteration runs is kept, not dropped: a learner counting
                 // thirty presses gets thirty iterations.
-                if self.in_flight && self.ready && self.fatal.is_none() {
-                    self.steps_queued = (self.steps_queued + 1).min(MAX_QUEUED_STEPS);
+                if self.engine.in_flight && self.engine.ready && self.engine.fatal.is_none() {
+                    self.engine.steps_queued = (self.engine.steps_queued + 1).min(MAX_QUEUED_STEPS);
                     return Vec::new();
                 }
                 self.request_step().into_iter().collect()
@@ -440,8 +311,8 @@ impl App {
                 if p.trim().is_empty() {
                     self.status = "empty prompt ignored".into();
                 } else {
-                    self.prompt_queued = true;
-                    self.steps_queued = 0;
+                    self.engine.prompt_queued = true;
+                    self.engine.steps_queued = 0;
                     return vec![Command::Prompt(p)];
                 }
             }
@@ -562,12 +433,11 @@ impl App {
             return Vec::new();
         }
         if new.run != old.run {
-            self.steps_queued = 0;
-            self.history.clear();
+            self.engine.steps_queued = 0;
+            self.frames.clear_rows();
         }
         if new.run != old.run || new.serving != old.serving {
-            self.timeline.clear();
-            self.timeline_b.clear();
+            self.frames.clear_timelines();
         }
         vec![Command::Apply(new)]
     }
@@ -576,10 +446,10 @@ impl App {
     /// captures long contexts keep, whether the lens is shown), when that changed.
     pub fn watch_command(&mut self) -> Option<Command> {
         let watch = Watch {
-            layer: self.layer,
-            lens: self.lens_shown || self.focus == Pane::Lens,
+            layer: self.view.layer,
+            lens: self.view.lens_shown || self.view.focus == Pane::Lens,
         };
-        if watch == self.settings.watch || self.replaying {
+        if watch == self.settings.watch || self.engine.replaying {
             return None;
         }
         self.settings.watch = watch;
@@ -598,66 +468,79 @@ impl App {
                 | Action::SelectHead(_)
                 | Action::Set(Setting::Layer(_) | Setting::Head(_))
         ) {
-            self.auto_head = false;
+            self.view.auto_head = false;
         }
         match a {
             Action::ToggleRun => {
-                self.running = !self.running;
-                self.status = if self.running { "running" } else { "paused" }.into();
+                self.engine.running = !self.engine.running;
+                self.status = if self.engine.running {
+                    "running"
+                } else {
+                    "paused"
+                }
+                .into();
             }
-            Action::Faster => self.speed = (self.speed + 1).min(SPEEDS.len() - 1),
-            Action::Slower => self.speed = self.speed.saturating_sub(1),
+            Action::Faster => self.engine.speed = (self.engine.speed + 1).min(SPEEDS.len() - 1),
+            Action::Slower => self.engine.speed = self.engine.speed.saturating_sub(1),
             Action::StartInput => {
-                self.running = false;
+                self.engine.running = false;
                 self.input = Some(String::new());
             }
-            Action::LayerUp => self.layer = (self.layer + n_layer - 1) % n_layer,
-            Action::LayerDown => self.layer = (self.layer + 1) % n_layer,
-            Action::HeadLeft => self.head = (self.head + n_head - 1) % n_head,
-            Action::HeadRight => self.head = (self.head + 1) % n_head,
-            Action::SelectHead(h) => self.head = h.min(n_head - 1),
-            Action::ToggleValues => self.show_scores = !self.show_scores,
+            Action::LayerUp => self.view.layer = (self.view.layer + n_layer - 1) % n_layer,
+            Action::LayerDown => self.view.layer = (self.view.layer + 1) % n_layer,
+            Action::HeadLeft => self.view.head = (self.view.head + n_head - 1) % n_head,
+            Action::HeadRight => self.view.head = (self.view.head + 1) % n_head,
+            Action::SelectHead(h) => self.view.head = h.min(n_head - 1),
+            Action::ToggleValues => self.view.show_scores = !self.view.show_scores,
             Action::ScrollBack => {
-                let n = self.history.get(self.layer).map_or(0, |h| h.weights.len());
-                self.scroll = (self.scroll + 8).min(n.saturating_sub(1));
+                let rows = &self.frames.shown().history;
+                let n = rows.get(self.view.layer).map_or(0, |h| h.weights.len());
+                self.view.scroll = (self.view.scroll + 8).min(n.saturating_sub(1));
             }
-            Action::ScrollForward => self.scroll = self.scroll.saturating_sub(8),
+            Action::ScrollForward => self.view.scroll = self.view.scroll.saturating_sub(8),
             Action::FocusNext => {
-                let i = Pane::ALL.iter().position(|p| *p == self.focus).unwrap_or(0);
-                self.focus_on(Pane::ALL[(i + 1) % Pane::ALL.len()]);
+                let i = Pane::ALL
+                    .iter()
+                    .position(|p| *p == self.view.focus)
+                    .unwrap_or(0);
+                self.view.focus_on(Pane::ALL[(i + 1) % Pane::ALL.len()]);
             }
-            Action::Set(Setting::Focus(p)) => self.focus_on(p),
-            Action::ToggleZoom => self.zoomed = !self.zoomed,
+            Action::Set(Setting::Focus(p)) => self.view.focus_on(p),
+            Action::ToggleZoom => self.view.zoomed = !self.view.zoomed,
             Action::NextRequest => self.select_next_request(),
-            Action::ToggleLens => self.focus_on(if self.lens_shown {
+            Action::ToggleLens => self.view.focus_on(if self.view.lens_shown {
                 Pane::Attention
             } else {
                 Pane::Lens
             }),
-            Action::Set(Setting::Zoom(z)) => self.zoomed = z,
+            Action::Set(Setting::Zoom(z)) => self.view.zoomed = z,
             Action::ZoomPane(p) => {
-                self.zoomed = !(self.zoomed && self.focus == p);
-                self.focus_on(p);
+                self.view.zoomed = !(self.view.zoomed && self.view.focus == p);
+                self.view.focus_on(p);
             }
-            Action::ToggleTraffic => self.focus_on(if self.traffic_shown {
+            Action::ToggleTraffic => self.view.focus_on(if self.view.traffic_shown {
                 Pane::Forward
             } else {
                 Pane::Traffic
             }),
-            Action::Set(Setting::Values(scores)) => self.show_scores = scores,
+            Action::Set(Setting::Values(scores)) => self.view.show_scores = scores,
             // Before the first report the model's shape is unknown: the lesson checked it.
-            Action::Set(Setting::Layer(l)) if self.report.is_none() => self.layer = l,
-            Action::Set(Setting::Head(h)) if self.report.is_none() => self.head = h,
-            Action::Set(Setting::Layer(l)) => self.layer = l.min(n_layer - 1),
-            Action::Set(Setting::Head(h)) => self.head = h.min(n_head - 1),
+            Action::Set(Setting::Layer(l)) if self.report().is_none() => self.view.layer = l,
+            Action::Set(Setting::Head(h)) if self.report().is_none() => self.view.head = h,
+            Action::Set(Setting::Layer(l)) => self.view.layer = l.min(n_layer - 1),
+            Action::Set(Setting::Head(h)) => self.view.head = h.min(n_head - 1),
             Action::ToggleLooksAt => {
-                self.looks_at = !self.looks_at;
+                self.view.looks_at = !self.view.looks_at;
                 // Through `focus_on`: with the lens in the attention pane's place, `w`
                 // brings the attention pane back rather than change something hidden.
-                self.focus_on(Pane::Attention);
+                self.view.focus_on(Pane::Attention);
             }
-            Action::ScrubBack => self.scrub_to(-1),
-            Action::ScrubForward => self.scrub_to(1),
+            Action::ScrubBack | Action::ScrubForward => {
+                self.engine.steps_queued = 0;
+                self.engine.running = false;
+                let back = a == Action::ScrubBack;
+                self.status = self.frames.scrub(if back { -1 } else { 1 });
+            }
             Action::Export => self.export_focused(),
             _ => {}
         }
@@ -667,159 +550,51 @@ impl App {
     /// and shows the serving pane.
     fn select_next_request(&mut self) {
         let ids: Vec<u64> = self
-            .report
-            .as_ref()
+            .report()
             .and_then(|r| r.serve.as_ref())
             .map(|s| s.step.block_tables.iter().map(|t| t.0).collect())
             .unwrap_or_default();
-        let next = match self.selected_req {
+        let next = match self.view.selected_req {
             Some(cur) => ids.iter().copied().find(|&i| i > cur),
             None => None,
         };
-        self.selected_req = next.or_else(|| ids.first().copied());
-        self.focus_on(Pane::Serving);
-    }
-
-    /// Focuses `p`; the forward and traffic panes share a place, so focusing one shows it.
-    fn focus_on(&mut self, p: Pane) {
-        self.focus = p;
-        match p {
-            Pane::Forward => self.traffic_shown = false,
-            Pane::Traffic => self.traffic_shown = true,
-            Pane::Attention => self.lens_shown = false,
-            Pane::Lens => self.lens_shown = true,
-            _ => {}
-        }
+        self.view.selected_req = next.or_else(|| ids.first().copied());
+        self.view.focus_on(Pane::Serving);
     }
 
     /// The state the pictures are drawn from.
     pub fn scene(&self) -> crate::export::Scene<'_> {
-        let hist = self.history.get(self.layer);
+        let shown = self.frames.shown();
+        let hist = shown.history.get(self.view.layer);
         let rows = hist.map_or(&[][..], |h| {
-            if self.show_scores {
+            if self.view.show_scores {
                 &h.scores[..]
             } else {
                 &h.weights[..]
             }
         });
         crate::export::Scene {
-            report: self.report.as_deref(),
+            report: self.report(),
             attention: rows,
-            layer: self.layer,
-            head: self.head,
-            show_scores: self.show_scores,
-            timeline: &self.timeline,
+            layer: self.view.layer,
+            head: self.view.head,
+            show_scores: self.view.show_scores,
+            timeline: &shown.timeline,
             settings: self.settings,
-            past: &self.past,
-            machine: self.machine.as_ref(),
+            past: self.frames.past(),
+            machine: self.engine.machine.as_ref(),
         }
     }
 
     /// Writes the focused pane's picture (SVG and PNG) and says where in the status line.
     fn export_focused(&mut self) {
         use crate::export::{self, ExportPane};
-        let pane = ExportPane::for_focus(self.focus, self.shows_sink());
+        let pane = ExportPane::for_focus(self.view.focus, self.shows_sink());
         let r = export::write_fresh(&self.scene(), pane);
         self.status = match r {
             Ok(svg) => format!("exported {} → {} and .png", pane.name(), svg.display()),
             Err(e) => format!("export failed: {e}"),
         };
-    }
-
-    /// Moves the view `delta` iterations through the retained history.
-    fn scrub_to(&mut self, delta: isize) {
-        self.steps_queued = 0;
-        let n = self.past.len();
-        if n == 0 {
-            self.status = "no iterations yet".into();
-            return;
-        }
-        self.running = false;
-        let live = n - 1;
-        let cur = self.scrub.unwrap_or(live) as isize;
-        let to = cur + delta;
-        if to < 0 {
-            self.status = if self.dropped > 0 {
-                format!(
-                    "start of the retained history ({} older iteration(s) were dropped to bound memory)",
-                    self.dropped
-                )
-            } else {
-                "start of the session's history".into()
-            };
-            return;
-        }
-        let to = to as usize;
-        if to >= live {
-            if self.scrub.is_some() {
-                self.resume_live();
-            } else {
-                self.status = "already at the live iteration".into();
-            }
-            return;
-        }
-        if self.stash.is_none() {
-            self.stash = Some(Stash {
-                report: self.report.take(),
-                history: std::mem::take(&mut self.history),
-                timeline: std::mem::take(&mut self.timeline),
-                timeline_b: std::mem::take(&mut self.timeline_b),
-            });
-        }
-        self.scrub = Some(to);
-        // Rebuild what the panes draw from the reports up to `to`: the heatmap rows from
-        // the request's prefill on, the timelines from the last TIMELINE iterations.
-        let mut first = to;
-        while first > 0 && self.past[first].info.step != 0 {
-            first -= 1;
-        }
-        self.history.clear();
-        for k in first..=to {
-            let r = self.past[k].clone();
-            self.absorb(&r);
-        }
-        self.timeline.clear();
-        self.timeline_b.clear();
-        for k in to.saturating_sub(TIMELINE)..=to {
-            push_timeline(&mut self.timeline, self.past[k].serve.as_ref());
-            push_timeline(&mut self.timeline_b, self.past[k].serve_b.as_ref());
-        }
-        self.report = Some(self.past[to].clone());
-        self.status = format!(
-            "history: iteration {} ({} of {} kept) · [ ] scrub · space resumes live",
-            self.past[to].iteration,
-            to + 1,
-            n
-        );
-    }
-
-    /// Leaves the history view for the live state.
-    fn resume_live(&mut self) {
-        if let Some(s) = self.stash.take() {
-            self.report = s.report;
-            self.history = s.history;
-            self.timeline = s.timeline;
-            self.timeline_b = s.timeline_b;
-        }
-        self.scrub = None;
-        self.status = "live".into();
-    }
-
-    /// Keeps a report in the history, dropping the oldest beyond the memory bound.
-    fn remember(&mut self, r: &StepReport) {
-        let r = crate::worker::recording::for_screens(r);
-        let b = report_bytes(&r);
-        self.past.push_back(Box::new(r));
-        self.past_bytes += b;
-        while self.past_bytes > MAX_PAST_BYTES && self.past.len() > 1 {
-            if let Some(old) = self.past.pop_front() {
-                self.past_bytes -= report_bytes(&old);
-                self.dropped += 1;
-                if let Some(i) = self.scrub.as_mut() {
-                    *i = i.saturating_sub(1);
-                }
-            }
-        }
     }
 
     /// Opens the app on a lesson and applies its current step; returns the commands.
@@ -828,7 +603,7 @@ impl App {
         self.tutor = Some(tutor);
         // A lesson gives the pane each step is about the room; `z` (or a step's
         // `view=grid`) brings the grid back.
-        self.zoomed = true;
+        self.view.zoomed = true;
         self.with_tutor(|t, app| t.goto(app, l, s))
     }
 
@@ -850,16 +625,16 @@ impl App {
             out.extend(self.update(Action::Apply(s)));
         }
         if let Some(p) = reply.prompt {
-            self.running = false;
-            self.prompt_queued = true;
-            self.steps_queued = 0;
+            self.engine.running = false;
+            self.engine.prompt_queued = true;
+            self.engine.steps_queued = 0;
             out.push(Command::Prompt(p));
         }
         if reply.step {
             match self.request_step() {
                 Some(c) => out.push(c),
                 // One is running: the answer's own step follows it.
-                None if self.in_flight => self.steps_queued += 1,
+                None if self.engine.in_flight => self.engine.steps_queued += 1,
                 None => {}
             }
         }
@@ -882,17 +657,17 @@ impl App {
     /// a session that ran it.
     pub fn shows_sink(&self) -> bool {
         self.settings.sink
-            || (self.replaying && self.report.as_ref().is_some_and(|r| r.sink.is_some()))
+            || (self.engine.replaying && self.report().is_some_and(|r| r.sink.is_some()))
     }
 
     /// A step command unless one is already running or the engine is not ready. A
     /// finished request does not stop it: the engine steps whatever still has work (a
     /// queued prompt, the serving workload, the sink experiment) and says when nothing does.
     pub fn request_step(&mut self) -> Option<Command> {
-        if !self.ready || self.in_flight || self.fatal.is_some() {
+        if !self.engine.ready || self.engine.in_flight || self.engine.fatal.is_some() {
             return None;
         }
-        self.in_flight = true;
+        self.engine.in_flight = true;
         Some(Command::Step)
     }
 
@@ -901,14 +676,14 @@ impl App {
         match e {
             Event::Status(s) => {
                 self.status = s;
-                self.in_flight = false;
+                self.engine.in_flight = false;
             }
-            Event::Progress { done, total } => self.loading = Some((done, total)),
-            Event::Machine(m) => self.machine = Some(m),
+            Event::Progress { done, total } => self.engine.loading = Some((done, total)),
+            Event::Machine(m) => self.engine.machine = Some(m),
             Event::Ready { model } => {
-                self.ready = true;
-                self.loading = None;
-                self.model_name = model;
+                self.engine.ready = true;
+                self.engine.loading = None;
+                self.engine.model_name = model;
                 self.status = "ready: press space to prefill the prompt".into();
             }
             // What the worker runs under now: what was asked, unless it failed (then the
@@ -921,80 +696,81 @@ impl App {
                 }
             }
             Event::Beside(v) => {
-                if let Some(r) = self.report.as_mut() {
+                if let Some(r) = self.frames.live_report_mut() {
                     r.beside = v;
                 }
             }
             Event::Idle(s) => {
                 self.status = s;
-                self.in_flight = false;
-                self.running = false;
-                self.steps_queued = 0;
+                self.engine.in_flight = false;
+                self.engine.running = false;
+                self.engine.steps_queued = 0;
             }
             Event::Died(e) => {
-                self.in_flight = false;
-                self.steps_queued = 0;
-                self.running = false;
-                self.fatal = Some(format!(
+                self.engine.in_flight = false;
+                self.engine.steps_queued = 0;
+                self.engine.running = false;
+                self.engine.fatal = Some(format!(
                     "the engine thread stopped ({e}). Nothing more can run; your lesson progress and any recording are saved."
                 ));
             }
             Event::Error(e) => {
-                self.in_flight = false;
-                self.steps_queued = 0;
+                self.engine.in_flight = false;
+                self.engine.steps_queued = 0;
                 // A refused prompt leaves the old request in place.
-                self.prompt_queued = false;
-                self.running = false;
-                if self.ready {
+                self.engine.prompt_queued = false;
+                self.engine.running = false;
+                if self.engine.ready {
                     self.status = format!("error: {e}");
                 } else {
-                    self.fatal = Some(e);
+                    self.engine.fatal = Some(e);
                 }
             }
-            Event::Report(r) => {
-                self.in_flight = false;
-                if r.info.step == 0 && !r.recomputed && !r.repeat {
-                    self.prompt_queued = false;
-                }
-                // A recording holds the layer that was on screen: follow it.
-                if self.replaying && !r.info.captures.iter().any(|c| c.layer == self.layer) {
-                    if let Some(c) = r.info.captures.first() {
-                        self.layer = c.layer;
-                    }
-                }
-                self.remember(&r);
-                if self.scrub.is_some() {
-                    self.resume_live();
-                }
-                let old = self.report.take();
-                if let Some(mut t) = self.tutor.take() {
-                    t.observe(&r, old.as_deref());
-                    super::tutor::grade(&mut t, &self.live(), &r);
-                    self.tutor = Some(t);
-                }
-                self.report = old;
-                self.absorb(&r);
-                push_timeline(&mut self.timeline, r.serve.as_ref());
-                push_timeline(&mut self.timeline_b, r.serve_b.as_ref());
-                self.status = report_status(&r);
-                self.fit_view_to(&r.cfg);
-                self.open_on_sharpest_head(&r);
-                self.report = Some(r);
-                self.note_progress();
+            Event::Report(r) => self.take_report(r),
+        }
+    }
+
+    /// A new iteration: graded by the open lesson, kept, and shown.
+    fn take_report(&mut self, r: Box<StepReport>) {
+        self.engine.in_flight = false;
+        if r.info.step == 0 && !r.recomputed && !r.repeat {
+            self.engine.prompt_queued = false;
+        }
+        // A recording holds the layer that was on screen: follow it.
+        let layer = self.view.layer;
+        if self.engine.replaying && !r.info.captures.iter().any(|c| c.layer == layer) {
+            if let Some(c) = r.info.captures.first() {
+                self.view.layer = c.layer;
             }
         }
+        self.frames.resume_live();
+        if let Some(mut t) = self.tutor.take() {
+            t.observe(&r, self.frames.report());
+            // Graded against the question as it stood: no report of the new iteration yet.
+            let live = LiveState {
+                report: None,
+                ..self.live()
+            };
+            super::tutor::grade(&mut t, &live, &r);
+            self.tutor = Some(t);
+        }
+        self.status = report_status(&r);
+        self.fit_view_to(&r.cfg);
+        self.open_on_sharpest_head(&r);
+        self.frames.push(r);
+        self.note_progress();
     }
 
     /// A layer or head chosen before the model's shape was known (a lesson's `set:`)
     /// that this model lacks: the last one it has is shown, and the status says why.
     fn fit_view_to(&mut self, cfg: &crate::model::LlamaConfig) {
-        let (layer, head) = (self.layer, self.head);
-        self.layer = layer.min(cfg.n_layer - 1);
-        self.head = head.min(cfg.n_head - 1);
-        if (layer, head) != (self.layer, self.head) {
+        let (layer, head) = (self.view.layer, self.view.head);
+        self.view.layer = layer.min(cfg.n_layer - 1);
+        self.view.head = head.min(cfg.n_head - 1);
+        if (layer, head) != (self.view.layer, self.view.head) {
             self.status = format!(
                 "layer {layer} / head {head} asked for, but this model has {} layers and {} heads: showing layer {} head {}",
-                cfg.n_layer, cfg.n_head, self.layer, self.head
+                cfg.n_layer, cfg.n_head, self.view.layer, self.view.head
             );
         }
     }
@@ -1002,55 +778,16 @@ impl App {
     /// On the first prefill, shows the head whose attention is the sharpest away from the
     /// first token (see [`crate::views::sharpest`]) and says so.
     fn open_on_sharpest_head(&mut self, r: &StepReport) {
-        if !self.auto_head || self.tutor.is_some() || r.info.step != 0 {
+        if !self.view.auto_head || self.tutor.is_some() || r.info.step != 0 {
             return;
         }
-        self.auto_head = false;
+        self.view.auto_head = false;
         if let Some((layer, head)) = crate::views::sharpest::sharpest_head(&r.info.captures) {
-            (self.layer, self.head) = (layer, head);
+            (self.view.layer, self.view.head) = (layer, head);
             self.status = format!(
                 "{} · showing layer {layer} head {head}, the sharpest pattern off token 0 (j k h l browse)",
                 self.status
             );
-        }
-    }
-
-    /// Adds this step's attention rows to the request's history.
-    fn absorb(&mut self, r: &StepReport) {
-        if r.info.step == 0 {
-            self.history.clear();
-        }
-        for c in &r.info.captures {
-            if self.history.len() <= c.layer {
-                self.history.resize_with(c.layer + 1, LayerHistory::default);
-            }
-            let h = &mut self.history[c.layer];
-            // Rows from pos0 on are (re)computed by this capture; rows before it that were
-            // never captured stay empty.
-            if h.weights.len() > c.pos0 {
-                *h = LayerHistory::default();
-            }
-            h.weights.resize_with(c.pos0, Vec::new);
-            h.scores.resize_with(c.pos0, Vec::new);
-            if h.bytes == 0 {
-                h.kept_from = c.pos0;
-            }
-            for i in 0..c.t {
-                let row = |v: &[f32]| -> Vec<Vec<f32>> {
-                    (0..c.n_head)
-                        .map(|hh| v[(hh * c.t + i) * c.kv_len..][..c.pos0 + i + 1].to_vec())
-                        .collect()
-                };
-                h.weights.push(row(&c.weights));
-                h.scores.push(row(&c.scores));
-                h.bytes += 8 * c.n_head * (c.pos0 + i + 1);
-            }
-        }
-        // The cap is shared by the layers holding rows: one focused layer of a long
-        // context gets all of it, thirty layers of a short one a thirtieth each.
-        let holding = self.history.iter().filter(|h| h.bytes > 0).count().max(1);
-        for h in &mut self.history {
-            h.trim(HISTORY_BYTES / holding);
         }
     }
 }
@@ -1077,37 +814,4 @@ fn report_status(r: &StepReport) -> String {
         )
     };
     format!("iteration {} · {what}", r.iteration)
-}
-
-/// Appends one serving iteration's phases to a timeline, dropping the oldest beyond [`TIMELINE`].
-fn push_timeline(
-    t: &mut VecDeque<Vec<(u64, ReqPhase)>>,
-    v: Option<&crate::worker::report::ServeView>,
-) {
-    let Some(sv) = v else { return };
-    // A restarted workload (c, b or s pressed live, or seen in a recording) begins a new
-    // timeline: one picture never mixes two runs under one title.
-    if sv.step.iteration == 0 {
-        t.clear();
-    }
-    // A request that ran more than one token this iteration was prefilling, even when the
-    // prefill finished in it and the scheduler already reports it decoding.
-    let mut col: Vec<(u64, ReqPhase)> = sv
-        .step
-        .active
-        .iter()
-        .map(|a| match a.phase {
-            ReqPhase::Decode if a.scheduled > 1 => (a.id, ReqPhase::Prefill),
-            p => (a.id, p),
-        })
-        .collect();
-    col.extend(sv.step.queue.iter().map(|&q| (q, ReqPhase::Waiting)));
-    // A finished run's view comes again with every step; it is one column, not many.
-    if sv.done && t.back() == Some(&col) {
-        return;
-    }
-    t.push_back(col);
-    if t.len() > TIMELINE {
-        t.pop_front();
-    }
 }

@@ -140,7 +140,7 @@ pub fn focused_areas(area: Rect, focus: Pane, lesson: bool) -> Focused {
 /// the side-by-side run in the serving pane's, traffic in the forward pane's).
 pub fn draw_pane(app: &App, theme: &Theme, pane: Pane, area: Rect, buf: &mut Buffer) {
     match pane {
-        Pane::Attention if app.looks_at => panes::looks::render(app, theme, area, buf),
+        Pane::Attention if app.view.looks_at => panes::looks::render(app, theme, area, buf),
         Pane::Attention => panes::heatmap::render(app, theme, area, buf),
         Pane::Output => panes::output::render(app, theme, area, buf),
         Pane::Heads => panes::heads::render(app, theme, area, buf),
@@ -164,11 +164,11 @@ pub fn draw_pane(app: &App, theme: &Theme, pane: Pane, area: Rect, buf: &mut Buf
 pub fn draw(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     if area.width < MIN_W || area.height < MIN_H {
         too_small(area, buf);
-    } else if let Some(e) = &app.fatal {
+    } else if let Some(e) = &app.engine.fatal {
         stopped(app, e, area, buf);
-    } else if !app.ready {
+    } else if !app.engine.ready {
         starting(app, area, buf);
-    } else if app.zoomed {
+    } else if app.view.zoomed {
         zoomed(app, theme, area, buf);
     } else {
         grid(app, theme, area, buf);
@@ -188,11 +188,13 @@ fn too_small(area: Rect, buf: &mut Buffer) {
 
 /// The engine failed to start or died: its error, full screen.
 fn stopped(app: &App, e: &str, area: Rect, buf: &mut Buffer) {
-    let b = Block::default().borders(Borders::ALL).title(if app.ready {
-        " inferlab · the engine stopped "
-    } else {
-        " inferlab could not start "
-    });
+    let b = Block::default()
+        .borders(Borders::ALL)
+        .title(if app.engine.ready {
+            " inferlab · the engine stopped "
+        } else {
+            " inferlab could not start "
+        });
     Paragraph::new(format!("{e}\n\nPress q to quit."))
         .wrap(Wrap { trim: false })
         .block(b)
@@ -207,7 +209,7 @@ fn starting(app: &App, area: Rect, buf: &mut Buffer) {
     let inner = b.inner(area);
     b.render(area, buf);
     put(buf, inner, 1, inner.y + 1, &app.status, Style::default());
-    if let Some((done, total)) = app.loading {
+    if let Some((done, total)) = app.engine.loading {
         let g = Gauge::default()
             .ratio((done as f64 / total.max(1) as f64).clamp(0.0, 1.0))
             .label(format!(
@@ -227,10 +229,10 @@ fn starting(app: &App, area: Rect, buf: &mut Buffer) {
 
 /// The focused pane with the body, the others as one-line summaries.
 fn zoomed(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
-    let f = focused_areas(area, app.focus, app.tutor.is_some());
+    let f = focused_areas(area, app.view.focus, app.tutor.is_some());
     header(app, theme, f.header, buf);
     panes::lesson::render(app, theme, f.lesson, buf);
-    draw_pane(app, theme, app.focus, f.pane, buf);
+    draw_pane(app, theme, app.view.focus, f.pane, buf);
     for (p, r) in &f.summaries {
         panes::summary::render(app, theme, *p, *r, buf);
     }
@@ -255,11 +257,11 @@ fn overlays(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     if app.tutor.as_ref().is_some_and(|t| t.list_open) {
         panes::lesson::render_list(app, theme, area, buf);
     }
-    if app.help {
+    if app.view.help {
         panes::help::render(theme, area, buf);
     }
-    if app.glossary {
-        panes::glossary::render(theme, app.glossary_scroll, area, buf);
+    if app.view.glossary {
+        panes::glossary::render(theme, app.view.glossary_scroll, area, buf);
     }
 }
 
@@ -276,8 +278,8 @@ fn shown_settings(
     crate::model::SamplerConfig,
     bool,
 ) {
-    let past = app.replaying || app.scrub.is_some();
-    let (layout, kernel, sampler, no_cache) = match &app.report {
+    let past = app.engine.replaying || app.frames.cursor().is_some();
+    let (layout, kernel, sampler, no_cache) = match app.report() {
         Some(r) if past => (
             r.settings.run.layout,
             r.settings.run.kernel,
@@ -305,7 +307,7 @@ fn shown_settings(
 }
 
 fn header(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
-    let (iter, phase, tps) = match &app.report {
+    let (iter, phase, tps) = match app.report() {
         Some(r) => (
             r.iteration,
             if r.finished {
@@ -319,10 +321,10 @@ fn header(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         ),
         None => (0, "waiting", 0.0),
     };
-    let speed = SPEEDS[app.speed];
-    let run = if app.scrub.is_some() {
+    let speed = SPEEDS[app.engine.speed];
+    let run = if app.frames.cursor().is_some() {
         "HISTORY".to_string()
-    } else if app.running {
+    } else if app.engine.running {
         if speed > 0.0 {
             format!("RUNNING {speed}/s")
         } else {
@@ -335,7 +337,7 @@ fn header(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let cache = if no_cache { " · NO KV CACHE" } else { "" };
     let full = format!(
         " inferlab · {} · {layout} · {kernel} attention{cache} · {} · iteration {iter} · {phase} · {tps:.1} tok/s · {run} · ",
-        app.model_name,
+        app.engine.model_name,
         sampler.describe(),
     );
     // The status (an export path, an error) matters more than the fixed facts: when the
@@ -344,7 +346,7 @@ fn header(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let width = area.width as usize;
     // The alarm's head stays ("RECORDING STOPPED"); its whole text was the status when it
     // happened and is printed on exit.
-    let status = match &app.alarm {
+    let status = match &app.engine.alarm {
         Some(a) => format!(
             "{} · {}",
             a.split(':').next().unwrap_or(a).to_uppercase(),
@@ -397,12 +399,12 @@ fn footer(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
 /// hit-testing and focus. The lens, the traffic pane, the sink experiment and the
 /// side-by-side runs take the places of the panes they stand in for.
 fn grid_rects(a: &Areas, app: &App) -> Vec<(Pane, Rect)> {
-    let top_left = if app.lens_shown {
+    let top_left = if app.view.lens_shown {
         Pane::Lens
     } else {
         Pane::Attention
     };
-    let bottom_right = if app.traffic_shown {
+    let bottom_right = if app.view.traffic_shown {
         Pane::Traffic
     } else {
         Pane::Forward
@@ -426,9 +428,9 @@ fn grid_rects(a: &Areas, app: &App) -> Vec<(Pane, Rect)> {
 /// Each pane's rectangle as drawn now (grid or focused arrangement), and the lesson's.
 fn pane_rects(screen: Rect, app: &App) -> (Vec<(Pane, Rect)>, Rect) {
     let lesson = app.tutor.is_some();
-    if app.zoomed {
-        let f = focused_areas(screen, app.focus, lesson);
-        let mut out = vec![(app.focus, f.pane)];
+    if app.view.zoomed {
+        let f = focused_areas(screen, app.view.focus, lesson);
+        let mut out = vec![(app.view.focus, f.pane)];
         out.extend(f.summaries);
         return (out, f.lesson);
     }
@@ -466,7 +468,7 @@ pub fn mouse_action(
                 return None;
             }
             let inner = ratatui::widgets::Block::bordered().inner(r);
-            let n = app.report.as_ref().map_or(0, |r| r.cfg.n_head);
+            let n = app.report().map_or(0, |r| r.cfg.n_head);
             super::panes::heads::head_at(inner, m.column, m.row, n).map(Action::SelectHead)
         }
         _ => None,

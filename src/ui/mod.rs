@@ -3,13 +3,16 @@
 
 pub mod app;
 pub mod draw;
+pub mod engine;
 pub mod figures;
+pub mod frames;
 pub mod keys;
 pub mod live;
 pub mod panes;
 pub mod predict;
 pub mod theme;
 pub mod tutor;
+pub mod view;
 
 use crate::worker::{self, Command, EngineConfig};
 use app::{App, SPEEDS};
@@ -107,8 +110,8 @@ fn event_loop(
     let theme = theme::Theme::detect();
     let mut app = App::new(settings.run);
     app.settings = settings;
-    app.replaying = replaying;
-    app.auto_head = !replaying;
+    app.engine.replaying = replaying;
+    app.view.auto_head = !replaying;
     let mut recorder: Option<worker::recording::BackgroundRecorder> = None;
     let send = |cmds: Vec<Command>| {
         for c in cmds {
@@ -137,11 +140,11 @@ fn event_loop(
     }
     let _ = tx.send(Command::Quit);
     if let Some(Err(e)) = recorder.map(|r| r.finish()) {
-        app.alarm = Some(format!("recording failed: {e}"));
+        app.engine.alarm = Some(format!("recording failed: {e}"));
     }
     // A model that failed to load, or a recording that stopped, was shown in the app;
     // the exit status and stderr say so too.
-    match app.fatal.or(app.alarm) {
+    match app.engine.fatal.or(app.engine.alarm) {
         Some(e) => Err(std::io::Error::other(e)),
         None => Ok(()),
     }
@@ -169,12 +172,12 @@ impl Pace {
         // The engine keeps long contexts' captures to the layer on screen, and runs the
         // lens (an LM head pass per layer) only while it is shown.
         let mut out: Vec<Command> = app.watch_command().into_iter().collect();
-        if app.steps_queued > 0 && !app.in_flight {
-            app.steps_queued -= 1;
+        if app.engine.steps_queued > 0 && !app.engine.in_flight {
+            app.engine.steps_queued -= 1;
             out.extend(app.request_step());
         }
-        if app.running && !app.in_flight {
-            let speed = SPEEDS[app.speed];
+        if app.engine.running && !app.engine.in_flight {
+            let speed = SPEEDS[app.engine.speed];
             if speed == 0.0 || self.last_step.elapsed().as_secs_f64() >= 1.0 / speed {
                 let c = app.request_step();
                 if c.is_some() {
@@ -251,8 +254,8 @@ fn absorb_events(
     // The writer fails on its own thread, between events: looked at every frame.
     if let Some(err) = recorder.as_ref().and_then(|r| r.error()) {
         // Kept in the header until the app exits, and printed then.
-        app.alarm = Some(format!("recording stopped: {err}"));
-        app.status = app.alarm.clone().unwrap_or_default();
+        app.engine.alarm = Some(format!("recording stopped: {err}"));
+        app.status = app.engine.alarm.clone().unwrap_or_default();
         *recorder = None;
         any = true;
     }
@@ -262,7 +265,7 @@ fn absorb_events(
             Err(std::sync::mpsc::TryRecvError::Empty) => return Ok(any),
             Err(std::sync::mpsc::TryRecvError::Disconnected) => {
                 // The engine is gone without a word (it sends `Died` when it can).
-                if app.fatal.is_none() && !replaying {
+                if app.engine.fatal.is_none() && !replaying {
                     app.on_event(worker::Event::Died("it exited without a message".into()));
                     any = true;
                 }
@@ -275,7 +278,7 @@ fn absorb_events(
             *recorder = Some(worker::recording::BackgroundRecorder::spawn(r));
         }
         if let (Some(rec), worker::Event::Report(r)) = (recorder.as_ref(), &e) {
-            rec.write(r, app.layer);
+            rec.write(r, app.view.layer);
         }
         app.on_event(e);
         any = true;

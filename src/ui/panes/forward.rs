@@ -19,8 +19,8 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let b = block(app, theme, Pane::Forward, " forward pass ".into());
     let inner = b.inner(area);
     b.render(area, buf);
-    if let Some(r) = app.report.as_ref() {
-        draw(r, app.layer, theme, inner, buf);
+    if let Some(r) = app.report() {
+        draw(r, app.view.layer, theme, inner, buf);
     }
 }
 

@@ -40,14 +40,13 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         // The layout the body's report ran under, not the one just asked for.
         format!(
             " heads · {} ",
-            app.report
-                .as_ref()
+            app.report()
                 .map_or(app.settings.run.layout, |r| r.settings.run.layout)
         ),
     );
     let inner = b.inner(area);
     b.render(area, buf);
-    let Some(v) = app.report.as_ref().and_then(|r| Heads::of(r)) else {
+    let Some(v) = app.report().and_then(Heads::of) else {
         put(
             buf,
             inner,
@@ -58,8 +57,8 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         );
         return;
     };
-    let beside = app.report.as_deref().and_then(beside_lines);
-    draw(&v, app.head, theme, inner, beside.as_ref(), buf);
+    let beside = app.report().and_then(beside_lines);
+    draw(&v, app.view.head, theme, inner, beside.as_ref(), buf);
 }
 
 /// The same tokens under the layout beside the live one: both top tokens, how often they

@@ -19,20 +19,28 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let b = block(app, theme, Pane::Attention, title(app));
     let inner = b.inner(area);
     b.render(area, buf);
-    let hist = app.history.get(app.layer).filter(|h| !h.weights.is_empty());
-    let (Some(r), Some(hist)) = (app.report.as_ref(), hist) else {
-        let msg = match &app.report {
-            Some(_) if app.replaying => format!(
+    let hist = app
+        .frames
+        .shown()
+        .history
+        .get(app.view.layer)
+        .filter(|h| !h.weights.is_empty());
+    let (Some(r), Some(hist)) = (app.report(), hist) else {
+        let msg = match app.report() {
+            Some(_) if app.engine.replaying => format!(
                 "layer {} was not recorded: a recording keeps the layer that was on screen",
-                app.layer
+                app.view.layer
             ),
-            Some(_) => format!("layer {}: press space to capture its next rows", app.layer),
+            Some(_) => format!(
+                "layer {}: press space to capture its next rows",
+                app.view.layer
+            ),
             None => "press space to run the prefill".into(),
         };
         put(buf, inner, 1, inner.y, &msg, theme.dim());
         return;
     };
-    let rows = if app.show_scores {
+    let rows = if app.view.show_scores {
         &hist.scores
     } else {
         &hist.weights
@@ -45,21 +53,21 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let src = Source {
         report: r,
         rows,
-        layer: app.layer,
-        head: app.head,
-        scores: app.show_scores,
+        layer: app.view.layer,
+        head: app.view.head,
+        scores: app.view.show_scores,
     };
     let window = Window {
         rows: char_rows * per_cell,
         cols: (inner.width - LABEL_W) as usize,
-        scroll: app.scroll,
+        scroll: app.view.scroll,
     };
     let Some(v) = Heatmap::build(&src, window) else {
         return;
     };
     let newest = rows
         .last()
-        .and_then(|r| r.get(app.head))
+        .and_then(|r| r.get(app.view.head))
         .filter(|r| !r.is_empty());
     let looks = newest.map_or(Vec::new(), |row| looks_at(r, row));
     draw(&v, &looks, theme, inner, buf);
@@ -69,19 +77,18 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
 /// which values it shows.
 fn title(app: &App) -> String {
     let kv_of = app
-        .report
-        .as_ref()
-        .and_then(|r| r.info.query_to_kv.get(app.head).copied())
+        .report()
+        .and_then(|r| r.info.query_to_kv.get(app.view.head).copied())
         .unwrap_or(0);
     let (n_layer, n_head) = app.dims();
     format!(
         " attention · layer {}/{} · head {}/{} → kv {} · {} ",
-        app.layer,
+        app.view.layer,
         n_layer.saturating_sub(1),
-        app.head,
+        app.view.head,
         n_head.saturating_sub(1),
         kv_of,
-        if app.show_scores {
+        if app.view.show_scores {
             "scores Q·Kᵀ/√d"
         } else {
             "softmax weights"

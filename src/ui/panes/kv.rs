@@ -14,7 +14,7 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let b = block(app, theme, Pane::Kv, " KV cache · contiguous ".into());
     let inner = b.inner(area);
     b.render(area, buf);
-    if let Some(r) = app.report.as_ref() {
+    if let Some(r) = app.report() {
         draw(&r.kv, theme, inner, buf);
     }
 }

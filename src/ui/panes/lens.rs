@@ -20,7 +20,7 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     );
     let inner = b.inner(area);
     b.render(area, buf);
-    match app.report.as_deref().and_then(lens::view) {
+    match app.report().and_then(lens::view) {
         Some(v) => draw(&v, theme, inner, buf),
         None => put_text(
             buf,

@@ -50,7 +50,7 @@ impl Live {
                     (name, v.unwrap_or_else(|| figures::PENDING.into()))
                 })
                 .collect(),
-            ran: app.report.is_some() && !app.prompt_queued,
+            ran: app.report().is_some() && !app.engine.prompt_queued,
         }
     }
 

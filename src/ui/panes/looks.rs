@@ -16,18 +16,26 @@ pub use crate::views::looks::ranked;
 
 /// The query row the view describes: the bottom row of the heatmap window.
 pub fn query_row(app: &App) -> Option<usize> {
-    let n = app.history.get(app.layer)?.weights.len();
-    (n > 0).then(|| n - 1 - app.scroll.min(n - 1))
+    let n = app
+        .frames
+        .shown()
+        .history
+        .get(app.view.layer)?
+        .weights
+        .len();
+    (n > 0).then(|| n - 1 - app.view.scroll.min(n - 1))
 }
 
 /// Draws the pane.
 pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let view = match (
-        app.report.as_ref(),
-        app.history.get(app.layer),
+        app.report(),
+        app.frames.shown().history.get(app.view.layer),
         query_row(app),
     ) {
-        (Some(r), Some(hist), Some(q)) => Looks::of(r, &hist.weights, app.layer, app.head, q),
+        (Some(r), Some(hist), Some(q)) => {
+            Looks::of(r, &hist.weights, app.view.layer, app.view.head, q)
+        }
         _ => None,
     };
     let title = match &view {
@@ -46,7 +54,7 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     b.render(area, buf);
     match &view {
         Some(v) => draw(v, theme, inner, buf),
-        None if app.report.is_some() => {}
+        None if app.report().is_some() => {}
         None => put_text(
             buf,
             inner,

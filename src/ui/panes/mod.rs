@@ -22,7 +22,7 @@ use ratatui::widgets::{Block, Borders};
 /// The bordered block of a pane, its title highlighted when focused.
 pub fn block<'a>(app: &App, theme: &Theme, pane: Pane, title: String) -> Block<'a> {
     let b = Block::default().borders(Borders::ALL).title(title);
-    if app.focus == pane {
+    if app.view.focus == pane {
         b.title_style(theme.focused()).border_style(theme.focused())
     } else {
         b

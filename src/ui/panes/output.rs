@@ -19,7 +19,7 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     );
     let inner = b.inner(area);
     b.render(area, buf);
-    if let Some(r) = app.report.as_ref() {
+    if let Some(r) = app.report() {
         draw(r, theme, inner, buf);
     }
 }

@@ -17,8 +17,10 @@ use ratatui::widgets::Widget;
 /// screen still holds the old run's: the panes then name the new run and wait for its
 /// first iteration rather than draw the old one under the new name.
 fn shown(app: &App) -> (crate::settings::Serving, bool) {
-    match app.report.as_deref() {
-        Some(r) if app.replaying || app.scrub.is_some() => (r.settings.serving, true),
+    match app.report() {
+        Some(r) if app.engine.replaying || app.frames.cursor().is_some() => {
+            (r.settings.serving, true)
+        }
         Some(r) if r.settings.serving == app.settings.serving => (r.settings.serving, true),
         _ => (app.settings.serving, false),
     }
@@ -28,8 +30,7 @@ fn shown(app: &App) -> (crate::settings::Serving, bool) {
 pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let (serving, current) = shown(app);
     let view = app
-        .report
-        .as_ref()
+        .report()
         .and_then(|r| r.serve.as_ref())
         .filter(|_| current);
     // The engine's own policy and cache where it ran (recordings older than the
@@ -40,15 +41,22 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         format!(" serving · {policy:?} batching · {cache:?} KV "),
         format!(" {policy:?} · {cache:?} "),
     );
-    render_view(app, theme, area, buf, title, view, &app.timeline);
+    render_view(
+        app,
+        theme,
+        area,
+        buf,
+        title,
+        view,
+        &app.frames.shown().timeline,
+    );
 }
 
 /// Draws the side-by-side copy (the same workload, one setting flipped).
 pub fn render_compare(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let (serving, current) = shown(app);
     let view = app
-        .report
-        .as_ref()
+        .report()
         .and_then(|r| r.serve_b.as_ref())
         .filter(|_| current);
     // The engine's own run where it ran, else the settings' (the recordings from before
@@ -65,19 +73,25 @@ pub fn render_compare(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         format!(" {policy:?} · {cache:?} ")
     };
     let title = fitted_title(area, format!(" serving · {long} "), short);
-    render_view(app, theme, area, buf, title, view, &app.timeline_b);
+    render_view(
+        app,
+        theme,
+        area,
+        buf,
+        title,
+        view,
+        &app.frames.shown().timeline_b,
+    );
     // The two runs see the same requests: the ratio of their speeds is the lesson. The
     // figure comes first, so a narrow pane cuts the words, not the number.
     let inner = ratatui::widgets::Block::bordered().inner(area);
     let main = app
-        .report
-        .as_ref()
+        .report()
         .and_then(|r| r.serve.as_ref())
         .filter(|_| current);
     let (policy, cache) = main.map_or((serving.policy, serving.cache), |v| (v.policy, v.cache));
     let ratio = app
-        .report
-        .as_deref()
+        .report()
         .filter(|_| current)
         .and_then(|r| r.serve_ratio());
     let line = match ratio {
@@ -122,7 +136,7 @@ fn render_view(
     let inner = b.inner(area);
     b.render(area, buf);
     let Some(sv) = view else {
-        let line = match app.report {
+        let line = match app.report() {
             Some(_) => "this run starts at the next iteration (space)",
             None => "a 10-request workload runs here, one iteration per step",
         };
@@ -133,6 +147,7 @@ fn render_view(
     // The chosen request's pages stand out, and its block table maps its logical blocks
     // to them (paged cache only).
     let req = app
+        .view
         .selected_req
         .filter(|id| sv.step.block_tables.iter().any(|t| t.0 == *id))
         .or_else(|| sv.step.block_tables.first().map(|t| t.0));

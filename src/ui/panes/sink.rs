@@ -14,7 +14,7 @@ use ratatui::widgets::Widget;
 
 /// Draws the pane.
 pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
-    let view: Option<&SinkView> = app.report.as_ref().and_then(|r| r.sink.as_ref());
+    let view: Option<&SinkView> = app.report().and_then(|r| r.sink.as_ref());
     let head = match view {
         Some(v) => format!(
             " attention sink · window {} tokens = {} pages of {} · token {}/{} ",

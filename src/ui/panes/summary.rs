@@ -10,13 +10,13 @@ use ratatui::layout::Rect;
 
 /// The pane's name and headline now.
 pub fn line(app: &App, pane: Pane) -> String {
-    let Some(r) = app.report.as_deref() else {
+    let Some(r) = app.report() else {
         return format!("{} · waiting for the first iteration", name(pane));
     };
     let what = match pane {
         Pane::Attention => format!(
             "layer {} head {}, {} keys",
-            app.layer, app.head, r.info.kv_len
+            app.view.layer, app.view.head, r.info.kv_len
         ),
         Pane::Output => match r.info.top_k.first() {
             Some(t) => format!(
@@ -86,7 +86,7 @@ pub fn name(pane: Pane) -> &'static str {
 /// Draws the summary of `pane` on the row `area`.
 pub fn render(app: &App, theme: &Theme, pane: Pane, area: Rect, buf: &mut Buffer) {
     let text = format!("▸ {}", line(app, pane));
-    let style = if app.focus == pane {
+    let style = if app.view.focus == pane {
         theme.focused()
     } else {
         theme.dim()

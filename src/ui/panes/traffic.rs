@@ -21,10 +21,10 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let b = block(app, theme, Pane::Traffic, " memory traffic ".into());
     let inner = b.inner(area);
     b.render(area, buf);
-    if let Some(r) = app.report.as_deref() {
-        let past = app.past.iter().map(|p| p.as_ref());
+    if let Some(r) = app.report() {
+        let past = app.frames.past().iter().map(|p| p.as_ref());
         draw(
-            &traffic::view(r, past, app.machine.as_ref()),
+            &traffic::view(r, past, app.engine.machine.as_ref()),
             theme,
             inner,
             buf,

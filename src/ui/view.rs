@@ -1,0 +1,76 @@
+//! How the screen shows what it shows: which pane has the focus and the room, the
+//! heatmap's layer, head, values and scroll, the panes that share a place, the request
+//! whose pages are marked, and the overlays. None of it changes what the worker computes
+//! (the layer and the lens reach it through the settings' `watch`).
+
+use crate::screen::Pane;
+
+/// The view state.
+#[derive(Debug, Clone)]
+pub struct View {
+    pub focus: Pane,
+    /// The focused pane has the body; the others are one-line summaries.
+    pub zoomed: bool,
+    pub layer: usize,
+    pub head: usize,
+    /// Raw scores (true) or softmax weights in the heatmap.
+    pub show_scores: bool,
+    /// Heatmap window: positions back from the newest (0 follows the newest).
+    pub scroll: usize,
+    /// The ranked list of what the bottom heatmap row attends to, in the heatmap's place.
+    pub looks_at: bool,
+    /// The memory-traffic pane holds the forward pane's place.
+    pub traffic_shown: bool,
+    /// The logit lens holds the attention pane's place.
+    pub lens_shown: bool,
+    /// The serving request whose block table is shown and whose pages are marked.
+    pub selected_req: Option<u64>,
+    /// Opens the heatmap on the head the first prefill shows sharpest, until the user
+    /// picks a layer or head (the live app, without a lesson: lessons name their head).
+    pub auto_head: bool,
+    pub help: bool,
+    /// The glossary overlay is open, and its first entry shown (a short terminal scrolls).
+    pub glossary: bool,
+    pub glossary_scroll: usize,
+}
+
+impl Default for View {
+    fn default() -> Self {
+        Self {
+            focus: Pane::Attention,
+            zoomed: false,
+            layer: 0,
+            head: 0,
+            show_scores: false,
+            scroll: 0,
+            looks_at: false,
+            traffic_shown: false,
+            lens_shown: false,
+            selected_req: None,
+            auto_head: false,
+            help: false,
+            glossary: false,
+            glossary_scroll: 0,
+        }
+    }
+}
+
+impl View {
+    /// Focuses `p`; the forward and traffic panes share a place, and so do the attention
+    /// pane and the lens: focusing one shows it.
+    pub fn focus_on(&mut self, p: Pane) {
+        self.focus = p;
+        match p {
+            Pane::Forward => self.traffic_shown = false,
+            Pane::Traffic => self.traffic_shown = true,
+            Pane::Attention => self.lens_shown = false,
+            Pane::Lens => self.lens_shown = true,
+            _ => {}
+        }
+    }
+
+    /// The logit lens is on screen (the worker then runs it).
+    pub fn lens_on_screen(&self) -> bool {
+        self.lens_shown || self.focus == Pane::Lens
+    }
+}
