@@ -66,44 +66,20 @@ impl PagedKv {
         })
     }
 
-    /// Plans appending `tokens` to each request in `pool` (all or nothing), copies pages
-    /// the allocator asks to copy before a write, and returns the batch view the forward
-    /// pass writes through.
-    pub fn batch(
-        &mut self,
-        pool: &mut PagePool,
-        work: &[(ReqId, &[u32])],
-    ) -> std::result::Result<PagedBatch<'_>, KvError> {
-        let mut need = 0;
-        for (req, toks) in work {
-            need += pool.pages_needed(*req, toks.len())?;
+    /// The batch view a forward pass writes and reads through: for each sequence, the
+    /// slots of all its tokens once the pass has run, of which the first `before` are
+    /// already written. The allocator decided them; this store only holds the bytes.
+    pub fn batch(&mut self, seqs: Vec<SeqSlots>) -> PagedBatch<'_> {
+        PagedBatch { kv: self, seqs }
+    }
+
+    /// Copies whole pages `(from, to)`, in order: the allocator's copies on write, made
+    /// before the pass writes into the copies.
+    pub fn copy_pages(&mut self, copies: &[(u32, u32)]) -> Result<()> {
+        for &(from, to) in copies {
+            self.copy_page(from, to)?;
         }
-        if need > pool.free_pages() {
-            return Err(KvError::OutOfPages {
-                need,
-                free: pool.free_pages(),
-            });
-        }
-        let ps = pool.page_size();
-        let mut seqs = Vec::with_capacity(work.len());
-        for (req, toks) in work {
-            let before = pool.table(*req).map(|t| t.tokens.len()).unwrap_or(0);
-            let plan = pool.append(*req, toks)?;
-            for &(from, to) in &plan.copies {
-                self.copy_page(from, to)
-                    .map_err(|e| KvError::BadSettings(e.to_string()))?;
-            }
-            let table = pool.table(*req).expect("appended");
-            let all: Vec<u32> = (0..table.tokens.len())
-                .map(|pos| table.pages[pos / ps] * ps as u32 + (pos % ps) as u32)
-                .collect();
-            seqs.push(Seq {
-                before,
-                new_slots: plan.slots,
-                all_slots: all,
-            });
-        }
-        Ok(PagedBatch { kv: self, seqs })
+        Ok(())
     }
 
     fn copy_page(&mut self, from: u32, to: u32) -> Result<()> {
@@ -170,14 +146,12 @@ impl PagedKv {
     /// The K/V of `req` for `layer`, each `(n_kv_head, len, head_dim)`, read through its
     /// block table in `pool`.
     pub fn read(&self, pool: &PagePool, req: ReqId, layer: usize) -> Result<(Tensor, Tensor)> {
-        let ps = self.page_size;
-        let t = pool
-            .table(req)
-            .ok_or_else(|| candle_core::Error::Msg(format!("request {req} has no pages")))?;
-        let slots: Vec<u32> = (0..t.tokens.len())
-            .map(|pos| t.pages[pos / ps] * ps as u32 + (pos % ps) as u32)
-            .collect();
-        self.gather(layer, &slots)
+        if pool.table(req).is_none() {
+            return Err(candle_core::Error::Msg(format!(
+                "request {req} has no pages"
+            )));
+        }
+        self.gather(layer, &pool.slots(req))
     }
 
     /// K and V of `slots` as `(n_kv_head, len, head_dim)` tensors (prefill attention and
@@ -215,16 +189,26 @@ impl PagedKv {
     }
 }
 
-struct Seq {
-    before: usize,
-    new_slots: Vec<u32>,
-    all_slots: Vec<u32>,
+/// Where one sequence of a batch is on the pages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeqSlots {
+    /// Tokens already written before this pass.
+    pub before: usize,
+    /// The slot of every token once the pass has run, in order.
+    pub all: Vec<u32>,
 }
 
-/// A planned batch: where each sequence's new tokens go.
+impl SeqSlots {
+    /// The slots this pass writes.
+    fn new_slots(&self) -> &[u32] {
+        &self.all[self.before..]
+    }
+}
+
+/// A planned batch: where each sequence's tokens are.
 pub struct PagedBatch<'a> {
     kv: &'a mut PagedKv,
-    seqs: Vec<Seq>,
+    seqs: Vec<SeqSlots>,
 }
 
 impl BatchKv for PagedBatch<'_> {
@@ -240,12 +224,12 @@ impl BatchKv for PagedBatch<'_> {
         v: &Tensor,
     ) -> Result<(Tensor, Tensor)> {
         let seq = &self.seqs[s];
-        self.kv.write(layer, &seq.new_slots, k, v)?;
-        self.kv.gather(layer, &self.seqs[s].all_slots)
+        self.kv.write(layer, seq.new_slots(), k, v)?;
+        self.kv.gather(layer, &seq.all)
     }
 
     fn append_rows(&mut self, s: usize, layer: usize, k: &[f32], v: &[f32]) -> Result<bool> {
-        let slots = &self.seqs[s].new_slots;
+        let slots = self.seqs[s].new_slots();
         let width = self.kv.n_kv_head * self.kv.head_dim;
         if !matches!(self.kv.store, Store::Host { .. })
             || k.len() != slots.len() * width
@@ -262,14 +246,14 @@ impl BatchKv for PagedBatch<'_> {
             Store::Host { k, v } => Some(KvRows {
                 k: &k[layer],
                 v: &v[layer],
-                layout: RowLayout::Slots(&self.seqs[s].all_slots),
+                layout: RowLayout::Slots(&self.seqs[s].all),
             }),
             Store::Device { .. } => None,
         }
     }
 
     fn advance(&mut self) {
-        // The allocator recorded the tokens when the batch was planned.
+        // The allocator recorded the tokens when the scheduler planned the batch.
     }
 }
 
@@ -285,7 +269,7 @@ impl KvStore for PagedSeq<'_> {
     }
     fn advance(&mut self, _t: usize) {}
     fn pending(&self) -> usize {
-        self.0.seqs[0].new_slots.len()
+        self.0.seqs[0].new_slots().len()
     }
     fn append_rows(&mut self, layer: usize, k: &[f32], v: &[f32]) -> Result<bool> {
         BatchKv::append_rows(&mut self.0, 0, layer, k, v)

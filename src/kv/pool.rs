@@ -101,8 +101,6 @@ pub struct PagePool {
     /// and the partly filled page after them when another request's table holds the same
     /// tokens there (the same prompt asked twice).
     pub prefix_sharing: bool,
-    /// Copies made on write since the caller last took them: (request, from, to).
-    pub copied: Vec<(ReqId, u32, u32)>,
 }
 
 impl PagePool {
@@ -129,7 +127,6 @@ impl PagePool {
             free: (0..n_pages as u32).collect(),
             tables: HashMap::new(),
             prefix_sharing: true,
-            copied: Vec::new(),
         })
     }
 
@@ -151,6 +148,17 @@ impl PagePool {
     /// The block table of `req`.
     pub fn table(&self, req: ReqId) -> Option<&BlockTable> {
         self.tables.get(&req)
+    }
+
+    /// The physical slot of every token `req` holds, in order: what attention reads
+    /// through its block table.
+    pub fn slots(&self, req: ReqId) -> Vec<u32> {
+        let ps = self.page_size;
+        self.tables.get(&req).map_or_else(Vec::new, |t| {
+            (0..t.tokens.len())
+                .map(|pos| t.pages[pos / ps] * ps as u32 + (pos % ps) as u32)
+                .collect()
+        })
     }
 
     /// Requests holding a table.
@@ -319,7 +327,6 @@ impl PagePool {
                 self.release(last);
                 *table.pages.last_mut().expect("non-empty") = copy;
                 plan.copies.push((last, copy));
-                self.copied.push((req, last, copy));
             }
         }
         for (i, &tok) in tokens.iter().enumerate() {

@@ -2,7 +2,7 @@
 //! the scheduler's bookkeeping of the tokens that came out, and a report of it all.
 
 use super::runner::Runner;
-use super::scheduler::{Memory, Request, Scheduler, ServeConfig};
+use super::scheduler::{Request, Scheduler, ServeConfig};
 use super::view::{self, ServeStep};
 use super::ServeError;
 use crate::kv::pool::ReqId;
@@ -36,26 +36,20 @@ impl ServeEngine {
     pub fn step(&mut self) -> Result<ServeStep, ServeError> {
         let t0 = Instant::now();
         let plan = self.scheduler.schedule(self.now())?;
-        let (tokens, traffic) = self.runner.run(&mut self.scheduler, &plan)?;
-        let copies = match &mut self.scheduler.memory {
-            Memory::Paged(p) => std::mem::take(&mut p.copied),
-            Memory::Reserved(_) => Vec::new(),
-        };
+        let (tokens, traffic) = self.runner.run(&plan)?;
         let eos = self.runner.model().tokenizer.eos;
         let finished = self.scheduler.postprocess(&plan, &tokens, eos, self.now());
         // Finished requests' contiguous stores go now, not at the next iteration.
-        self.runner.sync(&self.scheduler);
+        self.runner.release(&finished);
         let wall_ms = t0.elapsed().as_secs_f64() * 1e3;
-        let mut step = view::step(
+        Ok(view::step(
             &self.scheduler,
             &plan,
             &finished,
             self.bytes_per_token(),
             wall_ms,
-        );
-        step.traffic = traffic;
-        step.copies = copies;
-        Ok(step)
+            traffic,
+        ))
     }
 
     /// Seconds since the engine started.

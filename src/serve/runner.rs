@@ -1,35 +1,37 @@
-//! The runner: carries out the scheduler's plan on the model. It owns the KV tensors — the
-//! page store, or one contiguous store per running request — runs every scheduled
-//! sequence through one batched forward pass, and picks each finished sequence's next
-//! token greedily.
+//! The runner: carries out the scheduler's plan on the model, and nothing else. It owns
+//! the KV bytes (the pages, or one contiguous store per running request), runs every
+//! planned sequence through one batched forward pass, and picks each finished sequence's
+//! next token greedily. Which page or reservation holds what is the scheduler's
+//! decision, handed over in the plan: the runner never sees the allocator.
 
-use super::scheduler::{CacheKind, Memory, Plan, Scheduler, ServeConfig};
+use super::scheduler::{CacheKind, Placement, Plan, ServeConfig};
 use super::ServeError;
+use crate::kv::paged::{PagedKv, SeqSlots};
 use crate::kv::pool::ReqId;
-use crate::kv::{paged::PagedKv, Contiguous, ContiguousBatch, KvStore};
+use crate::kv::{Contiguous, ContiguousBatch, KvStore};
 use crate::model::sampler::argmax;
 use crate::model::traffic::Traffic;
 use crate::model::{LayerSelect, Logits, Model, Probe};
 use std::collections::BTreeMap;
 
 /// Where the keys and values live.
-enum Store {
+enum KvBytes {
     Paged(Box<PagedKv>),
     /// One store per running request, sized to its reservation.
     Contiguous(BTreeMap<ReqId, Contiguous>),
 }
 
-/// The model and the KV tensors of a serving engine.
+/// The model and the KV bytes of a serving engine.
 pub struct Runner {
     model: Model,
-    store: Store,
+    kv: KvBytes,
 }
 
 impl Runner {
     /// A runner over `model` with the KV memory `cfg` asks for.
     pub fn new(model: &Model, cfg: &ServeConfig) -> Result<Self, ServeError> {
-        let store = match cfg.cache {
-            CacheKind::Paged => Store::Paged(Box::new(PagedKv::new(
+        let kv = match cfg.cache {
+            CacheKind::Paged => KvBytes::Paged(Box::new(PagedKv::new(
                 model.cfg.n_layer,
                 model.kv_heads(),
                 model.cfg.head_dim,
@@ -37,11 +39,11 @@ impl Runner {
                 cfg.page_size,
                 &model.device,
             )?)),
-            CacheKind::Contiguous => Store::Contiguous(BTreeMap::new()),
+            CacheKind::Contiguous => KvBytes::Contiguous(BTreeMap::new()),
         };
         Ok(Self {
             model: model.clone(),
-            store,
+            kv,
         })
     }
 
@@ -50,38 +52,46 @@ impl Runner {
         &self.model
     }
 
-    /// Runs the plan's work in one forward pass; returns, per work item, the greedy next
-    /// token where the item samples one, and what the pass moved and computed.
-    pub fn run(
-        &mut self,
-        s: &mut Scheduler,
-        plan: &Plan,
-    ) -> Result<(Vec<Option<u32>>, Traffic), ServeError> {
-        self.sync(s);
+    /// Runs the plan in one forward pass; returns, per work item, the greedy next token
+    /// where the item samples one, and what the pass moved and computed.
+    pub fn run(&mut self, plan: &Plan) -> Result<(Vec<Option<u32>>, Traffic), ServeError> {
+        self.release(plan.preempted.iter().chain(&plan.finished));
         if plan.work.is_empty() {
             return Ok((Vec::new(), Traffic::default()));
         }
         // A probe that captures nothing: it only counts.
         let mut probe = Probe::new(LayerSelect::None);
-        let seqs: Vec<Vec<u32>> = plan
-            .work
-            .iter()
-            .map(|w| s.requests[w.id as usize].tokens(w.from, w.n))
-            .collect();
-        let refs: Vec<&[u32]> = seqs.iter().map(Vec::as_slice).collect();
-        let logits = match (&mut self.store, &mut s.memory) {
-            (Store::Paged(kv), Memory::Paged(pool)) => {
-                let items: Vec<(ReqId, &[u32])> = plan
-                    .work
-                    .iter()
-                    .zip(&refs)
-                    .map(|(w, t)| (w.id, *t))
-                    .collect();
-                let mut batch = kv.batch(pool, &items)?;
+        let refs: Vec<&[u32]> = plan.work.iter().map(|w| w.tokens.as_slice()).collect();
+        let logits = match &mut self.kv {
+            KvBytes::Paged(kv) => {
+                let copies: Vec<(u32, u32)> = plan.copies.iter().map(|c| (c.1, c.2)).collect();
+                kv.copy_pages(&copies)
+                    .map_err(crate::model::ModelError::from)?;
+                let seqs = plan.work.iter().map(paged_seq).collect::<Result<_, _>>()?;
+                let mut batch = kv.batch(seqs);
                 self.model
                     .forward_batch(&refs, &mut batch, Some(&mut probe), Logits::Last)
             }
-            (Store::Contiguous(stores), Memory::Reserved(_)) => {
+            KvBytes::Contiguous(stores) => {
+                let m = &self.model;
+                for w in &plan.work {
+                    let Placement::Reserved(slots) = w.place else {
+                        return Err(mixed_plan());
+                    };
+                    let c = stores.entry(w.id).or_insert_with(|| {
+                        Contiguous::new(
+                            m.cfg.n_layer,
+                            m.kv_heads(),
+                            m.cfg.head_dim,
+                            slots,
+                            &m.device,
+                        )
+                    });
+                    // A rewound padding row writes its last position again.
+                    if c.len() > w.from {
+                        c.truncate(w.from);
+                    }
+                }
                 // The plan's work is in id order, and so is the map.
                 let mut batch = ContiguousBatch(
                     stores
@@ -92,11 +102,6 @@ impl Runner {
                 );
                 self.model
                     .forward_batch(&refs, &mut batch, Some(&mut probe), Logits::Last)
-            }
-            _ => {
-                return Err(ServeError::Invariant(
-                    "the KV store and the scheduler's memory disagree".into(),
-                ))
             }
         }?;
         let tokens = plan
@@ -117,31 +122,32 @@ impl Runner {
         Ok((tokens, probe.traffic))
     }
 
-    /// Brings the contiguous stores in line with the scheduler's reservations: a store for
-    /// each admitted request, none for those that left, and no token past what the
-    /// scheduler counts as computed (a rewound padding row). Pages need nothing: the
-    /// allocator is the scheduler's, and a page's bytes are simply overwritten.
-    pub fn sync(&mut self, s: &Scheduler) {
-        let (Store::Contiguous(stores), Memory::Reserved(arena)) = (&mut self.store, &s.memory)
-        else {
-            return;
-        };
-        stores.retain(|&id, _| arena.get(id).is_some());
-        for (id, run) in arena.runs() {
-            let slots = run.len;
-            let c = stores.entry(id).or_insert_with(|| {
-                Contiguous::new(
-                    self.model.cfg.n_layer,
-                    self.model.kv_heads(),
-                    self.model.cfg.head_dim,
-                    slots,
-                    &self.model.device,
-                )
-            });
-            let computed = s.requests[id as usize].computed;
-            if c.len() > computed {
-                c.truncate(computed);
+    /// Drops the contiguous stores of requests that left (finished or preempted): their
+    /// reservations are free again. Pages need nothing: their bytes are overwritten.
+    pub fn release<'a>(&mut self, ids: impl IntoIterator<Item = &'a ReqId>) {
+        if let KvBytes::Contiguous(stores) = &mut self.kv {
+            for id in ids {
+                stores.remove(id);
             }
         }
     }
+}
+
+/// A paged work item's slots.
+fn paged_seq(w: &super::scheduler::Work) -> Result<SeqSlots, ServeError> {
+    match &w.place {
+        Placement::Pages(all) if all.len() == w.from + w.n => Ok(SeqSlots {
+            before: w.from,
+            all: all.clone(),
+        }),
+        Placement::Pages(_) => Err(ServeError::Invariant(format!(
+            "request {}: the plan's slots do not cover its tokens",
+            w.id
+        ))),
+        Placement::Reserved(_) => Err(mixed_plan()),
+    }
+}
+
+fn mixed_plan() -> ServeError {
+    ServeError::Invariant("the plan places work in the other kind of KV cache".into())
 }

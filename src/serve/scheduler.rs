@@ -211,8 +211,27 @@ pub enum Memory {
     Reserved(Arena),
 }
 
-/// One request's share of an iteration: tokens `from..from + n` run through the model.
+/// One request's share of an iteration, as the token budget deals it out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Share {
+    id: ReqId,
+    from: usize,
+    n: usize,
+    sample: bool,
+}
+
+/// Where a work item's keys and values are, as the runner writes and reads them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placement {
+    /// The page slot of every token of the sequence once this pass has run, in order:
+    /// the pass writes the last `n`, attention reads them all.
+    Pages(Vec<u32>),
+    /// A contiguous reservation of this many slots: the pass writes from `from` on.
+    Reserved(usize),
+}
+
+/// One request's share of an iteration: tokens `from..from + n` run through the model.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Work {
     pub id: ReqId,
     pub from: usize,
@@ -220,14 +239,21 @@ pub struct Work {
     /// This pass reaches the request's end, so its last logits give the next token (false
     /// for a prefill chunk and for static batching's padding rows).
     pub sample: bool,
+    /// Tokens `from..from + n`.
+    pub tokens: Vec<u32>,
+    pub place: Placement,
 }
 
-/// What `schedule` decided for one iteration.
+/// What `schedule` decided for one iteration: everything the runner needs, so that it
+/// never sees the scheduler or the page allocator.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Plan {
     pub iteration: usize,
     /// In request id order.
     pub work: Vec<Work>,
+    /// Pages to copy before the pass writes (copy on write of a shared last page), in
+    /// order: (request, from page, to page).
+    pub copies: Vec<(ReqId, u32, u32)>,
     pub preempted: Vec<ReqId>,
     /// Padding rows ended early to make room (static batching on pages).
     pub finished: Vec<ReqId>,
@@ -338,8 +364,9 @@ impl Scheduler {
         }
     }
 
-    /// Decides this iteration: arrivals, admission, padding rewinds, and the work that
-    /// fits the token budget and the free pages (preempting when it does not).
+    /// Decides this iteration: arrivals, admission, padding rewinds, the work that fits
+    /// the token budget and the free pages (preempting when it does not), and where each
+    /// work item's keys and values go (allocating its pages).
     pub fn schedule(&mut self, now: f64) -> Result<Plan, ServeError> {
         self.arrive(now);
         self.admit_waiting()?;
@@ -348,7 +375,7 @@ impl Scheduler {
             iteration: self.iteration,
             ..Plan::default()
         };
-        plan.work = loop {
+        let shares = loop {
             let work = self.fill_budget();
             let Memory::Paged(p) = &self.memory else {
                 break work;
@@ -371,7 +398,34 @@ impl Scheduler {
                 plan.preempted.push(victim);
             }
         };
+        for sh in shares {
+            let w = self.place(sh, &mut plan.copies)?;
+            plan.work.push(w);
+        }
         Ok(plan)
+    }
+
+    /// A share with its tokens and their place: on pages, the allocator appends them now
+    /// (new pages, and a copy of a shared last page first, noted in `copies`); a
+    /// contiguous reservation is where admission placed it.
+    fn place(&mut self, sh: Share, copies: &mut Vec<(ReqId, u32, u32)>) -> Result<Work, KvError> {
+        let tokens = self.requests[sh.id as usize].tokens(sh.from, sh.n);
+        let place = match &mut self.memory {
+            Memory::Paged(p) => {
+                let a = p.append(sh.id, &tokens)?;
+                copies.extend(a.copies.iter().map(|&(from, to)| (sh.id, from, to)));
+                Placement::Pages(p.slots(sh.id))
+            }
+            Memory::Reserved(a) => Placement::Reserved(a.get(sh.id).map_or(0, |run| run.len)),
+        };
+        Ok(Work {
+            id: sh.id,
+            from: sh.from,
+            n: sh.n,
+            sample: sh.sample,
+            tokens,
+            place,
+        })
     }
 
     /// Takes the pass's sampled tokens (one per work item; `None` where nothing was
@@ -598,7 +652,7 @@ impl Scheduler {
 
     /// Decodes first (one token each), then prefill chunks and padding rows, while the
     /// token budget lasts; in request id order.
-    fn fill_budget(&self) -> Vec<Work> {
+    fn fill_budget(&self) -> Vec<Share> {
         let mut budget = self.cfg.token_budget;
         let mut order = self.running.clone();
         order.sort_by_key(|&id| self.requests[id as usize].phase != ReqPhase::Decode);
@@ -610,7 +664,7 @@ impl Scheduler {
                 continue;
             }
             budget -= n;
-            work.push(Work {
+            work.push(Share {
                 id,
                 from: r.computed,
                 n,

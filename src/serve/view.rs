@@ -99,6 +99,7 @@ pub fn step(
     finished: &[ReqId],
     bytes_per_token: usize,
     wall_ms: f64,
+    traffic: crate::model::traffic::Traffic,
 ) -> ServeStep {
     let finished: Vec<ReqId> = plan.finished.iter().chain(finished).copied().collect();
     let scheduled = |id: ReqId| plan.work.iter().find(|w| w.id == id).map_or(0, |w| w.n);
@@ -132,7 +133,7 @@ pub fn step(
         Memory::Paged(_) => Vec::new(),
     };
     ServeStep {
-        copies: Vec::new(),
+        copies: plan.copies.clone(),
         gaps,
         block_tables,
         iteration: plan.iteration,
@@ -146,7 +147,7 @@ pub fn step(
         reservations,
         memory,
         wall_ms,
-        traffic: Default::default(),
+        traffic,
     }
 }
 
