@@ -62,8 +62,8 @@ pub struct StepReport {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub serve: Option<ServeView>,
     /// The same workload under one other setting, when comparing side by side.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub serve_b: Option<ServeView>,
+    #[serde(default, skip_serializing_if = "Option::is_none", alias = "serve_b")]
+    pub serve_compare: Option<ServeView>,
     /// The attention-sink experiment, when it is on: one more token of the shipped text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sink: Option<crate::sink::SinkView>,
@@ -94,7 +94,7 @@ impl StepReport {
     /// Tokens/s of the main serving run over the run beside it, once both have run
     /// [`RATIO_WARMUP`] iterations.
     pub fn serve_ratio(&self) -> Option<f64> {
-        let (sa, sb) = (self.serve.as_ref()?, self.serve_b.as_ref()?);
+        let (sa, sb) = (self.serve.as_ref()?, self.serve_compare.as_ref()?);
         if sa.step.iteration.min(sb.step.iteration) + 1 < RATIO_WARMUP {
             return None;
         }
@@ -137,7 +137,10 @@ impl StepReport {
         if let Some(s) = &self.sink {
             check_sink(s).map_err(|e| format!("sink experiment: {e}"))?;
         }
-        for (name, v) in [("serve", &self.serve), ("serve_b", &self.serve_b)] {
+        for (name, v) in [
+            ("serve", &self.serve),
+            ("serve_compare", &self.serve_compare),
+        ] {
             if let Some(v) = v {
                 v.check(self.cfg.context)
                     .map_err(|e| format!("serving run `{name}`: {e}"))?;

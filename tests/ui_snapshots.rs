@@ -1517,7 +1517,7 @@ fn the_comparison_title_names_the_run_its_body_draws() {
     let mut r = common::fixture::serving_reports(CacheKind::Paged, 1).remove(0);
     let mut b = r.serve.clone().unwrap();
     b.max_batch = 1;
-    r.serve_b = Some(b);
+    r.serve_compare = Some(b);
     r.settings.serving.compare = Compare::OneAtATime;
     a.settings.serving.compare = Compare::OneAtATime;
     a.on_event(Event::Report(Box::new(r)));

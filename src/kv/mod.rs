@@ -143,9 +143,9 @@ impl RowLayout<'_> {
 }
 
 /// One sequence's store as a batch of one.
-pub struct One<'a>(pub &'a mut dyn KvStore);
+pub struct BatchOfOne<'a>(pub &'a mut dyn KvStore);
 
-impl BatchKv for One<'_> {
+impl BatchKv for BatchOfOne<'_> {
     fn len(&self, _s: usize) -> usize {
         self.0.len()
     }

@@ -8,7 +8,7 @@ use super::{BatchKv, KvRows, KvStore, RowLayout};
 use candle_core::{DType, Device, Result, Tensor};
 
 /// Where the pages live.
-enum Store {
+enum Buffers {
     /// CPU: one token-major buffer `(slot, n_kv_head × head_dim)` per layer, written and
     /// read in place (decode attention reads it through the block table, no gather).
     Host { k: Vec<Vec<f32>>, v: Vec<Vec<f32>> },
@@ -18,7 +18,7 @@ enum Store {
 
 /// Pages of K and V for every layer.
 pub struct PagedKv {
-    store: Store,
+    store: Buffers,
     page_size: usize,
     n_kv_head: usize,
     head_dim: usize,
@@ -40,7 +40,7 @@ impl PagedKv {
         let shape = (n_pages * page_size, n_kv_head * head_dim);
         let store = if device.is_cpu() {
             let buf = || vec![0.0f32; shape.0 * shape.1];
-            Store::Host {
+            Buffers::Host {
                 k: (0..n_layer).map(|_| buf()).collect(),
                 v: (0..n_layer).map(|_| buf()).collect(),
             }
@@ -55,7 +55,7 @@ impl PagedKv {
                 k.push(zeros()?);
                 v.push(zeros()?);
             }
-            Store::Device { k, v }
+            Buffers::Device { k, v }
         };
         Ok(Self {
             store,
@@ -85,13 +85,13 @@ impl PagedKv {
     fn copy_page(&mut self, from: u32, to: u32) -> Result<()> {
         let ps = self.page_size;
         match &mut self.store {
-            Store::Host { k, v } => {
+            Buffers::Host { k, v } => {
                 let n = ps * self.n_kv_head * self.head_dim;
                 for buf in k.iter_mut().chain(v.iter_mut()) {
                     buf.copy_within(from as usize * n..(from as usize + 1) * n, to as usize * n);
                 }
             }
-            Store::Device { k, v } => {
+            Buffers::Device { k, v } => {
                 for t in k.iter().chain(v.iter()) {
                     let src = t.narrow(0, from as usize * ps, ps)?.contiguous()?;
                     t.slice_set(&src, 0, to as usize * ps)?;
@@ -107,12 +107,12 @@ impl PagedKv {
         let rows_k = k.transpose(0, 1)?.reshape((t, n_kv * d))?;
         let rows_v = v.transpose(0, 1)?.reshape((t, n_kv * d))?;
         match &mut self.store {
-            Store::Host { .. } => {
+            Buffers::Host { .. } => {
                 let kr = rows_k.flatten_all()?.to_vec1::<f32>()?;
                 let vr = rows_v.flatten_all()?.to_vec1::<f32>()?;
                 self.write_rows(layer, slots, &kr, &vr);
             }
-            Store::Device { k: kp, v: vp } => {
+            Buffers::Device { k: kp, v: vp } => {
                 // Each run of consecutive slots (a run never crosses a page) in one go.
                 let mut i = 0;
                 while i < t {
@@ -132,7 +132,7 @@ impl PagedKv {
 
     /// Host store only: copies token-major rows into their slots.
     fn write_rows(&mut self, layer: usize, slots: &[u32], k: &[f32], v: &[f32]) {
-        let Store::Host { k: kp, v: vp } = &mut self.store else {
+        let Buffers::Host { k: kp, v: vp } = &mut self.store else {
             return;
         };
         let w = self.n_kv_head * self.head_dim;
@@ -160,7 +160,7 @@ impl PagedKv {
         let (hn, d) = (self.n_kv_head, self.head_dim);
         let l = slots.len();
         match &self.store {
-            Store::Host { k, v } => {
+            Buffers::Host { k, v } => {
                 // One pass: each slot's row split by KV head straight into the result.
                 let split = |pool: &[f32]| {
                     let mut out = vec![0.0f32; hn * l * d];
@@ -174,7 +174,7 @@ impl PagedKv {
                 };
                 Ok((split(&k[layer])?, split(&v[layer])?))
             }
-            Store::Device { k, v } => {
+            Buffers::Device { k, v } => {
                 let idx = Tensor::new(slots, &self.device)?;
                 let shape = (l, hn, d);
                 let pick = |t: &Tensor| -> Result<Tensor> {
@@ -231,7 +231,7 @@ impl BatchKv for PagedBatch<'_> {
     fn append_rows(&mut self, s: usize, layer: usize, k: &[f32], v: &[f32]) -> Result<bool> {
         let slots = self.seqs[s].new_slots();
         let width = self.kv.n_kv_head * self.kv.head_dim;
-        if !matches!(self.kv.store, Store::Host { .. })
+        if !matches!(self.kv.store, Buffers::Host { .. })
             || k.len() != slots.len() * width
             || v.len() != k.len()
         {
@@ -243,12 +243,12 @@ impl BatchKv for PagedBatch<'_> {
 
     fn rows(&self, s: usize, layer: usize) -> Option<KvRows<'_>> {
         match &self.kv.store {
-            Store::Host { k, v } => Some(KvRows {
+            Buffers::Host { k, v } => Some(KvRows {
                 k: &k[layer],
                 v: &v[layer],
                 layout: RowLayout::Slots(&self.seqs[s].all),
             }),
-            Store::Device { .. } => None,
+            Buffers::Device { .. } => None,
         }
     }
 

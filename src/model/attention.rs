@@ -68,7 +68,7 @@ pub struct Setup<'a> {
 
 /// Sequence 0's attention kept for the probe: queries before and after RoPE, the new keys
 /// and values, and what the kernel produced (with its scores when asked).
-pub struct Seen {
+pub struct Observed {
     pub q_pre: Tensor,
     /// The new keys before RoPE, `(n_kv_head, rows, d)`.
     pub k_pre: Tensor,
@@ -86,7 +86,7 @@ pub struct Attended {
     pub io: IoCount,
     /// The cache bytes read and written, the score traffic and the FLOPs, all sequences.
     pub traffic: Traffic,
-    pub seen: Option<Seen>,
+    pub seen: Option<Observed>,
 }
 
 /// Attention of every sequence of a batch for one layer. `q`, `k`, `v` are the
@@ -178,7 +178,7 @@ fn on_tensors(
     seq: usize,
     kv: &mut dyn BatchKv,
     capture_rows: usize,
-) -> Result<Seen> {
+) -> Result<Observed> {
     let (q_pre, k_pre, q, k, v) = heads(s, (q, k, v), p)?;
     let (k_all, v_all) = kv.append(seq, s.layer, &k, &v)?;
     let att = match s.kernel {
@@ -189,7 +189,7 @@ fn on_tensors(
             tiled(&q, &k_all, &v_all, p.pos0, tiles, capture_rows)?
         }
     };
-    Ok(Seen {
+    Ok(Observed {
         q_pre,
         k_pre,
         q,
@@ -230,10 +230,10 @@ fn seen_on_tensors(
     k_all: &Tensor,
     v_all: &Tensor,
     capture_rows: usize,
-) -> Result<Seen> {
+) -> Result<Observed> {
     let (q_pre, k_pre, q, k, v) = heads(s, qkv, p)?;
     let att = naive(&q, k_all, v_all, p.pos0, capture_rows)?;
-    Ok(Seen {
+    Ok(Observed {
         q_pre,
         k_pre,
         q,

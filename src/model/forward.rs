@@ -232,7 +232,7 @@ impl Model {
         probe: Option<&mut Probe>,
         which: Logits,
     ) -> Result<Tensor> {
-        let mut one = crate::kv::One(kv);
+        let mut one = crate::kv::BatchOfOne(kv);
         let mut out = self.forward_batch(&[tokens], &mut one, probe, which)?;
         Ok(out.pop().expect("one sequence in, one out"))
     }

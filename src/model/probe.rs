@@ -1,7 +1,7 @@
 //! The probe: what the forward pass hands out about its insides when asked.
 //! When no layer is selected the forward pass copies nothing.
 
-use super::attention::{Seen, Span};
+use super::attention::{Observed, Span};
 use candle_core::{DType, Result, Tensor, D};
 use serde::{Deserialize, Serialize};
 
@@ -190,7 +190,7 @@ pub struct LayerLook {
     norm_in: Vec<f32>,
     norm_attn: Vec<f32>,
     block: BlockProbe,
-    seen: Option<Seen>,
+    seen: Option<Observed>,
 }
 
 impl LayerLook {
@@ -231,7 +231,7 @@ impl LayerLook {
 
     /// Sequence 0's attention; a query head's length before and after RoPE, and RoPE's
     /// relative property on its vectors.
-    pub fn attention(&mut self, seen: Option<Seen>, rope: &super::rope::Rope) -> Result<()> {
+    pub fn attention(&mut self, seen: Option<Observed>, rope: &super::rope::Rope) -> Result<()> {
         let Some(s) = seen.filter(|_| self.kept > 0) else {
             return Ok(());
         };

@@ -57,7 +57,7 @@ pub struct Frame {
     pub history: Vec<LayerHistory>,
     /// The main serving run's timeline, and the run beside it.
     pub timeline: VecDeque<TimelineColumn>,
-    pub timeline_b: VecDeque<TimelineColumn>,
+    pub timeline_compare: VecDeque<TimelineColumn>,
 }
 
 impl Frame {
@@ -65,7 +65,7 @@ impl Frame {
     fn absorb(&mut self, r: &StepReport) {
         absorb_rows(&mut self.history, r);
         push_timeline(&mut self.timeline, r.serve.as_ref());
-        push_timeline(&mut self.timeline_b, r.serve_b.as_ref());
+        push_timeline(&mut self.timeline_compare, r.serve_compare.as_ref());
     }
 }
 
@@ -124,7 +124,7 @@ impl Frames {
     /// Forgets the serving timelines (the workload restarted).
     pub fn clear_timelines(&mut self) {
         self.live.timeline.clear();
-        self.live.timeline_b.clear();
+        self.live.timeline_compare.clear();
     }
 
     /// Back to the live frame.
@@ -183,7 +183,7 @@ impl Frames {
         }
         for r in self.past.range(to.saturating_sub(TIMELINE)..=to) {
             push_timeline(&mut f.timeline, r.serve.as_ref());
-            push_timeline(&mut f.timeline_b, r.serve_b.as_ref());
+            push_timeline(&mut f.timeline_compare, r.serve_compare.as_ref());
         }
         f.report = Some(self.past[to].clone());
         f

@@ -121,20 +121,20 @@ fn event_loop(
     if let Some(t) = tutor {
         send(app.open_lesson(t));
     }
-    let mut pace = Pace::new();
+    let mut loop_state = LoopState::new();
     let frame = Duration::from_millis(33);
     let mut dirty = true;
     while !app.quit {
         // Engine events: every report is absorbed (the heatmap history needs them all),
         // but the screen is drawn once per frame.
         dirty |= absorb_events(&mut app, &rx, record.as_ref(), &mut recorder, replaying)?;
-        send(pace.engine_commands(&mut app));
+        send(loop_state.engine_commands(&mut app));
         if dirty {
             terminal.draw(|f| draw::draw(&app, &theme, f.area(), f.buffer_mut()))?;
             dirty = false;
         }
         if event::poll(frame)? {
-            pace.terminal_events(terminal, &mut app, &send)?;
+            loop_state.terminal_events(terminal, &mut app, &send)?;
             dirty = true;
         }
     }
@@ -152,13 +152,13 @@ fn event_loop(
 
 /// What the event loop remembers between frames: when the last iteration was asked
 /// for, and the last title clicked.
-struct Pace {
+struct LoopState {
     last_step: Instant,
     /// The last title clicked and when: a second click soon after is a double click.
     last_click: Option<(app::Pane, Instant)>,
 }
 
-impl Pace {
+impl LoopState {
     fn new() -> Self {
         Self {
             last_step: Instant::now() - Duration::from_secs(10),

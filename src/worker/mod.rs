@@ -8,10 +8,10 @@ pub mod request;
 /// The report types, at home in `crate::report`; named here too for the worker's callers.
 pub use crate::report;
 
+use request::{next_report, start, Live};
 pub use request::{
     plan_capture, run_request, CAPTURE_ALL_BYTES, CAPTURE_ONE_BYTES, MAX_CAPTURE_ROWS,
 };
-use request::{start, step, Live};
 
 pub use report::{KvView, StepReport};
 
@@ -359,7 +359,7 @@ impl Worker {
             ));
             return Ok(());
         }
-        let mut report = step(
+        let mut report = next_report(
             &mut self.live,
             &self.model,
             self.iteration + 1,
@@ -435,10 +435,10 @@ impl Worker {
     /// its comparison) and the sink experiment. A finished request stalls none of them.
     fn step(&mut self, send: &dyn Fn(Event)) -> Result<(), WorkerError> {
         if self.live.finished {
-            return self.step_beside(send);
+            return self.step_after_finish(send);
         }
         self.live.session.probe.lens = self.settings.watch.lens;
-        let mut report = step(
+        let mut report = next_report(
             &mut self.live,
             &self.model,
             self.iteration + 1,
@@ -457,7 +457,7 @@ impl Worker {
                 }
             }
         }
-        self.step_others(&mut report)?;
+        self.step_serving_and_sink(&mut report)?;
         self.keep_last(&mut report);
         send(Event::Report(Box::new(report)));
         Ok(())
@@ -465,7 +465,7 @@ impl Worker {
 
     /// An iteration after the live request has finished: the serving runs and the sink
     /// experiment go on, under the request's last report again (no new attention rows).
-    fn step_beside(&mut self, send: &dyn Fn(Event)) -> Result<(), WorkerError> {
+    fn step_after_finish(&mut self, send: &dyn Fn(Event)) -> Result<(), WorkerError> {
         let serving_left =
             !self.serve.engine.done() || self.compare.as_ref().is_some_and(|c| !c.engine.done());
         let sink_left = self.sink.as_ref().is_some_and(|s| !s.done());
@@ -483,8 +483,8 @@ impl Worker {
         r.settings = self.settings;
         r.recomputed = false;
         r.repeat = true;
-        (r.serve, r.serve_b, r.sink) = (None, None, None);
-        self.step_others(&mut r)?;
+        (r.serve, r.serve_compare, r.sink) = (None, None, None);
+        self.step_serving_and_sink(&mut r)?;
         self.iteration += 1;
         send(Event::Report(Box::new(r)));
         Ok(())
@@ -492,10 +492,10 @@ impl Worker {
 
     /// The serving workload, its comparison and the sink experiment, one iteration each,
     /// into `report`.
-    fn step_others(&mut self, report: &mut StepReport) -> Result<(), WorkerError> {
+    fn step_serving_and_sink(&mut self, report: &mut StepReport) -> Result<(), WorkerError> {
         report.serve = self.serve.step()?;
         if let Some(c) = self.compare.as_mut() {
-            report.serve_b = c.step()?;
+            report.serve_compare = c.step()?;
         }
         if let Some(s) = self.sink.as_mut().filter(|s| !s.done()) {
             report.sink = Some(s.step(&self.model).map_err(WorkerError::Sink)?);

@@ -74,7 +74,7 @@ pub fn plan_capture(
 }
 
 /// Runs one iteration of the live request and builds its report.
-pub(super) fn step(
+pub(super) fn next_report(
     live: &mut Live,
     model: &Model,
     iteration: usize,
@@ -129,7 +129,7 @@ pub(super) fn step(
         repeat: false,
         info,
         serve: None,
-        serve_b: None,
+        serve_compare: None,
         sink: None,
         beside: None,
     })
@@ -149,7 +149,7 @@ pub fn run_request(
         if live.finished {
             break;
         }
-        out.push(step(
+        out.push(next_report(
             &mut live,
             model,
             i + 1,

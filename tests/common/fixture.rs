@@ -171,7 +171,7 @@ pub fn report() -> StepReport {
         recomputed: false,
         repeat: false,
         serve: None,
-        serve_b: None,
+        serve_compare: None,
         sink: None,
         beside: None,
     }

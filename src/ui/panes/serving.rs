@@ -57,7 +57,7 @@ pub fn render_compare(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let (serving, current) = shown(app);
     let view = app
         .report()
-        .and_then(|r| r.serve_b.as_ref())
+        .and_then(|r| r.serve_compare.as_ref())
         .filter(|_| current);
     // The engine's own run where it ran, else the settings' (the recordings from before
     // `max_batch` was kept, and before settings were, have only the first).
@@ -80,7 +80,7 @@ pub fn render_compare(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         buf,
         title,
         view,
-        &app.frames.shown().timeline_b,
+        &app.frames.shown().timeline_compare,
     );
     // The two runs see the same requests: the ratio of their speeds is the lesson. The
     // figure comes first, so a narrow pane cuts the words, not the number.
