@@ -53,6 +53,25 @@ enum Cmd {
     },
 }
 
+/// Ctrl-C outside the app's raw mode (a fetch, a bench, generate), or SIGTERM / SIGHUP
+/// anywhere: stop a model fetch cleanly (pip killed, temp files removed) and give the
+/// terminal back before exiting as interrupted.
+fn on_interrupt() {
+    inferlab::model::source::abort_fetch();
+    // A recording in progress goes under its name, as a normal exit would put it.
+    inferlab::files::commit_pending();
+    // Restoring writes to the terminal, which after a hang-up may be gone or stuck:
+    // give it a moment, then leave regardless (`_exit` takes no locks).
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        inferlab::ui::restore_terminal();
+        let _ = tx.send(());
+    });
+    let _ = rx.recv_timeout(std::time::Duration::from_millis(300));
+    // SAFETY: ends the process at once; nothing after this runs.
+    unsafe { libc::_exit(130) }
+}
+
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     // Commands that print: a closed pipe (`inferlab trace | head`) ends the process
@@ -64,24 +83,7 @@ fn main() -> std::process::ExitCode {
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         }
     }
-    // Ctrl-C outside the app's raw mode (a fetch, a bench, generate), or SIGTERM / SIGHUP
-    // anywhere: stop a model fetch cleanly (pip killed, temp files removed) and give the
-    // terminal back before exiting as interrupted.
-    let _ = ctrlc::set_handler(|| {
-        inferlab::model::source::abort_fetch();
-        // A recording in progress goes under its name, as a normal exit would put it.
-        inferlab::files::commit_pending();
-        // Restoring writes to the terminal, which after a hang-up may be gone or stuck:
-        // give it a moment, then leave regardless (`_exit` takes no locks).
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            inferlab::ui::restore_terminal();
-            let _ = tx.send(());
-        });
-        let _ = rx.recv_timeout(std::time::Duration::from_millis(300));
-        // SAFETY: ends the process at once; nothing after this runs.
-        unsafe { libc::_exit(130) }
-    });
+    let _ = ctrlc::set_handler(on_interrupt);
     let result = match cli.command {
         None => commands::app::run(
             &cli.app,

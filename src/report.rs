@@ -108,29 +108,7 @@ impl StepReport {
         self.cfg
             .validate()
             .map_err(|e| format!("model shape: {e}"))?;
-        let (n_head, n_kv) = (self.cfg.n_head, self.cfg.n_kv_head);
-        if self.prompt_len > self.pieces.len() + 1 {
-            return Err(format!(
-                "prompt_len {} but only {} tokens",
-                self.prompt_len,
-                self.pieces.len()
-            ));
-        }
-        if self.info.query_to_kv.iter().any(|&k| k >= n_kv) || self.info.query_to_kv.len() > n_head
-        {
-            return Err("query_to_kv names a KV head the model does not have".into());
-        }
-        if self
-            .info
-            .top_k
-            .iter()
-            .any(|t| !(0.0..=1.0).contains(&t.prob) || t.id as usize >= self.cfg.vocab)
-        {
-            return Err("a top-k entry is not a probability of a vocabulary token".into());
-        }
-        if self.info.timing.layers_ms.len() > self.cfg.n_layer {
-            return Err("timing lists more layers than the model has".into());
-        }
+        self.check_request()?;
         for c in &self.info.captures {
             check_capture(c, &self.cfg).map_err(|e| format!("layer {} capture: {e}", c.layer))?;
         }
@@ -151,24 +129,52 @@ impl StepReport {
                 return Err("the layout beside names a token or agreement it cannot have".into());
             }
         }
-        if self.info.captures.len() > self.cfg.n_layer || self.pieces.len() > self.cfg.context + 1 {
+        Ok(())
+    }
+
+    /// The live request's own figures: tokens, heads, top tokens, timings, captures and
+    /// the lens within what the model has.
+    fn check_request(&self) -> Result<(), String> {
+        let (cfg, info) = (&self.cfg, &self.info);
+        if self.prompt_len > self.pieces.len() + 1 {
+            return Err(format!(
+                "prompt_len {} but only {} tokens",
+                self.prompt_len,
+                self.pieces.len()
+            ));
+        }
+        if info.query_to_kv.iter().any(|&k| k >= cfg.n_kv_head)
+            || info.query_to_kv.len() > cfg.n_head
+        {
+            return Err("query_to_kv names a KV head the model does not have".into());
+        }
+        let prob = |p: f32| (0.0..=1.0).contains(&p);
+        if info
+            .top_k
+            .iter()
+            .any(|t| !prob(t.prob) || t.id as usize >= cfg.vocab)
+        {
+            return Err("a top-k entry is not a probability of a vocabulary token".into());
+        }
+        if info.timing.layers_ms.len() > cfg.n_layer {
+            return Err("timing lists more layers than the model has".into());
+        }
+        if info.captures.len() > cfg.n_layer || self.pieces.len() > cfg.context + 1 {
             return Err(format!(
                 "{} captures and {} tokens for a model of {} layers and {} positions",
-                self.info.captures.len(),
+                info.captures.len(),
                 self.pieces.len(),
-                self.cfg.n_layer,
-                self.cfg.context
+                cfg.n_layer,
+                cfg.context
             ));
         }
         let lens_ok = |l: &crate::model::session::LensRow| {
-            l.layer < self.cfg.n_layer
-                && (l.id as usize) < self.cfg.vocab
-                && (0.0..=1.0).contains(&l.prob)
-                && (0.0..=1.0).contains(&l.chosen_prob)
+            l.layer < cfg.n_layer
+                && (l.id as usize) < cfg.vocab
+                && prob(l.prob)
+                && prob(l.chosen_prob)
         };
-        if self.info.logit_lens.len() > self.cfg.n_layer
-            || !self.info.logit_lens.iter().all(lens_ok)
-        {
+        if info.logit_lens.len() > cfg.n_layer || !info.logit_lens.iter().all(lens_ok) {
             return Err(
                 "the logit lens names a layer, token or probability the model cannot have".into(),
             );

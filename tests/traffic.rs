@@ -147,9 +147,19 @@ fn the_traffic_view_takes_its_figures_from_the_reports() {
     assert!(v.points[1].now && !v.points[0].now);
     // A prefill reuses each weight over many rows: more work per byte than a decode row.
     assert!(v.points[0].at.intensity() > 3.0 * v.points[1].at.intensity());
-    let ms = now.info.wall_ms;
+    // The point is the model's: the step's wall time less the probe's looking, which the
+    // run did (it captured attention) and the headline shows beside.
+    let looking = now.info.timing.observe_ms;
+    assert!(looking > 0.0 && looking < now.info.wall_ms, "{looking}");
+    let ms = now.info.wall_ms - looking;
+    assert!((v.now.ms - ms).abs() < 1e-9);
     let bytes = v.now.bytes() as f64;
     assert!((v.now.gb_per_s() - bytes / 1e9 / (ms / 1e3)).abs() < 1e-9);
+    let head = v.rows(false).into_iter().next();
+    assert!(
+        matches!(&head, Some(traffic::Row::Text(t)) if t.contains("looking")),
+        "the probe's time is shown apart"
+    );
     let roof = v.roof.unwrap();
     assert_eq!(roof.peak_gops, 2.0 * machine.int8_gmac_per_s);
     assert_eq!(roof.at(1.0), machine.read_gb_per_s);

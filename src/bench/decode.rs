@@ -158,6 +158,13 @@ fn time_candle(m: &mut ModelWeights, prompt: &[u32], n: usize, dev: &Device) -> 
     Ok((prefill, t1.elapsed().as_secs_f64()))
 }
 
+/// candle-transformers' own Llama over the same file: the reference we race.
+fn candle_model(path: &Path, dev: &Device) -> Result<ModelWeights> {
+    let mut f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let ct = candle_core::quantized::gguf_file::Content::read(&mut f)?;
+    Ok(ModelWeights::from_gguf(ct, &mut f, dev)?)
+}
+
 /// Loads every configuration and measures them round-robin.
 pub fn run(
     path: &Path,
@@ -178,12 +185,7 @@ pub fn run(
     };
     let q8 = load(Requant::Q8_0)?;
     let native = load(Requant::Keep)?;
-    let mut candle = {
-        let mut f =
-            std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-        let ct = candle_core::quantized::gguf_file::Content::read(&mut f)?;
-        ModelWeights::from_gguf(ct, &mut f, dev)?
-    };
+    let mut candle = candle_model(path, dev)?;
     let prompt = q8.tokenizer.encode(PROMPT)?;
     let mut samples: BTreeMap<String, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
     for round in 0..rounds {
@@ -197,18 +199,12 @@ pub fn run(
             e.1.push(n as f64 / dc);
         }
     }
-    let configs: BTreeMap<String, Speed> = samples
-        .into_iter()
-        .map(|(k, (pf, dc))| {
-            (
-                k,
-                Speed {
-                    prefill_tok_per_s: median(pf),
-                    decode_tok_per_s: median(dc),
-                },
-            )
-        })
-        .collect();
+    let speed = |(pf, dc): (Vec<f64>, Vec<f64>)| Speed {
+        prefill_tok_per_s: median(pf),
+        decode_tok_per_s: median(dc),
+    };
+    let configs: BTreeMap<String, Speed> =
+        samples.into_iter().map(|(k, v)| (k, speed(v))).collect();
     let weight_bytes_per_token = q8.matrix_cost().0;
     let machine = crate::machine::get()?;
     let read_gb_per_s = machine.read_gb_per_s;

@@ -359,22 +359,12 @@ pub fn run(
     let request_at_a_time = run_one(model, one_at_a_time, w, &source)?;
     // The cache pair runs without a batch cap: KV memory alone decides how many requests
     // run at once, which is what the layouts differ in.
-    let uncapped = |cache| ServeConfig {
+    let uncapped = ServeConfig {
         max_batch: w.requests,
-        ..cfg(Policy::Continuous, cache)
+        ..cfg(Policy::Continuous, CacheKind::Paged)
     };
-    let contiguous = run_one(model, uncapped(CacheKind::Contiguous), w, &source)?;
-    let paged = run_one(model, uncapped(CacheKind::Paged), w, &source)?;
+    let (contiguous, paged, paged_small_pages) = cache_runs(model, &uncapped, w, &source)?;
     let small_page_size = page_size / 2;
-    let paged_small_pages = if small_page_size >= 1 {
-        let c = ServeConfig {
-            page_size: small_page_size,
-            ..uncapped(CacheKind::Paged)
-        };
-        Some(run_one(model, c, w, &source)?)
-    } else {
-        None
-    };
     Ok(ServeReport {
         continuous_over_request_at_a_time: continuous.tok_per_s
             / request_at_a_time.tok_per_s.max(f64::MIN_POSITIVE),
@@ -394,6 +384,31 @@ pub fn run(
         continuous,
         contiguous,
     })
+}
+
+/// The same uncapped continuous run on a contiguous cache, on pages, and on pages half
+/// the size (less left empty in each request's last page), when they can be halved.
+fn cache_runs(
+    model: &Model,
+    paged: &ServeConfig,
+    w: &Workload,
+    source: &[u32],
+) -> Result<(RunFigures, RunFigures, Option<RunFigures>)> {
+    let contiguous = ServeConfig {
+        cache: CacheKind::Contiguous,
+        ..paged.clone()
+    };
+    let small = ServeConfig {
+        page_size: paged.page_size / 2,
+        ..paged.clone()
+    };
+    Ok((
+        run_one(model, contiguous, w, source)?,
+        run_one(model, paged.clone(), w, source)?,
+        (small.page_size >= 1)
+            .then(|| run_one(model, small, w, source))
+            .transpose()?,
+    ))
 }
 
 /// One decode step's cost by batch size, and the single-request path's step. Three

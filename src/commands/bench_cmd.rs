@@ -178,21 +178,13 @@ pub fn run(cmd: &Cmd) -> Result<()> {
             window,
             page_size,
             json,
-        } => {
-            let model = load_model(margs)?;
-            let tokens = model
-                .tokenizer
-                .encode(inferlab::assets::EVAL_TEXT.trim())
-                .map_err(anyhow::Error::msg)?;
-            let r = sink::run(&model, &tokens, *window, *page_size)?;
-            emit(*json, &r, r.table())?;
-        }
+        } => sink_cmd(margs, *window, *page_size, *json)?,
         Cmd::Machine { fresh, json } => {
             let m = if *fresh {
-                machine::measure()?
+                machine::measure()
             } else {
-                machine::get()?
-            };
+                machine::get()
+            }?;
             emit(*json, &m, m.table())?;
         }
         Cmd::Render {
@@ -206,22 +198,40 @@ pub fn run(cmd: &Cmd) -> Result<()> {
             let r = render::run(&model, *steps, *frames)?;
             emit(*json, &r, r.table())?;
         }
-        Cmd::Attention {
-            sram_bytes,
-            head_dim,
-            max_len,
-            block_q,
-            block_k,
-            no_causal,
-            json,
-        } => {
-            let lengths = attention_lengths(*max_len)?;
-            let tiles = explicit_tiles(*block_q, *block_k, lengths[0])?;
-            let r = attention::run(&lengths, *head_dim, *sram_bytes, tiles, !no_causal)?;
-            emit(*json, &r, r.table())?;
-        }
+        Cmd::Attention { .. } => attention_cmd(cmd)?,
     }
     Ok(())
+}
+
+/// `bench sink`: the eval text through a full cache and the two windows.
+fn sink_cmd(margs: &ModelArgs, window: usize, page_size: usize, json: bool) -> Result<()> {
+    let model = load_model(margs)?;
+    let tokens = model
+        .tokenizer
+        .encode(inferlab::assets::EVAL_TEXT.trim())
+        .map_err(anyhow::Error::msg)?;
+    let r = sink::run(&model, &tokens, window, page_size)?;
+    emit(json, &r, r.table())
+}
+
+/// `bench attention`: naive against tiled attention's traffic over context lengths.
+fn attention_cmd(cmd: &Cmd) -> Result<()> {
+    let Cmd::Attention {
+        sram_bytes,
+        head_dim,
+        max_len,
+        block_q,
+        block_k,
+        no_causal,
+        json,
+    } = cmd
+    else {
+        return Ok(());
+    };
+    let lengths = attention_lengths(*max_len)?;
+    let tiles = explicit_tiles(*block_q, *block_k, lengths[0])?;
+    let r = attention::run(&lengths, *head_dim, *sram_bytes, tiles, !no_causal)?;
+    emit(*json, &r, r.table())
 }
 
 /// `bench serve`: the seeded workload under every policy and cache.

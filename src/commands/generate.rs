@@ -3,6 +3,7 @@
 use super::{load_model, prompt_ids};
 use anyhow::Result;
 use inferlab::model::session::Session;
+use inferlab::model::Model;
 use std::io::Write;
 
 /// Arguments of `generate`.
@@ -42,6 +43,19 @@ struct Summary {
     decode_tok_per_s: Option<f64>,
 }
 
+/// Prints the generation's text past the first `printed` bytes; returns the bytes printed
+/// now. The whole generation is decoded, so a character split across tokens prints whole
+/// once its last token has come.
+fn print_new(out: &mut impl Write, model: &Model, gen: &[u32], printed: usize) -> Result<usize> {
+    let text = model.tokenizer.decode(gen)?;
+    if text.len() <= printed || text.ends_with('\u{FFFD}') {
+        return Ok(printed);
+    }
+    write!(out, "{}", &text[printed..])?;
+    out.flush()?;
+    Ok(text.len())
+}
+
 /// Runs `generate`.
 pub fn run(a: &Args) -> Result<()> {
     let model = load_model(&a.model)?;
@@ -66,14 +80,7 @@ pub fn run(a: &Args) -> Result<()> {
         if a.json {
             continue;
         }
-        // Decode the whole generation so multi-byte characters split across tokens print whole.
-        let gen = s.generated();
-        let text = model.tokenizer.decode(&gen[..gen.len()])?;
-        if text.len() > printed && !text.ends_with('\u{FFFD}') {
-            write!(out, "{}", &text[printed..])?;
-            out.flush()?;
-            printed = text.len();
-        }
+        printed = print_new(&mut out, &model, s.generated(), printed)?;
     }
     // A rate only where something was timed: `--max-tokens 0` runs no pass at all.
     let rate = |n: usize, ms: f64| (n > 0 && ms > 0.0).then(|| n as f64 / (ms / 1e3));

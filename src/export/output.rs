@@ -10,20 +10,25 @@ const TEXT_CHARS: usize = 300;
 /// Characters per line of that text.
 const LINE_CHARS: usize = 100;
 
-/// The picture for a report.
-pub fn render(r: &StepReport) -> Result<String, ExportError> {
-    if r.info.top_k.is_empty() {
-        return Err(ExportError::NoData("no token sampled yet".into()));
-    }
+/// The newest [`TEXT_CHARS`] characters of prompt and answer, in lines of
+/// [`LINE_CHARS`], any whitespace a space.
+fn text_lines(r: &StepReport) -> Vec<String> {
     let text: Vec<char> = format!("> {} {}", r.prompt, r.generated)
         .chars()
         .map(|c| if c.is_whitespace() { ' ' } else { c })
         .collect();
     let tail = &text[text.len().saturating_sub(TEXT_CHARS)..];
-    let lines: Vec<String> = tail
-        .chunks(LINE_CHARS)
+    tail.chunks(LINE_CHARS)
         .map(|c| c.iter().collect())
-        .collect();
+        .collect()
+}
+
+/// The picture for a report.
+pub fn render(r: &StepReport) -> Result<String, ExportError> {
+    if r.info.top_k.is_empty() {
+        return Err(ExportError::NoData("no token sampled yet".into()));
+    }
+    let lines = text_lines(r);
     let top = 60.0 + 16.0 * lines.len() as f32 + 30.0;
     let (row, bar_w) = (22.0, 520.0);
     let mut s = Svg::new(820.0, top + row * r.info.top_k.len() as f32 + 30.0);

@@ -28,49 +28,7 @@ pub fn render(sv: &ServeView) -> Result<String, ExportError> {
     // The legend, the owners, a line per block table and one for the note under them.
     let h = top + rows as f32 * CELL + 128.0 + 18.0 * tables.len() as f32;
     let mut svg = Svg::new(w, h);
-    let m = &s.memory;
-    let kind = match sv.cache {
-        CacheKind::Paged => "paged",
-        CacheKind::Contiguous => "contiguous",
-    };
-    svg.text(
-        left,
-        28.0,
-        16.0,
-        "start",
-        &format!(
-            "KV cache · {kind} · {} batching · iteration {}",
-            format!("{:?}", sv.policy).to_lowercase(),
-            s.iteration
-        ),
-        0.0,
-    );
-    svg.text(
-        left,
-        50.0,
-        11.0,
-        "start",
-        &format!(
-            "{} of {} allocated slots hold tokens ({:.1}% utilization) · budget {} tokens · {} shared page(s) · {} preemption(s)",
-            m.token_slots,
-            m.allocated_slots,
-            m.utilization_pct(),
-            m.capacity_tokens,
-            m.shared_pages,
-            sv.preemptions
-        ),
-        0.0,
-    );
-    svg.text(
-        left,
-        68.0,
-        11.0,
-        "start",
-        &format!(
-            "one cell = {ps} token slots; the coloured height is the share holding tokens; the label is the owning request"
-        ),
-        0.0,
-    );
+    heading(&mut svg, sv, left, ps);
     for (i, c) in cells.iter().enumerate() {
         let x = left + (i % COLS) as f32 * CELL;
         let y = top + (i / COLS) as f32 * CELL;
@@ -78,6 +36,35 @@ pub fn render(sv: &ServeView) -> Result<String, ExportError> {
     }
     footer(&mut svg, sv, &g, left, top + rows as f32 * CELL + 24.0);
     Ok(svg.finish())
+}
+
+/// The title and the two lines under it: what the memory holds, and how to read a cell.
+fn heading(svg: &mut Svg, sv: &ServeView, left: f32, ps: usize) {
+    let (s, m) = (&sv.step, &sv.step.memory);
+    let kind = match sv.cache {
+        CacheKind::Paged => "paged",
+        CacheKind::Contiguous => "contiguous",
+    };
+    let policy = format!("{:?}", sv.policy).to_lowercase();
+    let title = format!(
+        "KV cache · {kind} · {policy} batching · iteration {}",
+        s.iteration
+    );
+    svg.text(left, 28.0, 16.0, "start", &title, 0.0);
+    let held = format!(
+        "{} of {} allocated slots hold tokens ({:.1}% utilization) · budget {} tokens · {} shared page(s) · {} preemption(s)",
+        m.token_slots,
+        m.allocated_slots,
+        m.utilization_pct(),
+        m.capacity_tokens,
+        m.shared_pages,
+        sv.preemptions
+    );
+    svg.text(left, 50.0, 11.0, "start", &held, 0.0);
+    let how = format!(
+        "one cell = {ps} token slots; the coloured height is the share holding tokens; the label is the owning request"
+    );
+    svg.text(left, 68.0, 11.0, "start", &how, 0.0);
 }
 
 /// Under the grid, from `ly` down: the legend, which request each colour is, each

@@ -85,49 +85,29 @@ impl Progress {
         };
         match serde_json::from_slice::<Progress>(&text) {
             Ok(mut progress) => {
-                // Files written before ids dropped the lesson number: `04-mha-gqa-mqa`
-                // is `mha-gqa-mqa` now (the newer entry wins if both exist).
-                let old: Vec<String> = progress
-                    .lessons
-                    .keys()
-                    .filter(|k| super::format::lesson_id(k) != k.as_str())
-                    .cloned()
-                    .collect();
-                for k in old {
-                    if let Some(v) = progress.lessons.remove(&k) {
-                        let id = super::format::lesson_id(&k).to_string();
-                        progress.lessons.entry(id).or_insert(v);
-                    }
-                }
+                progress.rename_old_ids();
                 Loaded {
                     progress,
                     ..Loaded::default()
                 }
             }
-            Err(e) => {
-                let stamp = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_secs())
-                    .unwrap_or(0);
-                let aside = p.with_extension(format!("json.corrupt-{stamp}"));
-                let moved = std::fs::rename(p, &aside);
-                let may_save = moved.is_ok();
-                let notice = match moved {
-                    Ok(()) => format!(
-                        "lesson progress {} was unreadable ({e}); kept as {} and starting fresh",
-                        p.display(),
-                        aside.display()
-                    ),
-                    Err(m) => format!(
-                        "lesson progress {} is unreadable ({e}) and could not be moved aside ({m})",
-                        p.display()
-                    ),
-                };
-                Loaded {
-                    progress: Progress::default(),
-                    notice: Some(notice),
-                    may_save,
-                }
+            Err(e) => set_aside(p, &e.to_string()),
+        }
+    }
+
+    /// Files written before ids dropped the lesson number: `04-mha-gqa-mqa` is
+    /// `mha-gqa-mqa` now (the newer entry wins if both exist).
+    fn rename_old_ids(&mut self) {
+        let old: Vec<String> = self
+            .lessons
+            .keys()
+            .filter(|k| super::format::lesson_id(k) != k.as_str())
+            .cloned()
+            .collect();
+        for k in old {
+            if let Some(v) = self.lessons.remove(&k) {
+                let id = super::format::lesson_id(&k).to_string();
+                self.lessons.entry(id).or_insert(v);
             }
         }
     }
@@ -184,5 +164,32 @@ impl LessonProgress {
             self.done_steps.push(step);
             self.done_steps.sort_unstable();
         }
+    }
+}
+
+/// An unreadable progress file is kept beside under a new name, and the learner starts
+/// fresh; where it cannot be moved, nothing will be saved over it.
+fn set_aside(p: &Path, why: &str) -> Loaded {
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let aside = p.with_extension(format!("json.corrupt-{stamp}"));
+    let moved = std::fs::rename(p, &aside);
+    let notice = match &moved {
+        Ok(()) => format!(
+            "lesson progress {} was unreadable ({why}); kept as {} and starting fresh",
+            p.display(),
+            aside.display()
+        ),
+        Err(m) => format!(
+            "lesson progress {} is unreadable ({why}) and could not be moved aside ({m})",
+            p.display()
+        ),
+    };
+    Loaded {
+        progress: Progress::default(),
+        notice: Some(notice),
+        may_save: moved.is_ok(),
     }
 }

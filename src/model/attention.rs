@@ -87,6 +87,9 @@ pub struct Attended {
     /// The cache bytes read and written, the score traffic and the FLOPs, all sequences.
     pub traffic: Traffic,
     pub seen: Option<Observed>,
+    /// Milliseconds spent on `seen` alone (scoring the captured rows again on tensors,
+    /// where the host computed them), not on the model's output.
+    pub observe_ms: f64,
 }
 
 /// Attention of every sequence of a batch for one layer. `q`, `k`, `v` are the
@@ -114,7 +117,7 @@ pub fn attend(
         None
     };
     let mut out = Output::new(on_host, rows * width);
-    let (mut io, mut seen) = (IoCount::default(), None);
+    let (mut io, mut seen, mut observe_ms) = (IoCount::default(), None, 0.0);
     let mut traffic = Traffic::default();
     let shape = (s.n_head, s.n_kv_head, s.head_dim);
     let mut host = HostRows::default();
@@ -128,9 +131,11 @@ pub fn attend(
                 io.add(rows_io);
                 traffic.add(Traffic::attention(p.len, kv_len, shape, rows_io.total()));
                 if captured {
+                    let t0 = std::time::Instant::now();
                     let (k_all, v_all) = host.cache_of(s, kv, i, q.device())?;
                     let one = seen_on_tensors(s, (q, k, v), p, &k_all, &v_all, capture_rows)?;
                     seen = Some(one);
+                    observe_ms += t0.elapsed().as_secs_f64() * 1e3;
                 }
                 continue;
             }
@@ -153,6 +158,7 @@ pub fn attend(
         io,
         traffic,
         seen,
+        observe_ms,
     })
 }
 

@@ -58,32 +58,20 @@ impl LlamaConfig {
         let arch = llama_architecture(ct)?;
         let key = |k: &str| format!("{arch}.{k}");
         let get = |k: &str| ct.metadata.get(&key(k));
-        let int = |k: &str, v: &gguf_file::Value| -> Result<usize> {
-            let n = match v {
-                gguf_file::Value::U64(x) => *x,
-                gguf_file::Value::I64(x) if *x >= 0 => *x as u64,
-                gguf_file::Value::I32(x) if *x >= 0 => *x as u64,
-                other => other
-                    .to_u32()
-                    .map_err(|_| invalid(&key(k), format!("{other:?}"), "not a size"))?
-                    as u64,
-            };
-            usize::try_from(n).map_err(|_| invalid(&key(k), n, "too large"))
-        };
         let u = |k: &str| -> Result<usize> {
-            int(
-                k,
+            gguf_size(
+                &key(k),
                 get(k).ok_or_else(|| ModelError::MissingMetadata(key(k)))?,
             )
         };
         let n_head = u("attention.head_count")?;
         let hidden = u("embedding_length")?;
         let n_kv_head = match get("attention.head_count_kv") {
-            Some(v) => int("attention.head_count_kv", v)?,
+            Some(v) => gguf_size(&key("attention.head_count_kv"), v)?,
             None => n_head,
         };
         let head_dim = match get("rope.dimension_count") {
-            Some(v) => int("rope.dimension_count", v)?,
+            Some(v) => gguf_size(&key("rope.dimension_count"), v)?,
             // checked_div: a head count of 0 is reported by validate(), not divided by.
             None => hidden.checked_div(n_head).unwrap_or(0),
         };
@@ -99,11 +87,7 @@ impl LlamaConfig {
             None => u("vocab_size")?,
         };
         let float = |k: &str, default: f64| match get(k) {
-            Some(v) => v
-                .to_f32()
-                .map(|x| x as f64)
-                .or_else(|_| v.to_f64())
-                .map_err(|_| invalid(&key(k), format!("{v:?}"), "not a number")),
+            Some(v) => gguf_number(&key(k), v),
             None => Ok(default),
         };
         let cfg = Self {
@@ -329,4 +313,25 @@ fn invalid(field: &str, value: impl std::fmt::Display, why: &str) -> ModelError 
         value: value.to_string(),
         why: why.to_string(),
     }
+}
+
+/// A GGUF metadata value that must be a size: a non-negative integer of any width.
+fn gguf_size(key: &str, v: &gguf_file::Value) -> Result<usize> {
+    let n = match v {
+        gguf_file::Value::U64(x) => *x,
+        gguf_file::Value::I64(x) if *x >= 0 => *x as u64,
+        gguf_file::Value::I32(x) if *x >= 0 => *x as u64,
+        other => other
+            .to_u32()
+            .map_err(|_| invalid(key, format!("{other:?}"), "not a size"))? as u64,
+    };
+    usize::try_from(n).map_err(|_| invalid(key, n, "too large"))
+}
+
+/// A GGUF metadata value that must be a number (f32 or f64).
+fn gguf_number(key: &str, v: &gguf_file::Value) -> Result<f64> {
+    v.to_f32()
+        .map(|x| x as f64)
+        .or_else(|_| v.to_f64())
+        .map_err(|_| invalid(key, format!("{v:?}"), "not a number"))
 }

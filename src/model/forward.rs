@@ -301,16 +301,20 @@ impl Model {
         for layer in 0..self.cfg.n_layer {
             let mut look = LayerLook::new(probe.as_deref(), layer, spans[0]);
             let (y, io, t) = self.block(layer, &x, &spans, kv, &mut look)?;
+            let t0 = std::time::Instant::now();
+            let mut observe_ms = look.spent_ms();
             let capture = look.leaving(&y, heads)?;
             if lens {
                 lens_rows.push(y.narrow(0, spans[0].off + spans[0].len - 1, 1)?);
             }
+            observe_ms += super::probe::ms_since(t0);
             x = y;
             if let Some(p) = probe.as_deref_mut() {
                 p.attn_io.add(io);
                 p.traffic.add(t);
                 p.captures.extend(capture);
                 p.timing.layers_ms.push(clock.lap());
+                p.timing.observe_ms += observe_ms;
             }
         }
         kv.advance();
@@ -322,7 +326,9 @@ impl Model {
             let head = &self.weights.lm_head;
             p.traffic.add(Traffic::matrix(head.bytes(), out, inp, rows));
             if !lens_rows.is_empty() {
+                let t0 = std::time::Instant::now();
                 p.lens_logits = Some(self.logit_lens(&lens_rows)?);
+                p.timing.observe_ms += super::probe::ms_since(t0);
             }
         }
         Ok(logits)
@@ -370,6 +376,7 @@ impl Model {
             kv,
             look.capture_rows(),
         )?;
+        look.add_ms(att.observe_ms);
         look.attention(att.seen, &self.rope)?;
         let x = (x + w.wo.forward(&att.out)?)?;
         look.after_attention(&x)?;

@@ -252,9 +252,25 @@ impl Header {
             .pos
             .checked_next_multiple_of(alignment)
             .ok_or("the tensor data offset overflows")?;
+        let tensor_infos = self.place_tensors(infos, data_start, alignment)?;
+        Ok(Content {
+            magic,
+            metadata,
+            tensor_infos,
+            tensor_data_offset: data_start,
+        })
+    }
+
+    /// The tensors by name, each checked to lie inside the file. Each tensor's bytes
+    /// start where the one before ended, or later: overlapping ranges would let a small
+    /// file declare a model many times its size.
+    fn place_tensors(
+        &self,
+        infos: Vec<(String, TensorInfo)>,
+        data_start: u64,
+        alignment: u64,
+    ) -> R<HashMap<String, TensorInfo>> {
         let mut tensor_infos = HashMap::new();
-        // Each tensor's bytes start where the one before ended, or later: overlapping
-        // ranges would let a small file declare a model many times its size.
         let mut end_of_previous: Option<(String, u64)> = None;
         for (name, info) in infos {
             let end = self.check_extent(&name, &info, data_start, alignment)?;
@@ -271,12 +287,7 @@ impl Header {
                 return Err(format!("tensor `{name}` is declared twice"));
             }
         }
-        Ok(Content {
-            magic,
-            metadata,
-            tensor_infos,
-            tensor_data_offset: data_start,
-        })
+        Ok(tensor_infos)
     }
 
     fn tensor_info(&mut self) -> R<(String, TensorInfo)> {

@@ -157,6 +157,11 @@ pub struct Timing {
     pub embed_ms: f64,
     pub layers_ms: Vec<f64>,
     pub lm_head_ms: f64,
+    /// Of all of it, the time spent looking rather than computing: copying captures out,
+    /// scoring the captured rows again for the heatmap, the logit lens. The model's own
+    /// time is the rest (recordings made before it read 0).
+    #[serde(default)]
+    pub observe_ms: f64,
 }
 
 impl Probe {
@@ -191,6 +196,13 @@ pub struct LayerLook {
     norm_attn: Vec<f32>,
     block: BlockProbe,
     seen: Option<Observed>,
+    /// Milliseconds this look has taken so far.
+    spent_ms: f64,
+}
+
+/// Milliseconds since `t0`.
+pub fn ms_since(t0: std::time::Instant) -> f64 {
+    t0.elapsed().as_secs_f64() * 1e3
 }
 
 impl LayerLook {
@@ -210,7 +222,18 @@ impl LayerLook {
             norm_attn: Vec::new(),
             block: BlockProbe::default(),
             seen: None,
+            spent_ms: 0.0,
         }
+    }
+
+    /// Milliseconds spent looking at this layer so far.
+    pub fn spent_ms(&self) -> f64 {
+        self.spent_ms
+    }
+
+    /// Counts `ms` spent looking elsewhere for this layer (attention's capture).
+    pub fn add_ms(&mut self, ms: f64) {
+        self.spent_ms += ms;
     }
 
     /// Newest rows of sequence 0 whose attention scores are wanted (0: none).
@@ -223,9 +246,11 @@ impl LayerLook {
         if self.kept == 0 {
             return Ok(());
         }
+        let t0 = std::time::Instant::now();
         self.norm_in = self.norms(x)?;
         self.block.rms_in = rms(&self.newest(x)?);
         self.block.rms_normed = rms(&self.newest(h)?);
+        self.spent_ms += ms_since(t0);
         Ok(())
     }
 
@@ -235,6 +260,7 @@ impl LayerLook {
         let Some(s) = seen.filter(|_| self.kept > 0) else {
             return Ok(());
         };
+        let t0 = std::time::Instant::now();
         // Head 0, newest row: a rotation keeps its length.
         let t = self.first.len;
         let norm = |a: &Tensor| -> Result<f32> {
@@ -249,13 +275,16 @@ impl LayerLook {
         self.block.rope_shift =
             RopeShift::measure(rope, &q, &k, self.first.pos0 + t - 1).unwrap_or_default();
         self.seen = Some(s);
+        self.spent_ms += ms_since(t0);
         Ok(())
     }
 
     /// The residual after attention has been added.
     pub fn after_attention(&mut self, x: &Tensor) -> Result<()> {
         if self.kept > 0 {
+            let t0 = std::time::Instant::now();
             self.norm_attn = self.norms(x)?;
+            self.spent_ms += ms_since(t0);
         }
         Ok(())
     }
@@ -263,9 +292,11 @@ impl LayerLook {
     /// The MLP's `silu(gate)`: how many of its values are nearly closed.
     pub fn gate(&mut self, gate: &Tensor) -> Result<()> {
         if self.kept > 0 {
+            let t0 = std::time::Instant::now();
             let row = self.newest(gate)?;
             let closed = row.iter().filter(|g| g.abs() < 0.1).count();
             self.block.gate_closed_pct = 100.0 * closed as f32 / row.len().max(1) as f32;
+            self.spent_ms += ms_since(t0);
         }
         Ok(())
     }

@@ -187,20 +187,13 @@ impl Session {
         let drawn = distribution(&self.sampler.config(), &row);
         let id = self.sampler.draw(&drawn);
         let sample_ms = ts.elapsed().as_secs_f64() * 1e3;
+        let t_lens = std::time::Instant::now();
         let logit_lens = match self.probe.lens_logits.take() {
             Some(p) => lens_rows(&p, id, &self.model.tokenizer)?,
             None => Vec::new(),
         };
-        let tk = top_k(&row, self.top_k)
-            .into_iter()
-            .map(|(id, logit, prob)| TopToken {
-                id,
-                token: self.model.tokenizer.piece(id),
-                logit,
-                prob,
-                drawn: drawn[id as usize],
-            })
-            .collect();
+        self.probe.timing.observe_ms += super::probe::ms_since(t_lens);
+        let tk = self.top_tokens(&row, &drawn);
         self.tokens.push(id);
         self.pending = vec![id];
         let info = StepInfo {
@@ -215,14 +208,8 @@ impl Session {
             wall_ms: t0.elapsed().as_secs_f64() * 1e3,
             layout: run.layout,
             query_to_kv: run.layout.query_to_kv(&self.model.cfg),
-            kv_bytes_per_token: HeadLayout::ALL
-                .iter()
-                .map(|l| (*l, l.kv_bytes_per_token(&self.model.cfg, 4)))
-                .collect(),
-            weight_bytes_by_layout: HeadLayout::ALL
-                .iter()
-                .map(|l| (*l, self.model.weight_bytes_under(*l)))
-                .collect(),
+            kv_bytes_per_token: per_layout(|l| l.kv_bytes_per_token(&self.model.cfg, 4)),
+            weight_bytes_by_layout: per_layout(|l| self.model.weight_bytes_under(l)),
             kernel: run.kernel,
             no_cache,
             sampler: self.sampler.config(),
@@ -235,6 +222,21 @@ impl Session {
         };
         self.step += 1;
         Ok(info)
+    }
+
+    /// The `top_k` most likely next tokens, with the share each got in the distribution
+    /// the sampler drew from.
+    fn top_tokens(&self, row: &[f32], drawn: &[f32]) -> Vec<TopToken> {
+        top_k(row, self.top_k)
+            .into_iter()
+            .map(|(id, logit, prob)| TopToken {
+                id,
+                token: self.model.tokenizer.piece(id),
+                logit,
+                prob,
+                drawn: drawn[id as usize],
+            })
+            .collect()
     }
 
     /// Takes `id` as the token this session just produced, in place of its own pick, so
@@ -262,4 +264,9 @@ impl Session {
     pub fn generated(&self) -> &[u32] {
         &self.tokens[self.prompt_len..]
     }
+}
+
+/// A figure for every head layout.
+fn per_layout<T>(f: impl Fn(HeadLayout) -> T) -> std::collections::BTreeMap<HeadLayout, T> {
+    HeadLayout::ALL.into_iter().map(|l| (l, f(l))).collect()
 }

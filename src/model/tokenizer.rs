@@ -180,28 +180,8 @@ impl TextTokenizer {
         let _added = tk
             .add_special_tokens(control_tokens(ct, &tokens)?)
             .map_err(tok_err)?;
-        // Every special id the file sets must be usable, the ones inferlab reads and the
-        // others alike: a bad one is a damaged file, not an absent token.
-        let mut special = ct
-            .metadata
-            .keys()
-            .filter(|k| k.starts_with("tokenizer.ggml.") && k.ends_with("_token_id"))
-            .collect::<Vec<_>>();
-        special.sort();
-        // The ids inferlab reads must be usable; the others (padding, unknown…) must be
-        // ids, but one past the vocabulary is only noted: llama.cpp ignores those too.
         let mut warnings = repeated_tokens(&tokens);
-        for k in special {
-            match super::audit::special_id(ct, k, n_vocab) {
-                Ok(_) => {}
-                Err(super::audit::BadId::OutsideVocabulary(why))
-                    if !k.ends_with("bos_token_id") && !k.ends_with("eos_token_id") =>
-                {
-                    warnings.push(format!("{why}; inferlab does not use it"))
-                }
-                Err(e) => return Err(ModelError::Tokenizer(e.to_string())),
-            }
-        }
+        warnings.extend(check_special_ids(ct, n_vocab)?);
         let id = |k: &str| {
             super::audit::special_id(ct, k, n_vocab)
                 .map_err(|e| ModelError::Tokenizer(e.to_string()))
@@ -279,4 +259,30 @@ impl TextTokenizer {
     pub fn vocab_size(&self) -> usize {
         self.inner.get_vocab_size(true)
     }
+}
+
+/// Every special id the file sets must be usable, the ones inferlab reads and the others
+/// alike: a bad one is a damaged file, not an absent token. The ids inferlab reads (BOS,
+/// EOS) must lie in the vocabulary; one of the others (padding, unknown…) one past it is
+/// only noted, as llama.cpp ignores those too. Returns the notes.
+fn check_special_ids(ct: &gguf_file::Content, n_vocab: usize) -> Result<Vec<String>> {
+    let mut special = ct
+        .metadata
+        .keys()
+        .filter(|k| k.starts_with("tokenizer.ggml.") && k.ends_with("_token_id"))
+        .collect::<Vec<_>>();
+    special.sort();
+    let mut warnings = Vec::new();
+    for k in special {
+        match super::audit::special_id(ct, k, n_vocab) {
+            Ok(_) => {}
+            Err(super::audit::BadId::OutsideVocabulary(why))
+                if !k.ends_with("bos_token_id") && !k.ends_with("eos_token_id") =>
+            {
+                warnings.push(format!("{why}; inferlab does not use it"))
+            }
+            Err(e) => return Err(ModelError::Tokenizer(e.to_string())),
+        }
+    }
+    Ok(warnings)
 }

@@ -191,6 +191,29 @@ fn to_matmul(t: QTensor, requant: Requant, device: &Device) -> Result<Linear> {
     Ok(Linear::new(QMatMul::from_qtensor(t)?)?)
 }
 
+/// Layer `i`'s tensors, read through `get`; the matrices as `opts.requant` asks.
+fn gguf_layer(
+    get: &mut dyn FnMut(&str) -> Result<QTensor>,
+    i: usize,
+    opts: &LoadOptions,
+) -> Result<LayerWeights> {
+    let dev = &opts.device;
+    let mut m = |n: &str| -> Result<Linear> {
+        to_matmul(get(&format!("blk.{i}.{n}.weight"))?, opts.requant, dev)
+    };
+    Ok(LayerWeights {
+        wq: m("attn_q")?,
+        wk: m("attn_k")?,
+        wv: m("attn_v")?,
+        wo: m("attn_output")?,
+        w_gate: m("ffn_gate")?,
+        w_up: m("ffn_up")?,
+        w_down: m("ffn_down")?,
+        attn_norm: get(&format!("blk.{i}.attn_norm.weight"))?.dequantize(dev)?,
+        ffn_norm: get(&format!("blk.{i}.ffn_norm.weight"))?.dequantize(dev)?,
+    })
+}
+
 impl Weights {
     /// Loads from a GGUF file whose header `gguf::open` has read and bounded. Every
     /// tensor's shape is checked against `cfg` before any of them is read, so a file whose
@@ -220,30 +243,9 @@ impl Weights {
         } else {
             to_matmul(embed_q, opts.requant, dev)?
         };
-        let mut layers = Vec::with_capacity(cfg.n_layer);
-        for i in 0..cfg.n_layer {
-            let mut m = |n: &str| -> Result<Linear> {
-                to_matmul(get(&format!("blk.{i}.{n}.weight"))?, opts.requant, dev)
-            };
-            let wq = m("attn_q")?;
-            let wk = m("attn_k")?;
-            let wv = m("attn_v")?;
-            let wo = m("attn_output")?;
-            let w_gate = m("ffn_gate")?;
-            let w_up = m("ffn_up")?;
-            let w_down = m("ffn_down")?;
-            layers.push(LayerWeights {
-                attn_norm: get(&format!("blk.{i}.attn_norm.weight"))?.dequantize(dev)?,
-                ffn_norm: get(&format!("blk.{i}.ffn_norm.weight"))?.dequantize(dev)?,
-                wq,
-                wk,
-                wv,
-                wo,
-                w_gate,
-                w_up,
-                w_down,
-            });
-        }
+        let layers = (0..cfg.n_layer)
+            .map(|i| gguf_layer(&mut get, i, opts))
+            .collect::<Result<Vec<_>>>()?;
         let mut counts = std::collections::BTreeMap::<String, usize>::new();
         for info in ct.tensor_infos.values() {
             *counts.entry(format!("{:?}", info.ggml_dtype)).or_default() += 1;

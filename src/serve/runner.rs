@@ -73,25 +73,7 @@ impl Runner {
                     .forward_batch(&refs, &mut batch, Some(&mut probe), Logits::Last)
             }
             KvBytes::Contiguous(stores) => {
-                let m = &self.model;
-                for w in &plan.work {
-                    let Placement::Reserved(slots) = w.place else {
-                        return Err(mixed_plan());
-                    };
-                    let c = stores.entry(w.id).or_insert_with(|| {
-                        Contiguous::new(
-                            m.cfg.n_layer,
-                            m.kv_heads(),
-                            m.cfg.head_dim,
-                            slots,
-                            &m.device,
-                        )
-                    });
-                    // A rewound padding row writes its last position again.
-                    if c.len() > w.from {
-                        c.truncate(w.from);
-                    }
-                }
+                reserve(&self.model, stores, plan)?;
                 // The plan's work is in id order, and so is the map.
                 let mut batch = ContiguousBatch(
                     stores
@@ -104,22 +86,7 @@ impl Runner {
                     .forward_batch(&refs, &mut batch, Some(&mut probe), Logits::Last)
             }
         }?;
-        let tokens = plan
-            .work
-            .iter()
-            .zip(&logits)
-            .map(|(w, l)| {
-                if !w.sample {
-                    return Ok(None);
-                }
-                let row: Vec<f32> = l
-                    .squeeze(0)
-                    .and_then(|x| x.to_vec1())
-                    .map_err(crate::model::ModelError::from)?;
-                Ok(Some(argmax(&row)))
-            })
-            .collect::<Result<_, ServeError>>()?;
-        Ok((tokens, probe.traffic))
+        Ok((greedy(plan, &logits)?, probe.traffic))
     }
 
     /// Drops the contiguous stores of requests that left (finished or preempted): their
@@ -131,6 +98,52 @@ impl Runner {
             }
         }
     }
+}
+
+/// A contiguous store for every work item that has none yet, sized to its reservation;
+/// one that holds more than the item has computed (a rewound padding row, which writes
+/// its last position again) is cut back.
+fn reserve(
+    m: &Model,
+    stores: &mut BTreeMap<ReqId, Contiguous>,
+    plan: &Plan,
+) -> Result<(), ServeError> {
+    for w in &plan.work {
+        let Placement::Reserved(slots) = w.place else {
+            return Err(mixed_plan());
+        };
+        let c = stores.entry(w.id).or_insert_with(|| {
+            Contiguous::new(
+                m.cfg.n_layer,
+                m.kv_heads(),
+                m.cfg.head_dim,
+                slots,
+                &m.device,
+            )
+        });
+        if c.len() > w.from {
+            c.truncate(w.from);
+        }
+    }
+    Ok(())
+}
+
+/// The greedy next token of each work item that samples one.
+fn greedy(plan: &Plan, logits: &[candle_core::Tensor]) -> Result<Vec<Option<u32>>, ServeError> {
+    plan.work
+        .iter()
+        .zip(logits)
+        .map(|(w, l)| {
+            if !w.sample {
+                return Ok(None);
+            }
+            let row: Vec<f32> = l
+                .squeeze(0)
+                .and_then(|x| x.to_vec1())
+                .map_err(crate::model::ModelError::from)?;
+            Ok(Some(argmax(&row)))
+        })
+        .collect()
 }
 
 /// A paged work item's slots.

@@ -209,36 +209,7 @@ impl App {
     }
 
     fn apply(&mut self, a: Action) -> Vec<Command> {
-        if a == Action::ToggleHelp {
-            self.view.help = !self.view.help;
-            return Vec::new();
-        }
-        // The glossary scrolls with j k (and J K, the wheel) where it does not fit.
-        if self.view.glossary {
-            let step = match a {
-                Action::LayerDown => 1,
-                Action::LayerUp => -1,
-                Action::ScrollLesson(d) => d as isize,
-                _ => 0,
-            };
-            if step != 0 {
-                let last = super::panes::glossary::entries().len().saturating_sub(1);
-                self.view.glossary_scroll = self
-                    .view
-                    .glossary_scroll
-                    .saturating_add_signed(step)
-                    .min(last);
-                return Vec::new();
-            }
-        }
-        // With help or the glossary open, any other key (Esc and q included) only closes it.
-        if self.view.help || self.view.glossary {
-            (self.view.help, self.view.glossary) = (false, false);
-            return Vec::new();
-        }
-        if a == Action::ToggleGlossary && self.input.is_none() {
-            self.view.glossary = true;
-            self.view.glossary_scroll = 0;
+        if self.overlay_action(a) {
             return Vec::new();
         }
         if self.input.is_some() {
@@ -273,16 +244,7 @@ impl App {
                 self.status = "nothing to close: q quits".into();
                 Vec::new()
             }
-            Action::Step => {
-                self.engine.running = false;
-                // A press while an iteration runs is kept, not dropped: a learner counting
-                // thirty presses gets thirty iterations.
-                if self.engine.in_flight && self.engine.ready && self.engine.fatal.is_none() {
-                    self.engine.steps_queued = (self.engine.steps_queued + 1).min(MAX_QUEUED_STEPS);
-                    return Vec::new();
-                }
-                self.request_step().into_iter().collect()
-            }
+            Action::Step => self.step_pressed(),
             _ if needs_model(a) && a != Action::StartInput => match self.asked_settings(a) {
                 Some(new) => self.change_settings(new),
                 None => Vec::new(),
@@ -292,6 +254,76 @@ impl App {
                 Vec::new()
             }
         }
+    }
+
+    /// A digit: answers the open question. The question is kept as the learner read it
+    /// when the answer was taken: its figures must not move under the answer (a
+    /// prediction's own iteration changes them).
+    fn answer(&mut self, d: usize) -> Vec<Command> {
+        let asked = self.tutor.as_ref().and_then(|t| {
+            let qi = t.open_question()?;
+            Some((qi, t.step()?.questions.get(qi)?.text.clone()))
+        });
+        let filled =
+            asked.map(|(qi, text)| (qi, super::figures::fill(self.figure_sources(), &text)));
+        let before = self
+            .tutor
+            .as_ref()
+            .map(|t| (t.answers.clone(), t.pending.clone()));
+        let out = self.with_tutor(|t, app| t.answer(app, d));
+        // Kept only when the answer was taken (recorded, or waiting to be graded).
+        if let (Some((qi, text)), Some(t)) = (filled, self.tutor.as_mut()) {
+            if before != Some((t.answers.clone(), t.pending.clone())) {
+                t.asked.insert(qi, text);
+            }
+        }
+        out
+    }
+
+    /// Help and the glossary: `?` and `G` open them; while one is open, the glossary
+    /// scrolls with j k (and J K, the wheel) and any other key only closes it. True when
+    /// the action was theirs.
+    fn overlay_action(&mut self, a: Action) -> bool {
+        let v = &mut self.view;
+        if a == Action::ToggleHelp {
+            v.help = !v.help;
+            return true;
+        }
+        if v.glossary {
+            let step = match a {
+                Action::LayerDown => 1,
+                Action::LayerUp => -1,
+                Action::ScrollLesson(d) => d as isize,
+                _ => 0,
+            };
+            if step != 0 {
+                let last = super::panes::glossary::entries().len().saturating_sub(1);
+                v.glossary_scroll = v.glossary_scroll.saturating_add_signed(step).min(last);
+                return true;
+            }
+        }
+        // Esc and q included: they close the overlay, not the app.
+        if v.help || v.glossary {
+            (v.help, v.glossary) = (false, false);
+            return true;
+        }
+        if a == Action::ToggleGlossary && self.input.is_none() {
+            (v.glossary, v.glossary_scroll) = (true, 0);
+            return true;
+        }
+        false
+    }
+
+    /// Space: one iteration, or one more after the running one. A press while an
+    /// iteration runs is kept, not dropped: a learner counting thirty presses gets thirty.
+    fn step_pressed(&mut self) -> Vec<Command> {
+        let e = &mut self.engine;
+        e.running = false;
+        if e.in_flight && e.ready && e.fatal.is_none() {
+            e.steps_queued = (e.steps_queued + 1).min(MAX_QUEUED_STEPS);
+            return Vec::new();
+        }
+        self.request_step().into_iter().collect()
     }
 
     /// Keys while a new prompt is typed: text, except Enter, Esc and Backspace.
@@ -357,27 +389,7 @@ impl App {
         match a {
             Action::NextStep => Some(self.with_tutor(|t, app| t.next(app))),
             Action::PrevStep => Some(self.with_tutor(|t, app| t.prev(app))),
-            Action::Answer(d) => {
-                // The question as the learner reads it now: its figures must not move
-                // under the answer (a prediction's own iteration changes them).
-                let asked = t
-                    .open_question()
-                    .and_then(|qi| Some((qi, t.step()?.questions.get(qi)?.text.clone())));
-                let filled = asked
-                    .map(|(qi, text)| (qi, super::figures::fill(self.figure_sources(), &text)));
-                let before = self
-                    .tutor
-                    .as_ref()
-                    .map(|t| (t.answers.clone(), t.pending.clone()));
-                let out = self.with_tutor(|t, app| t.answer(app, d));
-                // Kept only when the answer was taken (recorded, or waiting to be graded).
-                if let (Some((qi, text)), Some(t)) = (filled, self.tutor.as_mut()) {
-                    if before != Some((t.answers.clone(), t.pending.clone())) {
-                        t.asked.insert(qi, text);
-                    }
-                }
-                Some(out)
-            }
+            Action::Answer(d) => Some(self.answer(d)),
             Action::ScrollLesson(d) => {
                 t.scroll = t.scroll.saturating_add_signed(d);
                 Some(Vec::new())
@@ -458,18 +470,10 @@ impl App {
 
     /// What is shown and how: layer, head, values, scrolling, focus, running, speed.
     fn view_action(&mut self, a: Action) {
-        let (n_layer, n_head) = self.dims();
-        if matches!(
-            a,
-            Action::LayerUp
-                | Action::LayerDown
-                | Action::HeadLeft
-                | Action::HeadRight
-                | Action::SelectHead(_)
-                | Action::Set(Setting::Layer(_) | Setting::Head(_))
-        ) {
-            self.view.auto_head = false;
+        if self.navigate(a) {
+            return;
         }
+        let v = &mut self.view;
         match a {
             Action::ToggleRun => {
                 self.engine.running = !self.engine.running;
@@ -486,54 +490,33 @@ impl App {
                 self.engine.running = false;
                 self.input = Some(String::new());
             }
-            Action::LayerUp => self.view.layer = (self.view.layer + n_layer - 1) % n_layer,
-            Action::LayerDown => self.view.layer = (self.view.layer + 1) % n_layer,
-            Action::HeadLeft => self.view.head = (self.view.head + n_head - 1) % n_head,
-            Action::HeadRight => self.view.head = (self.view.head + 1) % n_head,
-            Action::SelectHead(h) => self.view.head = h.min(n_head - 1),
-            Action::ToggleValues => self.view.show_scores = !self.view.show_scores,
-            Action::ScrollBack => {
-                let rows = &self.frames.shown().history;
-                let n = rows.get(self.view.layer).map_or(0, |h| h.weights.len());
-                self.view.scroll = (self.view.scroll + 8).min(n.saturating_sub(1));
-            }
-            Action::ScrollForward => self.view.scroll = self.view.scroll.saturating_sub(8),
             Action::FocusNext => {
-                let i = Pane::ALL
-                    .iter()
-                    .position(|p| *p == self.view.focus)
-                    .unwrap_or(0);
-                self.view.focus_on(Pane::ALL[(i + 1) % Pane::ALL.len()]);
+                let i = Pane::ALL.iter().position(|p| *p == v.focus).unwrap_or(0);
+                v.focus_on(Pane::ALL[(i + 1) % Pane::ALL.len()]);
             }
-            Action::Set(Setting::Focus(p)) => self.view.focus_on(p),
-            Action::ToggleZoom => self.view.zoomed = !self.view.zoomed,
+            Action::Set(Setting::Focus(p)) => v.focus_on(p),
+            Action::ToggleZoom => v.zoomed = !v.zoomed,
+            Action::Set(Setting::Zoom(z)) => v.zoomed = z,
+            Action::ZoomPane(p) => {
+                v.zoomed = !(v.zoomed && v.focus == p);
+                v.focus_on(p);
+            }
             Action::NextRequest => self.select_next_request(),
-            Action::ToggleLens => self.view.focus_on(if self.view.lens_shown {
+            Action::ToggleLens => v.focus_on(if v.lens_shown {
                 Pane::Attention
             } else {
                 Pane::Lens
             }),
-            Action::Set(Setting::Zoom(z)) => self.view.zoomed = z,
-            Action::ZoomPane(p) => {
-                self.view.zoomed = !(self.view.zoomed && self.view.focus == p);
-                self.view.focus_on(p);
-            }
-            Action::ToggleTraffic => self.view.focus_on(if self.view.traffic_shown {
+            Action::ToggleTraffic => v.focus_on(if v.traffic_shown {
                 Pane::Forward
             } else {
                 Pane::Traffic
             }),
-            Action::Set(Setting::Values(scores)) => self.view.show_scores = scores,
-            // Before the first report the model's shape is unknown: the lesson checked it.
-            Action::Set(Setting::Layer(l)) if self.report().is_none() => self.view.layer = l,
-            Action::Set(Setting::Head(h)) if self.report().is_none() => self.view.head = h,
-            Action::Set(Setting::Layer(l)) => self.view.layer = l.min(n_layer - 1),
-            Action::Set(Setting::Head(h)) => self.view.head = h.min(n_head - 1),
             Action::ToggleLooksAt => {
-                self.view.looks_at = !self.view.looks_at;
+                v.looks_at = !v.looks_at;
                 // Through `focus_on`: with the lens in the attention pane's place, `w`
                 // brings the attention pane back rather than change something hidden.
-                self.view.focus_on(Pane::Attention);
+                v.focus_on(Pane::Attention);
             }
             Action::ScrubBack | Action::ScrubForward => {
                 self.engine.steps_queued = 0;
@@ -544,6 +527,45 @@ impl App {
             Action::Export => self.export_focused(),
             _ => {}
         }
+    }
+
+    /// The heatmap's layer, head, values and scroll; true when the action was one of them.
+    /// Picking a layer or head ends opening on the sharpest head.
+    fn navigate(&mut self, a: Action) -> bool {
+        let (n_layer, n_head) = self.dims();
+        // Before the first report the model's shape is unknown: the lesson checked it.
+        let shaped = self.report().is_some();
+        let rows = &self.frames.shown().history;
+        let v = &mut self.view;
+        match a {
+            Action::LayerUp => v.layer = (v.layer + n_layer - 1) % n_layer,
+            Action::LayerDown => v.layer = (v.layer + 1) % n_layer,
+            Action::HeadLeft => v.head = (v.head + n_head - 1) % n_head,
+            Action::HeadRight => v.head = (v.head + 1) % n_head,
+            Action::SelectHead(h) => v.head = h.min(n_head - 1),
+            Action::Set(Setting::Layer(l)) if !shaped => v.layer = l,
+            Action::Set(Setting::Head(h)) if !shaped => v.head = h,
+            Action::Set(Setting::Layer(l)) => v.layer = l.min(n_layer - 1),
+            Action::Set(Setting::Head(h)) => v.head = h.min(n_head - 1),
+            Action::ToggleValues => v.show_scores = !v.show_scores,
+            Action::Set(Setting::Values(scores)) => v.show_scores = scores,
+            Action::ScrollBack => {
+                let n = rows.get(v.layer).map_or(0, |h| h.weights.len());
+                v.scroll = (v.scroll + 8).min(n.saturating_sub(1));
+            }
+            Action::ScrollForward => v.scroll = v.scroll.saturating_sub(8),
+            _ => return false,
+        }
+        if !matches!(
+            a,
+            Action::ToggleValues
+                | Action::Set(Setting::Values(_))
+                | Action::ScrollBack
+                | Action::ScrollForward
+        ) {
+            v.auto_head = false;
+        }
+        true
     }
 
     /// Selects the next request of the serving batch by id (the first after the last),

@@ -306,7 +306,9 @@ fn shown_settings(
     (layout, kernel, sampler, no_cache)
 }
 
-fn header(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
+/// The run on screen: the iteration, its phase, its decode speed, and whether the app
+/// runs, waits or shows history.
+fn run_state(app: &App) -> (usize, &'static str, f64, String) {
     let (iter, phase, tps) = match app.report() {
         Some(r) => (
             r.iteration,
@@ -333,6 +335,11 @@ fn header(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     } else {
         "PAUSED".into()
     };
+    (iter, phase, tps, run)
+}
+
+fn header(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
+    let (iter, phase, tps, run) = run_state(app);
     let (layout, kernel, sampler, no_cache) = shown_settings(app);
     let cache = if no_cache { " · NO KV CACHE" } else { "" };
     let full = format!(

@@ -118,6 +118,8 @@ pub struct TrafficView {
     pub roof: Option<Roof>,
     pub points: Vec<Point>,
     pub crossover: Option<Crossover>,
+    /// Milliseconds of the live step the probe spent looking (not in `now.ms`).
+    pub observe_ms: f64,
 }
 
 /// The view of `report`, with `past` (oldest first) for the roofline's prefill and decode
@@ -127,57 +129,12 @@ pub fn view<'a>(
     past: impl IntoIterator<Item = &'a StepReport>,
     machine: Option<&Machine>,
 ) -> TrafficView {
-    let live = |r: &StepReport| Measured {
-        traffic: r.info.traffic,
-        tokens: 1,
-        ms: r.info.wall_ms,
-    };
-    let now = live(report);
     let serving = report.serve.as_ref().map(|s| Measured {
         traffic: s.step.traffic,
         tokens: s.step.tokens_generated,
         ms: s.step.wall_ms,
     });
-    let (mut prefill, mut decode) = (None, None);
-    // Only what came before the report on screen (history may be scrubbed back).
-    let earlier = past
-        .into_iter()
-        .filter(|r| r.iteration < report.iteration && r.info.traffic.flops > 0);
-    for r in earlier {
-        if r.info.step == 0 {
-            prefill = Some(live(r));
-        } else {
-            decode = Some(live(r));
-        }
-    }
     let is_prefill = report.info.step == 0;
-    if is_prefill {
-        prefill = Some(now);
-    } else {
-        decode = Some(now);
-    }
-    let mut points = Vec::new();
-    if let Some(p) = prefill {
-        points.push(Point {
-            label: "prefill",
-            at: p,
-            now: is_prefill,
-        });
-    }
-    if let Some(d) = decode {
-        points.push(Point {
-            label: "B=1 decode",
-            at: d,
-            now: !is_prefill,
-        });
-    }
-    if let Some(s) = serving.filter(|s| s.traffic.flops > 0 && s.ms > 0.0) {
-        points.push(Point {
-            label: "serving batch",
-            at: s,
-            now: false,
-        });
-    }
     TrafficView {
         what: if is_prefill {
             format!("prefill of {} tokens", report.info.input_len)
@@ -189,12 +146,74 @@ pub fn view<'a>(
         } else {
             format!("decode step {}", report.info.step)
         },
-        now,
+        now: measured(report),
         serving,
         roof: machine.map(Roof::of),
-        points: points.into_iter().filter(|p| p.at.ms > 0.0).collect(),
+        points: points(report, past, serving),
         crossover: crossover(report),
+        observe_ms: report.info.timing.observe_ms,
     }
+}
+
+/// The live request's iteration as measured: its traffic over the model's own time, the
+/// wall time less what the probe spent looking (the point on the roofline is the model's).
+fn measured(r: &StepReport) -> Measured {
+    Measured {
+        traffic: r.info.traffic,
+        tokens: 1,
+        ms: model_ms(r),
+    }
+}
+
+/// The model's own time of the live step: its wall time less the probe's.
+pub fn model_ms(r: &StepReport) -> f64 {
+    let looking = r.info.timing.observe_ms.clamp(0.0, r.info.wall_ms);
+    r.info.wall_ms - looking
+}
+
+/// The roofline's points: the latest prefill and B=1 decode step up to `report` (one of
+/// them `report` itself), and the serving batch's iteration.
+fn points<'a>(
+    report: &'a StepReport,
+    past: impl IntoIterator<Item = &'a StepReport>,
+    serving: Option<Measured>,
+) -> Vec<Point> {
+    let (mut prefill, mut decode) = (None, None);
+    // Only what came before the report on screen (history may be scrubbed back).
+    let earlier = past
+        .into_iter()
+        .filter(|r| r.iteration < report.iteration && r.info.traffic.flops > 0);
+    for r in earlier.chain([report]) {
+        match r.info.step {
+            0 => prefill = Some(measured(r)),
+            _ => decode = Some(measured(r)),
+        }
+    }
+    let is_prefill = report.info.step == 0;
+    let mut points = Vec::new();
+    if let Some(at) = prefill {
+        points.push(Point {
+            label: "prefill",
+            at,
+            now: is_prefill,
+        });
+    }
+    if let Some(at) = decode {
+        points.push(Point {
+            label: "B=1 decode",
+            at,
+            now: !is_prefill,
+        });
+    }
+    if let Some(at) = serving.filter(|s| s.traffic.flops > 0 && s.ms > 0.0) {
+        points.push(Point {
+            label: "serving batch",
+            at,
+            now: false,
+        });
+    }
+    points.retain(|p| p.at.ms > 0.0);
+    points
 }
 
 /// The crossover from the step's own weight count and the model's KV bytes per token; for
@@ -323,8 +342,14 @@ fn headline(v: &TrafficView, narrow: bool) -> String {
             )
         })
         .unwrap_or_default();
+    // The probe's looking is timed apart: the figures are the model's.
+    let looking = if v.observe_ms >= 0.05 {
+        format!(" (+{:.1} looking)", v.observe_ms)
+    } else {
+        String::new()
+    };
     format!(
-        "{} · {:.1} ms · {gflop:.2} GFLOP · {:.1} GB/s{of} · {:.1} G op/s",
+        "{} · {:.1} ms{looking} · {gflop:.2} GFLOP · {:.1} GB/s{of} · {:.1} G op/s",
         v.what,
         n.ms,
         n.gb_per_s(),

@@ -154,6 +154,7 @@ pub fn report() -> StepReport {
                 embed_ms: 0.02,
                 layers_ms: vec![4.0, 6.0],
                 lm_head_ms: 1.5,
+                observe_ms: 0.0,
             },
             sample_ms: 0.03,
             traffic: Default::default(),
@@ -328,6 +329,7 @@ pub fn traffic_app() -> App {
             .enumerate()
             .for_each(|(l, ms)| *ms = 1.0 + l as f64);
         (t.embed_ms, t.lm_head_ms, r.info.sample_ms) = (0.01, 0.3, 0.02);
+        t.observe_ms = [4.0, 0.5, 0.5][i];
         r.serve = s.serve.map(|mut v| {
             v.step.wall_ms = 5.0;
             v

@@ -63,23 +63,16 @@ pub fn draw(kv: &KvView, theme: &Theme, inner: Rect, buf: &mut Buffer) {
         };
         buf[(x, y)].set_char(ch).set_style(st);
     }
-    if per_cell > 1 {
-        put_text(
-            buf,
-            inner,
-            0,
-            inner.y + inner.height - 1,
-            format!("one cell = {per_cell} slots · █ token  ░ reserved, unused"),
-            theme.dim(),
-        );
-    } else {
-        put_text(
-            buf,
-            inner,
-            0,
-            inner.y + inner.height - 1,
-            "█ token  ░ reserved, unused",
-            theme.dim(),
-        );
-    }
+    let legend = match per_cell {
+        1 => "█ token  ░ reserved, unused".to_string(),
+        n => format!("one cell = {n} slots · █ token  ░ reserved, unused"),
+    };
+    put_text(
+        buf,
+        inner,
+        0,
+        inner.y + inner.height - 1,
+        legend,
+        theme.dim(),
+    );
 }

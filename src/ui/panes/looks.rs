@@ -103,20 +103,22 @@ pub fn draw(v: &Looks, theme: &Theme, inner: Rect, buf: &mut Buffer) {
     }
     // Every head of this layer: its favourite key for the same query row.
     let y = inner.y + 3 + list_rows as u16;
-    if y >= inner.y + inner.height {
-        return;
+    if y < inner.y + inner.height {
+        let title = "top key per head of this layer:";
+        put_text(buf, inner, 0, y, title, theme.dim());
+        let below = Rect {
+            y: y + 1,
+            height: inner.bottom().saturating_sub(y + 1),
+            ..inner
+        };
+        per_head(v, theme, below, buf);
     }
-    put_text(
-        buf,
-        inner,
-        0,
-        y,
-        "top key per head of this layer:",
-        theme.dim(),
-    );
-    // As many per line as fit; the rest wrap onto the lines below.
+}
+
+/// Each head's favourite key, as many per line as fit; the rest wrap onto the lines below.
+fn per_head(v: &Looks, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let mut line = String::new();
-    let mut yy = y + 1;
+    let mut y = area.y;
     for (h, key) in &v.per_head {
         let item = format!(
             "h{h}→{}:{}={:.2}",
@@ -124,11 +126,10 @@ pub fn draw(v: &Looks, theme: &Theme, inner: Rect, buf: &mut Buffer) {
             label(&key.piece, 6).trim_end(),
             key.weight
         );
-        if !line.is_empty()
-            && line.chars().count() + item.chars().count() + 2 > inner.width as usize
+        if !line.is_empty() && line.chars().count() + item.chars().count() + 2 > area.width as usize
         {
-            put_text(buf, inner, 0, yy, &line, theme.dim());
-            yy += 1;
+            put_text(buf, area, 0, y, &line, theme.dim());
+            y += 1;
             line.clear();
         }
         if !line.is_empty() {
@@ -136,5 +137,5 @@ pub fn draw(v: &Looks, theme: &Theme, inner: Rect, buf: &mut Buffer) {
         }
         line.push_str(&item);
     }
-    put_text(buf, inner, 0, yy, &line, theme.dim());
+    put_text(buf, area, 0, y, &line, theme.dim());
 }

@@ -42,30 +42,32 @@ pub fn draw(r: &StepReport, theme: &Theme, inner: Rect, buf: &mut Buffer) {
         },
         buf,
     );
-    let y0 = inner.y + text_h;
-    // Sampling: the model's probability, then the one the sampler drew with (after
-    // temperature and top-p), whose bar is drawn.
+    let below = Rect {
+        y: inner.y + text_h,
+        height: inner.height - text_h,
+        ..inner
+    };
+    draw_distribution(r, k as usize, theme, below, buf);
+}
+
+/// The step's token and its top `k` next tokens with bars, from the first row of `area`.
+/// Sampling: the model's probability, then the one the sampler drew with (after
+/// temperature and top-p), whose bar is drawn.
+fn draw_distribution(r: &StepReport, k: usize, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let sampling = r.info.sampler.temperature > 0.0;
-    put_text(
-        buf,
-        inner,
-        0,
-        y0,
-        if sampling {
-            format!(
-                "step {} drew {:?} · model % → drawn % ({})",
-                r.info.step,
-                r.info.token,
-                r.info.sampler.describe()
-            )
-        } else {
-            format!("step {} took {:?} (greedy)", r.info.step, r.info.token)
-        },
-        theme.dim(),
-    );
-    let bar_w = inner.width.saturating_sub(if sampling { 30 } else { 22 }) as f32;
-    for (i, t) in r.info.top_k.iter().take(k as usize).enumerate() {
-        let y = y0 + 1 + i as u16;
+    let head = if sampling {
+        format!(
+            "step {} drew {:?} · model % → drawn % ({})",
+            r.info.step,
+            r.info.token,
+            r.info.sampler.describe()
+        )
+    } else {
+        format!("step {} took {:?} (greedy)", r.info.step, r.info.token)
+    };
+    put_text(buf, area, 0, area.y, head, theme.dim());
+    let bar_w = area.width.saturating_sub(if sampling { 30 } else { 22 }) as f32;
+    for (i, t) in r.info.top_k.iter().take(k).enumerate() {
         let p = if sampling { t.drawn } else { t.prob };
         // Clamped: a recording is untrusted, and a bar never outgrows its pane.
         let n = ((p.clamp(0.0, 1.0) * bar_w).round() as usize).min(bar_w as usize);
@@ -79,18 +81,12 @@ pub fn draw(r: &StepReport, theme: &Theme, inner: Rect, buf: &mut Buffer) {
         } else {
             Style::default()
         };
-        put(
-            buf,
-            inner,
-            0,
-            y,
-            format!(
-                "{} {:>5.1}%{drawn} {}",
-                label(&t.token, 12),
-                100.0 * t.prob,
-                "█".repeat(n)
-            ),
-            st,
+        let line = format!(
+            "{} {:>5.1}%{drawn} {}",
+            label(&t.token, 12),
+            100.0 * t.prob,
+            "█".repeat(n)
         );
+        put(buf, area, 0, area.y + 1 + i as u16, line, st);
     }
 }

@@ -73,31 +73,12 @@ pub fn draw(v: &SinkView, theme: &Theme, inner: Rect, buf: &mut Buffer) {
         if y + 1 >= inner.y + h {
             break;
         }
-        let top: Vec<String> = l
-            .top
-            .iter()
-            .map(|(p, pr)| format!("{} {:.2}", label(p, 8).trim_end(), pr))
-            .collect();
-        put_text(
-            buf,
-            inner,
-            0,
-            y,
-            format!(
-                "{:<23} ppl {:>7.2} · after 1st eviction {:>7} · p(next) {:.3} · {}",
-                lane_title(&l.name),
-                l.perplexity,
-                // Nothing is evicted before the window fills.
-                l.after_eviction_label(),
-                l.p_next,
-                top.join(" | ")
-            ),
-            if k == 0 {
-                Style::default()
-            } else {
-                theme.accent()
-            },
-        );
+        let style = if k == 0 {
+            Style::default()
+        } else {
+            theme.accent()
+        };
+        put_text(buf, inner, 0, y, lane_line(l), style);
         page_cells(v, l, k, theme, Rect { y: y + 1, ..inner }, buf);
         y += 2 + gap;
     }
@@ -111,6 +92,24 @@ pub fn draw(v: &SinkView, theme: &Theme, inner: Rect, buf: &mut Buffer) {
             theme.dim(),
         );
     }
+}
+
+/// A lane's figures on one line: its perplexity, before and after its first eviction
+/// (nothing is evicted before the window fills), and what it predicts next.
+fn lane_line(l: &SinkLane) -> String {
+    let top: Vec<String> = l
+        .top
+        .iter()
+        .map(|(p, pr)| format!("{} {:.2}", label(p, 8).trim_end(), pr))
+        .collect();
+    format!(
+        "{:<23} ppl {:>7.2} · after 1st eviction {:>7} · p(next) {:.3} · {}",
+        lane_title(&l.name),
+        l.perplexity,
+        l.after_eviction_label(),
+        l.p_next,
+        top.join(" | ")
+    )
 }
 
 /// One cell per page of the text (held, being filled, evicted, not yet read), then what
