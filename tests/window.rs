@@ -110,3 +110,30 @@ fn the_sink_experiment_refuses_a_text_shorter_than_the_window() {
         .unwrap();
     assert!(e.contains("must be longer than the window"), "{e}");
 }
+
+#[test]
+fn a_window_read_in_place_gives_what_the_tensor_kernels_give_after_evictions() {
+    use inferlab::model::{AttnKernel, RunOptions};
+    // The naive kernel on the CPU reads the window's rows in place; the tiled kernel runs
+    // on tensors the window hands back. Past the evictions both see the same rows.
+    let (_d, m) = tiny_f32();
+    let tiled = m
+        .with_run(RunOptions {
+            kernel: AttnKernel::Tiled {
+                sram_bytes: 1 << 16,
+            },
+            ..m.run_options()
+        })
+        .unwrap();
+    let toks: Vec<u32> = (10..50).collect();
+    for sink in [false, true] {
+        let new = || Windowed::new(N_LAYER, N_KV, HIDDEN / N_HEAD, 16, 4, sink, &m.device).unwrap();
+        let (mut a, mut b) = (new(), new());
+        let in_place = read(&m, &toks, &mut a);
+        let on_tensors = read(&tiled, &toks, &mut b);
+        assert!(a.evicted_pages > 0 && a.rows(0).is_some());
+        for (x, y) in in_place.iter().zip(&on_tensors) {
+            assert!(max_abs_diff(x, y) < 1e-4, "{}", max_abs_diff(x, y));
+        }
+    }
+}

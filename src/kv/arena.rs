@@ -107,19 +107,15 @@ impl Arena {
 
     /// Runs inside the arena and not overlapping: the allocator's invariant.
     pub fn check(&self) -> Result<(), super::pool::KvError> {
-        self.check_text().map_err(super::pool::KvError::Broken)
-    }
-
-    fn check_text(&self) -> Result<(), String> {
         let mut end = 0;
         for (id, r) in self.runs() {
             if r.start < end || r.start + r.len > self.capacity {
-                return Err(format!(
+                return Err(super::pool::KvError::Broken(format!(
                     "request {id}'s run {}..{} overlaps another or leaves the arena of {}",
                     r.start,
                     r.start + r.len,
                     self.capacity
-                ));
+                )));
             }
             end = r.start + r.len;
         }

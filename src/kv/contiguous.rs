@@ -134,9 +134,9 @@ impl KvStore for Contiguous {
         }
     }
 
-    fn append_rows(&mut self, layer: usize, k: &[f32], v: &[f32]) -> Result<bool> {
+    fn append_rows(&mut self, layer: usize, k: &[f32], v: &[f32]) -> Result<()> {
         if !self.device.is_cpu() {
-            return Ok(false);
+            return Err(super::no_host_rows());
         }
         let (len, cap, d) = (self.len, self.capacity, self.head_dim);
         let width = self.n_kv_head * d;
@@ -153,7 +153,7 @@ impl KvStore for Contiguous {
             self.pending = t;
         }
         let Slab::Host(kc, vc) = self.slab(layer)? else {
-            return Ok(false);
+            return Err(super::no_host_rows());
         };
         // Token-major in, head-major stored: head h's part of each row goes to its slab.
         for (i, (kr, vr)) in k.chunks_exact(width).zip(v.chunks_exact(width)).enumerate() {
@@ -162,7 +162,7 @@ impl KvStore for Contiguous {
                 vc[(h * cap + len + i) * d..][..d].copy_from_slice(&vr[h * d..][..d]);
             }
         }
-        Ok(true)
+        Ok(())
     }
 
     fn rows(&self, layer: usize) -> Option<KvRows<'_>> {

@@ -49,17 +49,13 @@ pub trait KvStore: Send {
     fn pending(&self) -> usize;
 
     /// Rows on the CPU: stores the K and V rows of the new tokens (token-major, one row
-    /// of `n_kv_head × head_dim` per token, RoPE applied) in place and returns true; false
-    /// where the store has no such path, and nothing is stored.
-    fn append_rows(&mut self, _layer: usize, _k: &[f32], _v: &[f32]) -> Result<bool> {
-        Ok(false)
-    }
+    /// of `n_kv_head × head_dim` per token, RoPE applied) in place. Every store in host
+    /// memory takes them; one on a device refuses.
+    fn append_rows(&mut self, layer: usize, k: &[f32], v: &[f32]) -> Result<()>;
 
-    /// The keys and values of `layer` read in place (the row just appended included),
-    /// where the store can lend them.
-    fn rows(&self, _layer: usize) -> Option<KvRows<'_>> {
-        None
-    }
+    /// The keys and values of `layer` read in place (the rows just appended included):
+    /// every store in host memory lends them; `None` on a device.
+    fn rows(&self, layer: usize) -> Option<KvRows<'_>>;
 }
 
 /// The caches of several sequences run in one batched forward pass.
@@ -76,16 +72,15 @@ pub trait BatchKv: Send {
     ) -> Result<(Tensor, Tensor)>;
     /// Marks every sequence's new tokens as cached.
     fn advance(&mut self);
-    /// Like [`KvStore::append_rows`], for sequence `s`, with all its new tokens at once;
-    /// where it returns false the caller uses [`BatchKv::append`].
-    fn append_rows(&mut self, _s: usize, _layer: usize, _k: &[f32], _v: &[f32]) -> Result<bool> {
-        Ok(false)
-    }
-    /// Sequence `s`'s keys and values for `layer`, read in place through its slots, where
-    /// the store can lend them.
-    fn rows(&self, _s: usize, _layer: usize) -> Option<KvRows<'_>> {
-        None
-    }
+    /// Like [`KvStore::append_rows`], for sequence `s`, with all its new tokens at once.
+    fn append_rows(&mut self, s: usize, layer: usize, k: &[f32], v: &[f32]) -> Result<()>;
+    /// Sequence `s`'s keys and values for `layer`, read in place (`None` on a device).
+    fn rows(&self, s: usize, layer: usize) -> Option<KvRows<'_>>;
+}
+
+/// The error of a store whose rows live on a device, asked for host rows.
+pub fn no_host_rows() -> candle_core::Error {
+    candle_core::Error::Msg("this KV store holds its rows on a device, not in host memory".into())
 }
 
 /// One sequence's K/V read in place, and where each position's rows sit in them.
@@ -105,6 +100,9 @@ pub enum RowLayout<'a> {
     /// A contiguous reservation: head-major `(n_kv, capacity, d)`, the first `len`
     /// positions in use.
     HeadMajor { capacity: usize, len: usize },
+    /// Rows one after another, token-major `(len, n_kv × d)` (a sliding window: its rows
+    /// are the positions it still holds, in order).
+    TokenMajor { len: usize },
 }
 
 impl RowLayout<'_> {
@@ -112,7 +110,7 @@ impl RowLayout<'_> {
     pub fn len(&self) -> usize {
         match self {
             Self::Slots(s) => s.len(),
-            Self::HeadMajor { len, .. } => *len,
+            Self::HeadMajor { len, .. } | Self::TokenMajor { len } => *len,
         }
     }
 
@@ -130,6 +128,7 @@ impl RowLayout<'_> {
                 capacity,
                 len: n.min(len),
             },
+            Self::TokenMajor { len } => Self::TokenMajor { len: n.min(len) },
         }
     }
 
@@ -138,6 +137,7 @@ impl RowLayout<'_> {
         match self {
             Self::Slots(s) => (s[j] as usize * n_kv + g) * d,
             Self::HeadMajor { capacity, .. } => (g * capacity + j) * d,
+            Self::TokenMajor { .. } => (j * n_kv + g) * d,
         }
     }
 }
@@ -164,7 +164,7 @@ impl BatchKv for BatchOfOne<'_> {
         let t = self.0.pending();
         self.0.advance(t);
     }
-    fn append_rows(&mut self, _s: usize, layer: usize, k: &[f32], v: &[f32]) -> Result<bool> {
+    fn append_rows(&mut self, _s: usize, layer: usize, k: &[f32], v: &[f32]) -> Result<()> {
         self.0.append_rows(layer, k, v)
     }
     fn rows(&self, _s: usize, layer: usize) -> Option<KvRows<'_>> {
@@ -188,7 +188,7 @@ impl BatchKv for ContiguousBatch<'_> {
     ) -> Result<(Tensor, Tensor)> {
         self.0[s].append(layer, k, v)
     }
-    fn append_rows(&mut self, s: usize, layer: usize, k: &[f32], v: &[f32]) -> Result<bool> {
+    fn append_rows(&mut self, s: usize, layer: usize, k: &[f32], v: &[f32]) -> Result<()> {
         self.0[s].append_rows(layer, k, v)
     }
     fn rows(&self, s: usize, layer: usize) -> Option<KvRows<'_>> {

@@ -228,17 +228,22 @@ impl BatchKv for PagedBatch<'_> {
         self.kv.gather(layer, &seq.all)
     }
 
-    fn append_rows(&mut self, s: usize, layer: usize, k: &[f32], v: &[f32]) -> Result<bool> {
+    fn append_rows(&mut self, s: usize, layer: usize, k: &[f32], v: &[f32]) -> Result<()> {
         let slots = self.seqs[s].new_slots();
         let width = self.kv.n_kv_head * self.kv.head_dim;
-        if !matches!(self.kv.store, Buffers::Host { .. })
-            || k.len() != slots.len() * width
-            || v.len() != k.len()
-        {
-            return Ok(false);
+        if !matches!(self.kv.store, Buffers::Host { .. }) {
+            return Err(super::no_host_rows());
+        }
+        if k.len() != slots.len() * width || v.len() != k.len() {
+            candle_core::bail!(
+                "K/V rows of {} and {} values for {} slots of {width}",
+                k.len(),
+                v.len(),
+                slots.len()
+            );
         }
         self.kv.write_rows(layer, slots, k, v);
-        Ok(true)
+        Ok(())
     }
 
     fn rows(&self, s: usize, layer: usize) -> Option<KvRows<'_>> {
@@ -271,7 +276,7 @@ impl KvStore for PagedSeq<'_> {
     fn pending(&self) -> usize {
         self.0.seqs[0].new_slots().len()
     }
-    fn append_rows(&mut self, layer: usize, k: &[f32], v: &[f32]) -> Result<bool> {
+    fn append_rows(&mut self, layer: usize, k: &[f32], v: &[f32]) -> Result<()> {
         BatchKv::append_rows(&mut self.0, 0, layer, k, v)
     }
     fn rows(&self, layer: usize) -> Option<KvRows<'_>> {

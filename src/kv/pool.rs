@@ -435,10 +435,6 @@ impl PagePool {
 
     /// Checks the allocator's invariants, returning the first one broken.
     pub fn check(&self) -> Result<(), KvError> {
-        self.check_text().map_err(KvError::Broken)
-    }
-
-    fn check_text(&self) -> Result<(), String> {
         let n = self.total_pages();
         let mut holders = vec![0u32; n];
         for t in self.tables.values() {
@@ -446,40 +442,44 @@ impl PagePool {
                 holders[p as usize] += 1;
             }
             if t.pages.len() != t.tokens.len().div_ceil(self.page_size) {
-                return Err(format!(
+                return Err(KvError::Broken(format!(
                     "table has {} pages for {} tokens",
                     t.pages.len(),
                     t.tokens.len()
-                ));
+                )));
             }
         }
         let mut on_free = vec![false; n];
         for &p in &self.free {
             if on_free[p as usize] {
-                return Err(format!("page {p} is on the free list twice"));
+                return Err(KvError::Broken(format!(
+                    "page {p} is on the free list twice"
+                )));
             }
             on_free[p as usize] = true;
         }
         for p in 0..n {
             if holders[p] != self.ref_count[p] {
-                return Err(format!(
+                return Err(KvError::Broken(format!(
                     "page {p}: ref count {} but {} tables hold it",
                     self.ref_count[p], holders[p]
-                ));
+                )));
             }
             if on_free[p] != (self.ref_count[p] == 0) {
-                return Err(format!(
+                return Err(KvError::Broken(format!(
                     "page {p}: on free list = {}, ref count {}",
                     on_free[p], self.ref_count[p]
-                ));
+                )));
             }
             if self.hash[p].is_some() && self.fill[p] as usize != self.page_size {
-                return Err(format!("page {p} carries a hash but is not full"));
+                return Err(KvError::Broken(format!(
+                    "page {p} carries a hash but is not full"
+                )));
             }
         }
         let s = self.stats();
         if s.free_pages + s.used_pages != s.total_pages {
-            return Err("free + used != total".into());
+            return Err(KvError::Broken("free + used != total".into()));
         }
         Ok(())
     }

@@ -5,7 +5,7 @@
 //! `len()` is the next token's position, which keeps counting after evictions, so RoPE
 //! still sees true distances; the cache itself holds at most `window` (+ the new) tokens.
 
-use super::KvStore;
+use super::{KvRows, KvStore, RowLayout};
 use candle_core::{Device, Result, Tensor};
 
 /// A windowed cache on host memory.
@@ -120,5 +120,33 @@ impl KvStore for Windowed {
 
     fn pending(&self) -> usize {
         self.pending
+    }
+
+    fn append_rows(&mut self, layer: usize, k: &[f32], v: &[f32]) -> Result<()> {
+        let row = self.row();
+        if k.len() != v.len() || !k.len().is_multiple_of(row) {
+            candle_core::bail!(
+                "K/V rows of {} and {} values are not rows of {row}",
+                k.len(),
+                v.len()
+            );
+        }
+        self.k[layer].extend_from_slice(k);
+        self.v[layer].extend_from_slice(v);
+        if layer == 0 {
+            self.pending = k.len() / row;
+        }
+        Ok(())
+    }
+
+    fn rows(&self, layer: usize) -> Option<KvRows<'_>> {
+        let (k, v) = (self.k.get(layer)?, self.v.get(layer)?);
+        Some(KvRows {
+            k,
+            v,
+            layout: RowLayout::TokenMajor {
+                len: k.len() / self.row(),
+            },
+        })
     }
 }

@@ -96,6 +96,9 @@ pub struct Attended {
 /// projections of all rows, `(rows, heads × head_dim)`; each sequence appends its new keys
 /// and values to its cache in `kv` and attends over everything cached. Sequence 0 is kept
 /// for the probe with the scores of its newest `capture_rows` rows when that is not 0.
+///
+/// The route is chosen once: on the CPU with the naive kernel every row runs on the host,
+/// reading the cache in place; otherwise every sequence runs on the tensor kernels.
 pub fn attend(
     s: &Setup,
     q: &Tensor,
@@ -105,60 +108,94 @@ pub fn attend(
     kv: &mut dyn BatchKv,
     capture_rows: usize,
 ) -> Result<Attended> {
-    let rows = spans.last().map_or(0, |p| p.off + p.len);
-    let width = s.n_head * s.head_dim;
     // Rows on the CPU skip the tensor plumbing: at one row the fixed cost of a tensor op
     // is larger than the arithmetic, and a batch pays it per request per layer; a prompt's
     // rows each attend like a decode row over the keys up to their own.
-    let on_host = !s.reference && s.kernel == AttnKernel::Naive && q.device().is_cpu();
-    let slices = if on_host {
-        Some(HostQkv::new(q, k, v)?)
+    if !s.reference && s.kernel == AttnKernel::Naive && q.device().is_cpu() {
+        attend_on_host(s, (q, k, v), spans, kv, capture_rows)
     } else {
-        None
-    };
-    let mut out = Output::new(on_host, rows * width);
-    let (mut io, mut seen, mut observe_ms) = (IoCount::default(), None, 0.0);
-    let mut traffic = Traffic::default();
+        attend_on_tensors(s, (q, k, v), spans, kv, capture_rows)
+    }
+}
+
+/// Every sequence on the host: its new keys and values go into its store as rows, and
+/// each query row reads the rows the store lends, in place.
+fn attend_on_host(
+    s: &Setup,
+    (q, k, v): (&Tensor, &Tensor, &Tensor),
+    spans: &[Span],
+    kv: &mut dyn BatchKv,
+    capture_rows: usize,
+) -> Result<Attended> {
+    let h = HostQkv::new(q, k, v)?;
     let shape = (s.n_head, s.n_kv_head, s.head_dim);
-    let mut host = HostRows::default();
+    let (mut io, mut traffic) = (IoCount::default(), Traffic::default());
+    let (mut seen, mut observe_ms) = (None, 0.0);
+    for (i, &p) in spans.iter().enumerate() {
+        let (k_rows, v_rows) = h.new_kv(s, p);
+        kv.append_rows(i, s.layer, &k_rows, &v_rows)?;
+        // The traffic of the naive kernel, whose math this is.
+        let kv_len = p.pos0 + p.len;
+        let rows_io = naive_chunks_io(p.len, kv_len, s.n_head, s.head_dim);
+        io.add(rows_io);
+        traffic.add(Traffic::attention(p.len, kv_len, shape, rows_io.total()));
+        if i == 0 && capture_rows > 0 {
+            let t0 = std::time::Instant::now();
+            let (k_all, v_all) = cache_of(s, kv, i, q.device())?;
+            seen = Some(seen_on_tensors(
+                s,
+                (q, k, v),
+                p,
+                &k_all,
+                &v_all,
+                capture_rows,
+            )?);
+            observe_ms += t0.elapsed().as_secs_f64() * 1e3;
+        }
+    }
+    let rows = spans.last().map_or(0, |p| p.off + p.len);
+    let mut out = vec![0.0; rows * h.q_width];
+    host_rows(s, &h, kv, spans, &mut out)?;
+    Ok(Attended {
+        out: Tensor::from_vec(out, (rows, h.q_width), q.device())?,
+        io,
+        traffic,
+        seen,
+        observe_ms,
+    })
+}
+
+/// Every sequence on the tensor kernels: its store takes the new keys and values as
+/// tensors and hands back all of them, which naive or tiled attention reads.
+fn attend_on_tensors(
+    s: &Setup,
+    (q, k, v): (&Tensor, &Tensor, &Tensor),
+    spans: &[Span],
+    kv: &mut dyn BatchKv,
+    capture_rows: usize,
+) -> Result<Attended> {
+    let width = s.n_head * s.head_dim;
+    let shape = (s.n_head, s.n_kv_head, s.head_dim);
+    let (mut io, mut traffic) = (IoCount::default(), Traffic::default());
+    let (mut seen, mut outs) = (None, Vec::with_capacity(spans.len()));
     for (i, &p) in spans.iter().enumerate() {
         let captured = i == 0 && capture_rows > 0;
-        if let Some(h) = &slices {
-            if host.take(s, h, p, i, kv)? {
-                // The traffic of the naive kernel, whose math this is.
-                let kv_len = p.pos0 + p.len;
-                let rows_io = naive_chunks_io(p.len, kv_len, s.n_head, s.head_dim);
-                io.add(rows_io);
-                traffic.add(Traffic::attention(p.len, kv_len, shape, rows_io.total()));
-                if captured {
-                    let t0 = std::time::Instant::now();
-                    let (k_all, v_all) = host.cache_of(s, kv, i, q.device())?;
-                    let one = seen_on_tensors(s, (q, k, v), p, &k_all, &v_all, capture_rows)?;
-                    seen = Some(one);
-                    observe_ms += t0.elapsed().as_secs_f64() * 1e3;
-                }
-                continue;
-            }
-        }
         let rows = if captured { capture_rows } else { 0 };
         let one = on_tensors(s, q, k, v, p, i, kv, rows)?;
         io.add(one.att.io);
         let kv_len = p.pos0 + p.len;
         traffic.add(Traffic::attention(p.len, kv_len, shape, one.att.io.total()));
-        out.put(p, &one.att.out.transpose(0, 1)?.reshape((p.len, width))?)?;
+        outs.push(one.att.out.transpose(0, 1)?.reshape((p.len, width))?);
         if captured {
             seen = Some(one);
         }
     }
-    if let (Some(h), Output::Host(buf)) = (&slices, &mut out) {
-        decode_rows(s, h, kv, &host, buf)?;
-    }
     Ok(Attended {
-        out: out.finish(rows, width, q.device())?,
+        out: Tensor::cat(&outs, 0)?,
         io,
         traffic,
         seen,
-        observe_ms,
+        observe_ms: 0.0,
     })
 }
 
@@ -249,73 +286,29 @@ fn seen_on_tensors(
     })
 }
 
-/// The sequences whose rows run on the host: read in place from their store, or from a
-/// copy of their cache (decode rows in a store that lends no rows).
-#[derive(Default)]
-struct HostRows {
-    in_place: Vec<(usize, Span)>,
-    /// Sequence, its span, and a copy of its keys and values `(n_kv_head, len, d)`.
-    copied: Vec<(usize, Span, Tensor, Tensor)>,
-}
-
-impl HostRows {
-    /// Appends sequence `seq`'s new rows (span `p`) to its cache and takes the sequence
-    /// on; false, with nothing stored, where only the tensor kernels can run it (a prompt
-    /// in a store that lends no rows).
-    fn take(
-        &mut self,
-        s: &Setup,
-        h: &HostQkv,
-        p: Span,
-        seq: usize,
-        kv: &mut dyn BatchKv,
-    ) -> Result<bool> {
-        let (k_rows, v_rows) = h.new_kv(s, p);
-        if kv.append_rows(seq, s.layer, &k_rows, &v_rows)? {
-            self.in_place.push((seq, p));
-        } else if p.len == 1 {
-            let shape = (s.n_kv_head, 1, s.head_dim);
-            let device = candle_core::Device::Cpu;
-            let k_new = Tensor::from_vec(k_rows, shape, &device)?;
-            let v_new = Tensor::from_vec(v_rows, shape, &device)?;
-            let (k_all, v_all) = kv.append(seq, s.layer, &k_new, &v_new)?;
-            self.copied.push((seq, p, k_all, v_all));
-        } else {
-            return Ok(false);
-        }
-        Ok(true)
-    }
-
-    /// Sequence `seq`'s keys and values for this layer as `(n_kv_head, len, d)` tensors:
-    /// its copy, or gathered from the rows its store lends.
-    fn cache_of(
-        &self,
-        s: &Setup,
-        kv: &dyn BatchKv,
-        seq: usize,
-        device: &candle_core::Device,
-    ) -> Result<(Tensor, Tensor)> {
-        if let Some((_, _, k, v)) = self.copied.iter().find(|c| c.0 == seq) {
-            return Ok((k.clone(), v.clone()));
-        }
-        let r = kv
-            .rows(seq, s.layer)
-            .ok_or_else(|| candle_core::Error::Msg("the cache lent no rows".into()))?;
-        let (n_kv, d, len) = (s.n_kv_head, s.head_dim, r.layout.len());
-        let gather = |buf: &[f32]| -> Vec<f32> {
-            let mut out = Vec::with_capacity(n_kv * len * d);
-            for g in 0..n_kv {
-                for j in 0..len {
-                    out.extend_from_slice(&buf[r.layout.at(n_kv, d, g, j)..][..d]);
-                }
+/// Sequence `seq`'s keys and values for this layer as `(n_kv_head, len, d)` tensors,
+/// gathered from the rows its store lends (for the probe's look at them).
+fn cache_of(
+    s: &Setup,
+    kv: &dyn BatchKv,
+    seq: usize,
+    device: &candle_core::Device,
+) -> Result<(Tensor, Tensor)> {
+    let r = kv.rows(seq, s.layer).ok_or_else(crate::kv::no_host_rows)?;
+    let (n_kv, d, len) = (s.n_kv_head, s.head_dim, r.layout.len());
+    let gather = |buf: &[f32]| -> Vec<f32> {
+        let mut out = Vec::with_capacity(n_kv * len * d);
+        for g in 0..n_kv {
+            for j in 0..len {
+                out.extend_from_slice(&buf[r.layout.at(n_kv, d, g, j)..][..d]);
             }
-            out
-        };
-        Ok((
-            Tensor::from_vec(gather(r.k), (n_kv, len, d), device)?,
-            Tensor::from_vec(gather(r.v), (n_kv, len, d), device)?,
-        ))
-    }
+        }
+        out
+    };
+    Ok((
+        Tensor::from_vec(gather(r.k), (n_kv, len, d), device)?,
+        Tensor::from_vec(gather(r.v), (n_kv, len, d), device)?,
+    ))
 }
 
 /// The batch's q, k and v as plain rows, for the rows attended on the host.
@@ -359,31 +352,23 @@ impl HostQkv {
 
 /// The attention of the rows on the host, one request and KV head per task (ORCA runs
 /// attention per request; they are independent, so they spread over the cores), written
-/// into the batch output. A prompt's row `r` reads the keys up to its own position only:
-/// the causal mask, as a shorter read.
-fn decode_rows(
+/// into the batch output. A prompt's row `r` reads the rows up to its own only: the causal
+/// mask, as a shorter read.
+fn host_rows(
     s: &Setup,
     h: &HostQkv,
     kv: &dyn BatchKv,
-    host: &HostRows,
+    spans: &[Span],
     out: &mut [f32],
 ) -> Result<()> {
     let width = h.q_width;
-    // Each result with where it starts in `out`.
-    let from_copies: Vec<(usize, Vec<f32>)> = host
-        .copied
-        .par_iter()
-        .map(|(_, p, k_all, v_all)| {
-            decode_slices(&h.queries(s, *p), s.n_head, k_all, v_all).map(|o| (p.off * width, o))
-        })
-        .collect::<Result<_>>()?;
-    let views: Vec<(Span, KvRows, Vec<f32>)> = host
-        .in_place
+    let views: Vec<(Span, KvRows, Vec<f32>)> = spans
         .iter()
-        .map(|&(i, p)| {
+        .enumerate()
+        .map(|(i, &p)| {
             kv.rows(i, s.layer)
                 .map(|r| (p, r, h.queries(s, p)))
-                .ok_or_else(|| candle_core::Error::Msg("paged rows vanished".into()))
+                .ok_or_else(crate::kv::no_host_rows)
         })
         .collect::<Result<_>>()?;
     // One task per row and KV head: a group's query heads share its cached rows, so
@@ -396,12 +381,15 @@ fn decode_rows(
         .flat_map(|(i, (p, _, _))| (0..p.len).map(move |r| (i, r)))
         .flat_map(|(i, r)| (0..s.n_kv_head).map(move |g| (i, r, g)))
         .collect();
-    let from_pages: Vec<(usize, Vec<f32>)> = tasks
+    let results: Vec<(usize, Vec<f32>)> = tasks
         .par_iter()
         .map(|&(i, r, g)| {
             let (p, rows, q) = &views[i];
+            // The rows before this span's, and its own up to row `r` (a window holds
+            // fewer rows than positions, so they are counted, not taken from `pos0`).
+            let before = rows.layout.len() - p.len;
             let upto = KvRows {
-                layout: rows.layout.prefix(p.pos0 + r + 1),
+                layout: rows.layout.prefix(before + r + 1),
                 ..*rows
             };
             let q = &q[r * width..][..width];
@@ -409,46 +397,10 @@ fn decode_rows(
             ((p.off + r) * width + g * group_width, o)
         })
         .collect();
-    for (start, o) in from_copies.into_iter().chain(from_pages) {
+    for (start, o) in results {
         out[start..][..o.len()].copy_from_slice(&o);
     }
     Ok(())
-}
-
-/// The batch's attention output as it is assembled: in host memory when decode rows are
-/// written into it, otherwise as tensors joined at the end.
-enum Output {
-    Host(Vec<f32>),
-    Tensors(Vec<Tensor>),
-}
-
-impl Output {
-    fn new(on_host: bool, len: usize) -> Self {
-        if on_host {
-            Self::Host(vec![0.0; len])
-        } else {
-            Self::Tensors(Vec::new())
-        }
-    }
-
-    /// One sequence's `(len, width)` rows.
-    fn put(&mut self, p: Span, rows: &Tensor) -> Result<()> {
-        match self {
-            Self::Host(buf) => {
-                let v = rows.flatten_all()?.to_vec1::<f32>()?;
-                buf[p.off * (v.len() / p.len.max(1))..][..v.len()].copy_from_slice(&v);
-            }
-            Self::Tensors(list) => list.push(rows.clone()),
-        }
-        Ok(())
-    }
-
-    fn finish(self, rows: usize, width: usize, device: &candle_core::Device) -> Result<Tensor> {
-        match self {
-            Self::Host(buf) => Tensor::from_vec(buf, (rows, width), device),
-            Self::Tensors(list) => Tensor::cat(&list, 0),
-        }
-    }
 }
 
 /// Additive causal mask `(t, kv_len)`: query i sits at position `pos0 + i` and may see
@@ -623,25 +575,6 @@ pub fn tiled(
         io,
         schedule,
     })
-}
-
-/// One decode query row (`n_head × d` values, already rotated) against every cached key:
-/// the softmax-weighted sum of values per head, `n_head × d`, on plain slices.
-pub fn decode_slices(qv: &[f32], n_head: usize, k: &Tensor, v: &Tensor) -> Result<Vec<f32>> {
-    let (n_kv, kv_len, d) = k.dims3()?;
-    let kv_ = k.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
-    let vv = v.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
-    // (n_kv, kv_len, d): head-major rows.
-    Ok(decode_core(DecodeRow {
-        q: qv,
-        n_head,
-        n_kv,
-        kv_heads: 0..n_kv,
-        kv_len,
-        k: &kv_,
-        v: &vv,
-        at: |g, j| (g * kv_len + j) * d,
-    }))
 }
 
 /// One decode row's attention read in place, as PagedAttention's kernel does: through

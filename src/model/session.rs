@@ -187,12 +187,7 @@ impl Session {
         let drawn = distribution(&self.sampler.config(), &row);
         let id = self.sampler.draw(&drawn);
         let sample_ms = ts.elapsed().as_secs_f64() * 1e3;
-        let t_lens = std::time::Instant::now();
-        let logit_lens = match self.probe.lens_logits.take() {
-            Some(p) => lens_rows(&p, id, &self.model.tokenizer)?,
-            None => Vec::new(),
-        };
-        self.probe.timing.observe_ms += super::probe::ms_since(t_lens);
+        let logit_lens = self.lens_rows(id)?;
         let tk = self.top_tokens(&row, &drawn);
         self.tokens.push(id);
         self.pending = vec![id];
@@ -222,6 +217,18 @@ impl Session {
         };
         self.step += 1;
         Ok(info)
+    }
+
+    /// The logit lens of the last pass, as rows with `id` the token taken (timed as the
+    /// probe's looking).
+    fn lens_rows(&mut self, id: u32) -> Result<Vec<LensRow>> {
+        let t0 = std::time::Instant::now();
+        let rows = match self.probe.lens_logits.take() {
+            Some(p) => lens_rows(&p, id, &self.model.tokenizer)?,
+            None => Vec::new(),
+        };
+        self.probe.timing.observe_ms += super::probe::ms_since(t0);
+        Ok(rows)
     }
 
     /// The `top_k` most likely next tokens, with the share each got in the distribution

@@ -342,14 +342,15 @@ fn headline(v: &TrafficView, narrow: bool) -> String {
             )
         })
         .unwrap_or_default();
-    // The probe's looking is timed apart: the figures are the model's.
+    // The probe's looking is timed apart (the figures are the model's), and said last:
+    // a narrow pane cuts it before the figures.
     let looking = if v.observe_ms >= 0.05 {
-        format!(" (+{:.1} looking)", v.observe_ms)
+        format!(" · +{:.1} ms looking", v.observe_ms)
     } else {
         String::new()
     };
     format!(
-        "{} · {:.1} ms{looking} · {gflop:.2} GFLOP · {:.1} GB/s{of} · {:.1} G op/s",
+        "{} · {:.1} ms · {gflop:.2} GFLOP · {:.1} GB/s{of} · {:.1} G op/s{looking}",
         v.what,
         n.ms,
         n.gb_per_s(),
