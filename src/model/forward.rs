@@ -295,43 +295,70 @@ impl Model {
         if let Some(p) = probe.as_deref_mut() {
             p.timing.embed_ms = clock.lap();
         }
-        let heads = (self.cfg.n_head, self.kv_heads(), self.cfg.head_dim);
-        let lens = probe.as_deref().is_some_and(|p| p.lens);
         let mut lens_rows = Vec::new();
         for layer in 0..self.cfg.n_layer {
             let mut look = LayerLook::new(probe.as_deref(), layer, spans[0]);
-            let (y, io, t) = self.block(layer, &x, &spans, kv, &mut look)?;
-            let t0 = std::time::Instant::now();
-            let mut observe_ms = look.spent_ms();
-            let capture = look.leaving(&y, heads)?;
-            if lens {
-                lens_rows.push(y.narrow(0, spans[0].off + spans[0].len - 1, 1)?);
-            }
-            observe_ms += super::probe::ms_since(t0);
-            x = y;
+            let (y, io, traffic) = self.block(layer, &x, &spans, kv, &mut look)?;
+            self.note_layer(
+                probe.as_deref_mut(),
+                look,
+                &y,
+                (io, traffic),
+                &mut lens_rows,
+            )?;
             if let Some(p) = probe.as_deref_mut() {
-                p.attn_io.add(io);
-                p.traffic.add(t);
-                p.captures.extend(capture);
                 p.timing.layers_ms.push(clock.lap());
-                p.timing.observe_ms += observe_ms;
             }
+            x = y;
         }
         kv.advance();
         let logits = self.lm_head(&x, &spans, which)?;
         if let Some(p) = probe {
             p.timing.lm_head_ms = clock.lap();
-            let rows: usize = logits.iter().map(|l| l.dim(0).unwrap_or(0)).sum();
-            let (out, inp) = self.weights.lm_head.dims();
-            let head = &self.weights.lm_head;
-            p.traffic.add(Traffic::matrix(head.bytes(), out, inp, rows));
-            if !lens_rows.is_empty() {
-                let t0 = std::time::Instant::now();
-                p.lens_logits = Some(self.logit_lens(&lens_rows)?);
-                p.timing.observe_ms += super::probe::ms_since(t0);
-            }
+            self.note_lm_head(p, &logits, &lens_rows)?;
         }
         Ok(logits)
+    }
+
+    /// What the probe keeps of a layer the pass has just run: its bytes and FLOPs, its
+    /// capture when it looks at this layer, sequence 0's newest residual for the lens, and
+    /// the time all that looking took.
+    fn note_layer(
+        &self,
+        probe: Option<&mut Probe>,
+        look: LayerLook,
+        y: &Tensor,
+        (io, traffic): (IoCount, Traffic),
+        lens_rows: &mut Vec<Tensor>,
+    ) -> Result<()> {
+        let Some(p) = probe else { return Ok(()) };
+        let t0 = std::time::Instant::now();
+        let spent = look.spent_ms();
+        let first = look.first();
+        p.captures
+            .extend(look.leaving(y, (self.cfg.n_head, self.kv_heads(), self.cfg.head_dim))?);
+        if p.lens {
+            lens_rows.push(y.narrow(0, first.off + first.len - 1, 1)?);
+        }
+        p.attn_io.add(io);
+        p.traffic.add(traffic);
+        p.timing.observe_ms += spent + super::probe::ms_since(t0);
+        Ok(())
+    }
+
+    /// What the probe keeps of the LM head: its bytes and FLOPs, and the logit lens over
+    /// the rows `note_layer` kept (timed as looking).
+    fn note_lm_head(&self, p: &mut Probe, logits: &[Tensor], lens_rows: &[Tensor]) -> Result<()> {
+        let rows: usize = logits.iter().map(|l| l.dim(0).unwrap_or(0)).sum();
+        let head = &self.weights.lm_head;
+        let (out, inp) = head.dims();
+        p.traffic.add(Traffic::matrix(head.bytes(), out, inp, rows));
+        if !lens_rows.is_empty() {
+            let t0 = std::time::Instant::now();
+            p.lens_logits = Some(self.logit_lens(lens_rows)?);
+            p.timing.observe_ms += super::probe::ms_since(t0);
+        }
+        Ok(())
     }
 
     /// The logit lens: each layer's residual read out as if it were the last layer's —
@@ -345,8 +372,8 @@ impl Model {
     }
 
     /// One transformer layer on every row of the batch: the attention block, then the MLP
-    /// block, each added to the residual stream. Returns the new residual and the bytes
-    /// attention moved.
+    /// block, each added to the residual stream. Returns the new residual, the bytes
+    /// attention moved, and everything the layer read and computed.
     fn block(
         &self,
         layer: usize,
@@ -355,10 +382,24 @@ impl Model {
         kv: &mut dyn BatchKv,
         look: &mut LayerLook,
     ) -> Result<(Tensor, IoCount, Traffic)> {
+        let (x, att) = self.attention_block(layer, x, spans, kv, look)?;
+        let x = self.mlp_block(layer, &x, look)?;
+        let traffic = self.matrix_traffic(layer, x.dim(0)?, att.traffic);
+        Ok((x, att.io, traffic))
+    }
+
+    /// RMSNorm, then Q, K and V for every row at once; RoPE, the cache and attention per
+    /// sequence; the output projection added to the residual.
+    fn attention_block(
+        &self,
+        layer: usize,
+        x: &Tensor,
+        spans: &[Span],
+        kv: &mut dyn BatchKv,
+        look: &mut LayerLook,
+    ) -> Result<(Tensor, attention::Attended)> {
         let w = &self.weights.layers[layer];
-        let eps = self.cfg.rms_eps as f32;
-        // Attention block: RMSNorm, then Q, K and V for every row at once.
-        let h = candle_nn::ops::rms_norm(x, &w.attn_norm, eps)?;
+        let h = candle_nn::ops::rms_norm(x, &w.attn_norm, self.cfg.rms_eps as f32)?;
         look.entering(x, &h)?;
         // K and V come from the current layout's projections (GQA: the trained ones). The
         // three share their input, so they run as one pass.
@@ -366,35 +407,37 @@ impl Model {
         let [q, k, v]: [Tensor; 3] = Linear::forward_many(&[&w.wq, wk, wv], &h)?
             .try_into()
             .map_err(|_| candle_core::Error::Msg("three projections in, three out".into()))?;
-        // RoPE, the cache and attention itself, per sequence.
-        let att = attention::attend(
-            &self.attention_setup(layer),
-            &q,
-            &k,
-            &v,
-            spans,
-            kv,
-            look.capture_rows(),
-        )?;
+        let setup = self.attention_setup(layer);
+        let mut att = attention::attend(&setup, &q, &k, &v, spans, kv, look.capture_rows())?;
         look.add_ms(att.observe_ms);
-        look.attention(att.seen, &self.rope)?;
+        look.attention(att.seen.take(), &self.rope)?;
         let x = (x + w.wo.forward(&att.out)?)?;
         look.after_attention(&x)?;
-        // MLP block: RMSNorm, then SwiGLU: down(silu(gate(h)) · up(h)).
-        let h = candle_nn::ops::rms_norm(&x, &w.ffn_norm, eps)?;
+        Ok((x, att))
+    }
+
+    /// RMSNorm, then SwiGLU: down(silu(gate(h)) · up(h)), added to the residual.
+    fn mlp_block(&self, layer: usize, x: &Tensor, look: &mut LayerLook) -> Result<Tensor> {
+        let w = &self.weights.layers[layer];
+        let h = candle_nn::ops::rms_norm(x, &w.ffn_norm, self.cfg.rms_eps as f32)?;
         let [gate, up]: [Tensor; 2] = Linear::forward_many(&[&w.w_gate, &w.w_up], &h)?
             .try_into()
             .map_err(|_| candle_core::Error::Msg("two projections in, two out".into()))?;
         let gu = self.swiglu(gate, &up, look)?;
-        let x = (x + w.w_down.forward(&gu)?)?;
-        // Every matrix of the layer was read once, for all the batch's rows.
-        let rows = x.dim(0)?;
-        let mut traffic = att.traffic;
+        Ok((x + w.w_down.forward(&gu)?)?)
+    }
+
+    /// Attention's traffic plus every matrix of the layer, each read once for all the
+    /// batch's `rows`.
+    fn matrix_traffic(&self, layer: usize, rows: usize, attention: Traffic) -> Traffic {
+        let w = &self.weights.layers[layer];
+        let (wk, wv) = &self.kv_proj[layer];
+        let mut traffic = attention;
         for l in [&w.wq, wk, wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down] {
             let (out, inp) = l.dims();
             traffic.add(Traffic::matrix(l.bytes(), out, inp, rows));
         }
-        Ok((x, att.io, traffic))
+        traffic
     }
 
     /// SwiGLU's gate, `silu(gate) · up`: one vectorized pass over host memory on the CPU,

@@ -226,6 +226,11 @@ impl LayerLook {
         }
     }
 
+    /// Sequence 0's rows in this call.
+    pub fn first(&self) -> Span {
+        self.first
+    }
+
     /// Milliseconds spent looking at this layer so far.
     pub fn spent_ms(&self) -> f64 {
         self.spent_ms
