@@ -1,5 +1,6 @@
 //! Benchmarks that compare configurations side by side in one run.
 
+pub mod arrivals;
 pub mod attention;
 pub mod decode;
 pub mod heads;

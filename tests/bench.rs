@@ -239,6 +239,30 @@ fn bench_serve_json_has_the_keys_and_the_paged_pool_holds_more() {
     assert!(v["static"]["padding_rows"].as_u64().unwrap() > 0);
     assert_eq!(v["continuous"]["padding_rows"].as_u64(), Some(0));
     assert_eq!(v["workload"]["output_dist"], "uniform");
+    // The same kind of requests arriving over time: every policy's latency figures, at
+    // one rate derived from this machine's costs.
+    let a = &v["arrivals"];
+    assert!(a["rate_per_s"].as_f64().unwrap() > 0.0, "{a}");
+    for k in [
+        "static",
+        "continuous",
+        "continuous_chunked",
+        "request_at_a_time",
+    ] {
+        let f = |key: &str| a[k][key].as_f64().unwrap();
+        assert!(f("tok_per_s") > 0.0, "{k}");
+        assert!(
+            f("ttft_ms_p99") >= f("ttft_ms_p50") && f("ttft_ms_p50") > 0.0,
+            "{k}"
+        );
+        assert!(
+            f("itl_ms_p99") >= f("itl_ms_p50") && f("itl_ms_p50") > 0.0,
+            "{k}"
+        );
+    }
+    // Chunks spread each long prompt over more iterations.
+    let it = |k: &str| a[k]["iterations"].as_u64().unwrap();
+    assert!(it("continuous_chunked") > it("continuous"), "{a}");
     // Smaller pages leave less of each last page empty.
     assert_eq!(v["small_page_size"], 2);
     assert!(

@@ -207,3 +207,81 @@ fn a_contiguous_cache_strands_free_slots_in_gaps_too_short_for_the_next_request(
     // It ran once r1 left and the arena was whole again.
     assert_eq!(s.requests[3].generated.len(), 20);
 }
+
+#[test]
+fn a_long_prompt_s_chunks_add_up_to_it_and_no_decode_waits_behind_them() {
+    // Three short requests decode; a 40-token prompt arrives at iteration 3 and is fed
+    // in chunks while they go on, each still getting its token every iteration.
+    let mut c = cfg(Policy::Continuous, CacheKind::Paged, 400);
+    c.token_budget = 8;
+    let mut reqs: Vec<Request> = (0..3u64)
+        .map(|i| Request::new(i, vec![5 + i as u32; 3], 30, 0))
+        .collect();
+    reqs.push(Request::new(3, (100..140).collect(), 4, 3));
+    let mut s = Scheduler::new(c, reqs, 2048).unwrap();
+    let mut chunks = Vec::new();
+    while s.requests[3].generated.is_empty() {
+        let (plan, _) = iterate(&mut s);
+        let decoding = plan.work.iter().filter(|w| w.id < 3).count();
+        if let Some(w) = plan.work.iter().find(|w| w.id == 3) {
+            chunks.push((w.from, w.n));
+            assert_eq!(decoding, 3, "a decode waited behind a chunk at {plan:?}");
+            assert_eq!(
+                w.tokens,
+                (100 + w.from as u32..100 + (w.from + w.n) as u32).collect::<Vec<_>>()
+            );
+        }
+        assert!(plan.work.iter().map(|w| w.n).sum::<usize>() <= 8);
+    }
+    // The chunks are consecutive and add up to the prompt.
+    let mut at = 0;
+    for &(from, n) in &chunks {
+        assert_eq!(from, at);
+        at += n;
+    }
+    assert_eq!(at, 40);
+    assert!(chunks.len() >= 40 / 8, "{chunks:?}");
+}
+
+#[test]
+fn timed_arrivals_are_reproducible_from_the_seed_and_wait_for_the_clock() {
+    use inferlab::serve::workload::{LengthDist, Workload};
+    let w = |seed| Workload {
+        requests: 20,
+        prompt_min: 3,
+        prompt_max: 8,
+        output_min: 1,
+        output_max: 4,
+        output_dist: LengthDist::Uniform,
+        mean_gap: 0.0,
+        rate_per_s: 50.0,
+        seed,
+    };
+    let src: Vec<u32> = (3..200).collect();
+    let due = |seed| -> Vec<f64> {
+        w(seed)
+            .generate(&src)
+            .iter()
+            .map(|r| r.due_s.unwrap())
+            .collect()
+    };
+    assert_eq!(due(3), due(3));
+    assert_ne!(due(3), due(4));
+    let d = due(3);
+    assert!(d.windows(2).all(|p| p[0] <= p[1]));
+    // 20 gaps of mean 1/50 s: the last arrival near 0.4 s (loosely: it is random).
+    assert!(d[19] > 0.1 && d[19] < 1.2, "{}", d[19]);
+    // Before its time a request has not arrived, and the scheduler says when it will.
+    let mut s = Scheduler::new(
+        cfg(Policy::Continuous, CacheKind::Paged, 400),
+        w(3).generate(&src),
+        2048,
+    )
+    .unwrap();
+    let plan = s.schedule(d[0] - 1e-6).unwrap();
+    assert!(plan.work.is_empty() && s.queue().is_empty());
+    assert_eq!(s.idle_until(), Some(d[0]));
+    let plan = s.schedule(d[0]).unwrap();
+    assert_eq!(plan.work.len(), 1);
+    assert_eq!(s.requests[0].arrival_s, d[0]);
+}

@@ -69,6 +69,8 @@ pub struct ServeReport {
     /// How a decode iteration's cost grows with the batch (keys at the top level).
     #[serde(flatten)]
     pub steps: StepFigures,
+    /// The same kind of requests arriving over time: what each policy's users felt.
+    pub arrivals: super::arrivals::ArrivalsReport,
 }
 
 /// One decode iteration's cost by batch size, and its matrix work against this machine's
@@ -118,7 +120,7 @@ impl ServeReport {
             self.paged.peak_concurrent as f64 / self.contiguous.peak_concurrent.max(1) as f64,
             self.static_.padding_rows
         );
-        s + &self.steps.table()
+        s + &self.steps.table() + &self.arrivals.table()
     }
 
     /// One line per configuration.
@@ -332,15 +334,16 @@ pub fn run(
     page_size: usize,
     reserve: Reserve,
     max_batch: usize,
+    rate: Option<f64>,
 ) -> Result<ServeReport> {
     let source = source_tokens(&model.tokenizer);
     anyhow::ensure!(
         source.len() > 200,
         "the shipped text is too short for the workload"
     );
-    let cfg = |policy, cache| ServeConfig {
-        policy,
-        cache,
+    let capped = ServeConfig {
+        policy: Policy::Continuous,
+        cache: CacheKind::Paged,
         kv_budget_tokens,
         page_size,
         max_batch,
@@ -348,28 +351,25 @@ pub fn run(
         prefix_sharing: true,
         reserve,
     };
-    let static_ = run_one(model, cfg(Policy::Static, CacheKind::Paged), w, &source)?;
-    let continuous = run_one(model, cfg(Policy::Continuous, CacheKind::Paged), w, &source)?;
-    // The baseline the chapter's ~22× is measured against: one request at a time, each
-    // run to its end before the next starts.
-    let one_at_a_time = ServeConfig {
-        max_batch: 1,
-        ..cfg(Policy::Static, CacheKind::Paged)
-    };
-    let request_at_a_time = run_one(model, one_at_a_time, w, &source)?;
+    let (static_, continuous, request_at_a_time) = batching_runs(model, &capped, w, &source)?;
     // The cache pair runs without a batch cap: KV memory alone decides how many requests
     // run at once, which is what the layouts differ in.
     let uncapped = ServeConfig {
         max_batch: w.requests,
-        ..cfg(Policy::Continuous, CacheKind::Paged)
+        ..capped
     };
     let (contiguous, paged, paged_small_pages) = cache_runs(model, &uncapped, w, &source)?;
     let small_page_size = page_size / 2;
+    let steps = StepFigures::measure(model, &source)?;
+    let shape = (kv_budget_tokens, page_size, max_batch);
+    let arrivals =
+        super::arrivals::run(model, &source, &steps.step_ms_by_batch, shape, rate, w.seed)?;
     Ok(ServeReport {
         continuous_over_request_at_a_time: continuous.tok_per_s
             / request_at_a_time.tok_per_s.max(f64::MIN_POSITIVE),
         continuous_over_static_ceiling: rigid_over_busy(&static_.admitted_together, max_batch),
-        steps: StepFigures::measure(model, &source)?,
+        steps,
+        arrivals,
         request_at_a_time,
         workload: w.clone(),
         kv_budget_tokens,
@@ -384,6 +384,26 @@ pub fn run(
         continuous,
         contiguous,
     })
+}
+
+/// Static and continuous batching under the batch cap, and the baseline the chapter's
+/// ~22× is measured against: one request at a time, each run to its end before the next.
+fn batching_runs(
+    model: &Model,
+    capped: &ServeConfig,
+    w: &Workload,
+    source: &[u32],
+) -> Result<(RunFigures, RunFigures, RunFigures)> {
+    let with = |policy, max_batch| ServeConfig {
+        policy,
+        max_batch,
+        ..capped.clone()
+    };
+    Ok((
+        run_one(model, with(Policy::Static, capped.max_batch), w, source)?,
+        run_one(model, with(Policy::Continuous, capped.max_batch), w, source)?,
+        run_one(model, with(Policy::Static, 1), w, source)?,
+    ))
 }
 
 /// The same uncapped continuous run on a contiguous cache, on pages, and on pages half

@@ -141,6 +141,11 @@ pub struct ServeArgs {
     max_batch: usize,
     #[arg(long, default_value_t = 7)]
     seed: u64,
+    /// Requests per second of the arrivals part (a Poisson process). Default: the rate at
+    /// which continuous batching keeps about 70% of its batch busy, from this machine's
+    /// measured decode step cost (printed with the result).
+    #[arg(long)]
+    rate: Option<f64>,
     /// Print one JSON object (snake_case keys) instead of the table.
     #[arg(long)]
     json: bool,
@@ -244,7 +249,15 @@ fn serve_cmd(a: &ServeArgs) -> Result<()> {
         a.seed,
     )?;
     let model = load_model(&a.model)?;
-    let r = serve::run(&model, &w, a.kv_tokens, a.page_size, a.reserve, a.max_batch)?;
+    let r = serve::run(
+        &model,
+        &w,
+        a.kv_tokens,
+        a.page_size,
+        a.reserve,
+        a.max_batch,
+        a.rate,
+    )?;
     emit(a.json, &r, r.table())
 }
 
@@ -281,6 +294,7 @@ fn workload(
         output_max,
         output_dist,
         mean_gap: 0.0,
+        rate_per_s: 0.0,
         seed,
     })
 }

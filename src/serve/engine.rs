@@ -57,6 +57,11 @@ impl ServeEngine {
         self.start.elapsed().as_secs_f64()
     }
 
+    /// The engine's clock: seconds since it started (what timed arrivals are due by).
+    pub fn clock_s(&self) -> f64 {
+        self.now()
+    }
+
     /// KV bytes of one token under the model's layout.
     fn bytes_per_token(&self) -> usize {
         self.runner.model().kv_bytes_per_token()

@@ -1,8 +1,10 @@
 //! Serving many requests at once: a model-free [`scheduler`] decides each iteration's
 //! batch, the [`runner`] runs it on the model, [`view`] reports what happened, and
-//! [`engine`] ties the three together. [`workload`] makes seeded request streams.
+//! [`engine`] ties the three together. [`workload`] makes seeded request streams, and
+//! [`latency`] says what their users felt.
 
 pub mod engine;
+pub mod latency;
 pub mod runner;
 pub mod scheduler;
 pub mod view;

@@ -133,8 +133,11 @@ pub struct Request {
     pub id: ReqId,
     pub prompt: Vec<u32>,
     pub max_new: usize,
-    /// Iteration at which it arrives.
+    /// Iteration at which it arrives (unless it arrives by the clock, `due_s`).
     pub arrival: usize,
+    /// A timed workload: the engine's clock, seconds, at which it arrives.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub due_s: Option<f64>,
     pub generated: Vec<u32>,
     /// Tokens whose K/V are in the cache.
     pub computed: usize,
@@ -146,6 +149,10 @@ pub struct Request {
     pub finished_s: Option<f64>,
     pub preemptions: usize,
     pub reject_reason: Option<String>,
+    /// The engine's clock, seconds, when each generated token came out of its iteration
+    /// (time to first token and inter-token latency are read from these).
+    #[serde(default)]
+    pub token_s: Vec<f64>,
 }
 
 impl Request {
@@ -156,6 +163,7 @@ impl Request {
             prompt,
             max_new,
             arrival,
+            due_s: None,
             generated: Vec::new(),
             computed: 0,
             phase: ReqPhase::Waiting,
@@ -165,6 +173,16 @@ impl Request {
             finished_s: None,
             preemptions: 0,
             reject_reason: None,
+            token_s: Vec::new(),
+        }
+    }
+
+    /// Whether it has arrived by iteration `it` at the engine's clock `now` (it then
+    /// stays arrived).
+    fn due(&self, it: usize, now: f64) -> bool {
+        match self.due_s {
+            Some(t) => t <= now,
+            None => self.arrival <= it,
         }
     }
 
@@ -264,6 +282,8 @@ pub struct Scheduler {
     pub cfg: ServeConfig,
     pub requests: Vec<Request>,
     queue: VecDeque<ReqId>,
+    /// Which requests have arrived (joined the queue, or been rejected).
+    arrived: Vec<bool>,
     /// Running requests in admission order (the last is preempted first).
     running: Vec<ReqId>,
     pub memory: Memory,
@@ -307,6 +327,7 @@ impl Scheduler {
         };
         Ok(Self {
             cfg,
+            arrived: vec![false; requests.len()],
             requests,
             queue: VecDeque::new(),
             running: Vec::new(),
@@ -322,6 +343,18 @@ impl Scheduler {
     /// True when every request has finished or been rejected.
     pub fn done(&self) -> bool {
         self.requests.iter().all(Request::is_done)
+    }
+
+    /// The clock time at which the next timed request arrives, while nothing has work:
+    /// an engine with no request arrived but some still due can wait for it.
+    pub fn idle_until(&self) -> Option<f64> {
+        if !self.running.is_empty() || !self.queue.is_empty() {
+            return None;
+        }
+        (0..self.requests.len())
+            .filter(|&i| !self.arrived[i])
+            .filter_map(|i| self.requests[i].due_s)
+            .min_by(f64::total_cmp)
     }
 
     /// Running requests, in admission order.
@@ -449,6 +482,7 @@ impl Scheduler {
                 continue; // a prefill chunk: no token yet
             };
             r.generated.push(tok);
+            r.token_s.push(now);
             r.phase = ReqPhase::Decode;
             if Some(tok) == eos || r.generated.len() >= r.max_new {
                 match self.cfg.policy {
@@ -472,18 +506,22 @@ impl Scheduler {
         done
     }
 
-    /// Arrivals of this iteration join the queue; one that could never fit is rejected.
+    /// Arrivals due by this iteration (or by the clock) join the queue; one that could
+    /// never fit is rejected.
     fn arrive(&mut self, now: f64) {
         let (it, capacity) = (self.iteration, self.cfg.capacity_tokens());
         for i in 0..self.requests.len() {
             let r = &self.requests[i];
-            if r.arrival != it || r.phase != ReqPhase::Waiting {
+            if self.arrived[i] || !r.due(it, now) {
                 continue;
             }
+            self.arrived[i] = true;
             let need = self.footprint(r);
             let why = self.rejection(r, need, capacity);
             let r = &mut self.requests[i];
-            r.arrival_s = now;
+            // A timed request's clock starts when it arrived, not when an iteration
+            // boundary noticed it: its wait for that boundary is part of what it feels.
+            r.arrival_s = r.due_s.unwrap_or(now);
             match why {
                 Some(why) => {
                     r.phase = ReqPhase::Rejected;

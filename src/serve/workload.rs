@@ -49,6 +49,10 @@ pub struct Workload {
     pub output_dist: LengthDist,
     /// Mean iterations between arrivals (0: everything arrives at once).
     pub mean_gap: f64,
+    /// Requests per second arriving as a Poisson process on the engine's clock, in place
+    /// of `mean_gap` (0: arrivals by iteration).
+    #[serde(default)]
+    pub rate_per_s: f64,
     pub seed: u64,
 }
 
@@ -62,6 +66,7 @@ impl Default for Workload {
             output_max: 256,
             output_dist: LengthDist::Uniform,
             mean_gap: 0.0,
+            rate_per_s: 0.0,
             seed: 7,
         }
     }
@@ -84,12 +89,20 @@ impl Workload {
                     0
                 };
                 let prompt: Vec<u32> = (0..p).map(|k| source[(start + k) % source.len()]).collect();
-                if self.mean_gap > 0.0 {
-                    // Exponential gaps: a Poisson arrival process.
+                // Exponential gaps: a Poisson arrival process, in seconds or iterations.
+                let gap = match self.rate_per_s {
+                    r if r > 0.0 => 1.0 / r,
+                    _ => self.mean_gap,
+                };
+                if gap > 0.0 {
                     let u: f64 = rng.random::<f64>().max(1e-12);
-                    t += -u.ln() * self.mean_gap;
+                    t += -u.ln() * gap;
                 }
-                Request::new(i as u64, prompt, o, t as usize)
+                let mut r = Request::new(i as u64, prompt, o, t as usize);
+                if self.rate_per_s > 0.0 {
+                    (r.arrival, r.due_s) = (0, Some(t));
+                }
+                r
             })
             .collect()
     }
@@ -174,6 +187,7 @@ pub fn long_serving(
         output_max: 192,
         output_dist: LengthDist::Uniform,
         mean_gap: 0.5,
+        rate_per_s: 0.0,
         seed: 5,
     };
     let mut reqs = w.generate(&[0]);
@@ -234,6 +248,7 @@ pub fn chat_serving(
         output_max: 64,
         output_dist: LengthDist::Uniform,
         mean_gap: 3.0,
+        rate_per_s: 0.0,
         seed: 11,
     };
     let prompts: Vec<&str> = crate::assets::PROMPTS

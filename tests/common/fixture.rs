@@ -220,6 +220,7 @@ pub fn serving_reports_with(
         output_max: 9,
         output_dist: inferlab::serve::workload::LengthDist::Uniform,
         mean_gap: 1.0,
+        rate_per_s: 0.0,
         seed: 4,
     };
     let src: Vec<u32> = (3..200).collect();

@@ -31,6 +31,7 @@ pub fn workload(n: usize, gap: f64, seed: u64) -> Vec<Request> {
         output_max: 20,
         output_dist: LengthDist::Uniform,
         mean_gap: gap,
+        rate_per_s: 0.0,
         seed,
     }
     .generate(&source)

@@ -1,0 +1,296 @@
+//! `bench serve`'s arrivals: the same requests arriving over time, a seeded Poisson
+//! process on the engine's clock, under static batching, continuous batching (each
+//! prompt whole in one iteration, and chunked to a token budget), and one request at a
+//! time; what each user felt (time to first token, inter-token latency) and the
+//! throughput. A quarter of the prompts are long, cut from the shipped long story: a
+//! whole long prompt in one iteration holds every running decode back for that
+//! iteration, which is what chunked prefill spreads out.
+
+use crate::model::Model;
+use crate::serve::latency::Latency;
+use crate::serve::workload::{LengthDist, Workload};
+use crate::serve::{CacheKind, Policy, Request, ServeConfig, ServeEngine};
+use anyhow::Result;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// Requests in the arrivals workload, and every how many one has a long prompt.
+const REQUESTS: usize = 24;
+const LONG_EVERY: usize = 4;
+/// Tokens of a long prompt.
+const LONG_PROMPT: usize = 512;
+/// The token budget per iteration of the chunked run; the others take a prompt whole.
+pub const CHUNK_TOKENS: usize = 64;
+const WHOLE_PROMPT: usize = 4096;
+/// Least KV memory of the arrivals runs, tokens: room for several long prompts at once,
+/// whatever budget the rest of `bench serve` was given.
+const MIN_KV_TOKENS: usize = 4096;
+/// Share of the time the default rate keeps continuous batching busy.
+const BUSY_SHARE: f64 = 0.7;
+
+/// One policy under the arrivals.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct ArrivalRun {
+    #[serde(flatten)]
+    pub latency: Latency,
+    pub tok_per_s: f64,
+    pub iterations: usize,
+    pub wall_s: f64,
+}
+
+/// Every policy under the same arrivals.
+#[derive(Debug, Clone, Serialize)]
+pub struct ArrivalsReport {
+    pub rate_per_s: f64,
+    /// How the rate was chosen, in words.
+    pub rate_basis: String,
+    pub requests: usize,
+    pub long_prompts: usize,
+    pub long_prompt_tokens: usize,
+    pub chunk_tokens: usize,
+    pub max_batch: usize,
+    pub kv_budget_tokens: usize,
+    #[serde(rename = "static")]
+    pub static_: ArrivalRun,
+    pub continuous: ArrivalRun,
+    pub continuous_chunked: ArrivalRun,
+    pub request_at_a_time: ArrivalRun,
+    /// p99 time to first token, static ÷ continuous.
+    pub static_over_continuous_ttft_p99: f64,
+    /// p99 inter-token latency, continuous (whole prompts) ÷ continuous chunked.
+    pub continuous_over_chunked_itl_p99: f64,
+}
+
+/// The workload: short chat-like prompts, every [`LONG_EVERY`]th one long.
+fn requests(w: &Workload, source: &[u32], long: &[u32]) -> Vec<Request> {
+    let mut reqs = w.generate(source);
+    for (i, r) in reqs
+        .iter_mut()
+        .enumerate()
+        .filter(|(i, _)| i % LONG_EVERY == 1)
+    {
+        let start = (i * 97) % long.len().saturating_sub(LONG_PROMPT).max(1);
+        r.prompt = long[start..].iter().take(LONG_PROMPT).copied().collect();
+    }
+    reqs
+}
+
+/// What one request costs continuous batching, and the rate that keeps the engine busy
+/// [`BUSY_SHARE`] of the time (queueing's utilization ρ = rate ÷ capacity): its prompt at
+/// the measured prefill cost per token, and its answer's tokens at a decode step's cost
+/// shared by the batch (`step_ms_by_batch`, as `bench serve` measured it).
+pub fn default_rate(
+    step_ms_by_batch: &BTreeMap<usize, f64>,
+    max_batch: usize,
+    prefill_ms_per_token: f64,
+    (mean_prompt, mean_output): (f64, f64),
+) -> (f64, String) {
+    let (b, step_ms) = step_ms_by_batch
+        .range(..=max_batch)
+        .next_back()
+        .map_or((1, 10.0), |(b, ms)| (*b, ms.max(0.01)));
+    let per_request_ms = mean_prompt * prefill_ms_per_token + mean_output * step_ms / b as f64;
+    let rate = BUSY_SHARE * 1e3 / per_request_ms.max(1e-3);
+    let why = format!(
+        "{:.0}% of what continuous batching serves: a request costs {mean_prompt:.0} prompt tokens at {prefill_ms_per_token:.2} ms and {mean_output:.0} answer tokens at {step_ms:.1} ms per step shared by {b}",
+        100.0 * BUSY_SHARE
+    );
+    (rate, why)
+}
+
+/// Milliseconds per token of a prefill: the median of three 256-token prompts.
+fn prefill_ms_per_token(model: &Model, tokens: &[u32]) -> Result<f64> {
+    let n = tokens.len().min(256);
+    let mut ms = Vec::new();
+    for _ in 0..3 {
+        let mut c = model.new_cache(n);
+        let t = Instant::now();
+        model.forward(&tokens[..n], &mut c, None, crate::model::Logits::Last)?;
+        ms.push(t.elapsed().as_secs_f64() * 1e3 / n as f64);
+    }
+    Ok(super::median(ms))
+}
+
+/// The arrivals workload's lengths (its rate is set once chosen).
+fn workload(seed: u64) -> Workload {
+    Workload {
+        requests: REQUESTS,
+        prompt_min: 16,
+        prompt_max: 96,
+        output_min: 16,
+        output_max: 64,
+        output_dist: LengthDist::Uniform,
+        mean_gap: 0.0,
+        rate_per_s: 0.0,
+        seed,
+    }
+}
+
+/// The rate asked for, or the default from this machine's measured costs; with its basis.
+fn choose_rate(
+    model: &Model,
+    w: &Workload,
+    long: &[u32],
+    (step_ms_by_batch, max_batch): (&BTreeMap<usize, f64>, usize),
+    rate: Option<f64>,
+) -> Result<(f64, String)> {
+    let (rate, why) = match rate {
+        Some(r) => (r, "given by --rate".to_string()),
+        None => {
+            let short = (w.prompt_min + w.prompt_max) as f64 / 2.0;
+            let share = 1.0 / LONG_EVERY as f64;
+            let prompt = (1.0 - share) * short + share * LONG_PROMPT as f64;
+            let output = (w.output_min + w.output_max) as f64 / 2.0;
+            let prefill = prefill_ms_per_token(model, long)?;
+            default_rate(step_ms_by_batch, max_batch, prefill, (prompt, output))
+        }
+    };
+    anyhow::ensure!(
+        rate > 0.0 && rate.is_finite(),
+        "the arrival rate must be above 0"
+    );
+    Ok((rate, why))
+}
+
+/// Runs every policy on the same timed arrivals.
+pub fn run(
+    model: &Model,
+    source: &[u32],
+    step_ms_by_batch: &BTreeMap<usize, f64>,
+    (kv_budget_tokens, page_size, max_batch): (usize, usize, usize),
+    rate: Option<f64>,
+    seed: u64,
+) -> Result<ArrivalsReport> {
+    let long = model.tokenizer.encode(crate::assets::LONG_TEXT)?;
+    anyhow::ensure!(
+        long.len() > LONG_PROMPT,
+        "the shipped long story is too short"
+    );
+    let mut w = workload(seed);
+    let (rate_per_s, rate_basis) =
+        choose_rate(model, &w, &long, (step_ms_by_batch, max_batch), rate)?;
+    w.rate_per_s = rate_per_s;
+    let reqs = requests(&w, source, &long);
+    let kv_budget_tokens = kv_budget_tokens.max(MIN_KV_TOKENS);
+    let cfg = |policy, max_batch, token_budget| ServeConfig {
+        policy,
+        cache: CacheKind::Paged,
+        kv_budget_tokens,
+        page_size,
+        max_batch,
+        token_budget,
+        prefix_sharing: true,
+        reserve: Default::default(),
+    };
+    let one = |c: ServeConfig| timed(model, c, reqs.clone());
+    let runs = [
+        one(cfg(Policy::Static, max_batch, WHOLE_PROMPT))?,
+        one(cfg(Policy::Continuous, max_batch, WHOLE_PROMPT))?,
+        one(cfg(Policy::Continuous, max_batch, CHUNK_TOKENS))?,
+        one(cfg(Policy::Static, 1, WHOLE_PROMPT))?,
+    ];
+    let long_prompts = reqs
+        .iter()
+        .filter(|r| r.prompt.len() == LONG_PROMPT)
+        .count();
+    Ok(ArrivalsReport::of(
+        (rate_per_s, rate_basis),
+        (long_prompts, max_batch, kv_budget_tokens),
+        runs,
+    ))
+}
+
+impl ArrivalsReport {
+    /// The report of the four runs: static, continuous, continuous chunked, one at a time.
+    fn of(
+        (rate_per_s, rate_basis): (f64, String),
+        (long_prompts, max_batch, kv_budget_tokens): (usize, usize, usize),
+        [static_, continuous, continuous_chunked, request_at_a_time]: [ArrivalRun; 4],
+    ) -> Self {
+        let ratio = |a: f64, b: f64| a / b.max(1e-9);
+        Self {
+            rate_per_s,
+            rate_basis,
+            requests: REQUESTS,
+            long_prompts,
+            long_prompt_tokens: LONG_PROMPT,
+            chunk_tokens: CHUNK_TOKENS,
+            max_batch,
+            kv_budget_tokens,
+            static_over_continuous_ttft_p99: ratio(
+                static_.latency.ttft_ms_p99,
+                continuous.latency.ttft_ms_p99,
+            ),
+            continuous_over_chunked_itl_p99: ratio(
+                continuous.latency.itl_ms_p99,
+                continuous_chunked.latency.itl_ms_p99,
+            ),
+            static_,
+            continuous,
+            continuous_chunked,
+            request_at_a_time,
+        }
+    }
+}
+
+/// One run on the engine's clock: with nothing to do, it waits for the next arrival.
+fn timed(model: &Model, cfg: ServeConfig, reqs: Vec<Request>) -> Result<ArrivalRun> {
+    let mut e = ServeEngine::new(model, cfg, reqs).map_err(anyhow::Error::msg)?;
+    let t = Instant::now();
+    while !e.done() {
+        if let Some(due) = e.scheduler.idle_until() {
+            let wait = due - e.clock_s();
+            if wait > 0.0 {
+                std::thread::sleep(Duration::from_secs_f64(wait));
+            }
+        }
+        e.step().map_err(anyhow::Error::msg)?;
+    }
+    let wall_s = t.elapsed().as_secs_f64();
+    let generated: usize = e.requests().iter().map(|r| r.generated.len()).sum();
+    Ok(ArrivalRun {
+        latency: Latency::of(e.requests()),
+        tok_per_s: generated as f64 / wall_s.max(1e-9),
+        iterations: e.iteration(),
+        wall_s,
+    })
+}
+
+impl ArrivalsReport {
+    /// A table for people.
+    pub fn table(&self) -> String {
+        let mut s = format!(
+            "arrivals: {} requests ({} with {}-token prompts) at {:.2} req/s, a Poisson process ({})\n\
+             {:<28}{:>14}{:>14}{:>13}{:>13}{:>10}\n",
+            self.requests,
+            self.long_prompts,
+            self.long_prompt_tokens,
+            self.rate_per_s,
+            self.rate_basis,
+            "",
+            "TTFT p50 ms",
+            "TTFT p99 ms",
+            "ITL p50 ms",
+            "ITL p99 ms",
+            "tok/s"
+        );
+        let chunked = format!("continuous, chunks of {}", self.chunk_tokens);
+        for (name, r) in [
+            ("static", &self.static_),
+            ("continuous, whole prompts", &self.continuous),
+            (chunked.as_str(), &self.continuous_chunked),
+            ("one request at a time", &self.request_at_a_time),
+        ] {
+            let l = &r.latency;
+            s += &format!(
+                "{name:<28}{:>14.1}{:>14.1}{:>13.1}{:>13.1}{:>10.1}\n",
+                l.ttft_ms_p50, l.ttft_ms_p99, l.itl_ms_p50, l.itl_ms_p99, r.tok_per_s
+            );
+        }
+        s + &format!(
+            "p99 TTFT static / continuous: {:.2}× · p99 ITL whole prompts / chunked: {:.2}×\n",
+            self.static_over_continuous_ttft_p99, self.continuous_over_chunked_itl_p99
+        )
+    }
+}
