@@ -282,9 +282,24 @@ pub struct ServeView {
     /// recordings made before it was kept).
     #[serde(default)]
     pub max_batch: usize,
+    /// What the run's users have felt so far: time to first token and between tokens,
+    /// p50 and p99 (zero in recordings made before it was kept).
+    #[serde(default)]
+    pub latency: crate::serve::latency::Latency,
 }
 
 impl ServeView {
+    /// "TTFT p50 120 · p99 410 ms · between tokens p50 9 · p99 15 ms", once a token came.
+    pub fn describe_latency(&self) -> Option<String> {
+        let l = &self.latency;
+        (l.ttft_ms_p99 > 0.0).then(|| {
+            format!(
+                "TTFT p50 {:.0} · p99 {:.0} ms · between tokens p50 {:.0} · p99 {:.0} ms",
+                l.ttft_ms_p50, l.ttft_ms_p99, l.itl_ms_p50, l.itl_ms_p99
+            )
+        })
+    }
+
     /// "continuous batching · paged kv", or "one at a time · paged kv": what the run
     /// did, as the serving panes title it.
     pub fn describe(&self) -> String {

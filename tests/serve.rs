@@ -321,3 +321,29 @@ fn the_app_chat_workload_shows_a_copy_on_write_when_the_repeated_question_runs()
         out(before)[..out(last).len().min(out(before).len())].to_vec()
     );
 }
+
+#[test]
+fn every_token_keeps_its_time_and_the_run_gives_ttft_and_inter_token_latency() {
+    use inferlab::serve::latency::{ttft_s, Latency};
+    let (_d, m) = tiny_f32();
+    let mut e = ServeEngine::new(
+        &m,
+        cfg(Policy::Continuous, CacheKind::Paged, 400),
+        workload(8, 1.0, 3),
+    )
+    .unwrap();
+    run_all(&mut e);
+    for r in e.requests() {
+        assert_eq!(r.token_s.len(), r.generated.len(), "request {}", r.id);
+        assert!(r.token_s.windows(2).all(|w| w[0] <= w[1]));
+        // A token comes out after its request arrived, and its time is the engine's.
+        let t = ttft_s(r).unwrap();
+        assert!(t >= 0.0 && r.token_s.last().unwrap() <= r.finished_s.as_ref().unwrap());
+    }
+    let l = Latency::of(e.requests());
+    assert!(
+        l.ttft_ms_p50 > 0.0 && l.ttft_ms_p99 >= l.ttft_ms_p50,
+        "{l:?}"
+    );
+    assert!(l.itl_ms_p50 > 0.0 && l.itl_ms_p99 >= l.itl_ms_p50, "{l:?}");
+}

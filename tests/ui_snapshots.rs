@@ -1540,3 +1540,40 @@ fn the_comparison_title_names_the_run_its_body_draws() {
     let s = draw(&a);
     assert!(s.contains("one at a time"), "{s}");
 }
+
+#[test]
+fn the_serving_pane_says_what_its_users_felt_and_side_by_side_compares_it() {
+    use inferlab::serve::latency::Latency;
+    use inferlab::serve::CacheKind;
+    use inferlab::settings::Compare;
+    let mut a = app();
+    a.settings.serving.compare = Compare::Cache;
+    let felt = |ttft: f64| Latency {
+        ttft_ms_p50: ttft / 2.0,
+        ttft_ms_p99: ttft,
+        itl_ms_p50: 9.0,
+        itl_ms_p99: 15.0,
+    };
+    let reports = common::fixture::serving_reports(CacheKind::Paged, 12);
+    for mut r in reports {
+        r.settings.serving.compare = Compare::Cache;
+        let mut beside = r.serve.clone().unwrap();
+        beside.latency = felt(200.0);
+        r.serve.as_mut().unwrap().latency = felt(500.0);
+        r.serve_compare = Some(beside);
+        a.on_event(Event::Report(Box::new(r)));
+    }
+    let draw = |f: fn(&App, &Theme, ratatui::layout::Rect, &mut ratatui::buffer::Buffer)| {
+        let mut term = Terminal::new(TestBackend::new(120, 24)).unwrap();
+        term.draw(|fr| f(&a, &THEME, fr.area(), fr.buffer_mut()))
+            .unwrap();
+        format!("{:?}", term.backend())
+    };
+    let main = draw(panes::serving::render);
+    assert!(
+        main.contains("TTFT p50 250 · p99 500 ms · between tokens p50 9 · p99 15 ms"),
+        "{main}"
+    );
+    let side = draw(panes::serving::render_compare);
+    assert!(side.contains("p99 ttft 2.50×"), "{side}");
+}

@@ -4,7 +4,7 @@
 //! its tokens came out of an iteration.
 
 use super::Request;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The `p`-th percentile (0–100) of `samples` by linear interpolation between the two
 /// nearest ranks; 0 for no samples.
@@ -20,7 +20,7 @@ pub fn percentile(samples: &[f64], p: f64) -> f64 {
 }
 
 /// A run's latency figures, milliseconds.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Latency {
     pub ttft_ms_p50: f64,
     pub ttft_ms_p99: f64,

@@ -565,6 +565,7 @@ impl ServingEngine {
             page_size: e.cfg().page_size,
             requests: e.requests().len(),
             max_batch: e.cfg().max_batch,
+            latency: crate::serve::latency::Latency::of(e.requests()),
             step,
             preemptions: e.preemptions(),
             done: e.done(),

@@ -257,6 +257,7 @@ pub fn serving_reports_with(
                 last_copy: None,
                 // A fixed 5 ms per iteration: pictures must not depend on this machine.
                 elapsed_ms: 5.0 * i as f64,
+                latency: Default::default(),
             });
             r
         })

@@ -82,9 +82,21 @@ pub fn render_compare(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         view,
         &app.frames.shown().timeline_compare,
     );
-    // The two runs see the same requests: the ratio of their speeds is the lesson. The
-    // figure comes first, so a narrow pane cuts the words, not the number.
+    // The two runs see the same requests: the ratio of their speeds is the lesson.
     let inner = ratatui::widgets::Block::bordered().inner(area);
+    let bottom = inner.y + inner.height.saturating_sub(1);
+    let line = ratio_line(app, serving, current, view);
+    put(buf, inner, 0, bottom, line, theme.accent());
+}
+
+/// The main run over the one beside it: tokens/s, then p99 time to first token. The
+/// figure comes first, so a narrow pane cuts the words, not the number.
+fn ratio_line(
+    app: &App,
+    serving: crate::settings::Serving,
+    current: bool,
+    beside: Option<&crate::worker::report::ServeView>,
+) -> String {
     let main = app
         .report()
         .and_then(|r| r.serve.as_ref())
@@ -94,23 +106,20 @@ pub fn render_compare(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         .report()
         .filter(|_| current)
         .and_then(|r| r.serve_ratio());
-    let line = match ratio {
-        Some(ratio) => {
-            format!("{ratio:.2}× the tokens/s: left ({policy:?}, {cache:?}) ÷ this").to_lowercase()
-        }
-        None => format!(
+    let Some(ratio) = ratio else {
+        return format!(
             "ratio after {} iterations",
             crate::worker::report::RATIO_WARMUP
-        ),
+        );
     };
-    put(
-        buf,
-        inner,
-        0,
-        inner.y + inner.height.saturating_sub(1),
-        line,
-        theme.accent(),
-    );
+    let p99 = |v: Option<&crate::worker::report::ServeView>| {
+        v.map(|v| v.latency.ttft_ms_p99).filter(|&t| t > 0.0)
+    };
+    let ttft = match (p99(main), p99(beside)) {
+        (Some(a), Some(b)) => format!(" · p99 ttft {:.2}×", a / b),
+        _ => String::new(),
+    };
+    format!("{ratio:.2}× the tokens/s{ttft}: left ({policy:?}, {cache:?}) ÷ this").to_lowercase()
 }
 
 /// `long` when it fits the pane's top border, else `short` (lower case either way).
@@ -158,6 +167,7 @@ fn render_view(
     // (pages) or the free gaps (a contiguous cache).
     let table = req.map(|r| pages::describe_table(r, &blocks, sv.page_size));
     let notes = [
+        sv.describe_latency(),
         pages::describe_copies(sv),
         table.or_else(|| pages::describe_gaps(sv)),
     ];
