@@ -5,7 +5,7 @@
 //! next-token probability. `inferlab bench sink` runs the same reader to the end.
 
 use crate::kv::window::Windowed;
-use crate::kv::KvStore;
+use crate::kv::BatchKv;
 use crate::model::{Logits, Model};
 use serde::{Deserialize, Serialize};
 
@@ -161,7 +161,7 @@ impl SinkRun {
         let after = i + 1 > self.window;
         let mut lanes = Vec::with_capacity(3);
         for (k, name) in LANES.iter().enumerate() {
-            let kv: &mut dyn KvStore = match k {
+            let kv: &mut dyn BatchKv = match k {
                 0 => &mut self.full,
                 1 => &mut self.windows[0],
                 _ => &mut self.windows[1],

@@ -7,7 +7,7 @@ mod common;
 use candle_core::{Device, Tensor};
 use common::*;
 use inferlab::kv::pool::{page_hash, KvError, PagePool};
-use inferlab::kv::{KvStore, PagedKv};
+use inferlab::kv::PagedKv;
 use inferlab::model::{Logits, Model};
 use proptest::prelude::*;
 
@@ -202,7 +202,7 @@ fn paged_equals_contiguous_logits() {
             .forward(&next_c, &mut contiguous, None, Logits::Last)
             .unwrap();
         let b = {
-            let mut seq = inferlab::kv::paged::PagedSeq(append(&mut paged, &mut pool, 7, &next_p));
+            let mut seq = append(&mut paged, &mut pool, 7, &next_p);
             m.forward(&next_p, &mut seq, None, Logits::Last).unwrap()
         };
         let (a, b) = (
@@ -234,7 +234,7 @@ fn prefix_sharing_on_equals_off() {
                 assert_eq!(cached, 26);
             }
             let rest = &prompt[cached..];
-            let mut seq = inferlab::kv::paged::PagedSeq(append(&mut kv, &mut pool, req, rest));
+            let mut seq = append(&mut kv, &mut pool, req, rest);
             let l = m.forward(rest, &mut seq, None, Logits::Last).unwrap();
             out.extend(Model::last_logits(&l).unwrap());
         }

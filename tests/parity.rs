@@ -7,7 +7,6 @@ use candle_core::quantized::{gguf_file, GgmlDType};
 use candle_core::{Device, Tensor};
 use candle_transformers::models::quantized_llama::ModelWeights;
 use common::*;
-use inferlab::kv::KvStore;
 use inferlab::model::sampler::argmax;
 use inferlab::model::{LoadOptions, Logits, Model, Requant};
 use std::path::Path;

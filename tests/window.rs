@@ -4,10 +4,10 @@ mod common;
 
 use common::*;
 use inferlab::kv::window::Windowed;
-use inferlab::kv::KvStore;
+use inferlab::kv::BatchKv;
 use inferlab::model::{Logits, Model};
 
-fn read(m: &Model, toks: &[u32], kv: &mut dyn KvStore) -> Vec<Vec<f32>> {
+fn read(m: &Model, toks: &[u32], kv: &mut dyn BatchKv) -> Vec<Vec<f32>> {
     toks.iter()
         .map(|t| Model::last_logits(&m.forward(&[*t], kv, None, Logits::Last).unwrap()).unwrap())
         .collect()

@@ -3,7 +3,6 @@
 //! `quantized_llama` on the same file, measured interleaved in one run.
 
 use super::median;
-use crate::kv::KvStore;
 use crate::model::sampler::argmax;
 use crate::model::{LayerSelect, LoadOptions, Logits, Model, Probe, Requant};
 use anyhow::{Context, Result};

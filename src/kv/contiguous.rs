@@ -1,7 +1,7 @@
 //! Contiguous KV cache: each request reserves room for its maximum length up front,
 //! as engines before PagedAttention did.
 
-use super::{KvRows, KvStore, RowLayout};
+use super::{KvRows, RowLayout};
 use candle_core::{DType, Device, Result, Tensor};
 
 /// One layer's keys and values, each laid out `(n_kv_head, capacity, head_dim)`.
@@ -94,12 +94,21 @@ impl Contiguous {
     }
 }
 
-impl KvStore for Contiguous {
-    fn len(&self) -> usize {
+impl Contiguous {
+    /// Tokens cached: the position the next token takes.
+    pub fn len(&self) -> usize {
         self.len
     }
 
-    fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
+    /// True when nothing is cached yet.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Stores `k`, `v` of shape `(n_kv_head, t, head_dim)` for `layer` after what is
+    /// cached and returns all of that layer's keys and values so far, each
+    /// `(n_kv_head, len + t, head_dim)`: the tensor kernels' route.
+    pub fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
         let t = k.dim(1)?;
         self.check_room(t)?;
         let (len, cap, d, device) = (self.len, self.capacity, self.head_dim, self.device.clone());
@@ -134,7 +143,9 @@ impl KvStore for Contiguous {
         }
     }
 
-    fn append_rows(&mut self, layer: usize, k: &[f32], v: &[f32]) -> Result<()> {
+    /// Stores the new tokens' K and V rows (token-major, one row of `n_kv_head ×
+    /// head_dim` per token, RoPE applied) in host memory: the host route.
+    pub fn append_rows(&mut self, layer: usize, k: &[f32], v: &[f32]) -> Result<()> {
         if !self.device.is_cpu() {
             return Err(super::no_host_rows());
         }
@@ -165,7 +176,9 @@ impl KvStore for Contiguous {
         Ok(())
     }
 
-    fn rows(&self, layer: usize) -> Option<KvRows<'_>> {
+    /// The keys and values of `layer` read in place, the rows just appended included
+    /// (`None` on a device).
+    pub fn rows(&self, layer: usize) -> Option<KvRows<'_>> {
         match self.layers.get(layer)? {
             Some(Slab::Host(k, v)) => Some(KvRows {
                 k,
@@ -179,12 +192,39 @@ impl KvStore for Contiguous {
         }
     }
 
-    fn advance(&mut self, t: usize) {
+    /// Marks `t` new tokens as cached, once every layer has appended them.
+    pub fn advance(&mut self, t: usize) {
         self.len += t;
         self.pending = 0;
     }
 
-    fn pending(&self) -> usize {
+    /// Tokens appended to layer 0 since the last `advance`.
+    pub fn pending(&self) -> usize {
         self.pending
+    }
+}
+
+impl super::BatchKv for Contiguous {
+    fn len(&self, _s: usize) -> usize {
+        Contiguous::len(self)
+    }
+    fn append(
+        &mut self,
+        _s: usize,
+        layer: usize,
+        k: &Tensor,
+        v: &Tensor,
+    ) -> Result<(Tensor, Tensor)> {
+        Contiguous::append(self, layer, k, v)
+    }
+    fn advance(&mut self) {
+        let t = self.pending();
+        Contiguous::advance(self, t);
+    }
+    fn append_rows(&mut self, _s: usize, layer: usize, k: &[f32], v: &[f32]) -> Result<()> {
+        Contiguous::append_rows(self, layer, k, v)
+    }
+    fn rows(&self, _s: usize, layer: usize) -> Option<KvRows<'_>> {
+        Contiguous::rows(self, layer)
     }
 }

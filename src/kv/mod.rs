@@ -1,7 +1,7 @@
 //! The KV cache: where each layer's keys and values live between decode steps.
 //!
-//! The forward pass talks to the cache only through [`KvStore`], so the layout
-//! (contiguous reservation, or pages) changes memory, never the math.
+//! The forward pass talks to the cache only through [`BatchKv`], so the layout
+//! (contiguous reservation, pages, a window) changes memory, never the math.
 
 pub mod arena;
 pub mod contiguous;
@@ -27,42 +27,16 @@ pub fn bytes_per_token(
     layers * 2 * kv_heads * head_dim * elem_bytes
 }
 
-/// Per-request key/value storage for every layer.
-pub trait KvStore: Send {
-    /// Tokens already cached: the position the next token will take.
-    fn len(&self) -> usize;
-
-    /// True when nothing is cached yet.
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Stores `k`, `v` of shape `(n_kv_head, t, head_dim)` for `layer` at positions
-    /// `len()..len()+t`, and returns all keys and values of that layer so far,
-    /// each `(n_kv_head, len()+t, head_dim)`.
-    fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)>;
-
-    /// Marks `t` new tokens as cached, once every layer has appended them.
-    fn advance(&mut self, t: usize);
-
-    /// Tokens appended to layer 0 since the last `advance` (what `advance` should commit).
-    fn pending(&self) -> usize;
-
-    /// Rows on the CPU: stores the K and V rows of the new tokens (token-major, one row
-    /// of `n_kv_head × head_dim` per token, RoPE applied) in place. Every store in host
-    /// memory takes them; one on a device refuses.
-    fn append_rows(&mut self, layer: usize, k: &[f32], v: &[f32]) -> Result<()>;
-
-    /// The keys and values of `layer` read in place (the rows just appended included):
-    /// every store in host memory lends them; `None` on a device.
-    fn rows(&self, layer: usize) -> Option<KvRows<'_>>;
-}
-
-/// The caches of several sequences run in one batched forward pass.
+/// The KV caches of the sequences of one forward pass, sequence `s` by sequence: the one
+/// interface the forward pass talks to the cache through. A single store (contiguous,
+/// windowed) is a batch of one; a paged batch and several contiguous stores are many.
+/// Every store in host memory takes new rows and lends them back in place (the host
+/// route); on a device, stores take and give tensors.
 pub trait BatchKv: Send {
-    /// Tokens already cached for sequence `s`.
+    /// Tokens already cached for sequence `s`: the position its next token takes.
     fn len(&self, s: usize) -> usize;
-    /// Like [`KvStore::append`], for sequence `s`.
+    /// Stores sequence `s`'s new `k`, `v` (`(n_kv_head, t, head_dim)`) for `layer` and
+    /// returns all its keys and values so far, each `(n_kv_head, len + t, head_dim)`.
     fn append(
         &mut self,
         s: usize,
@@ -72,7 +46,8 @@ pub trait BatchKv: Send {
     ) -> Result<(Tensor, Tensor)>;
     /// Marks every sequence's new tokens as cached.
     fn advance(&mut self);
-    /// Like [`KvStore::append_rows`], for sequence `s`, with all its new tokens at once.
+    /// Stores sequence `s`'s new K and V rows (token-major, `n_kv_head × head_dim` per
+    /// token, RoPE applied) in host memory; a store on a device refuses.
     fn append_rows(&mut self, s: usize, layer: usize, k: &[f32], v: &[f32]) -> Result<()>;
     /// Sequence `s`'s keys and values for `layer`, read in place (`None` on a device).
     fn rows(&self, s: usize, layer: usize) -> Option<KvRows<'_>>;
@@ -139,36 +114,6 @@ impl RowLayout<'_> {
             Self::HeadMajor { capacity, .. } => (g * capacity + j) * d,
             Self::TokenMajor { .. } => (j * n_kv + g) * d,
         }
-    }
-}
-
-/// One sequence's store as a batch of one.
-pub struct BatchOfOne<'a>(pub &'a mut dyn KvStore);
-
-impl BatchKv for BatchOfOne<'_> {
-    fn len(&self, _s: usize) -> usize {
-        self.0.len()
-    }
-    fn append(
-        &mut self,
-        _s: usize,
-        layer: usize,
-        k: &Tensor,
-        v: &Tensor,
-    ) -> Result<(Tensor, Tensor)> {
-        self.0.append(layer, k, v)
-    }
-    fn advance(&mut self) {
-        // A batch commits without knowing each sequence's length; the store remembers
-        // how many rows its layer 0 took.
-        let t = self.0.pending();
-        self.0.advance(t);
-    }
-    fn append_rows(&mut self, _s: usize, layer: usize, k: &[f32], v: &[f32]) -> Result<()> {
-        self.0.append_rows(layer, k, v)
-    }
-    fn rows(&self, _s: usize, layer: usize) -> Option<KvRows<'_>> {
-        self.0.rows(layer)
     }
 }
 

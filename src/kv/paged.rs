@@ -4,7 +4,7 @@
 //! business ([`PagePool`], owned by the scheduler); this store holds the bytes.
 
 use super::pool::{KvError, PagePool, ReqId};
-use super::{BatchKv, KvRows, KvStore, RowLayout};
+use super::{BatchKv, KvRows, RowLayout};
 use candle_core::{DType, Device, Result, Tensor};
 
 /// Where the pages live.
@@ -259,27 +259,5 @@ impl BatchKv for PagedBatch<'_> {
 
     fn advance(&mut self) {
         // The allocator recorded the tokens when the scheduler planned the batch.
-    }
-}
-
-/// One request's paged cache as a [`KvStore`] for a single forward call.
-pub struct PagedSeq<'a>(pub PagedBatch<'a>);
-
-impl KvStore for PagedSeq<'_> {
-    fn len(&self) -> usize {
-        self.0.seqs[0].before
-    }
-    fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
-        BatchKv::append(&mut self.0, 0, layer, k, v)
-    }
-    fn advance(&mut self, _t: usize) {}
-    fn pending(&self) -> usize {
-        self.0.seqs[0].new_slots().len()
-    }
-    fn append_rows(&mut self, layer: usize, k: &[f32], v: &[f32]) -> Result<()> {
-        BatchKv::append_rows(&mut self.0, 0, layer, k, v)
-    }
-    fn rows(&self, layer: usize) -> Option<KvRows<'_>> {
-        BatchKv::rows(&self.0, 0, layer)
     }
 }

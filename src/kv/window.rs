@@ -5,7 +5,7 @@
 //! `len()` is the next token's position, which keeps counting after evictions, so RoPE
 //! still sees true distances; the cache itself holds at most `window` (+ the new) tokens.
 
-use super::{KvRows, KvStore, RowLayout};
+use super::{KvRows, RowLayout};
 use candle_core::{Device, Result, Tensor};
 
 /// A windowed cache on host memory.
@@ -77,12 +77,21 @@ impl Windowed {
     }
 }
 
-impl KvStore for Windowed {
-    fn len(&self) -> usize {
+impl Windowed {
+    /// Tokens cached: the position the next token takes.
+    pub fn len(&self) -> usize {
         self.pos
     }
 
-    fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
+    /// True when nothing is cached yet.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Stores `k`, `v` of shape `(n_kv_head, t, head_dim)` for `layer` after what is
+    /// cached and returns all of that layer's keys and values so far, each
+    /// `(n_kv_head, len + t, head_dim)`: the tensor kernels' route.
+    pub fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
         let (hn, t, d) = k.dims3()?;
         // (n_kv, t, d) → token-major rows.
         let rows = |x: &Tensor| -> Result<Vec<f32>> {
@@ -101,7 +110,8 @@ impl KvStore for Windowed {
         Ok((self.heads(&self.k[layer])?, self.heads(&self.v[layer])?))
     }
 
-    fn advance(&mut self, t: usize) {
+    /// Marks `t` new tokens as cached, once every layer has appended them.
+    pub fn advance(&mut self, t: usize) {
         self.positions.extend(self.pos..self.pos + t);
         self.pos += t;
         self.pending = 0;
@@ -118,11 +128,14 @@ impl KvStore for Windowed {
         }
     }
 
-    fn pending(&self) -> usize {
+    /// Tokens appended to layer 0 since the last `advance`.
+    pub fn pending(&self) -> usize {
         self.pending
     }
 
-    fn append_rows(&mut self, layer: usize, k: &[f32], v: &[f32]) -> Result<()> {
+    /// Stores the new tokens' K and V rows (token-major, one row of `n_kv_head ×
+    /// head_dim` per token, RoPE applied) in host memory: the host route.
+    pub fn append_rows(&mut self, layer: usize, k: &[f32], v: &[f32]) -> Result<()> {
         let row = self.row();
         if k.len() != v.len() || !k.len().is_multiple_of(row) {
             candle_core::bail!(
@@ -139,7 +152,9 @@ impl KvStore for Windowed {
         Ok(())
     }
 
-    fn rows(&self, layer: usize) -> Option<KvRows<'_>> {
+    /// The keys and values of `layer` read in place, the rows just appended included
+    /// (`None` on a device).
+    pub fn rows(&self, layer: usize) -> Option<KvRows<'_>> {
         let (k, v) = (self.k.get(layer)?, self.v.get(layer)?);
         Some(KvRows {
             k,
@@ -148,5 +163,30 @@ impl KvStore for Windowed {
                 len: k.len() / self.row(),
             },
         })
+    }
+}
+
+impl super::BatchKv for Windowed {
+    fn len(&self, _s: usize) -> usize {
+        Windowed::len(self)
+    }
+    fn append(
+        &mut self,
+        _s: usize,
+        layer: usize,
+        k: &Tensor,
+        v: &Tensor,
+    ) -> Result<(Tensor, Tensor)> {
+        Windowed::append(self, layer, k, v)
+    }
+    fn advance(&mut self) {
+        let t = self.pending();
+        Windowed::advance(self, t);
+    }
+    fn append_rows(&mut self, _s: usize, layer: usize, k: &[f32], v: &[f32]) -> Result<()> {
+        Windowed::append_rows(self, layer, k, v)
+    }
+    fn rows(&self, _s: usize, layer: usize) -> Option<KvRows<'_>> {
+        Windowed::rows(self, layer)
     }
 }

@@ -17,7 +17,7 @@ use super::rope::Rope;
 use super::tokenizer::TextTokenizer;
 use super::traffic::Traffic;
 use super::weights::{LoadOptions, Weights};
-use crate::kv::{BatchKv, KvStore};
+use crate::kv::BatchKv;
 use candle_core::quantized::QMatMul;
 use candle_core::{DType, Device, Tensor};
 use std::path::Path;
@@ -228,12 +228,11 @@ impl Model {
     pub fn forward(
         &self,
         tokens: &[u32],
-        kv: &mut dyn KvStore,
+        kv: &mut dyn BatchKv,
         probe: Option<&mut Probe>,
         which: Logits,
     ) -> Result<Tensor> {
-        let mut one = crate::kv::BatchOfOne(kv);
-        let mut out = self.forward_batch(&[tokens], &mut one, probe, which)?;
+        let mut out = self.forward_batch(&[tokens], kv, probe, which)?;
         Ok(out.pop().expect("one sequence in, one out"))
     }
 

@@ -8,7 +8,7 @@ use super::forward::{Logits, Model};
 use super::heads::HeadLayout;
 use super::probe::{LayerCapture, LayerSelect, Probe, Timing};
 use super::sampler::{distribution, top_k, Sampler, SamplerConfig, TopToken};
-use crate::kv::{Contiguous, KvStore};
+use crate::kv::Contiguous;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 

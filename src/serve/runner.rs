@@ -8,7 +8,7 @@ use super::scheduler::{CacheKind, Placement, Plan, ServeConfig};
 use super::ServeError;
 use crate::kv::paged::{PagedKv, SeqSlots};
 use crate::kv::pool::ReqId;
-use crate::kv::{Contiguous, ContiguousBatch, KvStore};
+use crate::kv::{Contiguous, ContiguousBatch};
 use crate::model::sampler::argmax;
 use crate::model::traffic::Traffic;
 use crate::model::{LayerSelect, Logits, Model, Probe};

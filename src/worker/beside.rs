@@ -4,7 +4,6 @@
 //! the layout alone.
 
 use super::report::BesideView;
-use crate::kv::KvStore;
 use crate::model::session::Session;
 use crate::model::{Model, RunOptions, SamplerConfig};
 

@@ -3,7 +3,6 @@
 //! and recordings run it headlessly through [`run_request`].
 
 use super::report::{KvView, StepReport};
-use crate::kv::KvStore;
 use crate::model::session::Session;
 use crate::model::{LayerSelect, Model, Probe, SamplerConfig, TextTokenizer};
 use crate::settings::Settings;
