@@ -1577,3 +1577,39 @@ fn the_serving_pane_says_what_its_users_felt_and_side_by_side_compares_it() {
     let side = draw(panes::serving::render_compare);
     assert!(side.contains("p99 ttft 2.50×"), "{side}");
 }
+
+#[test]
+fn an_older_answer_never_takes_back_a_change_still_on_its_way() {
+    use inferlab::worker::Command;
+    let mut a = app();
+    let first = a.update(Action::CycleLayout);
+    let second = a.update(Action::ToggleCache);
+    let (Some(Command::Apply(s1)), Some(Command::Apply(s2))) = (first.first(), second.first())
+    else {
+        panic!("{first:?} {second:?}")
+    };
+    let (s1, s2) = (*s1, *s2);
+    assert_ne!(s1.serving.cache, s2.serving.cache);
+    // The worker answers the first while the second waits: the app keeps the second.
+    a.on_event(Event::Applied(s1));
+    assert_eq!(a.settings.serving.cache, s2.serving.cache);
+    a.on_event(Event::Applied(s2));
+    assert_eq!(a.settings, s2);
+    // The answer to the newest says what runs, even when it is not what was asked.
+    let asked = a.update(Action::ToggleSink);
+    assert!(matches!(asked.as_slice(), [Command::Apply(s)] if s.sink));
+    a.on_event(Event::Applied(s2));
+    assert!(
+        !a.settings.sink,
+        "the sink failed to start: the app says it is off"
+    );
+    // The layout beside stopping on its own ends it in the app's settings too.
+    a.update(Action::CycleBeside);
+    let beside = a.settings.request.beside;
+    assert!(beside.is_some());
+    a.on_event(Event::Applied(a.settings));
+    let mut stopped = a.settings;
+    stopped.request.beside = None;
+    a.on_event(Event::Settings(stopped));
+    assert_eq!(a.settings.request.beside, None);
+}

@@ -451,6 +451,7 @@ impl App {
         if new.run != old.run || new.serving != old.serving {
             self.frames.clear_timelines();
         }
+        self.engine.applies_pending += 1;
         vec![Command::Apply(new)]
     }
 
@@ -465,6 +466,7 @@ impl App {
             return None;
         }
         self.settings.watch = watch;
+        self.engine.applies_pending += 1;
         Some(Command::Apply(self.settings))
     }
 
@@ -711,12 +713,10 @@ impl App {
             // What the worker runs under now: what was asked, unless it failed (then the
             // keys and the lessons read what really runs). What the screen watches is the
             // screen's own.
-            Event::Applied(s) => {
-                self.settings = Settings {
-                    watch: self.settings.watch,
-                    ..s
-                }
-            }
+            Event::Applied(s) => self.applied(s),
+            // The layout beside stopped: only that changed (a change still on its way is
+            // answered by its own `Applied`).
+            Event::Settings(s) => self.settings.request.beside = s.request.beside,
             Event::Beside(v) => {
                 if let Some(r) = self.frames.live_report_mut() {
                     r.beside = v;
@@ -750,6 +750,24 @@ impl App {
             }
             Event::Report(r) => self.take_report(r),
         }
+    }
+
+    /// The answer to an `Apply`: the newest says what runs.
+    fn applied(&mut self, s: Settings) {
+        let e = &mut self.engine;
+        e.applies_pending = e.applies_pending.saturating_sub(1);
+        if e.applies_pending == 0 {
+            self.adopt(s);
+        }
+    }
+
+    /// Takes the settings the worker runs under as the app's (what the screen watches is
+    /// the screen's own).
+    fn adopt(&mut self, s: Settings) {
+        self.settings = Settings {
+            watch: self.settings.watch,
+            ..s
+        };
     }
 
     /// A new iteration: graded by the open lesson, kept, and shown.

@@ -25,6 +25,9 @@ pub struct EngineState {
     pub steps_queued: usize,
     /// A new prompt was sent and its prefill has not run yet.
     pub prompt_queued: bool,
+    /// `Apply` commands sent and not yet answered: only the answer to the newest one
+    /// says what runs (an older one would take back a change still on its way).
+    pub applies_pending: usize,
     /// Iterations run on their own, at `SPEEDS[speed]` per second.
     pub running: bool,
     pub speed: usize,
@@ -43,6 +46,7 @@ impl Default for EngineState {
             in_flight: false,
             steps_queued: 0,
             prompt_queued: false,
+            applies_pending: 0,
             running: false,
             speed: 2,
         }

@@ -67,6 +67,8 @@ pub enum Event {
     /// The answer to every [`Command::Apply`], after whatever else it said: the settings
     /// the worker now runs under (after a failure, not those asked for).
     Applied(Settings),
+    /// The worker changed what it runs on its own: the layout beside failed and stopped.
+    Settings(Settings),
 }
 
 pub use crate::serve::workload::AppWorkload;
@@ -245,8 +247,7 @@ impl Worker {
                 // The layout beside starts over on the new prompt, with the live one; if
                 // it cannot, the prompt still stands and the comparison says why it ended.
                 if let Err(e) = self.start_beside() {
-                    send(Event::Beside(None));
-                    send(Event::Status(format!("the layout beside stopped: {e}")));
+                    self.beside_stopped(&e, send);
                 }
                 send(Event::Status(
                     "new request queued: press space to prefill it".into(),
@@ -339,7 +340,8 @@ impl Worker {
     /// Stepping then goes on from there. The serving runs and the sink experiment are
     /// shaped by the layout too: they start again.
     fn set_run(&mut self, s: Settings, send: &dyn Fn(Event)) -> Result<(), WorkerError> {
-        // Everything is built before anything is replaced: a failure leaves all as it ran.
+        // Everything is built before anything is replaced: a failure to build leaves all
+        // as it ran.
         let model = self.base.with_run(s.run)?;
         let sink = match s.sink {
             true => Some(sink_run(&model)?),
@@ -350,10 +352,14 @@ impl Worker {
         let (serve, compare) = serving_pair(&model, &s)?;
         (self.serve, self.compare) = (serve, compare);
         (self.model, self.sink, self.live) = (model, sink, live);
+        // The layout beside followed the old model's session: it starts again below.
+        self.beside = None;
         self.settings = s;
         if !started {
             // Nothing ran yet: the next space prefills the prompt under the new settings.
-            self.start_beside()?;
+            if let Err(e) = self.start_beside() {
+                self.beside_stopped(&e, send);
+            }
             send(Event::Status(
                 "settings changed: press space to prefill the prompt".into(),
             ));
@@ -368,7 +374,12 @@ impl Worker {
         )?;
         self.iteration += 1;
         report.recomputed = true;
-        report.beside = self.start_beside()?;
+        // The recomputed position stands even if the comparison cannot follow it.
+        report.beside = self.start_beside().unwrap_or_else(|e| {
+            self.beside_stopped(&e, send);
+            None
+        });
+        report.settings = self.settings;
         self.keep_last(&mut report);
         send(Event::Report(Box::new(report)));
         Ok(())
@@ -423,6 +434,14 @@ impl Worker {
         self.settings.request.beside = None;
     }
 
+    /// Says that the layout beside stopped and why, and tells the app the settings that
+    /// now run, so its next change does not start the comparison again.
+    fn beside_stopped(&self, e: &WorkerError, send: &dyn Fn(Event)) {
+        send(Event::Beside(None));
+        send(Event::Status(format!("the layout beside stopped: {e}")));
+        send(Event::Settings(self.settings));
+    }
+
     /// Keeps the newest report without its attention captures (most of its bytes) for
     /// the steps after the request ends; they are taken out for the clone and put back.
     fn keep_last(&mut self, report: &mut StepReport) {
@@ -453,7 +472,7 @@ impl Worker {
                 Err(e) => {
                     self.stop_beside();
                     report.settings.request.beside = None;
-                    send(Event::Status(format!("the layout beside stopped: {e}")));
+                    self.beside_stopped(&e, send);
                 }
             }
         }
