@@ -27,11 +27,15 @@ pub struct Settings {
 
 /// How the app's serving workload runs, and what runs beside it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Serving {
     pub policy: Policy,
     pub cache: CacheKind,
     pub compare: Compare,
     pub workload: AppWorkload,
+    /// Prompts fed in chunks of a small token budget per iteration (chunked prefill), so
+    /// a long one no longer holds every decode back for an iteration.
+    pub chunked: bool,
 }
 
 /// What the side-by-side view varies.

@@ -347,3 +347,23 @@ fn every_token_keeps_its_time_and_the_run_gives_ttft_and_inter_token_latency() {
     );
     assert!(l.itl_ms_p50 > 0.0 && l.itl_ms_p99 >= l.itl_ms_p50, "{l:?}");
 }
+
+#[test]
+fn the_app_s_chunked_run_feeds_a_long_prompt_over_several_iterations() {
+    use inferlab::serve::workload::{app_serving, AppWorkload, APP_CHUNK_TOKENS};
+    let m = Model::load(&common::real_model(), &Default::default()).unwrap();
+    let how = (Policy::Continuous, CacheKind::Paged);
+    let (whole, _) = app_serving(&m, how, AppWorkload::Long, false, false).unwrap();
+    let (cfg, reqs) = app_serving(&m, how, AppWorkload::Long, false, true).unwrap();
+    assert_eq!(cfg.token_budget, APP_CHUNK_TOKENS);
+    assert!(whole.token_budget > APP_CHUNK_TOKENS);
+    let longest = reqs.iter().map(|r| r.prompt.len()).max().unwrap();
+    assert!(longest > APP_CHUNK_TOKENS, "{longest}");
+    let mut e = ServeEngine::new(&m, cfg, reqs).unwrap();
+    // Every iteration keeps to the budget until the first answers start.
+    for _ in 0..4 {
+        let s = e.step().unwrap();
+        let scheduled: usize = s.active.iter().map(|a| a.scheduled).sum();
+        assert!(scheduled <= APP_CHUNK_TOKENS, "{scheduled}");
+    }
+}

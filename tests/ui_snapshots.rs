@@ -1613,3 +1613,32 @@ fn an_older_answer_never_takes_back_a_change_still_on_its_way() {
     a.on_event(Event::Settings(stopped));
     assert_eq!(a.settings.request.beside, None);
 }
+
+#[test]
+fn d_feeds_the_serving_prompts_in_chunks_and_the_title_says_so() {
+    use inferlab::serve::CacheKind;
+    use inferlab::worker::Command;
+    let mut a = app();
+    for r in common::fixture::serving_reports(CacheKind::Paged, 2) {
+        a.on_event(Event::Report(Box::new(r)));
+    }
+    let key = ratatui::crossterm::event::KeyEvent::new(
+        ratatui::crossterm::event::KeyCode::Char('d'),
+        ratatui::crossterm::event::KeyModifiers::NONE,
+    );
+    let act = inferlab::ui::keys::action_for(key, false).unwrap();
+    let cmds = a.update(act);
+    assert!(
+        matches!(cmds.as_slice(), [Command::Apply(s)] if s.serving.chunked),
+        "{cmds:?}"
+    );
+    // The run that answers says it ran chunked; the title names it.
+    let mut r = common::fixture::serving_reports(CacheKind::Paged, 1).remove(0);
+    r.settings.serving.chunked = true;
+    a.on_event(Event::Report(Box::new(r)));
+    let mut term = Terminal::new(TestBackend::new(100, 16)).unwrap();
+    term.draw(|f| panes::serving::render(&a, &THEME, f.area(), f.buffer_mut()))
+        .unwrap();
+    let s = format!("{:?}", term.backend());
+    assert!(s.contains("chunked prefill"), "{s}");
+}

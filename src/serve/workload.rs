@@ -166,6 +166,32 @@ impl AppWorkload {
 
 // ---- The app's two workloads (what the serving pane and the lessons run) ----
 
+/// The token budget per iteration when the app's serving run feeds prompts in chunks
+/// (`d`): a long prompt takes several iterations, and the decodes beside it go on in each.
+pub const APP_CHUNK_TOKENS: usize = 64;
+
+/// The app's serving run: `workload`'s requests under `policy` and `cache`, one at a time
+/// (a batch of one) or batched, with prompts in chunks of [`APP_CHUNK_TOKENS`] or whole.
+pub fn app_serving(
+    model: &Model,
+    (policy, cache): (Policy, CacheKind),
+    workload: AppWorkload,
+    one_at_a_time: bool,
+    chunked: bool,
+) -> Result<(ServeConfig, Vec<Request>), super::ServeError> {
+    let (mut cfg, reqs) = match workload {
+        AppWorkload::Chat => chat_serving(model, policy, cache)?,
+        AppWorkload::Long => long_serving(model, policy, cache)?,
+    };
+    if one_at_a_time {
+        cfg.max_batch = 1;
+    }
+    if chunked {
+        cfg.token_budget = APP_CHUNK_TOKENS;
+    }
+    Ok((cfg, reqs))
+}
+
 /// Token slots per KV page in the app's serving engines.
 pub const APP_PAGE_SIZE: usize = 16;
 

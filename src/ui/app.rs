@@ -63,6 +63,8 @@ pub enum Action {
     ZoomPane(Pane),
     /// The serving workload: chat prompts ↔ the long story.
     ToggleWorkload,
+    /// The serving run's prompts: whole ↔ in chunks (chunked prefill).
+    ToggleChunked,
     /// The live request's KV cache on ↔ off (recompute the sequence every step).
     ToggleKvCache,
     /// The live request's tokens under another head layout beside it: off → the next
@@ -106,6 +108,7 @@ fn needs_model(a: Action) -> bool {
             | Action::StartInput
             | Action::ToggleSink
             | Action::ToggleWorkload
+            | Action::ToggleChunked
             | Action::CycleTemperature
             | Action::CycleTopP
             | Action::ToggleKvCache
@@ -418,6 +421,7 @@ impl App {
             Action::TogglePolicy => serving.policy = serving.policy.other(),
             Action::CycleCompare => serving.compare = serving.compare.next(),
             Action::ToggleWorkload => serving.workload = serving.workload.other(),
+            Action::ToggleChunked => serving.chunked = !serving.chunked,
             Action::ToggleSink => s.sink = !s.sink,
             Action::ToggleKvCache => request.kv_cache = !request.kv_cache,
             Action::CycleBeside => request.beside = self.settings.next_beside(),

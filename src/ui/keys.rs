@@ -60,13 +60,14 @@ pub const BINDINGS: &[Binding] = &[
         on: &[(KeyCode::Char('f'), Action::ToggleKernel)],
     },
     Binding {
-        keys: "c b u",
-        help: "c paged ↔ contiguous · b continuous ↔ static · u next block table",
+        keys: "c b d u",
+        help: "c paged↔contiguous · b continuous↔static · d chunks · u table",
         rank: 6,
         hint: "cache/batching",
         on: &[
             (KeyCode::Char('c'), Action::ToggleCache),
             (KeyCode::Char('b'), Action::TogglePolicy),
+            (KeyCode::Char('d'), Action::ToggleChunked),
             (KeyCode::Char('u'), Action::NextRequest),
         ],
     },

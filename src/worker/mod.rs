@@ -526,14 +526,21 @@ impl Worker {
 /// The status line after the serving settings changed.
 fn serving_restarted(s: &Settings) -> String {
     let w = s.serving.workload;
+    let chunks = match s.serving.chunked {
+        true => format!(
+            ", prompts in chunks of {}",
+            crate::serve::workload::APP_CHUNK_TOKENS
+        ),
+        false => String::new(),
+    };
     match s.serving.other() {
         Some(o) => format!(
-            "serving restarted: {w:?} requests, {} beside {} on the same requests",
+            "serving restarted: {w:?} requests, {} beside {} on the same requests{chunks}",
             s.serving.main().describe(),
             o.describe()
         ),
         None => format!(
-            "serving workload restarted: {w:?} requests, {}",
+            "serving workload restarted: {w:?} requests, {}{chunks}",
             s.serving.main().describe()
         ),
     }
@@ -543,7 +550,6 @@ fn serving_restarted(s: &Settings) -> String {
 pub const SINK_WINDOW: usize = 128;
 const SINK_PAGE: usize = APP_PAGE_SIZE;
 
-use crate::serve::workload::long_serving;
 pub use crate::serve::workload::{chat_serving, long_parts, APP_PAGE_SIZE};
 
 /// A fresh sink experiment over the shipped eval text.
@@ -599,24 +605,25 @@ fn serving_pair(
     model: &Model,
     s: &Settings,
 ) -> Result<(ServingEngine, Option<ServingEngine>), WorkerError> {
-    let w = s.serving.workload;
-    let serve = serving(model, s.serving.main(), w)?;
+    let (w, chunked) = (s.serving.workload, s.serving.chunked);
+    let serve = serving(model, s.serving.main(), w, chunked)?;
     let compare = match s.serving.other() {
-        Some(o) => Some(serving(model, o, w)?),
+        Some(o) => Some(serving(model, o, w, chunked)?),
         None => None,
     };
     Ok((serve, compare))
 }
 
 /// The app's serving engine over one of its workloads.
-fn serving(model: &Model, run: ServingRun, w: AppWorkload) -> Result<ServingEngine, WorkerError> {
-    let (mut cfg, reqs) = match w {
-        AppWorkload::Chat => chat_serving(model, run.policy, run.cache)?,
-        AppWorkload::Long => long_serving(model, run.policy, run.cache)?,
-    };
-    if run.one_at_a_time {
-        cfg.max_batch = 1;
-    }
+fn serving(
+    model: &Model,
+    run: ServingRun,
+    w: AppWorkload,
+    chunked: bool,
+) -> Result<ServingEngine, WorkerError> {
+    let how = (run.policy, run.cache);
+    let (cfg, reqs) =
+        crate::serve::workload::app_serving(model, how, w, run.one_at_a_time, chunked)?;
     Ok(ServingEngine {
         engine: ServeEngine::new(model, cfg, reqs)?,
         last: None,

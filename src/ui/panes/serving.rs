@@ -36,9 +36,14 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     // The engine's own policy and cache where it ran (recordings older than the
     // settings in each report have only these).
     let (policy, cache) = view.map_or((serving.policy, serving.cache), |v| (v.policy, v.cache));
+    let chunks = if serving.chunked {
+        " · chunked prefill"
+    } else {
+        ""
+    };
     let title = fitted_title(
         area,
-        format!(" serving · {policy:?} batching · {cache:?} KV "),
+        format!(" serving · {policy:?} batching · {cache:?} KV{chunks} "),
         format!(" {policy:?} · {cache:?} "),
     );
     render_view(
