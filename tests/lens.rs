@@ -130,8 +130,10 @@ fn the_lens_pane_and_picture_show_each_layers_guess() {
     let svg = inferlab::export::render_svg(&a.scene(), inferlab::export::ExportPane::Lens).unwrap();
     assert!(svg.contains("layer 0") && svg.contains("layer 1"), "{svg}");
     assert!(svg.contains("top guess from layer 1 on"));
-    // o again gives the heatmap back, and the engine stops the lens (the event loop sends
-    // SetLens(false) when neither shown nor focused).
+    // o again gives the heatmap back, and the engine stops the lens: what the screen
+    // watches goes out with the settings (the event loop sends it every frame it changes).
     a.update(Action::ToggleLens);
     assert!(!a.view.lens_shown && a.view.focus == Pane::Attention);
+    a.watch_command();
+    assert!(!a.settings.watch.lens);
 }
