@@ -204,27 +204,5 @@ impl Contiguous {
     }
 }
 
-impl super::BatchKv for Contiguous {
-    fn len(&self, _s: usize) -> usize {
-        Contiguous::len(self)
-    }
-    fn append(
-        &mut self,
-        _s: usize,
-        layer: usize,
-        k: &Tensor,
-        v: &Tensor,
-    ) -> Result<(Tensor, Tensor)> {
-        Contiguous::append(self, layer, k, v)
-    }
-    fn advance(&mut self) {
-        let t = self.pending();
-        Contiguous::advance(self, t);
-    }
-    fn append_rows(&mut self, _s: usize, layer: usize, k: &[f32], v: &[f32]) -> Result<()> {
-        Contiguous::append_rows(self, layer, k, v)
-    }
-    fn rows(&self, _s: usize, layer: usize) -> Option<KvRows<'_>> {
-        Contiguous::rows(self, layer)
-    }
-}
+// A single store is a batch of one.
+batch_of_one!(Contiguous);

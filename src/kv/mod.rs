@@ -3,6 +3,43 @@
 //! The forward pass talks to the cache only through [`BatchKv`], so the layout
 //! (contiguous reservation, pages, a window) changes memory, never the math.
 
+/// [`BatchKv`] for a store of one sequence whose own methods take no sequence index
+/// (`len`, `append`, `advance(t)`, `pending`, `append_rows`, `rows`): a batch of one.
+macro_rules! batch_of_one {
+    ($store:ty) => {
+        impl $crate::kv::BatchKv for $store {
+            fn len(&self, _s: usize) -> usize {
+                <$store>::len(self)
+            }
+            fn append(
+                &mut self,
+                _s: usize,
+                layer: usize,
+                k: &candle_core::Tensor,
+                v: &candle_core::Tensor,
+            ) -> candle_core::Result<(candle_core::Tensor, candle_core::Tensor)> {
+                <$store>::append(self, layer, k, v)
+            }
+            fn advance(&mut self) {
+                let t = self.pending();
+                <$store>::advance(self, t);
+            }
+            fn append_rows(
+                &mut self,
+                _s: usize,
+                layer: usize,
+                k: &[f32],
+                v: &[f32],
+            ) -> candle_core::Result<()> {
+                <$store>::append_rows(self, layer, k, v)
+            }
+            fn rows(&self, _s: usize, layer: usize) -> Option<$crate::kv::KvRows<'_>> {
+                <$store>::rows(self, layer)
+            }
+        }
+    };
+}
+
 pub mod arena;
 pub mod contiguous;
 pub mod paged;

@@ -166,27 +166,5 @@ impl Windowed {
     }
 }
 
-impl super::BatchKv for Windowed {
-    fn len(&self, _s: usize) -> usize {
-        Windowed::len(self)
-    }
-    fn append(
-        &mut self,
-        _s: usize,
-        layer: usize,
-        k: &Tensor,
-        v: &Tensor,
-    ) -> Result<(Tensor, Tensor)> {
-        Windowed::append(self, layer, k, v)
-    }
-    fn advance(&mut self) {
-        let t = self.pending();
-        Windowed::advance(self, t);
-    }
-    fn append_rows(&mut self, _s: usize, layer: usize, k: &[f32], v: &[f32]) -> Result<()> {
-        Windowed::append_rows(self, layer, k, v)
-    }
-    fn rows(&self, _s: usize, layer: usize) -> Option<KvRows<'_>> {
-        Windowed::rows(self, layer)
-    }
-}
+// A single store is a batch of one.
+batch_of_one!(Windowed);
