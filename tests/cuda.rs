@@ -80,7 +80,11 @@ fn tiny_model_on_cuda_matches_the_cpu_in_every_layout_and_kernel() {
         let dev = load(&p, requant, gpu());
         for layout in [HeadLayout::Mha, HeadLayout::Gqa, HeadLayout::Mqa] {
             for kernel in [AttnKernel::Naive, AttnKernel::Tiled { sram_bytes: 4096 }] {
-                let run = RunOptions { layout, kernel };
+                let run = RunOptions {
+                    layout,
+                    kernel,
+                    ..Default::default()
+                };
                 let (c, g) = (cpu.with_run(run).unwrap(), dev.with_run(run).unwrap());
                 let choices = cpu_choices(&c, prompt, 12);
                 let gap = relative_gap(

@@ -19,6 +19,7 @@ fn with(m: &Model, layout: HeadLayout) -> Model {
     m.with_run(RunOptions {
         layout,
         kernel: AttnKernel::Naive,
+        ..Default::default()
     })
     .unwrap()
 }
@@ -107,6 +108,7 @@ fn tiled_kernel_in_the_model_gives_the_same_logits_and_fewer_bytes() {
             .with_run(RunOptions {
                 layout: HeadLayout::Gqa,
                 kernel,
+                ..Default::default()
             })
             .unwrap();
         let mut probe = inferlab::model::Probe::new(inferlab::model::LayerSelect::One(0));

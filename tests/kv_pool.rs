@@ -7,7 +7,7 @@ mod common;
 use candle_core::{Device, Tensor};
 use common::*;
 use inferlab::kv::pool::{page_hash, KvError, PagePool};
-use inferlab::kv::PagedKv;
+use inferlab::kv::{KvElem, PagedKv};
 use inferlab::model::{Logits, Model};
 use proptest::prelude::*;
 
@@ -192,7 +192,15 @@ fn paged_equals_contiguous_logits() {
     let (_d, m) = tiny_f32();
     let prompt: Vec<u32> = (3..40).collect();
     let mut contiguous = m.new_cache(64);
-    let mut paged = PagedKv::new(N_LAYER, N_KV, HIDDEN / N_HEAD, 16, 4, &Device::Cpu).unwrap();
+    let mut paged = PagedKv::new(
+        N_LAYER,
+        N_KV,
+        HIDDEN / N_HEAD,
+        (16, 4),
+        KvElem::F32,
+        &Device::Cpu,
+    )
+    .unwrap();
     let mut pool = PagePool::new(16, 4).unwrap();
     pool.admit(7, &prompt).unwrap();
     let mut next_c = prompt.clone();
@@ -223,7 +231,15 @@ fn prefix_sharing_on_equals_off() {
     let (_d, m) = tiny_f32();
     let prompt: Vec<u32> = (3..30).collect();
     let run = |sharing: bool| -> Vec<f32> {
-        let mut kv = PagedKv::new(N_LAYER, N_KV, HIDDEN / N_HEAD, 32, 4, &Device::Cpu).unwrap();
+        let mut kv = PagedKv::new(
+            N_LAYER,
+            N_KV,
+            HIDDEN / N_HEAD,
+            (32, 4),
+            KvElem::F32,
+            &Device::Cpu,
+        )
+        .unwrap();
         let mut pool = PagePool::new(32, 4).unwrap();
         pool.prefix_sharing = sharing;
         let mut out = Vec::new();
@@ -285,8 +301,8 @@ fn truncate_frees_emptied_pages_and_copies_a_shared_one_before_rewriting() {
 fn a_contiguous_store_lends_its_rows_in_place_like_the_page_pool() {
     use inferlab::kv::Contiguous;
     let (n_kv, d) = (3, 4);
-    let mut in_place = Contiguous::new(1, n_kv, d, 8, &Device::Cpu);
-    let mut copied = Contiguous::new(1, n_kv, d, 8, &Device::Cpu);
+    let mut in_place = Contiguous::new(1, n_kv, d, 8, KvElem::F32, &Device::Cpu);
+    let mut copied = Contiguous::new(1, n_kv, d, 8, KvElem::F32, &Device::Cpu);
     let vals = |n: usize, seed: f32| -> Vec<f32> { (0..n).map(|i| seed + i as f32).collect() };
     // A prefill of two tokens through the tensor path on both.
     let k = Tensor::from_vec(vals(n_kv * 2 * d, 0.0), (n_kv, 2, d), &Device::Cpu).unwrap();
@@ -311,12 +327,12 @@ fn a_contiguous_store_lends_its_rows_in_place_like_the_page_pool() {
             let at = rows.layout.at(n_kv, d, g, j);
             let want = (g * 3 + j) * d;
             assert_eq!(
-                &rows.k[at..at + d],
+                &rows.k.as_f32().unwrap()[at..at + d],
                 &k_all[want..want + d],
                 "k head {g} pos {j}"
             );
             assert_eq!(
-                &rows.v[at..at + d],
+                &rows.v.as_f32().unwrap()[at..at + d],
                 &v_all[want..want + d],
                 "v head {g} pos {j}"
             );

@@ -5,7 +5,8 @@ mod common;
 use common::serving::{cfg, workload};
 use common::*;
 use inferlab::model::session::Session;
-use inferlab::model::{Model, SamplerConfig};
+use inferlab::kv::KvElem;
+use inferlab::model::{Model, RunOptions, SamplerConfig};
 use inferlab::serve::{CacheKind, Policy, ReqPhase, Request, ServeEngine};
 
 fn run_all(e: &mut ServeEngine) -> Vec<inferlab::serve::ServeStep> {
@@ -187,21 +188,30 @@ fn alone(m: &Model, r: &Request) -> Vec<u32> {
     out
 }
 
+/// Under every element type of the cache: each row is rounded on its own, so batching,
+/// paging and reservation change no token.
 #[test]
 fn a_batch_equals_each_request_alone() {
-    let (_d, m) = tiny_f32();
+    let (_d, base) = tiny_f32();
     let reqs = workload(6, 0.0, 5);
-    for cache in [CacheKind::Paged, CacheKind::Contiguous] {
-        let mut e =
-            ServeEngine::new(&m, cfg(Policy::Continuous, cache, 400), reqs.clone()).unwrap();
-        run_all(&mut e);
-        for r in e.requests() {
-            assert_eq!(
-                r.generated,
-                alone(&m, &reqs[r.id as usize]),
-                "request {} ({cache:?})",
-                r.id
-            );
+    for kv_elem in KvElem::ALL {
+        let run = RunOptions {
+            kv_elem,
+            ..base.run_options()
+        };
+        let m = base.with_run(run).unwrap();
+        for cache in [CacheKind::Paged, CacheKind::Contiguous] {
+            let mut e =
+                ServeEngine::new(&m, cfg(Policy::Continuous, cache, 400), reqs.clone()).unwrap();
+            run_all(&mut e);
+            for r in e.requests() {
+                assert_eq!(
+                    r.generated,
+                    alone(&m, &reqs[r.id as usize]),
+                    "request {} ({cache:?}, {kv_elem})",
+                    r.id
+                );
+            }
         }
     }
 }

@@ -2,6 +2,7 @@
 //! concurrency at a fixed budget, decode speed, and quality against the model as trained.
 
 use crate::assets::{EVAL_TEXT, PROMPTS};
+use crate::kv::KvElem;
 use crate::model::sampler::{argmax, softmax};
 use crate::model::{AttnKernel, HeadLayout, Logits, Model, RunOptions};
 use anyhow::Result;
@@ -159,6 +160,7 @@ pub fn run(base: &Model, budget_bytes: usize, decode_tokens: usize) -> Result<He
             let m = base.with_run(RunOptions {
                 layout: l,
                 kernel: AttnKernel::Naive,
+                kv_elem: KvElem::F32,
             })?;
             Ok((l, m))
         })

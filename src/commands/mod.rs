@@ -12,6 +12,7 @@ pub mod trace;
 use anyhow::{Context, Result};
 use candle_core::Device;
 use indicatif::{ProgressBar, ProgressStyle};
+use inferlab::kv::KvElem;
 use inferlab::model::flash::Tiles;
 use inferlab::model::source::{self, Origin, Progress};
 use inferlab::model::{AttnKernel, HeadLayout, LoadOptions, Model, Requant, RunOptions};
@@ -77,6 +78,10 @@ pub struct ModelArgs {
     /// On-chip memory for the tiled kernel's IO model, bytes.
     #[arg(long, default_value_t = inferlab::model::flash::A100_SRAM_BYTES)]
     pub sram_bytes: usize,
+    /// What the KV cache stores each key and value number as: f32 (exact), f16, or
+    /// int8 (a scale per token and KV head).
+    #[arg(long, default_value = "f32", value_parser = ["f32", "f16", "int8"])]
+    pub kv_elem: String,
 }
 
 impl ModelArgs {
@@ -89,6 +94,7 @@ impl ModelArgs {
             layout: "gqa".into(),
             attention: "naive".into(),
             sram_bytes: inferlab::model::flash::A100_SRAM_BYTES,
+            kv_elem: "f32".into(),
         }
     }
 
@@ -106,7 +112,16 @@ impl ModelArgs {
             },
             _ => AttnKernel::Naive,
         };
-        Ok(RunOptions { layout, kernel })
+        let kv_elem = match self.kv_elem.as_str() {
+            "f16" => KvElem::F16,
+            "int8" => KvElem::Int8,
+            _ => KvElem::F32,
+        };
+        Ok(RunOptions {
+            layout,
+            kernel,
+            kv_elem,
+        })
     }
 
     /// Load options from the flags.

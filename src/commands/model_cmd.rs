@@ -2,6 +2,7 @@
 
 use super::{load_model, model_path, ModelArgs, SourceArgs};
 use anyhow::{Context, Result};
+use inferlab::kv::KvElem;
 use inferlab::model::{gguf, LlamaConfig, TextTokenizer};
 use serde::Serialize;
 
@@ -46,6 +47,7 @@ struct Info {
     quant_types: Vec<(String, usize)>,
     kv_bytes_per_token_f32: usize,
     kv_bytes_per_token_f16: usize,
+    kv_bytes_per_token_int8: usize,
 }
 
 impl Info {
@@ -69,8 +71,9 @@ impl Info {
         };
         Ok(Info {
             path: path.display().to_string(),
-            kv_bytes_per_token_f32: cfg.kv_bytes_per_token(4),
-            kv_bytes_per_token_f16: cfg.kv_bytes_per_token(2),
+            kv_bytes_per_token_f32: cfg.kv_bytes_per_token(KvElem::F32),
+            kv_bytes_per_token_f16: cfg.kv_bytes_per_token(KvElem::F16),
+            kv_bytes_per_token_int8: cfg.kv_bytes_per_token(KvElem::Int8),
             cfg,
             quant_types,
         })
@@ -108,8 +111,10 @@ impl Info {
             (
                 "KV bytes/token",
                 format!(
-                    "{} (f32 as inferlab stores it), {} (f16)",
-                    self.kv_bytes_per_token_f32, self.kv_bytes_per_token_f16
+                    "{} (f32, inferlab's default), {} (f16), {} (int8 + scales)",
+                    self.kv_bytes_per_token_f32,
+                    self.kv_bytes_per_token_f16,
+                    self.kv_bytes_per_token_int8
                 ),
             ),
         ];

@@ -15,15 +15,19 @@ pub mod q8_0;
 /// (32 and 64 measured no better for the AVX-512 kernel).
 pub const ROWS_AHEAD: usize = 16;
 
-/// Asks the CPU to bring `row` into the cache ahead of its use: a hint that changes no
-/// result and never faults. A no-op where there is no such instruction.
+/// Asks the CPU to bring `row` (of any element type) into the cache ahead of its use, one
+/// 64-byte line at a time: a hint that changes no result and never faults. A no-op where
+/// there is no such instruction.
 #[inline(always)]
-pub fn prefetch(row: &[f32]) {
+pub fn prefetch<T>(row: &[T]) {
     #[cfg(target_arch = "x86_64")]
-    for line in row.chunks(16) {
+    {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        // SAFETY: a prefetch reads nothing architecturally; any address is allowed.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast()) };
+        let (p, n) = (row.as_ptr().cast::<u8>(), std::mem::size_of_val(row));
+        for off in (0..n).step_by(64) {
+            // SAFETY: `off` stays inside `row`; a prefetch reads nothing architecturally.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.add(off).cast()) };
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = row;

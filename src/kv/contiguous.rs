@@ -1,13 +1,13 @@
 //! Contiguous KV cache: each request reserves room for its maximum length up front,
 //! as engines before PagedAttention did.
 
-use super::{KvRows, RowLayout};
+use super::{KvElem, KvRows, RowBuf, RowLayout};
 use candle_core::{DType, Device, Result, Tensor};
 
 /// One layer's keys and values, each laid out `(n_kv_head, capacity, head_dim)`.
 enum Slab {
-    /// CPU: plain memory, written and read in place by decode rows.
-    Host(Vec<f32>, Vec<f32>),
+    /// CPU: plain memory of the element type, written and read in place by decode rows.
+    Host(RowBuf, RowBuf),
     /// Accelerators: the same layout as tensors.
     Device(Tensor, Tensor),
 }
@@ -21,18 +21,23 @@ pub struct Contiguous {
     capacity: usize,
     len: usize,
     pending: usize,
+    /// What each number is stored as (host memory only; a device keeps f32).
+    elem: KvElem,
     device: Device,
 }
 
 impl Contiguous {
-    /// Reserves `capacity` token slots per layer (allocated on first use).
+    /// Reserves `capacity` token slots per layer (allocated on first use), each number
+    /// stored as `elem` in host memory (a device keeps f32).
     pub fn new(
         n_layer: usize,
         n_kv_head: usize,
         head_dim: usize,
         capacity: usize,
+        elem: KvElem,
         device: &Device,
     ) -> Self {
+        let elem = if device.is_cpu() { elem } else { KvElem::F32 };
         Self {
             layers: (0..n_layer).map(|_| None).collect(),
             n_kv_head,
@@ -40,6 +45,7 @@ impl Contiguous {
             capacity,
             len: 0,
             pending: 0,
+            elem,
             device: device.clone(),
         }
     }
@@ -54,9 +60,14 @@ impl Contiguous {
         self.bytes_per_token() * self.capacity
     }
 
-    /// Bytes one token takes in this store (all layers, K and V, f32).
+    /// Bytes one token takes in this store (all layers, K and V, as its element type).
     pub fn bytes_per_token(&self) -> usize {
-        super::bytes_per_token(self.layers.len(), self.n_kv_head, self.head_dim, 4)
+        super::bytes_per_token(self.layers.len(), self.n_kv_head, self.head_dim, self.elem)
+    }
+
+    /// What each number is stored as.
+    pub fn elem(&self) -> KvElem {
+        self.elem
     }
 
     /// Drops tokens past `len`, so a step can be recomputed (used by the uncached check).
@@ -78,11 +89,12 @@ impl Contiguous {
 
     /// `layer`'s slab, allocated on first use.
     fn slab(&mut self, layer: usize) -> Result<&mut Slab> {
-        let n = self.n_kv_head * self.capacity * self.head_dim;
+        let rows = self.n_kv_head * self.capacity;
         if self.layers[layer].is_none() {
             let shape = (self.n_kv_head, self.capacity, self.head_dim);
             self.layers[layer] = Some(if self.device.is_cpu() {
-                Slab::Host(vec![0.0; n], vec![0.0; n])
+                let buf = || RowBuf::zeros(self.elem, rows, self.head_dim);
+                Slab::Host(buf(), buf())
             } else {
                 Slab::Device(
                     Tensor::zeros(shape, DType::F32, &self.device)?,
@@ -125,15 +137,18 @@ impl Contiguous {
             }
             Slab::Host(kc, vc) => {
                 // Per KV head: write the new rows after the cached ones, then hand back
-                // the head's first `n` rows (what attention over the tensors reads).
+                // the head's first `n` rows as stored (what attention over the tensors reads).
                 let mut out = Vec::with_capacity(2);
                 for (slab, new) in [(kc, k), (vc, v)] {
                     let new = new.flatten_all()?.to_vec1::<f32>()?;
-                    let mut all = Vec::with_capacity(new.len() / t.max(1) * n);
+                    let mut all = vec![0.0f32; n_kv * n * d];
+                    let mut buf = vec![0.0f32; d];
                     for (h, rows) in new.chunks_exact(t * d).enumerate() {
-                        let head = &mut slab[h * cap * d..][..cap * d];
-                        head[len * d..n * d].copy_from_slice(rows);
-                        all.extend_from_slice(&head[..n * d]);
+                        slab.put((h * cap + len) * d, rows);
+                        let stored = slab.view();
+                        for (j, o) in all[h * n * d..][..n * d].chunks_exact_mut(d).enumerate() {
+                            o.copy_from_slice(stored.row((h * cap + j) * d, &mut buf));
+                        }
                     }
                     out.push(Tensor::from_vec(all, (n_kv, n, d), &device)?);
                 }
@@ -169,8 +184,8 @@ impl Contiguous {
         // Token-major in, head-major stored: head h's part of each row goes to its slab.
         for (i, (kr, vr)) in k.chunks_exact(width).zip(v.chunks_exact(width)).enumerate() {
             for h in 0..width / d {
-                kc[(h * cap + len + i) * d..][..d].copy_from_slice(&kr[h * d..][..d]);
-                vc[(h * cap + len + i) * d..][..d].copy_from_slice(&vr[h * d..][..d]);
+                kc.put((h * cap + len + i) * d, &kr[h * d..][..d]);
+                vc.put((h * cap + len + i) * d, &vr[h * d..][..d]);
             }
         }
         Ok(())
@@ -181,8 +196,8 @@ impl Contiguous {
     pub fn rows(&self, layer: usize) -> Option<KvRows<'_>> {
         match self.layers.get(layer)? {
             Some(Slab::Host(k, v)) => Some(KvRows {
-                k,
-                v,
+                k: k.view(),
+                v: v.view(),
                 layout: RowLayout::HeadMajor {
                     capacity: self.capacity,
                     len: self.len + self.pending,

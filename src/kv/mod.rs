@@ -42,26 +42,24 @@ macro_rules! batch_of_one {
 
 pub mod arena;
 pub mod contiguous;
+pub mod elem;
 pub mod paged;
 pub mod pool;
 pub mod window;
 
 pub use arena::Arena;
 pub use contiguous::Contiguous;
+pub use elem::{KvElem, RowBuf, RowData};
 pub use paged::PagedKv;
 pub use pool::{KvError, PagePool, PoolStats, ReqId};
 
 use candle_core::{Result, Tensor};
 
-/// Bytes one token takes in a KV cache: layers × (K and V) × KV heads × head size ×
-/// element size. The one place this formula is written; every count and view uses it.
-pub fn bytes_per_token(
-    layers: usize,
-    kv_heads: usize,
-    head_dim: usize,
-    elem_bytes: usize,
-) -> usize {
-    layers * 2 * kv_heads * head_dim * elem_bytes
+/// Bytes one token takes in a KV cache: layers × (K and V) × KV heads × one row of head
+/// size numbers of the element type (int8's row carries its scale). The one place this
+/// formula is written; every count and view uses it.
+pub fn bytes_per_token(layers: usize, kv_heads: usize, head_dim: usize, elem: KvElem) -> usize {
+    layers * 2 * kv_heads * elem.row_bytes(head_dim)
 }
 
 /// The KV caches of the sequences of one forward pass, sequence `s` by sequence: the one
@@ -98,8 +96,8 @@ pub fn no_host_rows() -> candle_core::Error {
 /// One sequence's K/V read in place, and where each position's rows sit in them.
 #[derive(Clone, Copy)]
 pub struct KvRows<'a> {
-    pub k: &'a [f32],
-    pub v: &'a [f32],
+    pub k: RowData<'a>,
+    pub v: RowData<'a>,
     pub layout: RowLayout<'a>,
 }
 

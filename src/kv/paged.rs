@@ -4,14 +4,15 @@
 //! business ([`PagePool`], owned by the scheduler); this store holds the bytes.
 
 use super::pool::{KvError, PagePool, ReqId};
-use super::{BatchKv, KvRows, RowLayout};
+use super::{BatchKv, KvElem, KvRows, RowBuf, RowLayout};
 use candle_core::{DType, Device, Result, Tensor};
 
 /// Where the pages live.
 enum Buffers {
-    /// CPU: one token-major buffer `(slot, n_kv_head × head_dim)` per layer, written and
-    /// read in place (decode attention reads it through the block table, no gather).
-    Host { k: Vec<Vec<f32>>, v: Vec<Vec<f32>> },
+    /// CPU: one token-major buffer `(slot, n_kv_head × head_dim)` per layer of the
+    /// element type, written and read in place (decode attention reads it through the
+    /// block table, no gather).
+    Host { k: Vec<RowBuf>, v: Vec<RowBuf> },
     /// Accelerators: the same layout as one tensor per layer.
     Device { k: Vec<Tensor>, v: Vec<Tensor> },
 }
@@ -22,24 +23,27 @@ pub struct PagedKv {
     page_size: usize,
     n_kv_head: usize,
     head_dim: usize,
+    elem: KvElem,
     device: Device,
 }
 
 impl PagedKv {
-    /// A pool of `n_pages` pages of `page_size` tokens for a model's KV shape.
+    /// A pool of `n_pages` pages of `page_size` tokens for a model's KV shape, each
+    /// number stored as `elem` in host memory (a device keeps f32).
     pub fn new(
         n_layer: usize,
         n_kv_head: usize,
         head_dim: usize,
-        n_pages: usize,
-        page_size: usize,
+        (n_pages, page_size): (usize, usize),
+        elem: KvElem,
         device: &Device,
     ) -> std::result::Result<Self, KvError> {
         // The same checks the allocator makes, so a store never exists without its pool.
         PagePool::new(n_pages, page_size)?;
         let shape = (n_pages * page_size, n_kv_head * head_dim);
+        let elem = if device.is_cpu() { elem } else { KvElem::F32 };
         let store = if device.is_cpu() {
-            let buf = || vec![0.0f32; shape.0 * shape.1];
+            let buf = || RowBuf::zeros(elem, shape.0 * n_kv_head, head_dim);
             Buffers::Host {
                 k: (0..n_layer).map(|_| buf()).collect(),
                 v: (0..n_layer).map(|_| buf()).collect(),
@@ -62,8 +66,14 @@ impl PagedKv {
             page_size,
             n_kv_head,
             head_dim,
+            elem,
             device: device.clone(),
         })
+    }
+
+    /// What each number is stored as.
+    pub fn elem(&self) -> KvElem {
+        self.elem
     }
 
     /// The batch view a forward pass writes and reads through: for each sequence, the
@@ -138,8 +148,8 @@ impl PagedKv {
         let w = self.n_kv_head * self.head_dim;
         for (i, &slot) in slots.iter().enumerate() {
             let at = slot as usize * w;
-            kp[layer][at..at + w].copy_from_slice(&k[i * w..(i + 1) * w]);
-            vp[layer][at..at + w].copy_from_slice(&v[i * w..(i + 1) * w]);
+            kp[layer].put(at, &k[i * w..(i + 1) * w]);
+            vp[layer].put(at, &v[i * w..(i + 1) * w]);
         }
     }
 
@@ -162,12 +172,13 @@ impl PagedKv {
         match &self.store {
             Buffers::Host { k, v } => {
                 // One pass: each slot's row split by KV head straight into the result.
-                let split = |pool: &[f32]| {
+                let split = |pool: &RowBuf| {
+                    let (stored, mut buf) = (pool.view(), vec![0.0f32; d]);
                     let mut out = vec![0.0f32; hn * l * d];
                     for (pos, &slot) in slots.iter().enumerate() {
-                        let row = &pool[slot as usize * hn * d..][..hn * d];
                         for h in 0..hn {
-                            out[(h * l + pos) * d..][..d].copy_from_slice(&row[h * d..][..d]);
+                            let row = stored.row((slot as usize * hn + h) * d, &mut buf);
+                            out[(h * l + pos) * d..][..d].copy_from_slice(row);
                         }
                     }
                     Tensor::from_vec(out, (hn, l, d), &self.device)
@@ -249,8 +260,8 @@ impl BatchKv for PagedBatch<'_> {
     fn rows(&self, s: usize, layer: usize) -> Option<KvRows<'_>> {
         match &self.kv.store {
             Buffers::Host { k, v } => Some(KvRows {
-                k: &k[layer],
-                v: &v[layer],
+                k: k[layer].view(),
+                v: v[layer].view(),
                 layout: RowLayout::Slots(&self.seqs[s].all),
             }),
             Buffers::Device { .. } => None,

@@ -5,10 +5,11 @@
 //! `len()` is the next token's position, which keeps counting after evictions, so RoPE
 //! still sees true distances; the cache itself holds at most `window` (+ the new) tokens.
 
-use super::{KvRows, RowLayout};
+use super::{KvRows, RowData, RowLayout};
 use candle_core::{Device, Result, Tensor};
 
-/// A windowed cache on host memory.
+/// A windowed cache on host memory, in f32 (the sink experiment varies which rows are
+/// kept, not how precisely).
 pub struct Windowed {
     k: Vec<Vec<f32>>,
     v: Vec<Vec<f32>>,
@@ -157,8 +158,8 @@ impl Windowed {
     pub fn rows(&self, layer: usize) -> Option<KvRows<'_>> {
         let (k, v) = (self.k.get(layer)?, self.v.get(layer)?);
         Some(KvRows {
-            k,
-            v,
+            k: RowData::F32(k),
+            v: RowData::F32(v),
             layout: RowLayout::TokenMajor {
                 len: k.len() / self.row(),
             },

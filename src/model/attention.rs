@@ -12,7 +12,7 @@ use super::flash::{self, IoCount, Tiles};
 use super::rope::Rope;
 use super::traffic::Traffic;
 use crate::kernels::ROWS_AHEAD;
-use crate::kv::{BatchKv, KvRows};
+use crate::kv::{BatchKv, KvRows, RowData};
 use candle_core::{Result, Tensor};
 use rayon::prelude::*;
 use std::ops::Range;
@@ -296,11 +296,11 @@ fn cache_of(
 ) -> Result<(Tensor, Tensor)> {
     let r = kv.rows(seq, s.layer).ok_or_else(crate::kv::no_host_rows)?;
     let (n_kv, d, len) = (s.n_kv_head, s.head_dim, r.layout.len());
-    let gather = |buf: &[f32]| -> Vec<f32> {
-        let mut out = Vec::with_capacity(n_kv * len * d);
+    let gather = |stored: RowData| -> Vec<f32> {
+        let (mut out, mut buf) = (Vec::with_capacity(n_kv * len * d), vec![0.0; d]);
         for g in 0..n_kv {
             for j in 0..len {
-                out.extend_from_slice(&buf[r.layout.at(n_kv, d, g, j)..][..d]);
+                out.extend_from_slice(stored.row(r.layout.at(n_kv, d, g, j), &mut buf));
             }
         }
         out
@@ -579,7 +579,8 @@ pub fn tiled(
 
 /// One decode row's attention read in place, as PagedAttention's kernel does: through
 /// the block table of the page pool, or straight from a contiguous reservation. No K/V is
-/// copied. Only the query heads of KV heads `kv_heads` are computed: their outputs,
+/// copied (rows stored as f16 or int8 are decoded one at a time as they are read). Only
+/// the query heads of KV heads `kv_heads` are computed: their outputs,
 /// `kv_heads.len() × (n_head / n_kv) × d` values.
 pub fn decode_in_place(
     qv: &[f32],
@@ -611,8 +612,8 @@ struct DecodeRow<'a, F> {
     n_kv: usize,
     kv_heads: Range<usize>,
     kv_len: usize,
-    k: &'a [f32],
-    v: &'a [f32],
+    k: RowData<'a>,
+    v: RowData<'a>,
     at: F,
 }
 
@@ -625,8 +626,10 @@ fn decode_core<F: Fn(usize, usize) -> usize>(r: DecodeRow<F>) -> Vec<f32> {
     #[cfg(target_arch = "x86_64")]
     {
         use crate::kernels::decode;
-        if r.q.len() == r.n_head * decode::D && decode::available() {
-            return decode_by_groups(r);
+        if let (Some(k), Some(v)) = (r.k.as_f32(), r.v.as_f32()) {
+            if r.q.len() == r.n_head * decode::D && decode::available() {
+                return decode_by_groups(r, k, v);
+            }
         }
         if std::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU has the feature this function is compiled for.
@@ -636,10 +639,14 @@ fn decode_core<F: Fn(usize, usize) -> usize>(r: DecodeRow<F>) -> Vec<f32> {
     decode_loops(r)
 }
 
-/// The kernel route: per KV head, where its rows sit (looked up once for both passes),
-/// then its query heads' attention.
+/// The kernel route, for rows stored as f32 (`k`, `v`): per KV head, where its rows sit
+/// (looked up once for both passes), then its query heads' attention.
 #[cfg(target_arch = "x86_64")]
-fn decode_by_groups<F: Fn(usize, usize) -> usize>(r: DecodeRow<F>) -> Vec<f32> {
+fn decode_by_groups<F: Fn(usize, usize) -> usize>(
+    r: DecodeRow<F>,
+    k: &[f32],
+    v: &[f32],
+) -> Vec<f32> {
     let width = r.q.len() / r.n_kv;
     let mut out = Vec::with_capacity(r.kv_heads.len() * width);
     for g in r.kv_heads.clone() {
@@ -647,8 +654,8 @@ fn decode_by_groups<F: Fn(usize, usize) -> usize>(r: DecodeRow<F>) -> Vec<f32> {
         let q = &r.q[g * width..][..width];
         out.extend(crate::kernels::decode::group_attention(
             q,
-            r.k,
-            r.v,
+            k,
+            v,
             &rows,
             softmax_in_place,
         ));
@@ -673,14 +680,16 @@ fn decode_loops<F: Fn(usize, usize) -> usize>(r: DecodeRow<F>) -> Vec<f32> {
     let mut out = vec![0.0f32; r.kv_heads.len() * group * d];
     // Weights of the group's heads, head-major: w[i * kv_len + j].
     let mut w = vec![0.0f32; group * kv_len];
+    // Where a row stored as f16 or int8 is decoded (an f32 row is read in place).
+    let mut buf = vec![0.0f32; d];
     for (o, g) in r.kv_heads.clone().enumerate() {
         let h0 = g * group;
         // Scores: each key row against the group's query heads.
         for j in 0..kv_len {
-            let kr = &r.k[at(g, j)..][..d];
             if j + ROWS_AHEAD < kv_len {
-                crate::kernels::prefetch(&r.k[at(g, j + ROWS_AHEAD)..][..d]);
+                r.k.prefetch(at(g, j + ROWS_AHEAD), d);
             }
+            let kr = r.k.row(at(g, j), &mut buf);
             for i in 0..group {
                 w[i * kv_len + j] = dot(&r.q[(h0 + i) * d..][..d], kr) * scale;
             }
@@ -691,10 +700,10 @@ fn decode_loops<F: Fn(usize, usize) -> usize>(r: DecodeRow<F>) -> Vec<f32> {
         // Weighted sum: each value row added into the group's outputs.
         let og = &mut out[o * group * d..][..group * d];
         for j in 0..kv_len {
-            let vr = &r.v[at(g, j)..][..d];
             if j + ROWS_AHEAD < kv_len {
-                crate::kernels::prefetch(&r.v[at(g, j + ROWS_AHEAD)..][..d]);
+                r.v.prefetch(at(g, j + ROWS_AHEAD), d);
             }
+            let vr = r.v.row(at(g, j), &mut buf);
             for (i, oh) in og.chunks_exact_mut(d).enumerate() {
                 let p = w[i * kv_len + j];
                 for (o, x) in oh.iter_mut().zip(vr) {
@@ -784,8 +793,8 @@ mod tests {
                             n_kv,
                             kv_heads: heads.clone(),
                             kv_len,
-                            k: &k,
-                            v: &v,
+                            k: RowData::F32(&k),
+                            v: RowData::F32(&v),
                             at: |g, j| layout.at(n_kv, d, g, j),
                         };
                         let (got, want) = (decode_core(row()), decode_loops(row()));

@@ -1,6 +1,7 @@
 //! The architecture numbers of a Llama-family model, read from GGUF metadata or config.json.
 
 use super::error::{ModelError, Result};
+use crate::kv::KvElem;
 use candle_core::quantized::gguf_file;
 use serde::{Deserialize, Serialize};
 
@@ -29,14 +30,15 @@ impl LlamaConfig {
         self.n_head / self.n_kv_head
     }
 
-    /// Bytes the KV cache holds per token: layers × (K and V) × KV heads × head dim × element size.
-    pub fn kv_bytes_per_token(&self, elem_bytes: usize) -> usize {
-        self.kv_bytes_per_token_with(self.n_kv_head, elem_bytes)
+    /// Bytes the KV cache holds per token: layers × (K and V) × KV heads × one row of
+    /// head dim numbers stored as `elem`.
+    pub fn kv_bytes_per_token(&self, elem: KvElem) -> usize {
+        self.kv_bytes_per_token_with(self.n_kv_head, elem)
     }
 
     /// The same with `kv_heads` stored per layer (another head layout than the trained one).
-    pub fn kv_bytes_per_token_with(&self, kv_heads: usize, elem_bytes: usize) -> usize {
-        crate::kv::bytes_per_token(self.n_layer, kv_heads, self.head_dim, elem_bytes)
+    pub fn kv_bytes_per_token_with(&self, kv_heads: usize, elem: KvElem) -> usize {
+        crate::kv::bytes_per_token(self.n_layer, kv_heads, self.head_dim, elem)
     }
 
     /// A prompt of `tokens` plus `max_new` to generate fits the context (checked: the

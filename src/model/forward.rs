@@ -17,7 +17,7 @@ use super::rope::Rope;
 use super::tokenizer::TextTokenizer;
 use super::traffic::Traffic;
 use super::weights::{LoadOptions, Weights};
-use crate::kv::BatchKv;
+use crate::kv::{BatchKv, KvElem};
 use candle_core::quantized::QMatMul;
 use candle_core::{DType, Device, Tensor};
 use std::path::Path;
@@ -32,11 +32,15 @@ pub enum Logits {
     All,
 }
 
-/// How the forward pass runs: the head layout and the attention kernel.
+/// How the forward pass runs: the head layout, the attention kernel and what the KV
+/// cache stores each number as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct RunOptions {
     pub layout: HeadLayout,
     pub kernel: AttnKernel,
+    /// Recordings made before element types were f32.
+    #[serde(default)]
+    pub kv_elem: KvElem,
 }
 
 /// A loaded model: config, weights, rotary tables and tokenizer. Cloning is cheap
@@ -174,10 +178,11 @@ impl Model {
         }
     }
 
-    /// KV bytes one token takes in the cache (all layers, K and V, f32) under the
-    /// current layout: the one formula every view and count uses.
+    /// KV bytes one token takes in the cache (all layers, K and V) under the current
+    /// layout and element type: the one formula every view and count uses.
     pub fn kv_bytes_per_token(&self) -> usize {
-        self.cfg.kv_bytes_per_token_with(self.kv_heads(), 4)
+        self.cfg
+            .kv_bytes_per_token_with(self.kv_heads(), self.run.kv_elem)
     }
 
     /// What one token costs in matrix work under the current layout: bytes of weights read
@@ -219,6 +224,7 @@ impl Model {
             self.kv_heads(),
             self.cfg.head_dim,
             capacity.min(self.cfg.context),
+            self.run.kv_elem,
             &self.device,
         )
     }

@@ -7,6 +7,7 @@
 //!   (the checkpoint conversion of Ainslie et al. 2023): a cheaper but *different* model.
 
 use super::config::LlamaConfig;
+use crate::kv::KvElem;
 use candle_core::quantized::{ggml_file, GgmlDType, QMatMul, QTensor};
 use candle_core::{Result, Tensor};
 use serde::{Deserialize, Serialize};
@@ -82,8 +83,8 @@ impl HeadLayout {
     }
 
     /// KV-cache bytes per token under this layout.
-    pub fn kv_bytes_per_token(self, cfg: &LlamaConfig, elem_bytes: usize) -> usize {
-        cfg.kv_bytes_per_token_with(self.kv_heads(cfg), elem_bytes)
+    pub fn kv_bytes_per_token(self, cfg: &LlamaConfig, elem: KvElem) -> usize {
+        cfg.kv_bytes_per_token_with(self.kv_heads(cfg), elem)
     }
 
     /// Checks the trained head counts allow this layout.

@@ -203,7 +203,7 @@ impl Session {
             wall_ms: t0.elapsed().as_secs_f64() * 1e3,
             layout: run.layout,
             query_to_kv: run.layout.query_to_kv(&self.model.cfg),
-            kv_bytes_per_token: per_layout(|l| l.kv_bytes_per_token(&self.model.cfg, 4)),
+            kv_bytes_per_token: per_layout(|l| l.kv_bytes_per_token(&self.model.cfg, run.kv_elem)),
             weight_bytes_by_layout: per_layout(|l| self.model.weight_bytes_under(l)),
             kernel: run.kernel,
             no_cache,

@@ -35,8 +35,8 @@ impl Runner {
                 model.cfg.n_layer,
                 model.kv_heads(),
                 model.cfg.head_dim,
-                cfg.kv_budget_tokens / cfg.page_size,
-                cfg.page_size,
+                (cfg.kv_budget_tokens / cfg.page_size, cfg.page_size),
+                model.run_options().kv_elem,
                 &model.device,
             )?)),
             CacheKind::Contiguous => KvBytes::Contiguous(BTreeMap::new()),
@@ -118,6 +118,7 @@ fn reserve(
                 m.kv_heads(),
                 m.cfg.head_dim,
                 slots,
+                m.run_options().kv_elem,
                 &m.device,
             )
         });

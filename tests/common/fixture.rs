@@ -97,6 +97,7 @@ pub fn report() -> StepReport {
             run: RunOptions {
                 layout: HeadLayout::Gqa,
                 kernel: AttnKernel::Naive,
+                ..Default::default()
             },
             ..Default::default()
         },
@@ -140,7 +141,7 @@ pub fn report() -> StepReport {
             query_to_kv: vec![0, 0, 0],
             kv_bytes_per_token: HeadLayout::ALL
                 .iter()
-                .map(|l| (*l, l.kv_bytes_per_token(&cfg(), 4)))
+                .map(|l| (*l, l.kv_bytes_per_token(&cfg(), inferlab::kv::KvElem::F32)))
                 .collect(),
             weight_bytes_by_layout: Default::default(),
             kernel: AttnKernel::Naive,
