@@ -4,6 +4,7 @@ pub mod arrivals;
 pub mod attention;
 pub mod decode;
 pub mod heads;
+pub mod kv;
 pub mod render;
 pub mod serve;
 pub mod sink;

@@ -4,8 +4,8 @@ mod common;
 
 use common::serving::{cfg, workload};
 use common::*;
-use inferlab::model::session::Session;
 use inferlab::kv::KvElem;
+use inferlab::model::session::Session;
 use inferlab::model::{Model, RunOptions, SamplerConfig};
 use inferlab::serve::{CacheKind, Policy, ReqPhase, Request, ServeEngine};
 

@@ -82,7 +82,7 @@ impl HeadsReport {
 }
 
 /// Logits for every position of each sequence, flattened per sequence.
-fn all_logits(m: &Model, seqs: &[Vec<u32>]) -> Result<Vec<Vec<f32>>> {
+pub(crate) fn all_logits(m: &Model, seqs: &[Vec<u32>]) -> Result<Vec<Vec<f32>>> {
     seqs.iter()
         .map(|s| {
             let l = m.forward(s, &mut m.new_cache(s.len()), None, Logits::All)?;
@@ -104,16 +104,16 @@ fn decode_speed(m: &Model, prompt: &[u32], n: usize) -> Result<f64> {
 }
 
 /// How one layout's next-token predictions compare with the trained layout's.
-struct Quality {
-    top1_agreement: f64,
-    mean_kl: f64,
-    perplexity: f64,
+pub(crate) struct Quality {
+    pub top1_agreement: f64,
+    pub mean_kl: f64,
+    pub perplexity: f64,
 }
 
 /// Over every position of `seqs`: how often `logits` pick the same next token as
 /// `reference`, the mean KL divergence from the reference's distribution to theirs, and
 /// their perplexity on the text. Each sequence's logits are `vocab` wide per position.
-fn quality(
+pub(crate) fn quality(
     seqs: &[Vec<u32>],
     logits: &[Vec<f32>],
     reference: &[Vec<f32>],

@@ -245,7 +245,12 @@ pub fn rigid_over_busy(batches: &[Vec<usize>], batch: usize) -> f64 {
     rigid as f64 / busy.max(1) as f64
 }
 
-fn run_one(model: &Model, cfg: ServeConfig, w: &Workload, source: &[u32]) -> Result<RunFigures> {
+pub(crate) fn run_one(
+    model: &Model,
+    cfg: ServeConfig,
+    w: &Workload,
+    source: &[u32],
+) -> Result<RunFigures> {
     let mut e =
         ServeEngine::new(model, cfg.clone(), w.generate(source)).map_err(anyhow::Error::msg)?;
     let t = Instant::now();

@@ -2,7 +2,7 @@
 
 use super::{load_model, model_path, DeviceArgs, ModelArgs, SourceArgs};
 use anyhow::Result;
-use inferlab::bench::{attention, decode, heads, render, serve, sink};
+use inferlab::bench::{attention, decode, heads, kv, render, serve, sink};
 use inferlab::machine;
 use inferlab::serve::workload::LengthDist;
 use inferlab::serve::Reserve;
@@ -40,6 +40,9 @@ pub enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// The KV cache's element type (f32, f16, int8): bytes per token, requests that fit,
+    /// quality against f32, and paged vs contiguous serving tok/s.
+    Kv(KvArgs),
     /// Attention sinks: perplexity with the full cache, a sliding window, and the window plus the first page.
     Sink {
         #[command(flatten)]
@@ -102,6 +105,30 @@ pub enum Cmd {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// `bench kv`'s options.
+#[derive(clap::Args)]
+pub struct KvArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// KV memory budget for the "fit" column (requests of 1024 tokens).
+    #[arg(long, default_value = "512MiB")]
+    budget: String,
+    /// Requests of the serving workload (uncapped continuous batching, paged and
+    /// contiguous, every element type).
+    #[arg(long, default_value_t = 16)]
+    requests: usize,
+    /// KV memory of the serving runs, in tokens (the same for every type, so each runs
+    /// the same schedule and only the bytes it reads differ).
+    #[arg(long, default_value_t = 2560)]
+    kv_tokens: usize,
+    /// Rounds; each configuration runs once per round, interleaved, and the median counts.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Print one JSON object (snake_case keys) instead of the table.
+    #[arg(long)]
+    json: bool,
 }
 
 /// `bench serve`'s options: the seeded workload, the KV budget and the batch cap.
@@ -178,6 +205,7 @@ pub fn run(cmd: &Cmd) -> Result<()> {
             emit(*json, &r, r.table())?;
         }
         Cmd::Serve(a) => serve_cmd(a)?,
+        Cmd::Kv(a) => kv_cmd(a)?,
         Cmd::Sink {
             model: margs,
             window,
@@ -206,6 +234,44 @@ pub fn run(cmd: &Cmd) -> Result<()> {
         Cmd::Attention { .. } => attention_cmd(cmd)?,
     }
     Ok(())
+}
+
+/// `bench kv`: every element type of the cache on the same model and workload.
+fn kv_cmd(a: &KvArgs) -> Result<()> {
+    let budget_bytes =
+        inferlab::budget::parse_bytes(&a.budget).map_err(anyhow::Error::msg)? as usize;
+    anyhow::ensure!(
+        a.kv_tokens >= 16,
+        "--kv-tokens must hold at least one page of 16"
+    );
+    let w = inferlab::serve::workload::Workload {
+        requests: a.requests,
+        ..Default::default()
+    };
+    let w = workload(
+        w.requests,
+        (w.prompt_min, w.prompt_max),
+        (w.output_min, w.output_max),
+        w.output_dist,
+        w.seed,
+    )?;
+    let model = load_model(&a.model)?;
+    // Quality is measured where nothing but the cache rounds: the same file, f32 weights.
+    let exact = match a.model.weights.as_str() {
+        "f32" => model.clone(),
+        _ => load_model(&ModelArgs {
+            weights: "f32".into(),
+            ..a.model.clone()
+        })?,
+    };
+    let bench = kv::KvBench {
+        budget_bytes,
+        workload: w,
+        kv_budget_tokens: a.kv_tokens,
+        rounds: a.rounds.max(1),
+    };
+    let r = kv::run(&model, &exact, &bench)?;
+    emit(a.json, &r, r.table())
 }
 
 /// `bench sink`: the eval text through a full cache and the two windows.
