@@ -2,6 +2,7 @@
 //! many requests fit in a device's memory next to the weights — for the model's own head
 //! layout and for MHA and MQA of the same shape.
 
+use crate::kv::KvElem;
 use serde::{Deserialize, Serialize};
 
 /// The attention shape of a published model.
@@ -42,7 +43,30 @@ pub struct Budget {
     pub weight_bytes: u64,
     pub seq_len: usize,
     pub kv_elem_bytes: usize,
+    /// The element type when one was named (int8 rows carry a 4-byte scale each).
+    pub kv_elem: Option<KvElem>,
     pub lines: Vec<Line>,
+}
+
+/// What one cached number takes: plain bytes per element, or one of inferlab's element
+/// types (whose int8 rows carry a scale each).
+#[derive(Debug, Clone, Copy)]
+pub enum KvNumbers {
+    Bytes(usize),
+    Elem(KvElem),
+}
+
+impl KvNumbers {
+    /// Bytes one row of `d` numbers takes, or `None` when that overflows.
+    fn row_bytes(self, d: usize) -> Option<u64> {
+        match self {
+            Self::Bytes(b) => (d as u64).checked_mul(b as u64),
+            Self::Elem(KvElem::F32) => (d as u64).checked_mul(4),
+            Self::Elem(KvElem::F16) => (d as u64).checked_mul(2),
+            // One byte a number, and the row's f32 scale.
+            Self::Elem(KvElem::Int8) => (d as u64).checked_add(4),
+        }
+    }
 }
 
 /// Parses sizes such as `24GiB`, `80GB`, `512MiB`, `1e9`.
@@ -85,8 +109,12 @@ pub fn compute(
     memory: u64,
     weight_bytes: u64,
     seq_len: usize,
-    kv_elem_bytes: usize,
+    kv: KvNumbers,
 ) -> Result<Budget, String> {
+    let kv_elem_bytes = match kv {
+        KvNumbers::Bytes(b) => b,
+        KvNumbers::Elem(e) => e.number_bytes(),
+    };
     let layouts = [
         (
             format!("own ({} KV heads)", shape.n_kv_head),
@@ -98,20 +126,22 @@ pub fn compute(
     let free = memory.saturating_sub(weight_bytes);
     let lines = layouts
         .into_iter()
-        .map(|(layout, kv)| {
-            let per_token = [shape.layers, 2, kv, shape.head_dim, kv_elem_bytes]
+        .map(|(layout, heads)| {
+            let per_token = [shape.layers, 2, heads]
                 .iter()
-                .try_fold(1u64, |a, &x| a.checked_mul(x as u64));
+                .try_fold(1u64, |a, &x| a.checked_mul(x as u64))
+                .zip(kv.row_bytes(shape.head_dim))
+                .and_then(|(a, row)| a.checked_mul(row));
             let per_request = per_token.and_then(|t| t.checked_mul(seq_len as u64));
             let (Some(per_token), Some(per_request)) = (per_token, per_request) else {
                 return Err(format!(
-                    "{} layers × {kv} KV heads × {} dims × {kv_elem_bytes} bytes × {seq_len} tokens overflows a 64-bit size",
+                    "{} layers × {heads} KV heads × {} dims × {kv_elem_bytes} bytes × {seq_len} tokens overflows a 64-bit size",
                     shape.layers, shape.head_dim
                 ));
             };
             Ok(Line {
                 layout,
-                kv_heads: kv,
+                kv_heads: heads,
                 kv_bytes_per_token: per_token,
                 kv_bytes_per_request: per_request,
                 requests_that_fit: free.checked_div(per_request).unwrap_or(0),
@@ -124,6 +154,10 @@ pub fn compute(
         weight_bytes,
         seq_len,
         kv_elem_bytes,
+        kv_elem: match kv {
+            KvNumbers::Elem(e) => Some(e),
+            KvNumbers::Bytes(_) => None,
+        },
         lines,
     })
 }
@@ -132,9 +166,14 @@ impl Budget {
     /// A table for people.
     pub fn table(&self) -> String {
         let gib = |b: u64| b as f64 / 1073741824.0;
+        let elem = match self.kv_elem {
+            Some(KvElem::Int8) => "int8, 1 byte + a 4-byte scale per row".to_string(),
+            Some(e) => format!("{e}, {} bytes", self.kv_elem_bytes),
+            None => format!("{} bytes", self.kv_elem_bytes),
+        };
         let mut s = format!(
-            "{}: memory {:.1} GiB, weights {:.2} GiB, requests of {} tokens, KV element {} bytes\n{:<22} {:>8} {:>14} {:>16} {:>10}\n",
-            self.model, gib(self.memory_bytes), gib(self.weight_bytes), self.seq_len, self.kv_elem_bytes,
+            "{}: memory {:.1} GiB, weights {:.2} GiB, requests of {} tokens, KV element {elem}\n{:<22} {:>8} {:>14} {:>16} {:>10}\n",
+            self.model, gib(self.memory_bytes), gib(self.weight_bytes), self.seq_len,
             "layout", "KV heads", "KV B/token", "KV per request", "fit"
         );
         for l in &self.lines {
@@ -159,7 +198,14 @@ mod tests {
     fn llama2_7b_is_half_a_mebibyte_per_token_in_f16() {
         let p = presets();
         let l = p.iter().find(|s| s.name == "llama-2-7b").unwrap();
-        let b = compute(l, parse_bytes("80GB").unwrap(), 13_500_000_000, 4096, 2).unwrap();
+        let b = compute(
+            l,
+            parse_bytes("80GB").unwrap(),
+            13_500_000_000,
+            4096,
+            KvNumbers::Bytes(2),
+        )
+        .unwrap();
         // 32 layers × 2 × 32 heads × 128 × 2 bytes = 524,288 bytes per token.
         assert_eq!(b.lines[0].kv_bytes_per_token, 524_288);
         assert_eq!(b.lines[0].kv_bytes_per_request, 2 * 1073741824);

@@ -395,7 +395,14 @@ fn every_number_in_the_lessons_is_a_live_figure_or_a_checked_fact() {
         .into_iter()
         .find(|s| s.name == "llama-3-8b")
         .unwrap();
-    let b = inferlab::budget::compute(&llama, 24 << 30, 2, 4096, 2).unwrap();
+    let b = inferlab::budget::compute(
+        &llama,
+        24 << 30,
+        2,
+        4096,
+        inferlab::budget::KvNumbers::Bytes(2),
+    )
+    .unwrap();
     let mut facts: Vec<u64> = vec![
         c.n_layer,
         c.n_head,

@@ -1,7 +1,8 @@
 //! `inferlab budget`: how many requests' KV caches fit next to a model's weights.
 
 use anyhow::{Context, Result};
-use inferlab::budget::{self, Shape};
+use inferlab::budget::{self, KvNumbers, Shape};
+use inferlab::kv::KvElem;
 use inferlab::model::{gguf, LlamaConfig};
 use std::path::PathBuf;
 
@@ -21,8 +22,12 @@ pub struct Args {
     #[arg(long, default_value_t = 4096)]
     pub seq_len: usize,
     /// Bytes per KV element (2 for f16/bf16, 1 for 8-bit, 4 for f32).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, conflicts_with = "kv_elem")]
     pub kv_bytes: usize,
+    /// One of inferlab's element types instead of --kv-bytes: f32, f16, or int8 (whose
+    /// rows of one token and KV head carry a 4-byte scale each, as the app stores them).
+    #[arg(long, value_parser = ["f32", "f16", "int8"])]
+    pub kv_elem: Option<String>,
     /// Bytes per weight for the weights' footprint (2 for f16).
     #[arg(long, default_value_t = 2.0)]
     pub weight_bytes: f64,
@@ -111,8 +116,13 @@ pub fn run(a: &Args) -> Result<()> {
     };
     let memory = budget::parse_bytes(&a.memory).map_err(anyhow::Error::msg)?;
     let weights = file_bytes.unwrap_or((shape.params_b * 1e9 * a.weight_bytes) as u64);
-    let b = budget::compute(&shape, memory, weights, a.seq_len, a.kv_bytes)
-        .map_err(anyhow::Error::msg)?;
+    let kv = match a.kv_elem.as_deref() {
+        Some("f32") => KvNumbers::Elem(KvElem::F32),
+        Some("f16") => KvNumbers::Elem(KvElem::F16),
+        Some(_) => KvNumbers::Elem(KvElem::Int8),
+        None => KvNumbers::Bytes(a.kv_bytes),
+    };
+    let b = budget::compute(&shape, memory, weights, a.seq_len, kv).map_err(anyhow::Error::msg)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&b)?);
     } else {

@@ -27,6 +27,15 @@ impl KvElem {
     /// Every element type, widest first.
     pub const ALL: [KvElem; 3] = [KvElem::F32, KvElem::F16, KvElem::Int8];
 
+    /// Bytes one number takes (int8's rows carry a scale beside them).
+    pub fn number_bytes(self) -> usize {
+        match self {
+            Self::F32 => 4,
+            Self::F16 => 2,
+            Self::Int8 => 1,
+        }
+    }
+
     /// Bytes one row of `d` numbers (one token of one KV head, K or V) takes: the
     /// numbers, and int8's scale.
     pub fn row_bytes(self, d: usize) -> usize {

@@ -19,6 +19,8 @@ pub enum Action {
     Slower,
     CycleLayout,
     ToggleKernel,
+    /// What the KV cache stores each number as: f32 → f16 → int8.
+    CycleKvElem,
     ToggleCache,
     TogglePolicy,
     StartInput,
@@ -102,6 +104,7 @@ fn needs_model(a: Action) -> bool {
         a,
         Action::CycleLayout
             | Action::ToggleKernel
+            | Action::CycleKvElem
             | Action::ToggleCache
             | Action::TogglePolicy
             | Action::CycleCompare
@@ -417,6 +420,7 @@ impl App {
         match a {
             Action::CycleLayout => s.run.layout = next_layout(s.run.layout),
             Action::ToggleKernel => s.run.kernel = other_kernel(s.run.kernel),
+            Action::CycleKvElem => s.run.kv_elem = s.run.kv_elem.next(),
             Action::ToggleCache => serving.cache = serving.cache.other(),
             Action::TogglePolicy => serving.policy = serving.policy.other(),
             Action::CycleCompare => serving.compare = serving.compare.next(),
@@ -842,8 +846,8 @@ fn report_status(r: &StepReport) -> String {
         "request finished (a: new prompt) · serving and sink go on".to_string()
     } else if r.recomputed {
         format!(
-            "recomputed {} token(s) under {} in {:.1} ms: the same next position",
-            r.info.input_len, r.info.layout, r.info.wall_ms
+            "recomputed {} token(s) under {} · {} KV in {:.1} ms: the same next position",
+            r.info.input_len, r.info.layout, r.settings.run.kv_elem, r.info.wall_ms
         )
     } else {
         format!(

@@ -270,40 +270,41 @@ fn overlays(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
 /// new setting shows with that report). The sampler and the cache mode apply from the
 /// next step and no report follows `T`, `P` or `k`: live, the app's own; in a replay or
 /// while scrubbing history, the report's. The kernel in a word.
-fn shown_settings(
-    app: &App,
-) -> (
-    crate::model::HeadLayout,
-    &'static str,
-    crate::model::SamplerConfig,
-    bool,
-) {
+fn shown_settings(app: &App) -> Shown {
     let past = app.engine.replaying || app.frames.cursor().is_some();
-    let (layout, kernel, sampler, no_cache) = match app.report() {
-        Some(r) if past => (
-            r.settings.run.layout,
-            r.settings.run.kernel,
-            r.info.sampler,
-            r.info.no_cache,
-        ),
+    let (run, sampler, no_cache) = match app.report() {
+        Some(r) if past => (r.settings.run, r.info.sampler, r.info.no_cache),
         Some(r) => (
-            r.settings.run.layout,
-            r.settings.run.kernel,
+            r.settings.run,
             app.settings.request.sampler,
             !app.settings.request.kv_cache,
         ),
         None => (
-            app.settings.run.layout,
-            app.settings.run.kernel,
+            app.settings.run,
             app.settings.request.sampler,
             !app.settings.request.kv_cache,
         ),
     };
-    let kernel = match kernel {
+    let kernel = match run.kernel {
         crate::model::AttnKernel::Naive => "naive",
         crate::model::AttnKernel::Tiled { .. } => "tiled",
     };
-    (layout, kernel, sampler, no_cache)
+    Shown {
+        layout: run.layout,
+        kernel,
+        kv_elem: run.kv_elem,
+        sampler,
+        no_cache,
+    }
+}
+
+/// The settings the header names: the report's when one is shown.
+struct Shown {
+    layout: crate::model::HeadLayout,
+    kernel: &'static str,
+    kv_elem: crate::kv::KvElem,
+    sampler: crate::model::SamplerConfig,
+    no_cache: bool,
 }
 
 /// The run on screen: the iteration, its phase, its decode speed, and whether the app
@@ -340,8 +341,18 @@ fn run_state(app: &App) -> (usize, &'static str, f64, String) {
 
 fn header(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let (iter, phase, tps, run) = run_state(app);
-    let (layout, kernel, sampler, no_cache) = shown_settings(app);
-    let cache = if no_cache { " · NO KV CACHE" } else { "" };
+    let Shown {
+        layout,
+        kernel,
+        kv_elem,
+        sampler,
+        no_cache,
+    } = shown_settings(app);
+    let cache = match (no_cache, kv_elem) {
+        (true, _) => " · NO KV CACHE".to_string(),
+        (false, crate::kv::KvElem::F32) => String::new(),
+        (false, e) => format!(" · {e} KV"),
+    };
     let full = format!(
         " inferlab · {} · {layout} · {kernel} attention{cache} · {} · iteration {iter} · {phase} · {tps:.1} tok/s · {run} · ",
         app.engine.model_name,

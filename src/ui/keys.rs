@@ -53,11 +53,14 @@ pub const BINDINGS: &[Binding] = &[
         on: &[(KeyCode::Char('m'), Action::CycleLayout)],
     },
     Binding {
-        keys: "f",
-        help: "attention kernel: naive ↔ tiled (FlashAttention)",
+        keys: "f i",
+        help: "f kernel naive ↔ tiled · i KV numbers f32 → f16 → int8",
         rank: 5,
-        hint: "naive/tiled",
-        on: &[(KeyCode::Char('f'), Action::ToggleKernel)],
+        hint: "kernel/KV type",
+        on: &[
+            (KeyCode::Char('f'), Action::ToggleKernel),
+            (KeyCode::Char('i'), Action::CycleKvElem),
+        ],
     },
     Binding {
         keys: "c b d u",

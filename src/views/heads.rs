@@ -1,6 +1,7 @@
 //! Head sharing, decided once: which KV head each query head reads under the current
 //! layout, and what each layout costs in KV bytes for this request's cache.
 
+use crate::kv::KvElem;
 use crate::model::HeadLayout;
 use crate::report::StepReport;
 
@@ -10,6 +11,8 @@ pub struct Heads {
     pub map: Vec<usize>,
     pub n_kv: usize,
     pub layout: HeadLayout,
+    /// What the cache stores each number as (the costs count it).
+    pub kv_elem: KvElem,
     /// The tokens the cache is sized for (the reservation, or the context so far).
     pub tokens: usize,
     /// Per layout: KV bytes per token, and for `tokens` tokens.
@@ -35,6 +38,7 @@ impl Heads {
             n_kv: map.iter().max().map_or(0, |m| m + 1),
             map,
             layout: r.settings.run.layout,
+            kv_elem: r.settings.run.kv_elem,
             tokens,
             costs,
         })

@@ -152,7 +152,7 @@ fn table(v: &Heads, theme: &Theme, inner: Rect, y: u16, buf: &mut Buffer) {
         inner,
         0,
         y,
-        format!("{:<5} {:>10} {tok:>12}", "", "B/token"),
+        format!("{:<5} {:>10} {tok:>12}", v.kv_elem, "B/token"),
         theme.dim(),
     );
     for (i, &(l, bpt, total)) in v.costs.iter().enumerate() {

@@ -11,7 +11,12 @@ use ratatui::widgets::Widget;
 
 /// Draws the pane.
 pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
-    let b = block(app, theme, Pane::Kv, " KV cache · contiguous ".into());
+    let elem = app
+        .report()
+        .map(|r| r.settings.run.kv_elem)
+        .unwrap_or_default();
+    let title = format!(" KV cache · contiguous · {elem} ");
+    let b = block(app, theme, Pane::Kv, title);
     let inner = b.inner(area);
     b.render(area, buf);
     if let Some(r) = app.report() {
