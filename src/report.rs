@@ -286,6 +286,10 @@ pub struct ServeView {
     /// p50 and p99 (zero in recordings made before it was kept).
     #[serde(default)]
     pub latency: crate::serve::latency::Latency,
+    /// Each request's time to first token so far, ms, once it has had its first (empty in
+    /// recordings made before it was kept).
+    #[serde(default)]
+    pub ttft_ms: Vec<(crate::kv::pool::ReqId, f64)>,
 }
 
 impl ServeView {

@@ -168,6 +168,7 @@ fn the_e_key_writes_the_focused_pane_and_says_where() {
     std::env::set_var("INFERLAB_EXPORT_DIR", dir.path());
     let mut a = app();
     a.update(Action::Export);
+    inferlab::ui::perform_writes(&mut a);
     let svg = dir.path().join("inferlab-attention-l0h0-iter3.svg");
     assert!(svg.exists(), "{}", a.status);
     assert!(svg.with_extension("png").exists());
@@ -177,11 +178,13 @@ fn the_e_key_writes_the_focused_pane_and_says_where() {
         a.update(Action::FocusNext);
     }
     a.update(Action::Export);
+    inferlab::ui::perform_writes(&mut a);
     assert!(a.status.contains("exported output"), "{}", a.status);
     assert!(dir.path().join("inferlab-output-iter3.png").exists());
     // The traffic pane (t) too; one test, since the export folder is process-wide.
     let mut a = common::fixture::traffic_app();
     a.update(Action::Export);
+    inferlab::ui::perform_writes(&mut a);
     assert!(a.status.contains("exported traffic"), "{}", a.status);
     assert!(dir.path().join("inferlab-traffic-iter3.png").exists());
     // Pressed again, `e` replaces nothing: the next free name, and a planted link at the
@@ -190,6 +193,7 @@ fn the_e_key_writes_the_focused_pane_and_says_where() {
     std::fs::write(&users, "precious").unwrap();
     std::os::unix::fs::symlink(&users, dir.path().join("inferlab-traffic-iter3-2.svg")).unwrap();
     a.update(Action::Export);
+    inferlab::ui::perform_writes(&mut a);
     assert!(a.status.contains("iter3-3.svg"), "{}", a.status);
     assert!(dir.path().join("inferlab-traffic-iter3-3.png").exists());
     assert_eq!(std::fs::read_to_string(&users).unwrap(), "precious");

@@ -98,6 +98,8 @@ impl Learner {
                 }
             }
         }
+        // The files the app asked for, as the event loop writes them.
+        inferlab::ui::perform_writes(&mut self.app);
     }
 
     fn press(&mut self, a: Action) {
@@ -217,6 +219,8 @@ impl Learner {
             Var::Sink => Action::ToggleSink,
             Var::Workload => Action::ToggleWorkload,
             Var::KvCache => Action::ToggleKvCache,
+            Var::Chunked => Action::ToggleChunked,
+            Var::KvElem => Action::CycleKvElem,
             Var::Focus if word("lens") => Action::ToggleLens,
             Var::Focus if word("traffic") => Action::ToggleTraffic,
             Var::Focus => Action::FocusNext,

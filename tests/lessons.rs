@@ -416,6 +416,12 @@ fn every_number_in_the_lessons_is_a_live_figure_or_a_checked_fact() {
         inferlab::worker::SINK_WINDOW,
         inferlab::worker::long_parts().len(),
         std::mem::size_of::<f32>(),
+        // The cache's element types: int8's largest step count, and one row of a head's
+        // numbers as f32 and as int8 with its scale.
+        inferlab::kv::elem::INT8_MAX as usize,
+        inferlab::kv::KvElem::F32.row_bytes(c.head_dim),
+        inferlab::kv::KvElem::Int8.row_bytes(c.head_dim),
+        inferlab::serve::workload::APP_CHUNK_TOKENS,
         llama.layers,
         llama.n_head,
         llama.n_kv_head,

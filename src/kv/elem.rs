@@ -199,14 +199,19 @@ impl<'a> RowData<'a> {
     }
 }
 
-/// Rounds `row` to int8 steps of its largest magnitude over 127 into `out`; returns the
-/// step. A row of zeros keeps step 0 (and decodes to zeros).
+/// The largest int8 a row stores: its largest magnitude becomes ±127 (not −128, so the
+/// range is symmetric and zero stays exact).
+pub const INT8_MAX: i8 = 127;
+
+/// Rounds `row` to int8 steps of its largest magnitude over [`INT8_MAX`] into `out`;
+/// returns the step. A row of zeros keeps step 0 (and decodes to zeros).
 fn quantize(row: &[f32], out: &mut [i8]) -> f32 {
+    let top = f32::from(INT8_MAX);
     let max = row.iter().fold(0.0f32, |m, x| m.max(x.abs()));
-    let step = max / 127.0;
+    let step = max / top;
     let inv = if step > 0.0 { 1.0 / step } else { 0.0 };
     for (o, &x) in out.iter_mut().zip(row) {
-        *o = (x * inv).round().clamp(-127.0, 127.0) as i8;
+        *o = (x * inv).round().clamp(-top, top) as i8;
     }
     step
 }

@@ -1,5 +1,6 @@
 //! What a lesson is, as plain data: the parser builds it, the app walks it.
 
+use crate::kv::KvElem;
 use crate::model::HeadLayout;
 pub use crate::screen::Pane;
 use crate::serve::workload::AppWorkload;
@@ -71,6 +72,10 @@ pub struct StepSettings {
     pub temperature: Option<u8>,
     /// The live request's KV cache on or off.
     pub kv_cache: Option<bool>,
+    /// The serving runs' prompts in chunks (chunked prefill) or whole.
+    pub chunked: Option<bool>,
+    /// What the caches store each number as.
+    pub kv_elem: Option<KvElem>,
 }
 
 impl StepSettings {
@@ -92,6 +97,8 @@ impl StepSettings {
             view: self.view.or(earlier.view),
             temperature: self.temperature.or(earlier.temperature),
             kv_cache: self.kv_cache.or(earlier.kv_cache),
+            chunked: self.chunked.or(earlier.chunked),
+            kv_elem: self.kv_elem.or(earlier.kv_elem),
         }
     }
 }
@@ -156,11 +163,15 @@ pub enum Var {
     Copies,
     /// The live request's KV cache: on or off.
     KvCache,
+    /// Chunked prefill in the serving runs: on or off.
+    Chunked,
+    /// The caches' element type: f32, f16 or int8.
+    KvElem,
 }
 
 impl Var {
     /// Every variable with its name in lesson files.
-    pub const ALL: [(&'static str, Var); 17] = [
+    pub const ALL: [(&'static str, Var); 19] = [
         ("steps", Var::Steps),
         ("decode_steps", Var::DecodeSteps),
         ("generated", Var::Generated),
@@ -178,6 +189,8 @@ impl Var {
         ("workload", Var::Workload),
         ("copies", Var::Copies),
         ("kv_cache", Var::KvCache),
+        ("chunked", Var::Chunked),
+        ("kv_elem", Var::KvElem),
     ];
 
     /// True for variables compared as numbers.
@@ -302,7 +315,7 @@ impl Predict {
 
 /// Live figures a lesson may quote as `{name}`: the app fills them in from what it shows
 /// now (the newest report, the serving runs, this machine's limits).
-pub const FIGURES: [(&str, &str); 19] = [
+pub const FIGURES: [(&str, &str); 21] = [
     (
         "kv_bytes_per_token",
         "KV bytes per token under the current layout",
@@ -342,6 +355,14 @@ pub const FIGURES: [(&str, &str); 19] = [
     (
         "serve_ratio",
         "tokens/s of the serving run over the run beside it",
+    ),
+    (
+        "serve_ttft_p99_ms",
+        "p99 time to first token of the serving run so far, ms",
+    ),
+    (
+        "serve_compare_ttft_p99_ms",
+        "the same for the run beside it",
     ),
 ];
 
@@ -405,6 +426,12 @@ pub const WORKLOADS: [(&str, AppWorkload); 2] =
     [("chat", AppWorkload::Chat), ("long", AppWorkload::Long)];
 /// The attention-sink experiment.
 pub const SWITCH: [(&str, bool); 2] = [("on", true), ("off", false)];
+/// The caches' element types.
+pub const KV_ELEMS: [(&str, KvElem); 3] = [
+    ("f32", KvElem::F32),
+    ("f16", KvElem::F16),
+    ("int8", KvElem::Int8),
+];
 /// The screen: the focused pane with the room, or the grid.
 pub const VIEWS: [(&str, bool); 2] = [("focus", true), ("grid", false)];
 

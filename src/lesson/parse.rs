@@ -413,9 +413,11 @@ fn setting(set: &mut StepSettings, key: &str, value: &str) -> Result<(), String>
         "head" => set.head = Some(index(value, "head", DEFAULT_HEADS)?),
         "temperature" => set.temperature = Some(temperature(value)?),
         "kv_cache" => set.kv_cache = pick(&SWITCH, "KV cache", value)?,
+        "chunked" => set.chunked = pick(&SWITCH, "chunked prefill", value)?,
+        "kv_elem" => set.kv_elem = pick(&KV_ELEMS, "KV element type", value)?,
         _ => {
             return Err(format!(
-                "unknown setting `{key}` (known: focus, layout, cache, policy, attention, compare, values, layer, head, sink, workload, view, temperature, kv_cache)"
+                "unknown setting `{key}` (known: focus, layout, cache, policy, attention, compare, values, layer, head, sink, workload, view, temperature, kv_cache, chunked, kv_elem)"
             ))
         }
     }
@@ -499,7 +501,8 @@ fn words_of(var: Var) -> Vec<&'static str> {
         Var::Compare => all(&COMPARES),
         Var::Workload => all(&WORKLOADS),
         Var::Values => all(&VALUES),
-        Var::Sink | Var::KvCache => all(&SWITCH),
+        Var::Sink | Var::KvCache | Var::Chunked => all(&SWITCH),
+        Var::KvElem => all(&KV_ELEMS),
         Var::Focus => all(&PANES),
         _ => vec!["true", "false"],
     }

@@ -1,6 +1,7 @@
 //! App state and what each action does to it. Drawing reads this state; nothing here
 //! runs model code — changes that need the model become [`Command`]s for the engine.
 
+use super::effect::{FileWrite, Written};
 use super::engine::EngineState;
 use super::frames::Frames;
 use super::tutor::{Reply, Tutor};
@@ -143,6 +144,8 @@ pub struct App {
     pub input: Option<String>,
     /// The open lesson, when the app runs one.
     pub tutor: Option<Tutor>,
+    /// File writes asked for and not yet carried out (`effect::perform` does them).
+    writes: Vec<FileWrite>,
     pub quit: bool,
 }
 
@@ -160,6 +163,7 @@ impl App {
             status: "starting".into(),
             input: None,
             tutor: None,
+            writes: Vec::new(),
             quit: false,
         }
     }
@@ -618,15 +622,34 @@ impl App {
         }
     }
 
-    /// Writes the focused pane's picture (SVG and PNG) and says where in the status line.
+    /// Asks for the focused pane's picture (SVG and PNG); the status says where once it
+    /// is written.
     fn export_focused(&mut self) {
-        use crate::export::{self, ExportPane};
-        let pane = ExportPane::for_focus(self.view.focus, self.shows_sink());
-        let r = export::write_fresh(&self.scene(), pane);
-        self.status = match r {
-            Ok(svg) => format!("exported {} → {} and .png", pane.name(), svg.display()),
-            Err(e) => format!("export failed: {e}"),
-        };
+        let pane = crate::export::ExportPane::for_focus(self.view.focus, self.shows_sink());
+        self.writes.push(FileWrite::Export(pane));
+    }
+
+    /// The file writes asked for since the last call, the lesson progress's included.
+    pub fn take_writes(&mut self) -> Vec<FileWrite> {
+        if let Some(p) = self.tutor.as_mut().and_then(Tutor::take_unsaved) {
+            self.writes.push(FileWrite::SaveProgress(p));
+        }
+        std::mem::take(&mut self.writes)
+    }
+
+    /// Says how a write went: where a picture went, or why a file was not written.
+    pub fn written(&mut self, w: Written) {
+        match w {
+            Written::Exported(pane, Ok(svg)) => {
+                self.status = format!("exported {} → {} and .png", pane.name(), svg.display())
+            }
+            Written::Exported(_, Err(e)) => self.status = format!("export failed: {e}"),
+            Written::ProgressSaved(r) => {
+                if let Some(t) = self.tutor.as_mut() {
+                    t.saved(r)
+                }
+            }
+        }
     }
 
     /// Opens the app on a lesson and applies its current step; returns the commands.

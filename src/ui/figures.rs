@@ -65,8 +65,16 @@ pub fn value(app: Sources, name: &str) -> Option<String> {
         }
         "serve_tokens_per_s" => format!("{:.0}", r.serve.as_ref()?.tokens_per_s()?),
         "serve_ratio" => format!("{:.2}", r.serve_ratio()?),
+        "serve_ttft_p99_ms" => ttft_p99(r.serve.as_ref())?,
+        "serve_compare_ttft_p99_ms" => ttft_p99(r.serve_compare.as_ref())?,
         _ => return None,
     })
+}
+
+/// A serving run's p99 time to first token so far, once a request has had its first.
+fn ttft_p99(s: Option<&crate::report::ServeView>) -> Option<String> {
+    let p99 = s?.latency.ttft_ms_p99;
+    (p99 > 0.0).then(|| format!("{p99:.0}"))
 }
 
 /// `text` with every `{figure}` replaced by its value now ([`PENDING`] until it is known).

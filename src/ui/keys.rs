@@ -54,7 +54,7 @@ pub const BINDINGS: &[Binding] = &[
     },
     Binding {
         keys: "f i",
-        help: "f kernel naive ↔ tiled · i KV numbers f32 → f16 → int8",
+        help: "f attention kernel naive ↔ tiled · i KV as f32 → f16 → int8",
         rank: 5,
         hint: "kernel/KV type",
         on: &[

@@ -3,6 +3,7 @@
 
 pub mod app;
 pub mod draw;
+pub mod effect;
 pub mod engine;
 pub mod figures;
 pub mod frames;
@@ -121,6 +122,7 @@ fn event_loop(
     if let Some(t) = tutor {
         send(app.open_lesson(t));
     }
+    perform_writes(&mut app);
     let mut loop_state = LoopState::new();
     let frame = Duration::from_millis(33);
     let mut dirty = true;
@@ -129,6 +131,9 @@ fn event_loop(
         // but the screen is drawn once per frame.
         dirty |= absorb_events(&mut app, &rx, record.as_ref(), &mut recorder, replaying)?;
         send(loop_state.engine_commands(&mut app));
+        // The files the app asked for (a picture, the lesson progress), before the frame
+        // that says how they went.
+        perform_writes(&mut app);
         if dirty {
             terminal.draw(|f| draw::draw(&app, &theme, f.area(), f.buffer_mut()))?;
             dirty = false;
@@ -138,6 +143,8 @@ fn event_loop(
             dirty = true;
         }
     }
+    // What the last keys asked for (the progress of a step left just before quitting).
+    perform_writes(&mut app);
     let _ = tx.send(Command::Quit);
     if let Some(Err(e)) = recorder.map(|r| r.finish()) {
         app.engine.alarm = Some(format!("recording failed: {e}"));
@@ -147,6 +154,25 @@ fn event_loop(
     match app.engine.fatal.or(app.engine.alarm) {
         Some(e) => Err(std::io::Error::other(e)),
         None => Ok(()),
+    }
+}
+
+/// Carries out every file write `app` has queued, in order, and tells the app how each
+/// went.
+pub fn perform_writes(app: &mut App) {
+    use effect::{FileWrite, Written};
+    for w in app.take_writes() {
+        let outcome = match w {
+            // The picture is drawn from the frame on screen now, which is the one the
+            // key was pressed on: nothing draws between the key and this.
+            FileWrite::Export(pane) => {
+                Written::Exported(pane, crate::export::write_fresh(&app.scene(), pane))
+            }
+            FileWrite::SaveProgress(p) => {
+                Written::ProgressSaved(p.save().map_err(|e| e.to_string()))
+            }
+        };
+        app.written(outcome);
     }
 }
 

@@ -43,6 +43,8 @@ pub struct Tutor {
     pub progress: Progress,
     /// Whether progress is written to disk (off in tests).
     pub persist: bool,
+    /// The progress changed and its write has not been asked for yet.
+    unsaved: bool,
     /// Lines the lesson panel is scrolled down (mouse wheel), reset on every step.
     pub scroll: u16,
     /// What the user must know about their progress file: it was unreadable and moved
@@ -85,6 +87,7 @@ impl Tutor {
             pending: None,
             progress,
             persist,
+            unsaved: false,
             scroll: 0,
             notice: None,
         }
@@ -100,24 +103,30 @@ impl Tutor {
         self.current().and_then(|l| l.steps.get(self.step))
     }
 
+    /// Notes the step open now in the progress, to be written (by the app's effects).
     fn save(&mut self) {
         if let Some(id) = self.current().map(|l| l.id().to_string()) {
             self.progress.of(&id).step = self.step;
         }
-        if self.persist {
-            // A failed save must not interrupt the lesson, but the user is told.
-            match self.progress.save() {
-                Ok(())
-                    if self
-                        .notice
-                        .as_deref()
-                        .is_some_and(|n| n.starts_with(SAVE_FAILED)) =>
-                {
-                    self.notice = None
-                }
-                Ok(()) => {}
-                Err(e) => self.notice = Some(format!("{SAVE_FAILED}: {e}")),
-            }
+        self.unsaved |= self.persist;
+    }
+
+    /// The progress to write, when it changed since the last write was asked for.
+    pub fn take_unsaved(&mut self) -> Option<Progress> {
+        std::mem::take(&mut self.unsaved).then(|| self.progress.clone())
+    }
+
+    /// How the last write of the progress went. A failed save must not interrupt the
+    /// lesson, but the user is told, until a later save works.
+    pub fn saved(&mut self, r: Result<(), String>) {
+        let failed_before = self
+            .notice
+            .as_deref()
+            .is_some_and(|n| n.starts_with(SAVE_FAILED));
+        match r {
+            Ok(()) if failed_before => self.notice = None,
+            Ok(()) => {}
+            Err(e) => self.notice = Some(format!("{SAVE_FAILED}: {e}")),
         }
     }
 
@@ -255,6 +264,8 @@ fn step_settings(set: &StepSettings, now: Settings) -> Settings {
         request.sampler.temperature = f32::from(t) / 10.0;
     }
     request.kv_cache = set.kv_cache.unwrap_or(request.kv_cache);
+    serving.chunked = set.chunked.unwrap_or(serving.chunked);
+    s.run.kv_elem = set.kv_elem.unwrap_or(now.run.kv_elem);
     s
 }
 
@@ -309,6 +320,8 @@ fn live_word(app: &LiveState, var: Var) -> Option<&'static str> {
         Var::Values => word_for(&VALUES, values),
         Var::Sink => word_for(&SWITCH, s.sink),
         Var::KvCache => word_for(&SWITCH, s.request.kv_cache),
+        Var::Chunked => word_for(&SWITCH, serving.chunked),
+        Var::KvElem => word_for(&KV_ELEMS, s.run.kv_elem),
         Var::Workload => word_for(&WORKLOADS, serving.workload),
         Var::Focus => word_for(&PANES, app.focus),
         _ => return None,
@@ -523,6 +536,8 @@ mod tests {
         each(Var::KvCache, &SWITCH, |on| {
             with(|s| s.request.kv_cache = on)
         });
+        each(Var::Chunked, &SWITCH, |on| with(|s| s.serving.chunked = on));
+        each(Var::KvElem, &KV_ELEMS, |e| with(|s| s.run.kv_elem = e));
         each(Var::Focus, &PANES, |focus| LiveState { focus, ..base() });
         // The app holds these in its own types; the lesson's words name the same choices.
         let show_scores = |v| v == Values::Scores;

@@ -591,6 +591,11 @@ impl ServingEngine {
             requests: e.requests().len(),
             max_batch: e.cfg().max_batch,
             latency: crate::serve::latency::Latency::of(e.requests()),
+            ttft_ms: e
+                .requests()
+                .iter()
+                .filter_map(|r| crate::serve::latency::ttft_s(r).map(|s| (r.id, 1e3 * s)))
+                .collect(),
             step,
             preemptions: e.preemptions(),
             done: e.done(),

@@ -259,6 +259,13 @@ pub fn serving_reports_with(
                 // A fixed 5 ms per iteration: pictures must not depend on this machine.
                 elapsed_ms: 5.0 * i as f64,
                 latency: Default::default(),
+                // Requests with a token so far waited 2 ms per id (fixed, as above).
+                ttft_ms: e
+                    .requests()
+                    .iter()
+                    .filter(|r| !r.generated.is_empty())
+                    .map(|r| (r.id, 2.0 * r.id as f64 + 1.0))
+                    .collect(),
             });
             r
         })

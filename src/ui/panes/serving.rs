@@ -183,6 +183,7 @@ fn render_view(
     draw_timeline(
         sv.requests,
         timeline,
+        &sv.ttft_ms,
         theme,
         Rect { y, ..inner }.intersection(inner),
         buf,
@@ -254,19 +255,26 @@ pub fn draw_grid(g: &Grid, marked: &[u32], theme: &Theme, inner: Rect, buf: &mut
     y + 1
 }
 
-/// A row per request, a column per iteration (newest on the right), and the phases' key
-/// under the rows when there is a row to spare. It scales to the area: a short history
-/// stretches to up to three columns per iteration, and when the rows run out the requests
-/// in play now are the ones shown, with a count of the rest.
+/// Columns the time to first token takes at the end of a timeline row.
+const TTFT_WIDTH: usize = 8;
+
+/// A row per request, a column per iteration (newest on the right), each row ending in
+/// its request's time to first token once it has one (when the pane is wide enough), and
+/// the phases' key under the rows when there is a row to spare. It scales to the area: a
+/// short history stretches to up to three columns per iteration, and when the rows run
+/// out the requests in play now are the ones shown, with a count of the rest.
 pub fn draw_timeline(
     requests: usize,
     timeline: &std::collections::VecDeque<Vec<(u64, ReqPhase)>>,
+    ttft_ms: &[(u64, f64)],
     theme: &Theme,
     area: Rect,
     buf: &mut Buffer,
 ) {
     let (ids, hidden) = timeline::rows_shown(timeline, requests, area.height as usize);
-    let cols = (area.width as usize).saturating_sub(4);
+    // The TTFT column: "  1234ms", right-aligned, where the cells keep 30 columns or more.
+    let ttft_w = if area.width >= 40 { TTFT_WIDTH } else { 0 };
+    let cols = (area.width as usize).saturating_sub(4 + ttft_w);
     let cw = timeline::col_width(timeline.len(), cols);
     for (i, &id) in ids.iter().enumerate() {
         let row = area.y + i as u16;
@@ -277,6 +285,12 @@ pub fn draw_timeline(
                 let x = 4 + (c * cw) as u16;
                 put(buf, area, x, row, timeline::cell(ph, cw), st);
             }
+        }
+        let ttft = ttft_ms.iter().find(|t| t.0 == id).map(|t| t.1);
+        if let (Some(ms), true) = (ttft, ttft_w > 0) {
+            let x = area.width - ttft_w as u16;
+            let text = format!("{:>w$}", format!("{ms:.0}ms"), w = ttft_w);
+            put(buf, area, x, row, text, theme.dim());
         }
     }
     let key_row = area.y + ids.len() as u16;
@@ -290,7 +304,8 @@ pub fn draw_timeline(
         } else {
             String::new()
         };
-        let line = format!("{more}{}", key.join(" "));
+        let ttft = if ttft_w > 0 { " · ms: TTFT" } else { "" };
+        let line = format!("{more}{}{ttft}", key.join(" "));
         put_text(buf, area, 0, key_row, &line, theme.dim());
     }
 }
