@@ -309,6 +309,20 @@ fn bench_serve_json_has_the_keys_and_the_paged_pool_holds_more() {
             "{k}"
         );
     }
+    // The short prompts alone: both batching policies, at a rate of their own (no long
+    // prefill to pay for, so more requests per second keep the engine as busy).
+    let c = &a["chat_mix"];
+    assert!(
+        c["rate_per_s"].as_f64().unwrap() > a["rate_per_s"].as_f64().unwrap(),
+        "{c}"
+    );
+    for k in ["static", "continuous"] {
+        assert!(c[k]["ttft_ms_p99"].as_f64().unwrap() > 0.0, "{c}");
+    }
+    assert!(
+        c["static_over_continuous_ttft_p99"].as_f64().unwrap() > 0.0,
+        "{c}"
+    );
     // Chunks spread each long prompt over more iterations.
     let it = |k: &str| a[k]["iterations"].as_u64().unwrap();
     assert!(it("continuous_chunked") > it("continuous"), "{a}");

@@ -60,6 +60,20 @@ pub struct ArrivalsReport {
     pub static_over_continuous_ttft_p99: f64,
     /// p99 inter-token latency, continuous (whole prompts) ÷ continuous chunked.
     pub continuous_over_chunked_itl_p99: f64,
+    /// The same requests without the long prompts, at their own default rate: the chat
+    /// traffic where a newcomer's wait is all queueing, not a long prefill.
+    pub chat_mix: ChatMix,
+}
+
+/// Static and continuous batching on the short prompts alone.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChatMix {
+    pub rate_per_s: f64,
+    #[serde(rename = "static")]
+    pub static_: ArrivalRun,
+    pub continuous: ArrivalRun,
+    /// p99 time to first token, static ÷ continuous.
+    pub static_over_continuous_ttft_p99: f64,
 }
 
 /// The workload: short chat-like prompts, every [`LONG_EVERY`]th one long.
@@ -128,9 +142,10 @@ fn workload(seed: u64) -> Workload {
 }
 
 /// The rate asked for, or the default from this machine's measured costs; with its basis.
+/// `long_share` of the prompts are [`LONG_PROMPT`] tokens long.
 fn choose_rate(
     model: &Model,
-    w: &Workload,
+    (w, long_share): (&Workload, f64),
     long: &[u32],
     (step_ms_by_batch, max_batch): (&BTreeMap<usize, f64>, usize),
     rate: Option<f64>,
@@ -139,7 +154,7 @@ fn choose_rate(
         Some(r) => (r, "given by --rate".to_string()),
         None => {
             let short = (w.prompt_min + w.prompt_max) as f64 / 2.0;
-            let share = 1.0 / LONG_EVERY as f64;
+            let share = long_share;
             let prompt = (1.0 - share) * short + share * LONG_PROMPT as f64;
             let output = (w.output_min + w.output_max) as f64 / 2.0;
             let prefill = prefill_ms_per_token(model, long)?;
@@ -168,8 +183,9 @@ pub fn run(
         "the shipped long story is too short"
     );
     let mut w = workload(seed);
-    let (rate_per_s, rate_basis) =
-        choose_rate(model, &w, &long, (step_ms_by_batch, max_batch), rate)?;
+    let costs = (step_ms_by_batch, max_batch);
+    let long_share = 1.0 / LONG_EVERY as f64;
+    let (rate_per_s, rate_basis) = choose_rate(model, (&w, long_share), &long, costs, rate)?;
     w.rate_per_s = rate_per_s;
     let reqs = requests(&w, source, &long);
     let kv_budget_tokens = kv_budget_tokens.max(MIN_KV_TOKENS);
@@ -194,10 +210,32 @@ pub fn run(
         .iter()
         .filter(|r| r.prompt.len() == LONG_PROMPT)
         .count();
+    // The short prompts alone, at the rate that keeps continuous batching as busy.
+    let (chat_rate, _) = choose_rate(model, (&w, 0.0), &long, costs, rate)?;
+    let chat = Workload {
+        rate_per_s: chat_rate,
+        ..w
+    };
+    let chat_run = |policy| {
+        timed(
+            model,
+            cfg(policy, max_batch, WHOLE_PROMPT),
+            chat.generate(source),
+        )
+    };
+    let (chat_static, chat_continuous) = (chat_run(Policy::Static)?, chat_run(Policy::Continuous)?);
+    let chat_mix = ChatMix {
+        rate_per_s: chat_rate,
+        static_over_continuous_ttft_p99: chat_static.latency.ttft_ms_p99
+            / chat_continuous.latency.ttft_ms_p99.max(1e-9),
+        static_: chat_static,
+        continuous: chat_continuous,
+    };
     Ok(ArrivalsReport::of(
         (rate_per_s, rate_basis),
         (long_prompts, max_batch, kv_budget_tokens),
         runs,
+        chat_mix,
     ))
 }
 
@@ -207,6 +245,7 @@ impl ArrivalsReport {
         (rate_per_s, rate_basis): (f64, String),
         (long_prompts, max_batch, kv_budget_tokens): (usize, usize, usize),
         [static_, continuous, continuous_chunked, request_at_a_time]: [ArrivalRun; 4],
+        chat_mix: ChatMix,
     ) -> Self {
         let ratio = |a: f64, b: f64| a / b.max(1e-9);
         Self {
@@ -230,6 +269,7 @@ impl ArrivalsReport {
             continuous,
             continuous_chunked,
             request_at_a_time,
+            chat_mix,
         }
     }
 }
@@ -288,9 +328,16 @@ impl ArrivalsReport {
                 l.ttft_ms_p50, l.ttft_ms_p99, l.itl_ms_p50, l.itl_ms_p99, r.tok_per_s
             );
         }
+        let c = &self.chat_mix;
         s + &format!(
-            "p99 TTFT static / continuous: {:.2}× · p99 ITL whole prompts / chunked: {:.2}×\n",
-            self.static_over_continuous_ttft_p99, self.continuous_over_chunked_itl_p99
+            "p99 TTFT static / continuous: {:.2}× · p99 ITL whole prompts / chunked: {:.2}×\n\
+             without the long prompts, at {:.2} req/s: p99 TTFT static {:.1} ms / continuous {:.1} ms = {:.2}×\n",
+            self.static_over_continuous_ttft_p99,
+            self.continuous_over_chunked_itl_p99,
+            c.rate_per_s,
+            c.static_.latency.ttft_ms_p99,
+            c.continuous.latency.ttft_ms_p99,
+            c.static_over_continuous_ttft_p99
         )
     }
 }

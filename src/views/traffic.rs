@@ -167,8 +167,10 @@ fn measured(r: &StepReport) -> Measured {
 
 /// The model's own time of the live step: its wall time less the probe's.
 pub fn model_ms(r: &StepReport) -> f64 {
-    let looking = r.info.timing.observe_ms.clamp(0.0, r.info.wall_ms);
-    r.info.wall_ms - looking
+    // `max`/`min`, not `clamp`: a recording is untrusted, and `clamp` panics on a negative
+    // or NaN wall time where these pass the other number through.
+    let wall = r.info.wall_ms.max(0.0);
+    wall - r.info.timing.observe_ms.max(0.0).min(wall)
 }
 
 /// The roofline's points: the latest prefill and B=1 decode step up to `report` (one of
