@@ -135,7 +135,7 @@ pub fn compute(
             let per_request = per_token.and_then(|t| t.checked_mul(seq_len as u64));
             let (Some(per_token), Some(per_request)) = (per_token, per_request) else {
                 return Err(format!(
-                    "{} layers × {heads} KV heads × {} dims × {kv_elem_bytes} bytes × {seq_len} tokens overflows a 64-bit size",
+                    "{} layers × {heads} KV heads × {} dims × {kv_elem_bytes} byte(s) × {seq_len} tokens overflows a 64-bit size",
                     shape.layers, shape.head_dim
                 ));
             };

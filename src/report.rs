@@ -326,6 +326,12 @@ impl ServeView {
                 return Err("the last copy names a page or request the run does not have".into());
             }
         }
+        let ttft_ok = |&(id, ms): &(crate::kv::pool::ReqId, f64)| {
+            (id as usize) < self.requests && ms.is_finite() && ms >= 0.0
+        };
+        if self.ttft_ms.len() > self.requests || !self.ttft_ms.iter().all(ttft_ok) {
+            return Err("a time to first token for no request of the run, or not a time".into());
+        }
         check_step(&self.step, self.requests, self.page_size, context)
     }
 

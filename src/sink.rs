@@ -121,7 +121,16 @@ impl SinkRun {
             )
         };
         Ok(Self {
-            full: model.new_cache(tokens.len()),
+            // f32 like the windows: the experiment varies which rows are kept, not how
+            // precisely, whatever the app's caches store.
+            full: crate::kv::Contiguous::new(
+                cfg.n_layer,
+                model.kv_heads(),
+                cfg.head_dim,
+                tokens.len().min(cfg.context),
+                crate::kv::KvElem::F32,
+                &model.device,
+            ),
             windows: [
                 w(false).map_err(|e| e.to_string())?,
                 w(true).map_err(|e| e.to_string())?,

@@ -210,33 +210,41 @@ pub fn run(
         .iter()
         .filter(|r| r.prompt.len() == LONG_PROMPT)
         .count();
-    // The short prompts alone, at the rate that keeps continuous batching as busy.
+    // The short prompts alone: at the rate that keeps continuous batching as busy as the
+    // mix does (the same rate when --rate gives one).
     let (chat_rate, _) = choose_rate(model, (&w, 0.0), &long, costs, rate)?;
     let chat = Workload {
         rate_per_s: chat_rate,
         ..w
     };
-    let chat_run = |policy| {
-        timed(
-            model,
-            cfg(policy, max_batch, WHOLE_PROMPT),
-            chat.generate(source),
-        )
-    };
-    let (chat_static, chat_continuous) = (chat_run(Policy::Static)?, chat_run(Policy::Continuous)?);
-    let chat_mix = ChatMix {
-        rate_per_s: chat_rate,
-        static_over_continuous_ttft_p99: chat_static.latency.ttft_ms_p99
-            / chat_continuous.latency.ttft_ms_p99.max(1e-9),
-        static_: chat_static,
-        continuous: chat_continuous,
-    };
+    let static_cfg = cfg(Policy::Static, max_batch, WHOLE_PROMPT);
+    let chat_mix = ChatMix::run(model, &chat, source, static_cfg)?;
     Ok(ArrivalsReport::of(
         (rate_per_s, rate_basis),
         (long_prompts, max_batch, kv_budget_tokens),
         runs,
         chat_mix,
     ))
+}
+
+impl ChatMix {
+    /// Static batching under `static_cfg` and continuous batching under the same budgets,
+    /// on `w`'s requests.
+    fn run(model: &Model, w: &Workload, source: &[u32], static_cfg: ServeConfig) -> Result<Self> {
+        let continuous_cfg = ServeConfig {
+            policy: Policy::Continuous,
+            ..static_cfg.clone()
+        };
+        let static_ = timed(model, static_cfg, w.generate(source))?;
+        let continuous = timed(model, continuous_cfg, w.generate(source))?;
+        Ok(Self {
+            rate_per_s: w.rate_per_s,
+            static_over_continuous_ttft_p99: static_.latency.ttft_ms_p99
+                / continuous.latency.ttft_ms_p99.max(1e-9),
+            static_,
+            continuous,
+        })
+    }
 }
 
 impl ArrivalsReport {

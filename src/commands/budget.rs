@@ -73,6 +73,16 @@ fn shape_from_path(p: &PathBuf) -> Result<(Shape, Option<u64>)> {
     ))
 }
 
+/// What one cached number takes: `--kv-elem`'s type, or `--kv-bytes`.
+fn kv_numbers(a: &Args) -> KvNumbers {
+    match a.kv_elem.as_deref() {
+        Some("f32") => KvNumbers::Elem(KvElem::F32),
+        Some("f16") => KvNumbers::Elem(KvElem::F16),
+        Some(_) => KvNumbers::Elem(KvElem::Int8),
+        None => KvNumbers::Bytes(a.kv_bytes),
+    }
+}
+
 /// Runs `budget`.
 pub fn run(a: &Args) -> Result<()> {
     let presets = budget::presets();
@@ -116,13 +126,8 @@ pub fn run(a: &Args) -> Result<()> {
     };
     let memory = budget::parse_bytes(&a.memory).map_err(anyhow::Error::msg)?;
     let weights = file_bytes.unwrap_or((shape.params_b * 1e9 * a.weight_bytes) as u64);
-    let kv = match a.kv_elem.as_deref() {
-        Some("f32") => KvNumbers::Elem(KvElem::F32),
-        Some("f16") => KvNumbers::Elem(KvElem::F16),
-        Some(_) => KvNumbers::Elem(KvElem::Int8),
-        None => KvNumbers::Bytes(a.kv_bytes),
-    };
-    let b = budget::compute(&shape, memory, weights, a.seq_len, kv).map_err(anyhow::Error::msg)?;
+    let b = budget::compute(&shape, memory, weights, a.seq_len, kv_numbers(a))
+        .map_err(anyhow::Error::msg)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&b)?);
     } else {

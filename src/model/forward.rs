@@ -147,9 +147,14 @@ impl Model {
         self.run
     }
 
-    /// The same weights under another head layout and kernel.
+    /// The same weights under another head layout, kernel and KV element type (f16 and
+    /// int8 on the CPU only).
     pub fn with_run(&self, run: RunOptions) -> std::result::Result<Self, LayoutError> {
         run.layout.check(&self.cfg)?;
+        // The device stores keep f32; counting bytes of another type there would be false.
+        if run.kv_elem != KvElem::F32 && !self.device.is_cpu() {
+            return Err(LayoutError::KvElemOnDevice(run.kv_elem));
+        }
         let mut m = self.clone();
         if run.layout != self.run.layout {
             let proj = self

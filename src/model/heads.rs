@@ -39,6 +39,10 @@ pub enum LayoutError {
     },
     #[error("building the {0} projections: {1}")]
     Build(HeadLayout, String),
+    #[error(
+        "a KV cache of {0} runs on the CPU only; on a device it stores f32 (use --kv-elem f32)"
+    )]
+    KvElemOnDevice(crate::kv::KvElem),
 }
 
 impl std::str::FromStr for HeadLayout {

@@ -126,26 +126,31 @@ fn event_loop(
     let mut loop_state = LoopState::new();
     let frame = Duration::from_millis(33);
     let mut dirty = true;
-    while !app.quit {
-        // Engine events: every report is absorbed (the heatmap history needs them all),
-        // but the screen is drawn once per frame.
-        dirty |= absorb_events(&mut app, &rx, record.as_ref(), &mut recorder, replaying)?;
-        send(loop_state.engine_commands(&mut app));
-        // The files the app asked for (a picture, the lesson progress), before the frame
-        // that says how they went.
-        perform_writes(&mut app);
-        if dirty {
-            terminal.draw(|f| draw::draw(&app, &theme, f.area(), f.buffer_mut()))?;
-            dirty = false;
+    let looped = (|| -> std::io::Result<()> {
+        while !app.quit {
+            // Engine events: every report is absorbed (the heatmap history needs them
+            // all), but the screen is drawn once per frame.
+            dirty |= absorb_events(&mut app, &rx, record.as_ref(), &mut recorder, replaying)?;
+            send(loop_state.engine_commands(&mut app));
+            // The files the app asked for (the lesson progress after a report), before
+            // the frame that says how they went.
+            perform_writes(&mut app);
+            if dirty {
+                terminal.draw(|f| draw::draw(&app, &theme, f.area(), f.buffer_mut()))?;
+                dirty = false;
+            }
+            if event::poll(frame)? {
+                loop_state.terminal_events(terminal, &mut app, &send)?;
+                dirty = true;
+            }
         }
-        if event::poll(frame)? {
-            loop_state.terminal_events(terminal, &mut app, &send)?;
-            dirty = true;
-        }
-    }
-    // What the last keys asked for (the progress of a step left just before quitting).
+        Ok(())
+    })();
+    // What the last keys asked for (the progress of a step left just before quitting, or
+    // before the terminal failed).
     perform_writes(&mut app);
     let _ = tx.send(Command::Quit);
+    looped?;
     if let Some(Err(e)) = recorder.map(|r| r.finish()) {
         app.engine.alarm = Some(format!("recording failed: {e}"));
     }
@@ -163,8 +168,6 @@ pub fn perform_writes(app: &mut App) {
     use effect::{FileWrite, Written};
     for w in app.take_writes() {
         let outcome = match w {
-            // The picture is drawn from the frame on screen now, which is the one the
-            // key was pressed on: nothing draws between the key and this.
             FileWrite::Export(pane) => {
                 Written::Exported(pane, crate::export::write_fresh(&app.scene(), pane))
             }
@@ -242,6 +245,9 @@ impl LoopState {
                     self.last_step = Instant::now();
                 }
                 send(cmds);
+                // At once: a picture shows the frame the key was pressed on, before a
+                // later key or report moves it.
+                perform_writes(app);
             }
             if !event::poll(Duration::ZERO)? {
                 return Ok(());
