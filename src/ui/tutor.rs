@@ -202,6 +202,8 @@ impl Tutor {
         } else if l + 1 < self.lessons.len() {
             self.goto(app, l + 1, 0)
         } else {
+            // The read step above is kept even though no step opens after it.
+            self.save();
             Reply::status("that was the last step of the last lesson")
         }
     }
