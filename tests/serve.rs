@@ -6,7 +6,7 @@ use common::serving::{cfg, workload};
 use common::*;
 use inferlab::kv::KvElem;
 use inferlab::model::session::Session;
-use inferlab::model::{Model, RunOptions, SamplerConfig};
+use inferlab::model::{Logits, Model, RunOptions, SamplerConfig};
 use inferlab::serve::{CacheKind, Policy, ReqPhase, Request, ServeEngine};
 
 fn run_all(e: &mut ServeEngine) -> Vec<inferlab::serve::ServeStep> {
@@ -212,6 +212,38 @@ fn a_batch_equals_each_request_alone() {
                     r.id
                 );
             }
+        }
+    }
+}
+
+/// A prompt's rows stored as f16 or int8 are decoded once for the whole span and read
+/// token-major; fed one token at a time, each row is decoded as it is read. Both give
+/// the same logits (to the rounding of K and V computed in another batch shape, which
+/// f16 and int8 can move by a step), so the decoded copy holds every row where its
+/// position says: a row out of place moves them by tenths.
+#[test]
+fn a_prompt_at_once_equals_it_token_by_token_under_every_element_type() {
+    let (_d, base) = tiny_f32();
+    let prompt: Vec<u32> = (0..23u32).map(|i| 3 + (i * 37 % 200)).collect();
+    for kv_elem in KvElem::ALL {
+        let m = base
+            .with_run(RunOptions {
+                kv_elem,
+                ..base.run_options()
+            })
+            .unwrap();
+        let mut whole = m.new_cache(64);
+        let at_once = m.forward(&prompt, &mut whole, None, Logits::All).unwrap();
+        let at_once: Vec<Vec<f32>> = at_once.to_vec2().unwrap();
+        let mut one = m.new_cache(64);
+        for (i, &t) in prompt.iter().enumerate() {
+            let l = m.forward(&[t], &mut one, None, Logits::Last).unwrap();
+            let l: Vec<f32> = l.flatten_all().unwrap().to_vec1().unwrap();
+            assert!(
+                max_abs_diff(&l, &at_once[i]) < 1e-3,
+                "{kv_elem}, position {i}: {}",
+                max_abs_diff(&l, &at_once[i])
+            );
         }
     }
 }

@@ -362,12 +362,23 @@ fn host_rows(
     out: &mut [f32],
 ) -> Result<()> {
     let width = h.q_width;
+    let decoded = decoded_prompts(s, kv, spans)?;
     let views: Vec<(Span, KvRows, Vec<f32>)> = spans
         .iter()
+        .zip(&decoded)
         .enumerate()
-        .map(|(i, &p)| {
-            kv.rows(i, s.layer)
-                .map(|r| (p, r, h.queries(s, p)))
+        .map(|(i, (&p, dec))| {
+            let rows = match dec {
+                Some((k, v)) => Some(KvRows {
+                    k: RowData::F32(k),
+                    v: RowData::F32(v),
+                    layout: crate::kv::RowLayout::TokenMajor {
+                        len: k.len() / (s.n_kv_head * s.head_dim),
+                    },
+                }),
+                None => kv.rows(i, s.layer),
+            };
+            rows.map(|r| (p, r, h.queries(s, p)))
                 .ok_or_else(crate::kv::no_host_rows)
         })
         .collect::<Result<_>>()?;
@@ -401,6 +412,44 @@ fn host_rows(
         out[start..][..o.len()].copy_from_slice(&o);
     }
     Ok(())
+}
+
+/// Per span, its sequence's rows as f32 when the span is a prompt's (several rows) and the
+/// store holds f16 or int8: a prompt's rows each read all the rows before them, so those
+/// are decoded once for the span (and then read by the f32 kernel), not once per query
+/// row. A decode row reads each row once anyway, converting it as it goes.
+fn decoded_prompts(
+    s: &Setup,
+    kv: &dyn BatchKv,
+    spans: &[Span],
+) -> Result<Vec<Option<DecodedRows>>> {
+    spans
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let r = kv.rows(i, s.layer).ok_or_else(crate::kv::no_host_rows)?;
+            Ok((p.len > 1 && r.k.as_f32().is_none()).then(|| decoded_rows(&r, s)))
+        })
+        .collect()
+}
+
+/// A sequence's keys and values decoded to f32, token-major `(len, n_kv × d)`.
+type DecodedRows = (Vec<f32>, Vec<f32>);
+
+/// A sequence's stored rows as f32, token-major `(len, n_kv × d)`: what the decode
+/// kernel reads in place.
+fn decoded_rows(r: &KvRows, s: &Setup) -> DecodedRows {
+    let (n_kv, d, len) = (s.n_kv_head, s.head_dim, r.layout.len());
+    let (mut k, mut v) = (vec![0.0f32; len * n_kv * d], vec![0.0f32; len * n_kv * d]);
+    let mut buf = vec![0.0f32; d];
+    for j in 0..len {
+        for g in 0..n_kv {
+            let (at, to) = (r.layout.at(n_kv, d, g, j), (j * n_kv + g) * d);
+            k[to..][..d].copy_from_slice(r.k.row(at, &mut buf));
+            v[to..][..d].copy_from_slice(r.v.row(at, &mut buf));
+        }
+    }
+    (k, v)
 }
 
 /// Additive causal mask `(t, kv_len)`: query i sits at position `pos0 + i` and may see
