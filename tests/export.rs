@@ -413,6 +413,12 @@ fn the_timeline_picture_holds_one_run_and_its_legend_fits() {
         svg.contains("2 iterations"),
         "only the run after the switch: {svg}"
     );
+    // Each request with a token so far ends its row in its time to first token, as the
+    // pane does (the fixture's fixed 2 ms per id, plus 1).
+    assert!(
+        svg.contains(">1 ms<") && svg.contains("time to first token"),
+        "{svg}"
+    );
     let width: f32 = svg
         .split("width=\"")
         .nth(1)

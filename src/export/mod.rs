@@ -169,7 +169,8 @@ pub fn render_svg(app: &Scene, pane: ExportPane) -> Result<String, ExportError> 
                 .unwrap_or((app.settings.serving.policy, app.settings.serving.cache));
             let title = format!("Batching timeline · {policy:?} batching · {cache:?} KV cache")
                 .to_lowercase();
-            timeline::render(&title, app.timeline)
+            let ttft = report.serve.as_ref().map_or(&[][..], |s| &s.ttft_ms[..]);
+            timeline::render(&title, app.timeline, ttft)
         }
         ExportPane::Sink => {
             let v = report.sink.as_ref().ok_or_else(|| {

@@ -13,10 +13,12 @@ const PREFILL: &str = r##"fill-opacity="0.45" stroke="#333333" stroke-width="0.6
 /// How a padding cell differs from a decode cell: a faint trace of the finished row.
 const PADDING: &str = r##"fill-opacity="0.15""##;
 
-/// The timeline of `(request, phase)` columns, oldest first.
+/// The timeline of `(request, phase)` columns, oldest first; each row ends in its
+/// request's time to first token (`ttft_ms`), once it has one.
 pub fn render(
     title: &str,
     timeline: &VecDeque<Vec<(u64, ReqPhase)>>,
+    ttft_ms: &[(u64, f64)],
 ) -> Result<String, ExportError> {
     if timeline.is_empty() {
         return Err(ExportError::NoData(
@@ -28,7 +30,7 @@ pub fn render(
     let cw = (900.0 / cols as f32).clamp(3.0, 16.0);
     let rh = 20.0;
     let (left, top) = (60.0, 70.0);
-    let w = left + cols as f32 * cw + 40.0;
+    let w = left + cols as f32 * cw + 100.0;
     let h = top + n_req as f32 * rh + 114.0;
     let mut s = Svg::new(w.max(900.0), h);
     s.text(16.0, 28.0, 16.0, "start", title, 0.0);
@@ -38,12 +40,17 @@ pub fn render(
         48.0,
         11.0,
         "start",
-        &format!("{cols} iterations · peak active set {peak} · rows: requests, columns: iterations (oldest left)"),
+        &format!("{cols} iterations · peak active set {peak} · rows: requests, columns: iterations (oldest left) · right: time to first token"),
         0.0,
     );
+    let right = left + cols as f32 * cw + 8.0;
     for id in 0..n_req {
         let y = top + id as f32 * rh;
         s.text(left - 8.0, y + 14.0, 11.0, "end", &format!("r{id}"), 0.0);
+        if let Some(&(_, ms)) = ttft_ms.iter().find(|t| t.0 == id as u64) {
+            let text = format!("{ms:.0} ms");
+            s.text(right, y + 14.0, 11.0, "start", &text, 0.0);
+        }
     }
     for (c, col) in timeline.iter().enumerate() {
         let x = left + c as f32 * cw;
