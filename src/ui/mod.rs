@@ -108,7 +108,6 @@ fn event_loop(
     record: Option<Record>,
     replaying: bool,
 ) -> std::io::Result<()> {
-    let theme = theme::Theme::detect();
     let mut app = App::new(settings.run);
     app.settings = settings;
     app.engine.replaying = replaying;
@@ -123,29 +122,13 @@ fn event_loop(
         send(app.open_lesson(t));
     }
     perform_writes(&mut app);
-    let mut loop_state = LoopState::new();
-    let frame = Duration::from_millis(33);
-    let mut dirty = true;
-    let looped = (|| -> std::io::Result<()> {
-        while !app.quit {
-            // Engine events: every report is absorbed (the heatmap history needs them
-            // all), but the screen is drawn once per frame.
-            dirty |= absorb_events(&mut app, &rx, record.as_ref(), &mut recorder, replaying)?;
-            send(loop_state.engine_commands(&mut app));
-            // The files the app asked for (the lesson progress after a report), before
-            // the frame that says how they went.
-            perform_writes(&mut app);
-            if dirty {
-                terminal.draw(|f| draw::draw(&app, &theme, f.area(), f.buffer_mut()))?;
-                dirty = false;
-            }
-            if event::poll(frame)? {
-                loop_state.terminal_events(terminal, &mut app, &send)?;
-                dirty = true;
-            }
-        }
-        Ok(())
-    })();
+    let looped = frames(
+        terminal,
+        &mut app,
+        &rx,
+        (record.as_ref(), &mut recorder),
+        &send,
+    );
     // What the last keys asked for (the progress of a step left just before quitting, or
     // before the terminal failed).
     perform_writes(&mut app);
@@ -160,6 +143,43 @@ fn event_loop(
         Some(e) => Err(std::io::Error::other(e)),
         None => Ok(()),
     }
+}
+
+/// Frames until the user quits: the engine's events and the commands they call for, the
+/// app's file writes, a redraw when anything changed, then the terminal's events.
+fn frames(
+    terminal: &mut ratatui::DefaultTerminal,
+    app: &mut App,
+    rx: &std::sync::mpsc::Receiver<worker::Event>,
+    (record, recorder): (
+        Option<&Record>,
+        &mut Option<worker::recording::BackgroundRecorder>,
+    ),
+    send: &dyn Fn(Vec<Command>),
+) -> std::io::Result<()> {
+    let theme = theme::Theme::detect();
+    let mut loop_state = LoopState::new();
+    let frame = Duration::from_millis(33);
+    let mut dirty = true;
+    while !app.quit {
+        // Engine events: every report is absorbed (the heatmap history needs them all),
+        // but the screen is drawn once per frame.
+        let replaying = app.engine.replaying;
+        dirty |= absorb_events(app, rx, record, recorder, replaying)?;
+        send(loop_state.engine_commands(app));
+        // The files the app asked for (the lesson progress after a report), before the
+        // frame that says how they went.
+        perform_writes(app);
+        if dirty {
+            terminal.draw(|f| draw::draw(app, &theme, f.area(), f.buffer_mut()))?;
+            dirty = false;
+        }
+        if event::poll(frame)? {
+            loop_state.terminal_events(terminal, app, send)?;
+            dirty = true;
+        }
+    }
+    Ok(())
 }
 
 /// Carries out every file write `app` has queued, in order, and tells the app how each
