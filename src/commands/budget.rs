@@ -26,8 +26,8 @@ pub struct Args {
     pub kv_bytes: usize,
     /// One of inferlab's element types instead of --kv-bytes: f32, f16, or int8 (whose
     /// rows of one token and KV head carry a 4-byte scale each, as the app stores them).
-    #[arg(long, value_parser = ["f32", "f16", "int8"])]
-    pub kv_elem: Option<String>,
+    #[arg(long, value_enum)]
+    pub kv_elem: Option<KvElem>,
     /// Bytes per weight for the weights' footprint (2 for f16).
     #[arg(long, default_value_t = 2.0)]
     pub weight_bytes: f64,
@@ -73,16 +73,6 @@ fn shape_from_path(p: &PathBuf) -> Result<(Shape, Option<u64>)> {
     ))
 }
 
-/// What one cached number takes: `--kv-elem`'s type, or `--kv-bytes`.
-fn kv_numbers(a: &Args) -> KvNumbers {
-    match a.kv_elem.as_deref() {
-        Some("f32") => KvNumbers::Elem(KvElem::F32),
-        Some("f16") => KvNumbers::Elem(KvElem::F16),
-        Some(_) => KvNumbers::Elem(KvElem::Int8),
-        None => KvNumbers::Bytes(a.kv_bytes),
-    }
-}
-
 /// Runs `budget`.
 pub fn run(a: &Args) -> Result<()> {
     let presets = budget::presets();
@@ -126,8 +116,10 @@ pub fn run(a: &Args) -> Result<()> {
     };
     let memory = budget::parse_bytes(&a.memory).map_err(anyhow::Error::msg)?;
     let weights = file_bytes.unwrap_or((shape.params_b * 1e9 * a.weight_bytes) as u64);
-    let b = budget::compute(&shape, memory, weights, a.seq_len, kv_numbers(a))
-        .map_err(anyhow::Error::msg)?;
+    let kv = a
+        .kv_elem
+        .map_or(KvNumbers::Bytes(a.kv_bytes), KvNumbers::Elem);
+    let b = budget::compute(&shape, memory, weights, a.seq_len, kv).map_err(anyhow::Error::msg)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&b)?);
     } else {

@@ -80,8 +80,8 @@ pub struct ModelArgs {
     pub sram_bytes: usize,
     /// What the KV cache stores each key and value number as: f32 (exact), f16, or
     /// int8 (a scale per token and KV head).
-    #[arg(long, default_value = "f32", value_parser = ["f32", "f16", "int8"])]
-    pub kv_elem: String,
+    #[arg(long, value_enum, default_value_t = KvElem::F32)]
+    pub kv_elem: KvElem,
 }
 
 impl ModelArgs {
@@ -94,7 +94,7 @@ impl ModelArgs {
             layout: "gqa".into(),
             attention: "naive".into(),
             sram_bytes: inferlab::model::flash::A100_SRAM_BYTES,
-            kv_elem: "f32".into(),
+            kv_elem: KvElem::F32,
         }
     }
 
@@ -112,15 +112,10 @@ impl ModelArgs {
             },
             _ => AttnKernel::Naive,
         };
-        let kv_elem = match self.kv_elem.as_str() {
-            "f16" => KvElem::F16,
-            "int8" => KvElem::Int8,
-            _ => KvElem::F32,
-        };
         Ok(RunOptions {
             layout,
             kernel,
-            kv_elem,
+            kv_elem: self.kv_elem,
         })
     }
 

@@ -65,11 +65,6 @@ impl Contiguous {
         super::bytes_per_token(self.layers.len(), self.n_kv_head, self.head_dim, self.elem)
     }
 
-    /// What each number is stored as.
-    pub fn elem(&self) -> KvElem {
-        self.elem
-    }
-
     /// Drops tokens past `len`, so a step can be recomputed (used by the uncached check).
     pub fn truncate(&mut self, len: usize) {
         self.len = self.len.min(len);

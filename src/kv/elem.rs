@@ -11,7 +11,9 @@ use half::slice::HalfFloatSliceExt;
 use serde::{Deserialize, Serialize};
 
 /// What each cached K and V number is stored as.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, clap::ValueEnum,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum KvElem {
     /// 4 bytes: exactly what the model computed.
@@ -55,8 +57,8 @@ impl KvElem {
         }
     }
 
-    /// The name the app and the benchmarks print.
-    pub fn name(self) -> &'static str {
+    /// The name the app, the benchmarks, the lessons and the command line use.
+    pub const fn name(self) -> &'static str {
         match self {
             Self::F32 => "f32",
             Self::F16 => "f16",
@@ -133,15 +135,6 @@ impl RowBuf {
             Self::F32(b) => RowData::F32(b),
             Self::F16(b) => RowData::F16(b),
             Self::Int8 { q, scale, d } => RowData::Int8 { q, scale, d: *d },
-        }
-    }
-
-    /// The element type the rows are stored as.
-    pub fn elem(&self) -> KvElem {
-        match self {
-            Self::F32(_) => KvElem::F32,
-            Self::F16(_) => KvElem::F16,
-            Self::Int8 { .. } => KvElem::Int8,
         }
     }
 }

@@ -23,7 +23,6 @@ pub struct PagedKv {
     page_size: usize,
     n_kv_head: usize,
     head_dim: usize,
-    elem: KvElem,
     device: Device,
 }
 
@@ -66,14 +65,8 @@ impl PagedKv {
             page_size,
             n_kv_head,
             head_dim,
-            elem,
             device: device.clone(),
         })
-    }
-
-    /// What each number is stored as.
-    pub fn elem(&self) -> KvElem {
-        self.elem
     }
 
     /// The batch view a forward pass writes and reads through: for each sequence, the

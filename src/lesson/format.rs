@@ -428,9 +428,9 @@ pub const WORKLOADS: [(&str, AppWorkload); 2] =
 pub const SWITCH: [(&str, bool); 2] = [("on", true), ("off", false)];
 /// The caches' element types.
 pub const KV_ELEMS: [(&str, KvElem); 3] = [
-    ("f32", KvElem::F32),
-    ("f16", KvElem::F16),
-    ("int8", KvElem::Int8),
+    (KvElem::F32.name(), KvElem::F32),
+    (KvElem::F16.name(), KvElem::F16),
+    (KvElem::Int8.name(), KvElem::Int8),
 ];
 /// The screen: the focused pane with the room, or the grid.
 pub const VIEWS: [(&str, bool); 2] = [("focus", true), ("grid", false)];
