@@ -61,10 +61,7 @@ impl KvNumbers {
     fn row_bytes(self, d: usize) -> Option<u64> {
         match self {
             Self::Bytes(b) => (d as u64).checked_mul(b as u64),
-            Self::Elem(KvElem::F32) => (d as u64).checked_mul(4),
-            Self::Elem(KvElem::F16) => (d as u64).checked_mul(2),
-            // One byte a number, and the row's f32 scale.
-            Self::Elem(KvElem::Int8) => (d as u64).checked_add(4),
+            Self::Elem(e) => e.checked_row_bytes(d).map(|b| b as u64),
         }
     }
 }

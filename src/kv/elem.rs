@@ -38,14 +38,25 @@ impl KvElem {
         }
     }
 
-    /// Bytes one row of `d` numbers (one token of one KV head, K or V) takes: the
-    /// numbers, and int8's scale.
-    pub fn row_bytes(self, d: usize) -> usize {
+    /// Bytes of the scale each row carries: int8's f32 step; none for the float types.
+    pub fn scale_bytes(self) -> usize {
         match self {
-            Self::F32 => 4 * d,
-            Self::F16 => 2 * d,
-            Self::Int8 => d + 4,
+            Self::Int8 => std::mem::size_of::<f32>(),
+            Self::F32 | Self::F16 => 0,
         }
+    }
+
+    /// Bytes one row of `d` numbers (one token of one KV head, K or V) takes: the
+    /// numbers, and int8's scale; `None` when that overflows (a shape from a file).
+    pub fn checked_row_bytes(self, d: usize) -> Option<usize> {
+        d.checked_mul(self.number_bytes())?
+            .checked_add(self.scale_bytes())
+    }
+
+    /// [`Self::checked_row_bytes`] for a model's head size, which loading has checked.
+    pub fn row_bytes(self, d: usize) -> usize {
+        self.checked_row_bytes(d)
+            .expect("a loaded model's head size is far below usize::MAX")
     }
 
     /// The next type in [`KvElem::ALL`], round: what the app's key steps through.
