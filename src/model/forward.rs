@@ -414,9 +414,7 @@ impl Model {
         // K and V come from the current layout's projections (GQA: the trained ones). The
         // three share their input, so they run as one pass.
         let (wk, wv) = &self.kv_proj[layer];
-        let [q, k, v]: [Tensor; 3] = Linear::forward_many(&[&w.wq, wk, wv], &h)?
-            .try_into()
-            .map_err(|_| candle_core::Error::Msg("three projections in, three out".into()))?;
+        let [q, k, v] = Linear::forward_many([&w.wq, wk, wv], &h)?;
         let setup = self.attention_setup(layer);
         let mut att = attention::attend(&setup, &q, &k, &v, spans, kv, look.capture_rows())?;
         look.add_ms(att.observe_ms);
@@ -430,9 +428,7 @@ impl Model {
     fn mlp_block(&self, layer: usize, x: &Tensor, look: &mut LayerLook) -> Result<Tensor> {
         let w = &self.weights.layers[layer];
         let h = candle_nn::ops::rms_norm(x, &w.ffn_norm, self.cfg.rms_eps as f32)?;
-        let [gate, up]: [Tensor; 2] = Linear::forward_many(&[&w.w_gate, &w.w_up], &h)?
-            .try_into()
-            .map_err(|_| candle_core::Error::Msg("two projections in, two out".into()))?;
+        let [gate, up] = Linear::forward_many([&w.w_gate, &w.w_up], &h)?;
         let gu = self.swiglu(gate, &up, look)?;
         Ok((x + w.w_down.forward(&gu)?)?)
     }

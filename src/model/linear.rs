@@ -65,14 +65,20 @@ impl Linear {
         Tensor::cat(&parts, 0)
     }
 
-    /// Several layers on the same input, `x` `(m, k)`: one pass of our kernel when every
-    /// one runs on it (the input quantized once, the cores woken once), else one by one.
-    pub fn forward_many(ls: &[&Linear], x: &Tensor) -> Result<Vec<Tensor>> {
+    /// Several layers on the same input, `x` `(m, k)`, one output each: one pass of our
+    /// kernel when every one runs on it (the input quantized once, the cores woken once),
+    /// else one by one.
+    pub fn forward_many<const N: usize>(ls: [&Linear; N], x: &Tensor) -> Result<[Tensor; N]> {
         let fast: Vec<&BatchedQ8> = ls.iter().filter_map(|l| l.fast.as_deref()).collect();
-        if fast.len() != ls.len() || !x.device().is_cpu() {
-            return ls.iter().map(|l| l.forward(x)).collect();
-        }
-        on_kernel(&fast, x)
+        let outs = if fast.len() != N || !x.device().is_cpu() {
+            ls.iter()
+                .map(|l| l.forward(x))
+                .collect::<Result<Vec<_>>>()?
+        } else {
+            on_kernel(&fast, x)?
+        };
+        outs.try_into()
+            .map_err(|_| candle_core::Error::Msg(format!("{N} layers in, another count out")))
     }
 
     /// `(out, in)`: the matrix's shape.
