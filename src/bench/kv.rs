@@ -133,7 +133,12 @@ pub fn run(base: &Model, exact: &Model, b: &KvBench) -> Result<KvReport> {
     let weight_bytes = base.matrix_cost().0;
     let mut elems = BTreeMap::new();
     for (((elem, m), (_, e)), (paged, contiguous, ratio)) in models.iter().zip(&exact).zip(speeds) {
-        let q = quality(&seqs, &all_logits(e, &seqs)?, &reference, base.cfg.vocab);
+        // f32 against itself is the reference, already computed.
+        let logits = match elem {
+            KvElem::F32 => reference.clone(),
+            _ => all_logits(e, &seqs)?,
+        };
+        let q = quality(&seqs, &logits, &reference, base.cfg.vocab);
         let bpt = m.kv_bytes_per_token();
         elems.insert(
             elem.name().to_string(),

@@ -244,16 +244,14 @@ fn kv_cmd(a: &KvArgs) -> Result<()> {
         a.kv_tokens >= 16,
         "--kv-tokens must hold at least one page of 16"
     );
-    let w = inferlab::serve::workload::Workload {
-        requests: a.requests,
-        ..Default::default()
-    };
+    // `bench serve`'s standard lengths and seed, checked as `bench serve` checks them.
+    let d = inferlab::serve::workload::Workload::default();
     let w = workload(
-        w.requests,
-        (w.prompt_min, w.prompt_max),
-        (w.output_min, w.output_max),
-        w.output_dist,
-        w.seed,
+        a.requests,
+        (d.prompt_min, d.prompt_max),
+        (d.output_min, d.output_max),
+        d.output_dist,
+        d.seed,
     )?;
     let model = load_model(&a.model)?;
     // Quality is measured where nothing but the cache rounds: the same file, f32 weights.
