@@ -144,7 +144,7 @@ pub struct App {
     pub input: Option<String>,
     /// The open lesson, when the app runs one.
     pub tutor: Option<Tutor>,
-    /// File writes asked for and not yet carried out (`effect::perform` does them).
+    /// File writes asked for and not yet carried out (`ui::perform_writes` does them).
     writes: Vec<FileWrite>,
     pub quit: bool,
 }

@@ -286,8 +286,8 @@ pub fn draw_timeline(
                 put(buf, area, x, row, timeline::cell(ph, cw), st);
             }
         }
-        let ttft = ttft_ms.iter().find(|t| t.0 == id).map(|t| t.1);
-        if let (Some(ms), true) = (ttft, ttft_w > 0) {
+        let ttft = ttft_ms.iter().find(|t| t.0 == id && ttft_w > 0);
+        if let Some(&(_, ms)) = ttft {
             let x = area.width - ttft_w as u16;
             let text = format!("{:>w$}", format!("{ms:.0}ms"), w = ttft_w);
             put(buf, area, x, row, text, theme.dim());
