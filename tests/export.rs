@@ -6,9 +6,10 @@ mod common;
 
 use common::fixture::{app, serving_reports};
 use inferlab::export::{self, ExportError, ExportPane, ImageFormat};
+use inferlab::report::StepReport;
 use inferlab::serve::{CacheKind, ReqPhase};
 use inferlab::ui::app::{Action, App, Pane};
-use inferlab::worker::{Event, StepReport};
+use inferlab::worker::Event;
 use resvg::tiny_skia::Pixmap;
 use std::process::Command;
 

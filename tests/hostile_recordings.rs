@@ -128,7 +128,7 @@ fn mutated_recordings_are_refused_or_drawn_without_panic() {
 /// Replays the reports into an app and draws every pane, with the look-at view and the
 /// side-by-side serving view on, at a normal and a small size, and renders every pane's
 /// picture; returns the largest picture's size in bytes of SVG.
-fn draw_everything(reports: Vec<inferlab::worker::StepReport>) -> usize {
+fn draw_everything(reports: Vec<inferlab::report::StepReport>) -> usize {
     let theme = Theme {
         mode: ColorMode::None,
     };

@@ -399,7 +399,7 @@ fn a_toggle_recomputes_the_same_position_and_mha_matches_gqa() {
     }
     let gqa = l.app.report().cloned().unwrap();
     assert_eq!(gqa.info.step, 3);
-    let top = |r: &inferlab::worker::StepReport| -> Vec<(u32, f32)> {
+    let top = |r: &inferlab::report::StepReport| -> Vec<(u32, f32)> {
         r.info.top_k.iter().map(|t| (t.id, t.prob)).collect()
     };
     // m: GQA → MQA → MHA. Each recomputes the tokens so far and shows the next token of

@@ -273,7 +273,7 @@ fn a_prediction_runs_the_next_step_and_is_graded_by_what_the_model_did() {
 }
 
 /// A decode report in which head 0 of every layer puts 70% of its weight on position 0.
-fn decode_report_attending_to_the_first_token() -> inferlab::worker::StepReport {
+fn decode_report_attending_to_the_first_token() -> inferlab::report::StepReport {
     let mut r = report();
     r.iteration = 4;
     r.info.step = 1;

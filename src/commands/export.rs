@@ -2,9 +2,10 @@
 
 use anyhow::{bail, Context, Result};
 use inferlab::export::{self, ExportPane, ImageFormat};
+use inferlab::report::StepReport;
 use inferlab::ui::app::App;
 use inferlab::worker::recording::Recording;
-use inferlab::worker::{Event, StepReport};
+use inferlab::worker::Event;
 use std::path::PathBuf;
 
 /// Flags of `inferlab export`.

@@ -8,8 +8,9 @@ use super::tutor::{Reply, Tutor};
 use super::view::View;
 use crate::model::sampler::{TEMPERATURES, TOP_PS};
 use crate::model::RunOptions;
+use crate::report::StepReport;
 use crate::settings::{next_layout, other_kernel, Settings, Watch};
-use crate::worker::{Command, Event, StepReport};
+use crate::worker::{Command, Event};
 
 /// Everything the user can ask for.
 #[derive(Debug, Clone, Copy, PartialEq)]

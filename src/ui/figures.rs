@@ -4,9 +4,9 @@
 
 use crate::machine::Machine;
 use crate::model::HeadLayout;
+use crate::report::StepReport;
 use crate::views::traffic;
 use crate::views::units::thousands;
-use crate::worker::StepReport;
 
 /// What a figure reads until the iteration it comes from has run: it says what to do.
 pub const PENDING: &str = "[press space]";

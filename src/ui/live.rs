@@ -3,8 +3,8 @@
 //! out, so the lesson code never reaches into the app and the app alone depends on the
 //! lessons.
 
+use crate::report::StepReport;
 use crate::settings::Settings;
-use crate::worker::StepReport;
 
 pub use crate::screen::Pane;
 

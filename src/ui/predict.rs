@@ -6,9 +6,9 @@ use super::live::LiveState;
 use crate::lesson::Predict;
 use crate::model::traffic::Traffic;
 use crate::model::{AttnKernel, HeadLayout};
+use crate::report::{ServeView, StepReport};
 use crate::serve::CacheKind;
 use crate::settings::Settings;
-use crate::worker::report::{ServeView, StepReport};
 
 /// Choices of a prediction question, built from the live state when it is shown.
 #[derive(Debug, Clone, PartialEq)]

@@ -7,8 +7,8 @@ use super::predict::Pending;
 use crate::lesson::progress::Progress;
 use crate::lesson::*;
 use crate::model::AttnKernel;
+use crate::report::StepReport;
 use crate::settings::Settings;
-use crate::worker::report::StepReport;
 
 /// One answer the user gave, with the app's verdict.
 #[derive(Debug, Clone, PartialEq)]

@@ -3,9 +3,9 @@
 //! session never picks its own tokens: it follows the live request's, so what differs is
 //! the layout alone.
 
-use super::report::BesideView;
 use crate::model::session::Session;
 use crate::model::{Model, RunOptions, SamplerConfig};
+use crate::report::BesideView;
 
 /// The second session and how often it agreed with the live one.
 pub(super) struct Beside {

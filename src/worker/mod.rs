@@ -5,23 +5,18 @@
 mod beside;
 pub mod recording;
 pub mod request;
-/// The report types, at home in `crate::report`; named here too for the worker's callers.
-pub use crate::report;
-
 use request::{next_report, start, Live};
 pub use request::{
     plan_capture, run_request, CAPTURE_ALL_BYTES, CAPTURE_ONE_BYTES, MAX_CAPTURE_ROWS,
 };
 
-pub use report::{KvView, StepReport};
-
 use crate::model::source::{self, Progress};
 use crate::model::{LoadOptions, Model, RunOptions};
+use crate::report::{self, ServeView, StepReport};
 use crate::serve::ServeEngine;
 use crate::settings::{RequestSettings, ServingRun, Settings};
 use crate::sink::SinkRun;
 use beside::Beside;
-use report::ServeView;
 use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, Sender};
 

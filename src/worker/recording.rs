@@ -8,8 +8,8 @@
 //! layout and kernel as `run` where version 2 carries all the settings: they are read
 //! with their `run` as the settings' and the other settings at their defaults.
 
-use super::report::StepReport;
 use super::{Command, Event};
+use crate::report::StepReport;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, Sender};

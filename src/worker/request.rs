@@ -2,9 +2,9 @@
 //! memory bound, each step turned into a report. The app's worker drives it; benchmarks
 //! and recordings run it headlessly through [`run_request`].
 
-use super::report::{KvView, StepReport};
 use crate::model::session::Session;
 use crate::model::{LayerSelect, Model, Probe, SamplerConfig, TextTokenizer};
+use crate::report::{KvView, StepReport};
 use crate::settings::Settings;
 
 /// The live request: its session and the figures its reports carry.

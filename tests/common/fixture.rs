@@ -7,8 +7,9 @@ use inferlab::model::probe::{LayerCapture, Timing};
 use inferlab::model::sampler::TopToken;
 use inferlab::model::session::{Phase, StepInfo};
 use inferlab::model::{AttnKernel, HeadLayout, RunOptions};
+use inferlab::report::{KvView, StepReport};
 use inferlab::ui::app::App;
-use inferlab::worker::{Event, KvView, StepReport};
+use inferlab::worker::Event;
 
 pub fn cfg() -> LlamaConfig {
     LlamaConfig {
@@ -210,8 +211,8 @@ pub fn serving_reports_with(
     cache: inferlab::serve::CacheKind,
     n: usize,
 ) -> Vec<StepReport> {
+    use inferlab::report::ServeView;
     use inferlab::serve::{ServeConfig, ServeEngine};
-    use inferlab::worker::report::ServeView;
     let (_d, m) = super::tiny_f32();
     let w = inferlab::serve::workload::Workload {
         requests: 5,

@@ -4,9 +4,9 @@
 use super::{block, bytes, put_text};
 use crate::model::probe::LayerCapture;
 use crate::model::AttnKernel;
+use crate::report::StepReport;
 use crate::ui::app::{App, Pane};
 use crate::ui::theme::Theme;
-use crate::worker::report::StepReport;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::Style;

@@ -63,7 +63,7 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
 
 /// The same tokens under the layout beside the live one: both top tokens, how often they
 /// agreed, and both caches so far.
-fn beside_lines(r: &crate::worker::StepReport) -> Option<[String; 2]> {
+fn beside_lines(r: &crate::report::StepReport) -> Option<[String; 2]> {
     let b = r.beside.as_ref()?;
     let top = |t: Option<&crate::model::sampler::TopToken>| {
         t.map_or("–".to_string(), |t| {

@@ -3,10 +3,10 @@
 //! newest query row marked.
 
 use super::{block, label, put};
+use crate::report::StepReport;
 use crate::ui::app::{App, Pane};
 use crate::ui::theme::{ColorMode, Theme};
 use crate::views::heatmap::{Heatmap, Source, Window};
-use crate::worker::StepReport;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::{Color, Style};

@@ -1,9 +1,9 @@
 //! KV cache: the request's reserved slots, filled and empty, with utilization and bytes.
 
 use super::{block, bytes, put_text};
+use crate::report::KvView;
 use crate::ui::app::{App, Pane};
 use crate::ui::theme::{ColorMode, Theme};
-use crate::worker::report::KvView;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::Style;

@@ -1,9 +1,9 @@
 //! Output: the generated text and the next-token distribution (top-k) as bars.
 
 use super::{block, label, put, put_text};
+use crate::report::StepReport;
 use crate::ui::app::{App, Pane};
 use crate::ui::theme::Theme;
-use crate::worker::report::StepReport;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::Style;

@@ -100,7 +100,7 @@ fn ratio_line(
     app: &App,
     serving: crate::settings::Serving,
     current: bool,
-    beside: Option<&crate::worker::report::ServeView>,
+    beside: Option<&crate::report::ServeView>,
 ) -> String {
     let main = app
         .report()
@@ -112,12 +112,9 @@ fn ratio_line(
         .filter(|_| current)
         .and_then(|r| r.serve_ratio());
     let Some(ratio) = ratio else {
-        return format!(
-            "ratio after {} iterations",
-            crate::worker::report::RATIO_WARMUP
-        );
+        return format!("ratio after {} iterations", crate::report::RATIO_WARMUP);
     };
-    let p99 = |v: Option<&crate::worker::report::ServeView>| {
+    let p99 = |v: Option<&crate::report::ServeView>| {
         v.map(|v| v.latency.ttft_ms_p99).filter(|&t| t > 0.0)
     };
     let ttft = match (p99(main), p99(beside)) {
@@ -143,7 +140,7 @@ fn render_view(
     area: Rect,
     buf: &mut Buffer,
     title: String,
-    view: Option<&crate::worker::report::ServeView>,
+    view: Option<&crate::report::ServeView>,
     timeline: &std::collections::VecDeque<Vec<(u64, ReqPhase)>>,
 ) {
     let b = block(app, theme, Pane::Serving, title);
@@ -191,7 +188,7 @@ fn render_view(
 }
 
 /// The iteration's numbers: active set, queue, KV utilization, preemptions.
-fn header(sv: &crate::worker::report::ServeView, inner: Rect, buf: &mut Buffer) {
+fn header(sv: &crate::report::ServeView, inner: Rect, buf: &mut Buffer) {
     let s = &sv.step;
     let running = s
         .active
