@@ -355,7 +355,7 @@ fn the_kv_pane_exports_the_request_it_shows_and_export_paths_behave() {
     let svg = export::render_svg(&a.scene(), ExportPane::Request).unwrap();
     let kv = &a.report().unwrap().kv;
     assert!(svg.contains("the live request"), "{svg}");
-    assert!(svg.contains(&format!("{} of {} reserved slots", kv.used, kv.capacity)));
+    assert!(svg.contains(&format!("{} of {} slots hold tokens", kv.used, kv.capacity)));
     assert!(!svg.contains("paged"), "not the serving pool");
     // Through the CLI: INFERLAB_EXPORT_DIR is honoured, and format and name must agree.
     let rec = dir.path().join("s.jsonl");
@@ -469,6 +469,16 @@ fn the_output_and_forward_panes_export_what_they_show() {
     // One bar per candidate, the sampled one in the accent colour.
     assert_eq!(count(&out, "%</text>"), r.info.top_k.len());
     assert_eq!(count(&out, r##"fill="#c77c2a""##), 1, "{out}");
+    // Sampled, the picture quotes the sampler's probabilities beside the model's, as the
+    // pane does, and its bars are what the step drew with.
+    let mut sampled = r.clone();
+    sampled.info.sampler.temperature = 0.7;
+    for (i, t) in sampled.info.top_k.iter_mut().enumerate() {
+        t.drawn = if i == 0 { 0.9 } else { 0.0 };
+    }
+    let drew = export::render_svg(&app_with(&[sampled]).scene(), ExportPane::Output).unwrap();
+    assert!(drew.contains("model % → drawn %"), "{drew}");
+    assert!(drew.contains("→ 90.0%"), "{drew}");
     let fwd = export::render_svg(&a.scene(), ExportPane::Forward).unwrap();
     let layers = r.info.timing.layers_ms.len();
     assert!(layers > 0);

@@ -152,7 +152,7 @@ pub fn render_svg(app: &Scene, pane: ExportPane) -> Result<String, ExportError> 
             app.past.iter().map(|r| r.as_ref()),
             app.machine,
         )),
-        ExportPane::Request => request::render(&report.kv),
+        ExportPane::Request => request::render(report),
         ExportPane::Kv => {
             let sv = report.serve.as_ref().ok_or_else(|| {
                 ExportError::NoData(

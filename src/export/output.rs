@@ -4,6 +4,7 @@
 use super::svg::Svg;
 use super::ExportError;
 use crate::report::StepReport;
+use crate::views::output::OutputView;
 
 /// Characters of generated text kept in the picture (its end, where the newest token is).
 const TEXT_CHARS: usize = 300;
@@ -12,8 +13,9 @@ const LINE_CHARS: usize = 100;
 
 /// The newest [`TEXT_CHARS`] characters of prompt and answer, in lines of
 /// [`LINE_CHARS`], any whitespace a space.
-fn text_lines(r: &StepReport) -> Vec<String> {
-    let text: Vec<char> = format!("> {} {}", r.prompt, r.generated)
+fn text_lines(out: &OutputView) -> Vec<String> {
+    let text: Vec<char> = out
+        .text
         .chars()
         .map(|c| if c.is_whitespace() { ' ' } else { c })
         .collect();
@@ -25,55 +27,34 @@ fn text_lines(r: &StepReport) -> Vec<String> {
 
 /// The picture for a report.
 pub fn render(r: &StepReport) -> Result<String, ExportError> {
-    if r.info.top_k.is_empty() {
+    let out = OutputView::new(r);
+    if out.bars.is_empty() {
         return Err(ExportError::NoData("no token sampled yet".into()));
     }
-    let lines = text_lines(r);
+    let lines = text_lines(&out);
     let top = 60.0 + 16.0 * lines.len() as f32 + 30.0;
     let (row, bar_w) = (22.0, 520.0);
-    let mut s = Svg::new(820.0, top + row * r.info.top_k.len() as f32 + 30.0);
+    let mut s = Svg::new(820.0, top + row * out.bars.len() as f32 + 30.0);
     s.text(
         24.0,
         28.0,
         16.0,
         "start",
-        &format!("Output · step {} sampled {:?}", r.info.step, r.info.token),
+        &format!("Output · {}", out.head),
         0.0,
     );
     for (i, l) in lines.iter().enumerate() {
         s.text(24.0, 56.0 + 16.0 * i as f32, 11.0, "start", l, 0.0);
     }
-    s.text(
-        24.0,
-        top - 10.0,
-        12.0,
-        "start",
-        "next-token distribution (top candidates)",
-        0.0,
-    );
-    for (i, t) in r.info.top_k.iter().enumerate() {
+    let what = "next-token distribution (top candidates); bar length = what the step drew with";
+    s.text(24.0, top - 10.0, 12.0, "start", what, 0.0);
+    for (i, b) in out.bars.iter().enumerate() {
         let y = top + row * i as f32;
-        // Clamped: a recording is untrusted and a bar never outgrows the picture.
-        let p = if t.prob.is_finite() {
-            t.prob.clamp(0.0, 1.0)
-        } else {
-            0.0
-        };
-        let fill = if t.id == r.info.token_id {
-            "#c77c2a"
-        } else {
-            "#3b6ea5"
-        };
-        s.text(150.0, y + 15.0, 12.0, "end", &format!("{:?}", t.token), 0.0);
-        s.rect(160.0, y + 4.0, (p * bar_w).max(0.5), row - 6.0, fill, "");
-        s.text(
-            166.0 + p * bar_w,
-            y + 15.0,
-            11.0,
-            "start",
-            &format!("{:.1}%", 100.0 * p),
-            0.0,
-        );
+        let fill = if b.chosen { "#c77c2a" } else { "#3b6ea5" };
+        let w = b.share() * bar_w;
+        s.text(150.0, y + 15.0, 12.0, "end", &format!("{:?}", b.token), 0.0);
+        s.rect(160.0, y + 4.0, w.max(0.5), row - 6.0, fill, "");
+        s.text(166.0 + w, y + 15.0, 11.0, "start", b.figures().trim(), 0.0);
     }
     Ok(s.finish())
 }

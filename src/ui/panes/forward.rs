@@ -7,6 +7,7 @@ use crate::model::AttnKernel;
 use crate::report::StepReport;
 use crate::ui::app::{App, Pane};
 use crate::ui::theme::Theme;
+use crate::views::forward::ForwardView;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::Style;
@@ -27,14 +28,15 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
 /// Draws where a report's step spent its time, and `layer`'s residual stream, into `inner`:
 /// one line each, most telling first, every line within 68 columns so the pane shows them
 /// whole zoomed at 80 columns and in the grid at 200.
-pub fn draw(r: &StepReport, layer: usize, theme: &Theme, inner: Rect, buf: &mut Buffer) {
-    let [stages, spark] = timing_rows(r, theme);
+fn draw(r: &StepReport, layer: usize, theme: &Theme, inner: Rect, buf: &mut Buffer) {
+    let pass = ForwardView::new(r, layer);
+    let [stages, spark] = timing_rows(&pass, theme);
     // (row, how much it may give way when the pane is short: higher goes first)
     let mut rows: Vec<(Row, u8)> = vec![(stages, 0), (spark, 9)];
-    let capture = r.info.captures.iter().find(|c| c.layer == layer);
-    if let Some(c) = capture {
-        rows.push((residual_row(c, theme), 1));
+    if let Some(text) = pass.residual {
+        rows.push(((text, theme.dim()), 1));
     }
+    let capture = r.info.captures.iter().find(|c| c.layer == layer && c.t > 0);
     rows.push(((attention_row(r), Style::default()), 2));
     rows.extend(shapes_rows(r).map(|t| ((t, theme.dim()), 3)));
     if let Some(c) = capture {
@@ -54,25 +56,18 @@ pub fn draw(r: &StepReport, layer: usize, theme: &Theme, inner: Rect, buf: &mut 
 /// A pane row: its text and style.
 type Row = (String, Style);
 
-/// The stages of the pass with their times (ms), and a sparkline of the layers.
-fn timing_rows(r: &StepReport, theme: &Theme) -> [Row; 2] {
-    let t = &r.info.timing;
-    let layers: f64 = t.layers_ms.iter().sum();
-    let total = t.embed_ms + layers + t.lm_head_ms + r.info.sample_ms;
-    let stages = format!(
-        "{} tok: embed {:.2} · layers {:.1} · LM head {:.1} · sample {:.2} = {:.1} ms",
-        r.info.input_len, t.embed_ms, layers, t.lm_head_ms, r.info.sample_ms, total
-    );
-    let max = t.layers_ms.iter().copied().fold(0.0, f64::max).max(1e-9);
-    let spark: String = t
-        .layers_ms
+/// The pass in one line, and a sparkline of its layers' times.
+fn timing_rows(pass: &ForwardView, theme: &Theme) -> [Row; 2] {
+    let layers = pass.layers_ms();
+    let max = layers.iter().copied().fold(0.0, f64::max).max(1e-9);
+    let spark: String = layers
         .iter()
         .map(|&ms| SPARK[((ms / max) * 7.0).round() as usize])
         .collect();
     [
-        (stages, Style::default()),
+        (pass.summary(), Style::default()),
         (
-            format!("time per layer ({})  {spark}", t.layers_ms.len()),
+            format!("time per layer ({})  {spark}", layers.len()),
             theme.accent(),
         ),
     ]
@@ -90,18 +85,6 @@ fn attention_row(r: &StepReport) -> String {
         bytes(r.info.attn_io.total() as usize),
         bytes(r.info.attn_io.read as usize),
         bytes(r.info.attn_io.written as usize)
-    )
-}
-
-/// The chosen layer's residual stream through its two blocks.
-fn residual_row(c: &LayerCapture, theme: &Theme) -> Row {
-    let last = c.t - 1;
-    (
-        format!(
-            "layer {} ‖x‖: in {:.1} → +attention {:.1} → +SwiGLU MLP {:.1}",
-            c.layer, c.resid_norm_in[last], c.resid_norm_attn[last], c.resid_norm_out[last]
-        ),
-        theme.dim(),
     )
 }
 

@@ -4,6 +4,7 @@ use super::{block, label, put, put_text};
 use crate::report::StepReport;
 use crate::ui::app::{App, Pane};
 use crate::ui::theme::Theme;
+use crate::views::output::OutputView;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::Style;
@@ -25,14 +26,14 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
 }
 
 /// Draws a report's text so far and its next-token distribution into `inner`.
-pub fn draw(r: &StepReport, theme: &Theme, inner: Rect, buf: &mut Buffer) {
+fn draw(r: &StepReport, theme: &Theme, inner: Rect, buf: &mut Buffer) {
+    let out = OutputView::new(r);
     // The generated text keeps at least two rows (of a pane that has five): on a small
     // screen the distribution shows fewer of its top tokens instead.
     let text_min = 2.min(inner.height.saturating_sub(3));
-    let k = (r.info.top_k.len() as u16).min(inner.height.saturating_sub(1 + text_min));
+    let k = (out.bars.len() as u16).min(inner.height.saturating_sub(1 + text_min));
     let text_h = inner.height.saturating_sub(k + 1);
-    let text = format!("> {}\n{}", r.prompt, r.generated);
-    let para = Paragraph::new(text).wrap(Wrap { trim: false });
+    let para = Paragraph::new(out.text.as_str()).wrap(Wrap { trim: false });
     // Wrapped rows, not text lines: the newest words stay in view however long a line is.
     let lines = para.line_count(inner.width).min(u16::MAX as usize) as u16;
     para.scroll((lines.saturating_sub(text_h), 0)).render(
@@ -47,46 +48,23 @@ pub fn draw(r: &StepReport, theme: &Theme, inner: Rect, buf: &mut Buffer) {
         height: inner.height - text_h,
         ..inner
     };
-    draw_distribution(r, k as usize, theme, below, buf);
+    draw_distribution(&out, k as usize, theme, below, buf);
 }
 
-/// The step's token and its top `k` next tokens with bars, from the first row of `area`.
-/// Sampling: the model's probability, then the one the sampler drew with (after
-/// temperature and top-p), whose bar is drawn.
-fn draw_distribution(r: &StepReport, k: usize, theme: &Theme, area: Rect, buf: &mut Buffer) {
-    let sampling = r.info.sampler.temperature > 0.0;
-    let head = if sampling {
-        format!(
-            "step {} drew {:?} · model % → drawn % ({})",
-            r.info.step,
-            r.info.token,
-            r.info.sampler.describe()
-        )
-    } else {
-        format!("step {} took {:?} (greedy)", r.info.step, r.info.token)
-    };
-    put_text(buf, area, 0, area.y, head, theme.dim());
+/// What the step took and its top `k` candidates with bars, from the first row of `area`.
+fn draw_distribution(out: &OutputView, k: usize, theme: &Theme, area: Rect, buf: &mut Buffer) {
+    put_text(buf, area, 0, area.y, out.head.clone(), theme.dim());
+    let sampling = out.bars.iter().any(|b| b.drawn.is_some());
     let bar_w = area.width.saturating_sub(if sampling { 30 } else { 22 }) as f32;
-    for (i, t) in r.info.top_k.iter().take(k).enumerate() {
-        let p = if sampling { t.drawn } else { t.prob };
-        // Clamped: a recording is untrusted, and a bar never outgrows its pane.
-        let n = ((p.clamp(0.0, 1.0) * bar_w).round() as usize).min(bar_w as usize);
-        let drawn = if sampling {
-            format!(" →{:>5.1}%", 100.0 * t.drawn)
-        } else {
-            String::new()
-        };
-        let st = if t.id == r.info.token_id {
+    for (i, b) in out.bars.iter().take(k).enumerate() {
+        // A bar never outgrows its pane.
+        let n = ((b.share() * bar_w).round() as usize).min(bar_w as usize);
+        let st = if b.chosen {
             theme.accent()
         } else {
             Style::default()
         };
-        let line = format!(
-            "{} {:>5.1}%{drawn} {}",
-            label(&t.token, 12),
-            100.0 * t.prob,
-            "█".repeat(n)
-        );
+        let line = format!("{} {} {}", label(&b.token, 12), b.figures(), "█".repeat(n));
         put(buf, area, 0, area.y + 1 + i as u16, line, st);
     }
 }

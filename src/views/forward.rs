@@ -1,0 +1,106 @@
+//! Where one forward pass's time went, decided once: its stages in order with their
+//! times, and the chosen layer's residual stream. The forward pane draws it as a line
+//! and a sparkline, `export --pane forward` as bars.
+
+use crate::report::StepReport;
+
+/// A stage of the pass and its wall time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stage {
+    pub name: String,
+    /// Milliseconds; a time a recording gives as negative or not finite reads 0.
+    pub ms: f64,
+    /// One of the transformer layers (not embed, LM head or sample).
+    pub layer: bool,
+}
+
+/// One pass: what it ran on, its stages, and the residual line of the chosen layer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ForwardView {
+    /// "prefill" or "decode".
+    pub what: &'static str,
+    pub input_len: usize,
+    /// embed, layer 0 … layer n−1, LM head, sample.
+    pub stages: Vec<Stage>,
+    /// `layer`'s residual norm of the newest token, in → after attention → after the MLP,
+    /// when that layer was captured.
+    pub residual: Option<String>,
+}
+
+impl ForwardView {
+    /// The pass of report `r`, with `layer`'s residual stream.
+    pub fn new(r: &StepReport, layer: usize) -> Self {
+        let t = &r.info.timing;
+        let stage = |name: String, ms: f64, layer| Stage {
+            name,
+            ms: if ms.is_finite() { ms.max(0.0) } else { 0.0 },
+            layer,
+        };
+        let mut stages = vec![stage("embed".into(), t.embed_ms, false)];
+        stages.extend(
+            t.layers_ms
+                .iter()
+                .enumerate()
+                .map(|(i, &ms)| stage(format!("layer {i}"), ms, true)),
+        );
+        stages.push(stage("LM head".into(), t.lm_head_ms, false));
+        stages.push(stage("sample".into(), r.info.sample_ms, false));
+        Self {
+            what: if r.info.step == 0 {
+                "prefill"
+            } else {
+                "decode"
+            },
+            input_len: r.info.input_len,
+            stages,
+            residual: residual(r, layer),
+        }
+    }
+
+    /// The whole pass, milliseconds.
+    pub fn total_ms(&self) -> f64 {
+        self.stages.iter().map(|s| s.ms).sum()
+    }
+
+    /// Each layer's time, in order.
+    pub fn layers_ms(&self) -> Vec<f64> {
+        self.stages
+            .iter()
+            .filter(|s| s.layer)
+            .map(|s| s.ms)
+            .collect()
+    }
+
+    /// The pass in one line: tokens, then the time of each kind of stage.
+    pub fn summary(&self) -> String {
+        let of = |name: &str| {
+            self.stages
+                .iter()
+                .find(|s| s.name == name)
+                .map_or(0.0, |s| s.ms)
+        };
+        let layers: f64 = self.layers_ms().iter().sum();
+        format!(
+            "{} tok: embed {:.2} · layers {:.1} · LM head {:.1} · sample {:.2} = {:.1} ms",
+            self.input_len,
+            of("embed"),
+            layers,
+            of("LM head"),
+            of("sample"),
+            self.total_ms()
+        )
+    }
+}
+
+/// `layer`'s residual norms of the newest token, when the report captured that layer.
+fn residual(r: &StepReport, layer: usize) -> Option<String> {
+    let c = r.info.captures.iter().find(|c| c.layer == layer)?;
+    let last = c.t.checked_sub(1)?;
+    let norm = |v: &[f32]| v.get(last).copied().unwrap_or(f32::NAN);
+    Some(format!(
+        "layer {layer} ‖x‖: in {:.1} → +attention {:.1} → +SwiGLU MLP {:.1}",
+        norm(&c.resid_norm_in),
+        norm(&c.resid_norm_attn),
+        norm(&c.resid_norm_out)
+    ))
+}
