@@ -176,7 +176,7 @@ impl SinkRun {
                 _ => &mut self.windows[1],
             };
             let logits = model
-                .forward(&[tok], kv, None, Logits::Last)
+                .forward(&[tok], kv, Logits::Last)
                 .map_err(|e| e.to_string())?;
             let row = Model::last_logits(&logits).map_err(|e| e.to_string())?;
             let lp = log_prob(&row, next);

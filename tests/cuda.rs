@@ -28,10 +28,10 @@ fn load(path: &Path, requant: Requant, device: Device) -> Model {
 /// the CPU's choices (so both devices see the same tokens even where a near-tie flips).
 fn logits_along(m: &Model, prompt: &[u32], choices: &[u32]) -> Vec<Vec<f32>> {
     let mut kv = m.new_cache(prompt.len() + choices.len() + 1);
-    let first = m.forward(prompt, &mut kv, None, Logits::Last).unwrap();
+    let first = m.forward(prompt, &mut kv, Logits::Last).unwrap();
     let mut out = vec![Model::last_logits(&first).unwrap()];
     for &t in choices {
-        let l = m.forward(&[t], &mut kv, None, Logits::Last).unwrap();
+        let l = m.forward(&[t], &mut kv, Logits::Last).unwrap();
         out.push(Model::last_logits(&l).unwrap());
     }
     out
@@ -43,7 +43,7 @@ fn cpu_choices(m: &Model, prompt: &[u32], n: usize) -> Vec<u32> {
     let mut next = prompt.to_vec();
     let mut out = Vec::new();
     for _ in 0..n {
-        let l = m.forward(&next, &mut kv, None, Logits::Last).unwrap();
+        let l = m.forward(&next, &mut kv, Logits::Last).unwrap();
         let t = argmax(&Model::last_logits(&l).unwrap());
         out.push(t);
         next = vec![t];

@@ -10,7 +10,7 @@ use inferlab::model::{AttnKernel, HeadLayout, LoadOptions, Logits, Model, Requan
 
 fn logits(m: &Model, prompt: &[u32]) -> (Vec<f32>, usize) {
     let mut kv = m.new_cache(64);
-    let l = m.forward(prompt, &mut kv, None, Logits::All).unwrap();
+    let l = m.forward(prompt, &mut kv, Logits::All).unwrap();
     let v: Vec<f32> = l.flatten_all().unwrap().to_vec1().unwrap();
     (v, kv.reserved_bytes())
 }
@@ -112,27 +112,22 @@ fn tiled_kernel_in_the_model_gives_the_same_logits_and_fewer_bytes() {
             })
             .unwrap();
         let mut probe = inferlab::model::Probe::new(inferlab::model::LayerSelect::One(0));
-        let l = mm
-            .forward(
-                &prompt,
-                &mut mm.new_cache(64),
-                Some(&mut probe),
-                Logits::All,
-            )
+        let pass = mm
+            .pass(&[&prompt], &mut mm.new_cache(64), &mut probe, Logits::All)
             .unwrap();
-        (l.flatten_all().unwrap().to_vec1::<f32>().unwrap(), probe)
+        let l = pass.logits[0]
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        (l, pass.counts.attn_io, probe)
     };
-    let (a, pa) = run(AttnKernel::Naive);
-    let (b, pb) = run(AttnKernel::Tiled {
+    let (a, io_a, _) = run(AttnKernel::Naive);
+    let (b, io_b, pb) = run(AttnKernel::Tiled {
         sram_bytes: 4 * 4 * 16 * 16,
     });
     let d = max_abs_diff(&a, &b);
     assert!(d < 1e-4, "{d}");
-    assert!(
-        pb.attn_io.total() < pa.attn_io.total(),
-        "{:?} vs {:?}",
-        pb.attn_io,
-        pa.attn_io
-    );
+    assert!(io_b.total() < io_a.total(), "{io_b:?} vs {io_a:?}");
     assert!(!pb.captures[0].tile_schedule.is_empty());
 }

@@ -54,7 +54,7 @@ fn the_hand_written_file_loads_and_runs() {
     std::fs::write(&p, raw_gguf(&md, &ts)).unwrap();
     let m = load(&p).unwrap();
     let mut kv = m.new_cache(8);
-    m.forward(&[5, 6, 7], &mut kv, None, Logits::Last).unwrap();
+    m.forward(&[5, 6, 7], &mut kv, Logits::Last).unwrap();
 }
 
 #[test]
@@ -368,7 +368,7 @@ fn mutated_model_files_load_or_fail_cleanly() {
             Ok(m) => {
                 // A file that loads must also run: no deferred huge allocation or panic.
                 let mut kv = m.new_cache(4);
-                m.forward(&[1, 2], &mut kv, None, Logits::Last)
+                m.forward(&[1, 2], &mut kv, Logits::Last)
                     .map(|_| ())
                     .map_err(|e| e.to_string())
             }
@@ -761,7 +761,7 @@ fn an_hf_directory_loads_and_every_silent_substitution_is_refused() {
     let ok = hf_dir("", |_| {});
     let m = load(ok.path()).unwrap();
     let mut kv = m.new_cache(8);
-    m.forward(&[5, 6, 7], &mut kv, None, Logits::Last).unwrap();
+    m.forward(&[5, 6, 7], &mut kv, Logits::Last).unwrap();
     // An LM head of the wrong shape is not replaced by the embedding.
     let d = hf_dir("", |ts| {
         ts.push((

@@ -206,12 +206,10 @@ fn paged_equals_contiguous_logits() {
     let mut next_c = prompt.clone();
     let mut next_p = prompt.clone();
     for _ in 0..12 {
-        let a = m
-            .forward(&next_c, &mut contiguous, None, Logits::Last)
-            .unwrap();
+        let a = m.forward(&next_c, &mut contiguous, Logits::Last).unwrap();
         let b = {
             let mut seq = append(&mut paged, &mut pool, 7, &next_p);
-            m.forward(&next_p, &mut seq, None, Logits::Last).unwrap()
+            m.forward(&next_p, &mut seq, Logits::Last).unwrap()
         };
         let (a, b) = (
             Model::last_logits(&a).unwrap(),
@@ -251,7 +249,7 @@ fn prefix_sharing_on_equals_off() {
             }
             let rest = &prompt[cached..];
             let mut seq = append(&mut kv, &mut pool, req, rest);
-            let l = m.forward(rest, &mut seq, None, Logits::Last).unwrap();
+            let l = m.forward(rest, &mut seq, Logits::Last).unwrap();
             out.extend(Model::last_logits(&l).unwrap());
         }
         out

@@ -69,13 +69,11 @@ fn the_probe_keeps_only_the_newest_rows_of_a_prefill() {
     let prompt: Vec<u32> = (1..=40).collect();
     let mut all = Probe::new(LayerSelect::All);
     let mut kv = m.new_cache(48);
-    m.forward(&prompt, &mut kv, Some(&mut all), Logits::Last)
-        .unwrap();
+    m.pass(&[&prompt], &mut kv, &mut all, Logits::Last).unwrap();
     let mut few = Probe::new(LayerSelect::All);
     few.row_limit = Some(6);
     let mut kv = m.new_cache(48);
-    m.forward(&prompt, &mut kv, Some(&mut few), Logits::Last)
-        .unwrap();
+    m.pass(&[&prompt], &mut kv, &mut few, Logits::Last).unwrap();
     for (a, f) in all.captures.iter().zip(&few.captures) {
         assert_eq!((f.t, f.pos0, f.kv_len), (6, 34, 40));
         let n = a.n_head;

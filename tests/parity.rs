@@ -33,7 +33,7 @@ fn compare(path: &Path, prompt: &[u32], n: usize) -> (f32, Vec<u32>, Vec<u32>) {
     let m = ours(path, Requant::Keep);
     let mut c = candle_model(path);
     let mut kv = m.new_cache(prompt.len() + n + 1);
-    let a = Model::last_logits(&m.forward(prompt, &mut kv, None, Logits::Last).unwrap()).unwrap();
+    let a = Model::last_logits(&m.forward(prompt, &mut kv, Logits::Last).unwrap()).unwrap();
     let x = Tensor::new(prompt, &Device::Cpu)
         .unwrap()
         .unsqueeze(0)
@@ -49,7 +49,7 @@ fn compare(path: &Path, prompt: &[u32], n: usize) -> (f32, Vec<u32>, Vec<u32>) {
     let (mut ta, mut tb) = (vec![argmax(&a)], vec![argmax(&b)]);
     for i in 0..n - 1 {
         let la = m
-            .forward(&[*ta.last().unwrap()], &mut kv, None, Logits::Last)
+            .forward(&[*ta.last().unwrap()], &mut kv, Logits::Last)
             .unwrap();
         ta.push(argmax(&Model::last_logits(&la).unwrap()));
         let x = Tensor::new(&[*tb.last().unwrap()], &Device::Cpu)
@@ -107,7 +107,7 @@ fn cached_decode_equals_full_recompute_with_f32_weights() {
     let mut cached = Vec::new();
     let mut next = seq.clone();
     for _ in 0..20 {
-        let l = m.forward(&next, &mut kv, None, Logits::Last).unwrap();
+        let l = m.forward(&next, &mut kv, Logits::Last).unwrap();
         let t = argmax(&Model::last_logits(&l).unwrap());
         cached.push(t);
         next = vec![t];
@@ -115,7 +115,7 @@ fn cached_decode_equals_full_recompute_with_f32_weights() {
     let mut full = Vec::new();
     for _ in 0..20 {
         let mut fresh = m.new_cache(64);
-        let l = m.forward(&seq, &mut fresh, None, Logits::Last).unwrap();
+        let l = m.forward(&seq, &mut fresh, Logits::Last).unwrap();
         let t = argmax(&Model::last_logits(&l).unwrap());
         full.push(t);
         seq.push(t);
@@ -130,11 +130,11 @@ fn all_position_logits_end_with_the_last_position() {
     let m = ours(&p, Requant::F32);
     let prompt: Vec<u32> = (10..30).collect();
     let all = m
-        .forward(&prompt, &mut m.new_cache(64), None, Logits::All)
+        .forward(&prompt, &mut m.new_cache(64), Logits::All)
         .unwrap();
     assert_eq!(all.dims(), &[20, m.cfg.vocab]);
     let last = m
-        .forward(&prompt, &mut m.new_cache(64), None, Logits::Last)
+        .forward(&prompt, &mut m.new_cache(64), Logits::Last)
         .unwrap();
     let a = Model::last_logits(&all).unwrap();
     let b = Model::last_logits(&last).unwrap();
@@ -160,7 +160,7 @@ fn every_prompt_position_on_the_host_matches_the_tensor_kernels() {
     let (host, reference) = (ours(&p, Requant::F32), ours(&p, Requant::Keep));
     let prompt: Vec<u32> = (10..40).collect();
     let all = |m: &Model| -> Vec<Vec<f32>> {
-        m.forward(&prompt, &mut m.new_cache(64), None, Logits::All)
+        m.forward(&prompt, &mut m.new_cache(64), Logits::All)
             .unwrap()
             .to_vec2()
             .unwrap()

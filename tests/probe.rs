@@ -2,12 +2,21 @@
 
 mod common;
 
+use candle_core::Tensor;
 use common::*;
-use inferlab::kv::Contiguous;
-use inferlab::model::{LayerSelect, Logits, Model, Probe};
+use inferlab::kv::{BatchKv, Contiguous};
+use inferlab::model::{LayerSelect, Logits, Model, Observer, Probe, Unobserved};
 
 fn model() -> (tempfile::TempDir, Model) {
     tiny_f32()
+}
+
+/// One sequence through `m` with `obs` looking; its logits for the last position.
+fn observed(m: &Model, tokens: &[u32], kv: &mut dyn BatchKv, obs: &mut dyn Observer) -> Tensor {
+    m.pass(&[tokens], kv, obs, Logits::Last)
+        .unwrap()
+        .logits
+        .remove(0)
 }
 
 /// The tiny model after a 12-token prompt (tokens 20..32), every layer captured.
@@ -16,8 +25,7 @@ fn prefilled() -> (tempfile::TempDir, Model, Contiguous, Probe) {
     let mut kv = m.new_cache(64);
     let mut probe = Probe::new(LayerSelect::All);
     let prompt: Vec<u32> = (20..32).collect();
-    m.forward(&prompt, &mut kv, Some(&mut probe), Logits::Last)
-        .unwrap();
+    observed(&m, &prompt, &mut kv, &mut probe);
     (d, m, kv, probe)
 }
 
@@ -46,8 +54,7 @@ fn captured_weights_are_causal_softmax_rows() {
         }
     }
     // Decode: one new row against all cached keys.
-    m.forward(&[40], &mut kv, Some(&mut probe), Logits::Last)
-        .unwrap();
+    observed(&m, &[40], &mut kv, &mut probe);
     let c = &probe.captures[0];
     assert_eq!((c.t, c.kv_len, c.pos0), (1, 13, 12));
     assert!(c.weight_row(0, 0).iter().all(|&w| w > 0.0));
@@ -57,23 +64,11 @@ fn captured_weights_are_causal_softmax_rows() {
 fn one_layer_selection_captures_exactly_that_layer() {
     let (_d, m) = model();
     let mut probe = Probe::new(LayerSelect::One(1));
-    m.forward(
-        &[5, 6, 7],
-        &mut m.new_cache(8),
-        Some(&mut probe),
-        Logits::Last,
-    )
-    .unwrap();
+    observed(&m, &[5, 6, 7], &mut m.new_cache(8), &mut probe);
     assert_eq!(probe.captures.len(), 1);
     assert_eq!(probe.captures[0].layer, 1);
     let mut off = Probe::new(LayerSelect::None);
-    m.forward(
-        &[5, 6, 7],
-        &mut m.new_cache(8),
-        Some(&mut off),
-        Logits::Last,
-    )
-    .unwrap();
+    observed(&m, &[5, 6, 7], &mut m.new_cache(8), &mut off);
     assert!(off.captures.is_empty());
 }
 
@@ -81,26 +76,22 @@ fn one_layer_selection_captures_exactly_that_layer() {
 fn capture_does_not_change_the_logits() {
     let (_d, m) = model();
     let p: Vec<u32> = (3..15).collect();
-    let a = m
-        .forward(&p, &mut m.new_cache(16), None, Logits::Last)
-        .unwrap();
+    let a = m.forward(&p, &mut m.new_cache(16), Logits::Last).unwrap();
     let mut probe = Probe::new(LayerSelect::All);
-    let b = m
-        .forward(&p, &mut m.new_cache(16), Some(&mut probe), Logits::Last)
-        .unwrap();
+    let b = observed(&m, &p, &mut m.new_cache(16), &mut probe);
     assert_eq!(
         Model::last_logits(&a).unwrap(),
         Model::last_logits(&b).unwrap()
     );
     // A decode step after it, looked at or not.
-    let step = |probe: Option<&mut Probe>| {
+    let step = |obs: &mut dyn Observer| {
         let mut cache = m.new_cache(16);
-        m.forward(&p, &mut cache, None, Logits::Last).unwrap();
-        let l = m.forward(&[9], &mut cache, probe, Logits::Last).unwrap();
+        m.forward(&p, &mut cache, Logits::Last).unwrap();
+        let l = observed(&m, &[9], &mut cache, obs);
         Model::last_logits(&l).unwrap()
     };
     let mut probe = Probe::new(LayerSelect::All);
-    assert_eq!(step(None), step(Some(&mut probe)));
+    assert_eq!(step(&mut Unobserved), step(&mut probe));
     assert!(!probe.captures.is_empty());
 }
 
@@ -108,9 +99,7 @@ fn capture_does_not_change_the_logits() {
 fn kv_cache_full_is_an_error_not_a_panic() {
     let (_d, m) = model();
     let mut kv = m.new_cache(4);
-    assert!(m
-        .forward(&[1, 2, 3, 4, 5], &mut kv, None, Logits::Last)
-        .is_err());
+    assert!(m.forward(&[1, 2, 3, 4, 5], &mut kv, Logits::Last).is_err());
 }
 
 #[test]

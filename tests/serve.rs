@@ -233,11 +233,11 @@ fn a_prompt_at_once_equals_it_token_by_token_under_every_element_type() {
             })
             .unwrap();
         let mut whole = m.new_cache(64);
-        let at_once = m.forward(&prompt, &mut whole, None, Logits::All).unwrap();
+        let at_once = m.forward(&prompt, &mut whole, Logits::All).unwrap();
         let at_once: Vec<Vec<f32>> = at_once.to_vec2().unwrap();
         let mut one = m.new_cache(64);
         for (i, &t) in prompt.iter().enumerate() {
-            let l = m.forward(&[t], &mut one, None, Logits::Last).unwrap();
+            let l = m.forward(&[t], &mut one, Logits::Last).unwrap();
             let l: Vec<f32> = l.flatten_all().unwrap().to_vec1().unwrap();
             assert!(
                 max_abs_diff(&l, &at_once[i]) < 1e-3,

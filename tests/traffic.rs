@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use inferlab::model::{AttnKernel, LayerSelect, Logits, Probe, RunOptions};
+use inferlab::model::{AttnKernel, Logits, RunOptions, Unobserved};
 
 #[test]
 fn a_pass_counts_the_bytes_and_flops_it_moves() {
@@ -17,12 +17,13 @@ fn a_pass_counts_the_bytes_and_flops_it_moves() {
     let head_macs = (head_out * head_in) as u64;
     let layer_macs = macs as u64 - head_macs;
     let mut kv = m.new_cache(64);
-    let mut probe = Probe::new(LayerSelect::None);
     // A prefill of 10 tokens: every matrix read once for all ten rows, logits for one.
     let prompt: Vec<u32> = (3..13).collect();
-    m.forward(&prompt, &mut kv, Some(&mut probe), Logits::Last)
-        .unwrap();
-    let t = probe.traffic;
+    let t = m
+        .pass(&[&prompt], &mut kv, &mut Unobserved, Logits::Last)
+        .unwrap()
+        .counts
+        .traffic;
     assert_eq!(t.weight_bytes, weight_bytes as u64);
     assert_eq!(t.kv_write_bytes, layers * 10 * row);
     assert_eq!(t.kv_read_bytes, layers * 10 * row);
@@ -31,9 +32,11 @@ fn a_pass_counts_the_bytes_and_flops_it_moves() {
     let attention = layers * 4 * heads * 10 * 10 * d;
     assert_eq!(t.flops, 2 * (10 * layer_macs + head_macs) + attention);
     // One decode step: the same weights again, one new row, every cached row read.
-    m.forward(&[5], &mut kv, Some(&mut probe), Logits::Last)
-        .unwrap();
-    let t = probe.traffic;
+    let t = m
+        .pass(&[&[5]], &mut kv, &mut Unobserved, Logits::Last)
+        .unwrap()
+        .counts
+        .traffic;
     assert_eq!(t.weight_bytes, weight_bytes as u64);
     assert_eq!(t.kv_write_bytes, layers * row);
     assert_eq!(t.kv_read_bytes, layers * 11 * row);
@@ -51,10 +54,8 @@ fn the_tiled_kernel_moves_fewer_score_bytes_and_batches_read_weights_once() {
     let score = |run: RunOptions| {
         let m = m.with_run(run).unwrap();
         let mut kv = m.new_cache(64);
-        let mut probe = Probe::new(LayerSelect::None);
-        m.forward(&prompt, &mut kv, Some(&mut probe), Logits::Last)
-            .unwrap();
-        probe.traffic
+        let pass = m.pass(&[&prompt], &mut kv, &mut Unobserved, Logits::Last);
+        pass.unwrap().counts.traffic
     };
     let naive = score(RunOptions::default());
     let tiled = score(RunOptions {
@@ -71,13 +72,12 @@ fn the_tiled_kernel_moves_fewer_score_bytes_and_batches_read_weights_once() {
     let mut a = m.new_cache(64);
     let mut b = m.new_cache(64);
     let mut batch = inferlab::kv::ContiguousBatch(vec![&mut a, &mut b]);
-    let mut probe = Probe::new(LayerSelect::None);
     let seqs: [&[u32]; 2] = [&prompt[..5], &prompt[..7]];
-    m.forward_batch(&seqs, &mut batch, Some(&mut probe), Logits::Last)
-        .unwrap();
-    assert_eq!(probe.traffic.weight_bytes, m.matrix_cost().0 as u64);
+    let pass = m.pass(&seqs, &mut batch, &mut Unobserved, Logits::Last);
+    let t = pass.unwrap().counts.traffic;
+    assert_eq!(t.weight_bytes, m.matrix_cost().0 as u64);
     let row = (2 * N_KV * (HIDDEN / N_HEAD) * 4) as u64;
-    assert_eq!(probe.traffic.kv_write_bytes, N_LAYER as u64 * 12 * row);
+    assert_eq!(t.kv_write_bytes, N_LAYER as u64 * 12 * row);
 }
 
 #[test]

@@ -9,7 +9,7 @@ use inferlab::model::{Logits, Model};
 
 fn read(m: &Model, toks: &[u32], kv: &mut dyn BatchKv) -> Vec<Vec<f32>> {
     toks.iter()
-        .map(|t| Model::last_logits(&m.forward(&[*t], kv, None, Logits::Last).unwrap()).unwrap())
+        .map(|t| Model::last_logits(&m.forward(&[*t], kv, Logits::Last).unwrap()).unwrap())
         .collect()
 }
 
@@ -84,7 +84,7 @@ fn the_live_sink_experiment_agrees_until_the_window_fills_then_keeps_page_zero()
     }
     // The full lane's running perplexity is the perplexity of one forward over the text.
     let mut kv = m.new_cache(64);
-    let logits = m.forward(&toks, &mut kv, None, Logits::All).unwrap();
+    let logits = m.forward(&toks, &mut kv, Logits::All).unwrap();
     let rows = logits.to_vec2::<f32>().unwrap();
     let nll: f64 = (0..toks.len() - 1)
         .map(|i| {

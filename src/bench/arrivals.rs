@@ -120,7 +120,7 @@ fn prefill_ms_per_token(model: &Model, tokens: &[u32]) -> Result<f64> {
     for _ in 0..3 {
         let mut c = model.new_cache(n);
         let t = Instant::now();
-        model.forward(&tokens[..n], &mut c, None, crate::model::Logits::Last)?;
+        model.forward(&tokens[..n], &mut c, crate::model::Logits::Last)?;
         ms.push(t.elapsed().as_secs_f64() * 1e3 / n as f64);
     }
     Ok(super::median(ms))

@@ -126,13 +126,13 @@ fn time_ours(m: &Model, prompt: &[u32], n: usize, select: LayerSelect) -> Result
     let mut kv = m.new_cache(prompt.len() + n + 1);
     let mut probe = Probe::new(select);
     let t0 = Instant::now();
-    let logits = m.forward(prompt, &mut kv, Some(&mut probe), Logits::Last)?;
-    let mut tok = argmax(&Model::last_logits(&logits)?);
+    let pass = m.pass(&[prompt], &mut kv, &mut probe, Logits::Last)?;
+    let mut tok = argmax(&Model::last_logits(&pass.logits[0])?);
     let prefill = t0.elapsed().as_secs_f64();
     let t1 = Instant::now();
     for _ in 0..n {
-        let logits = m.forward(&[tok], &mut kv, Some(&mut probe), Logits::Last)?;
-        tok = argmax(&Model::last_logits(&logits)?);
+        let pass = m.pass(&[&[tok]], &mut kv, &mut probe, Logits::Last)?;
+        tok = argmax(&Model::last_logits(&pass.logits[0])?);
     }
     debug_assert_eq!(kv.len(), prompt.len() + n);
     Ok((prefill, t1.elapsed().as_secs_f64()))

@@ -85,7 +85,7 @@ impl HeadsReport {
 pub(crate) fn all_logits(m: &Model, seqs: &[Vec<u32>]) -> Result<Vec<Vec<f32>>> {
     seqs.iter()
         .map(|s| {
-            let l = m.forward(s, &mut m.new_cache(s.len()), None, Logits::All)?;
+            let l = m.forward(s, &mut m.new_cache(s.len()), Logits::All)?;
             Ok(l.flatten_all()?.to_vec1::<f32>()?)
         })
         .collect()
@@ -93,11 +93,11 @@ pub(crate) fn all_logits(m: &Model, seqs: &[Vec<u32>]) -> Result<Vec<Vec<f32>>> 
 
 fn decode_speed(m: &Model, prompt: &[u32], n: usize) -> Result<f64> {
     let mut kv = m.new_cache(prompt.len() + n + 1);
-    let l = m.forward(prompt, &mut kv, None, Logits::Last)?;
+    let l = m.forward(prompt, &mut kv, Logits::Last)?;
     let mut tok = argmax(&Model::last_logits(&l)?);
     let t = Instant::now();
     for _ in 0..n {
-        let l = m.forward(&[tok], &mut kv, None, Logits::Last)?;
+        let l = m.forward(&[tok], &mut kv, Logits::Last)?;
         tok = argmax(&Model::last_logits(&l)?);
     }
     Ok(n as f64 / t.elapsed().as_secs_f64())

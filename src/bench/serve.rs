@@ -304,7 +304,7 @@ pub fn decode_step_ms(model: &Model, b: usize, source: &[u32]) -> Result<f64> {
     let mut caches: Vec<_> = (0..b).map(|_| model.new_cache(64)).collect();
     let prompts: Vec<Vec<u32>> = (0..b).map(|i| source[i..i + 32].to_vec()).collect();
     for (c, p) in caches.iter_mut().zip(&prompts) {
-        model.forward(p, c, None, Logits::Last)?;
+        model.forward(p, c, Logits::Last)?;
     }
     let mut times = Vec::new();
     for round in 0..7 {
@@ -312,7 +312,7 @@ pub fn decode_step_ms(model: &Model, b: usize, source: &[u32]) -> Result<f64> {
         let refs: Vec<&[u32]> = toks.iter().map(Vec::as_slice).collect();
         let mut batch = ContiguousBatch(caches.iter_mut().collect());
         let t = Instant::now();
-        model.forward_batch(&refs, &mut batch, None, Logits::Last)?;
+        model.forward_batch(&refs, &mut batch, Logits::Last)?;
         times.push(t.elapsed().as_secs_f64() * 1e3);
     }
     Ok(super::median(times))
@@ -321,11 +321,11 @@ pub fn decode_step_ms(model: &Model, b: usize, source: &[u32]) -> Result<f64> {
 /// Median ms of one decode step (of seven) of the single-request path after a 32-token prompt.
 fn single_step_ms(model: &Model, source: &[u32]) -> Result<f64> {
     let mut c = model.new_cache(64);
-    model.forward(&source[..32], &mut c, None, Logits::Last)?;
+    model.forward(&source[..32], &mut c, Logits::Last)?;
     let mut times = Vec::new();
     for i in 0..7 {
         let t = Instant::now();
-        model.forward(&[source[40 + i]], &mut c, None, Logits::Last)?;
+        model.forward(&[source[40 + i]], &mut c, Logits::Last)?;
         times.push(t.elapsed().as_secs_f64() * 1e3);
     }
     Ok(super::median(times))

@@ -31,6 +31,7 @@ pub enum AttnKernel {
 }
 
 /// What one attention call produced.
+#[derive(Debug, Clone)]
 pub struct AttnOut {
     /// `(n_head, t, head_dim)`: each head's weighted sum of values.
     pub out: Tensor,
@@ -68,6 +69,7 @@ pub struct Setup<'a> {
 
 /// Sequence 0's attention kept for the probe: queries before and after RoPE, the new keys
 /// and values, and what the kernel produced (with its scores when asked).
+#[derive(Debug, Clone)]
 pub struct Observed {
     pub q_pre: Tensor,
     /// The new keys before RoPE, `(n_kv_head, rows, d)`.

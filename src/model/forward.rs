@@ -2,8 +2,8 @@
 //! every layer's `Model::block` — RMSNorm → Q, K, V → RoPE → attention → output
 //! projection → residual → RMSNorm → SwiGLU MLP → residual — then the final RMSNorm and
 //! the LM head. The pieces live next door: `attention.rs` (the math and its routes),
-//! `rope.rs`, `linear.rs` (`y = x Wᵀ`), and `probe.rs`, which the block reports what it
-//! saw to.
+//! `rope.rs`, `linear.rs` (`y = x Wᵀ`), and `observe.rs`, the hooks through which an
+//! observer (the probe, for the panes) sees inside each layer.
 
 pub use super::attention::AttnKernel;
 use super::attention::{self, Span};
@@ -12,7 +12,7 @@ use super::error::{ModelError, Result};
 use super::flash::IoCount;
 use super::heads::{self, HeadLayout, LayoutError};
 use super::linear::Linear;
-use super::probe::{LayerLook, Probe};
+use super::observe::{Observer, Pass, PassCounts, Unobserved, Watch};
 use super::rope::Rope;
 use super::tokenizer::TextTokenizer;
 use super::traffic::Traffic;
@@ -236,37 +236,41 @@ impl Model {
 
     /// Runs `tokens` (positions `kv.len()..`) through the model, appending their keys and
     /// values to `kv`, and returns logits `(rows, vocab)` for the positions `which` asks for.
-    pub fn forward(
-        &self,
-        tokens: &[u32],
-        kv: &mut dyn BatchKv,
-        probe: Option<&mut Probe>,
-        which: Logits,
-    ) -> Result<Tensor> {
-        let mut out = self.forward_batch(&[tokens], kv, probe, which)?;
+    pub fn forward(&self, tokens: &[u32], kv: &mut dyn BatchKv, which: Logits) -> Result<Tensor> {
+        let mut out = self.forward_batch(&[tokens], kv, which)?;
         Ok(out.pop().expect("one sequence in, one out"))
     }
 
     /// Runs several sequences in one pass, ORCA's selective batching: the linear layers
     /// (projections, MLP, LM head) run once on all tokens concatenated; attention runs per
-    /// sequence against its own cache. Returns each sequence's logits. The probe, when
-    /// given, captures sequence 0.
+    /// sequence against its own cache. Returns each sequence's logits.
     pub fn forward_batch(
         &self,
         seqs: &[&[u32]],
         kv: &mut dyn BatchKv,
-        probe: Option<&mut Probe>,
         which: Logits,
     ) -> Result<Vec<Tensor>> {
+        Ok(self.pass(seqs, kv, &mut Unobserved, which)?.logits)
+    }
+
+    /// [`Model::forward_batch`] with `obs` shown sequence 0's insides, returning also what
+    /// the pass moved, computed and took.
+    pub fn pass(
+        &self,
+        seqs: &[&[u32]],
+        kv: &mut dyn BatchKv,
+        obs: &mut dyn Observer,
+        which: Logits,
+    ) -> Result<Pass> {
         // The pass runs on one of rayon's own threads, so each of the ~200 parallel
         // matmuls per pass is split between workers directly instead of waking them from
         // a foreign thread and sleeping until they finish (measured: 9 → 7 ms at one row).
         if self.runs_on_our_kernels() {
-            on_pool_kept_awake(|| self.forward_batch_here(seqs, kv, probe, which))
+            on_pool_kept_awake(|| self.pass_here(seqs, kv, obs, which))
         } else {
             // candle's matmuls run on candle's own worker threads, which a kept-awake
             // rayon worker would only compete with (measured: 20 → 7 tok/s on two cores).
-            rayon::scope(|_| self.forward_batch_here(seqs, kv, probe, which))
+            rayon::scope(|_| self.pass_here(seqs, kv, obs, which))
         }
     }
 
@@ -284,91 +288,52 @@ impl Model {
                 .all(|w| ours(&w.wq) && ours(&w.w_gate) && ours(&w.w_down))
     }
 
-    fn forward_batch_here(
+    fn pass_here(
         &self,
         seqs: &[&[u32]],
         kv: &mut dyn BatchKv,
-        mut probe: Option<&mut Probe>,
+        obs: &mut dyn Observer,
         which: Logits,
-    ) -> Result<Vec<Tensor>> {
+    ) -> Result<Pass> {
         let spans = self.spans(seqs, kv)?;
-        if let Some(p) = probe.as_deref_mut() {
-            p.start();
-        }
+        let (mut counts, mut watch) = (PassCounts::default(), Watch::new(obs));
+        watch.start();
         let mut clock = Lap::start();
         // Embedding: a row lookup per token.
-        let ids: Vec<u32> = seqs.concat();
-        let mut x = self
-            .weights
-            .embed
-            .index_select(&Tensor::new(ids.as_slice(), &self.device)?, 0)?;
-        if let Some(p) = probe.as_deref_mut() {
-            p.timing.embed_ms = clock.lap();
-        }
+        let ids = Tensor::new(seqs.concat().as_slice(), &self.device)?;
+        let mut x = self.weights.embed.index_select(&ids, 0)?;
+        counts.timing.embed_ms = clock.lap();
         let mut lens_rows = Vec::new();
         for layer in 0..self.cfg.n_layer {
-            let mut look = LayerLook::new(probe.as_deref(), layer, spans[0]);
-            let (y, io, traffic) = self.block(layer, &x, &spans, kv, &mut look)?;
-            self.note_layer(
-                probe.as_deref_mut(),
-                look,
-                &y,
-                (io, traffic),
-                &mut lens_rows,
-            )?;
-            if let Some(p) = probe.as_deref_mut() {
-                p.timing.layers_ms.push(clock.lap());
+            watch.layer(layer, spans[0]);
+            let (y, io, traffic) = self.block(layer, &x, &spans, kv, &mut watch)?;
+            if watch.wants_lens() {
+                let newest = spans[0].off + spans[0].len - 1;
+                lens_rows.push(watch.see(|_| y.narrow(0, newest, 1))?);
             }
+            counts.attn_io.add(io);
+            counts.traffic.add(traffic);
+            counts.timing.layers_ms.push(clock.lap());
             x = y;
         }
         kv.advance();
         let logits = self.lm_head(&x, &spans, which)?;
-        if let Some(p) = probe {
-            p.timing.lm_head_ms = clock.lap();
-            self.note_lm_head(p, &logits, &lens_rows)?;
+        counts.traffic.add(self.lm_head_traffic(&logits));
+        counts.timing.lm_head_ms = clock.lap();
+        if !lens_rows.is_empty() {
+            let lens = watch.see(|_| self.logit_lens(&lens_rows))?;
+            watch.see(|o| o.lens(lens));
         }
-        Ok(logits)
+        counts.timing.observe_ms = watch.ms;
+        Ok(Pass { logits, counts })
     }
 
-    /// What the probe keeps of a layer the pass has just run: its bytes and FLOPs, its
-    /// capture when it looks at this layer, sequence 0's newest residual for the lens, and
-    /// the time all that looking took.
-    fn note_layer(
-        &self,
-        probe: Option<&mut Probe>,
-        look: LayerLook,
-        y: &Tensor,
-        (io, traffic): (IoCount, Traffic),
-        lens_rows: &mut Vec<Tensor>,
-    ) -> Result<()> {
-        let Some(p) = probe else { return Ok(()) };
-        let t0 = std::time::Instant::now();
-        let spent = look.spent_ms();
-        let first = look.first();
-        p.captures
-            .extend(look.leaving(y, (self.cfg.n_head, self.kv_heads(), self.cfg.head_dim))?);
-        if p.lens {
-            lens_rows.push(y.narrow(0, first.off + first.len - 1, 1)?);
-        }
-        p.attn_io.add(io);
-        p.traffic.add(traffic);
-        p.timing.observe_ms += spent + super::probe::ms_since(t0);
-        Ok(())
-    }
-
-    /// What the probe keeps of the LM head: its bytes and FLOPs, and the logit lens over
-    /// the rows `note_layer` kept (timed as looking).
-    fn note_lm_head(&self, p: &mut Probe, logits: &[Tensor], lens_rows: &[Tensor]) -> Result<()> {
+    /// What the LM head read and computed for the rows that got logits.
+    fn lm_head_traffic(&self, logits: &[Tensor]) -> Traffic {
         let rows: usize = logits.iter().map(|l| l.dim(0).unwrap_or(0)).sum();
         let head = &self.weights.lm_head;
         let (out, inp) = head.dims();
-        p.traffic.add(Traffic::matrix(head.bytes(), out, inp, rows));
-        if !lens_rows.is_empty() {
-            let t0 = std::time::Instant::now();
-            p.lens_logits = Some(self.logit_lens(lens_rows)?);
-            p.timing.observe_ms += super::probe::ms_since(t0);
-        }
-        Ok(())
+        Traffic::matrix(head.bytes(), out, inp, rows)
     }
 
     /// The logit lens: each layer's residual read out as if it were the last layer's —
@@ -390,10 +355,12 @@ impl Model {
         x: &Tensor,
         spans: &[Span],
         kv: &mut dyn BatchKv,
-        look: &mut LayerLook,
+        watch: &mut Watch,
     ) -> Result<(Tensor, IoCount, Traffic)> {
-        let (x, att) = self.attention_block(layer, x, spans, kv, look)?;
-        let x = self.mlp_block(layer, &x, look)?;
+        let (x, att) = self.attention_block(layer, x, spans, kv, watch)?;
+        let x = self.mlp_block(layer, &x, watch)?;
+        let heads = (self.cfg.n_head, self.kv_heads(), self.cfg.head_dim);
+        watch.see(|o| o.leaving(&x, heads))?;
         let traffic = self.matrix_traffic(layer, x.dim(0)?, att.traffic);
         Ok((x, att.io, traffic))
     }
@@ -406,30 +373,32 @@ impl Model {
         x: &Tensor,
         spans: &[Span],
         kv: &mut dyn BatchKv,
-        look: &mut LayerLook,
+        watch: &mut Watch,
     ) -> Result<(Tensor, attention::Attended)> {
         let w = &self.weights.layers[layer];
         let h = candle_nn::ops::rms_norm(x, &w.attn_norm, self.cfg.rms_eps as f32)?;
-        look.entering(x, &h)?;
+        watch.see(|o| o.entering(x, &h))?;
         // K and V come from the current layout's projections (GQA: the trained ones). The
         // three share their input, so they run as one pass.
         let (wk, wv) = &self.kv_proj[layer];
         let [q, k, v] = Linear::forward_many([&w.wq, wk, wv], &h)?;
         let setup = self.attention_setup(layer);
-        let mut att = attention::attend(&setup, &q, &k, &v, spans, kv, look.capture_rows())?;
-        look.add_ms(att.observe_ms);
-        look.attention(att.seen.take(), &self.rope)?;
+        let mut att = attention::attend(&setup, &q, &k, &v, spans, kv, watch.rows())?;
+        watch.ms += att.observe_ms;
+        if let Some(seen) = att.seen.take() {
+            watch.see(|o| o.attention(seen, &self.rope))?;
+        }
         let x = (x + w.wo.forward(&att.out)?)?;
-        look.after_attention(&x)?;
+        watch.see(|o| o.after_attention(&x))?;
         Ok((x, att))
     }
 
     /// RMSNorm, then SwiGLU: down(silu(gate(h)) · up(h)), added to the residual.
-    fn mlp_block(&self, layer: usize, x: &Tensor, look: &mut LayerLook) -> Result<Tensor> {
+    fn mlp_block(&self, layer: usize, x: &Tensor, watch: &mut Watch) -> Result<Tensor> {
         let w = &self.weights.layers[layer];
         let h = candle_nn::ops::rms_norm(x, &w.ffn_norm, self.cfg.rms_eps as f32)?;
         let [gate, up] = Linear::forward_many([&w.w_gate, &w.w_up], &h)?;
-        let gu = self.swiglu(gate, &up, look)?;
+        let gu = self.swiglu(gate, &up, watch)?;
         Ok((x + w.w_down.forward(&gu)?)?)
     }
 
@@ -447,11 +416,11 @@ impl Model {
     }
 
     /// SwiGLU's gate, `silu(gate) · up`: one vectorized pass over host memory on the CPU,
-    /// candle's ops on the reference path and on devices. The probe, when it looks at this
-    /// layer, gets `silu(gate)` on its own.
-    fn swiglu(&self, gate: Tensor, up: &Tensor, look: &mut LayerLook) -> Result<Tensor> {
-        if look.capture_rows() > 0 {
-            look.gate(&candle_nn::ops::silu(&gate)?)?;
+    /// candle's ops on the reference path and on devices. The observer, when it captures
+    /// this layer, gets `silu(gate)` on its own.
+    fn swiglu(&self, gate: Tensor, up: &Tensor, watch: &mut Watch) -> Result<Tensor> {
+        if watch.rows() > 0 {
+            watch.see(|o| o.gate(&candle_nn::ops::silu(&gate)?))?;
         }
         if self.reference || !gate.device().is_cpu() {
             return Ok((candle_nn::ops::silu(&gate)? * up)?);

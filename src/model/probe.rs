@@ -2,6 +2,9 @@
 //! When no layer is selected the forward pass copies nothing.
 
 use super::attention::{Observed, Span};
+use super::observe::Observer;
+pub use super::observe::Timing;
+use super::rope::Rope;
 use candle_core::{DType, Result, Tensor, D};
 use serde::{Deserialize, Serialize};
 
@@ -102,7 +105,7 @@ impl RopeShift {
     const SHIFT: usize = 1000;
 
     /// The demonstration for a query and key at `at`, when the context has room.
-    fn measure(rope: &super::rope::Rope, q: &[f32], k: &[f32], at: usize) -> Option<Self> {
+    fn measure(rope: &Rope, q: &[f32], k: &[f32], at: usize) -> Option<Self> {
         let (o, s) = (Self::OFFSET, Self::SHIFT);
         let at = at.max(2 * o);
         Some(Self {
@@ -129,7 +132,8 @@ impl LayerCapture {
     }
 }
 
-/// Collects [`LayerCapture`]s for the selected layers.
+/// The observer behind the panes: collects [`LayerCapture`]s for the selected layers and
+/// the logit lens.
 #[derive(Debug, Clone, Default)]
 pub struct Probe {
     pub select: LayerSelect,
@@ -137,31 +141,13 @@ pub struct Probe {
     /// A prompt of thousands of tokens would otherwise capture gigabytes of scores.
     pub row_limit: Option<usize>,
     pub captures: Vec<LayerCapture>,
-    /// Attention bytes moved to/from main memory in the last call, all layers and heads
-    /// (counted whether or not a layer is captured).
-    pub attn_io: crate::model::flash::IoCount,
-    /// Where the last call's time went, milliseconds: embedding, each layer, LM head.
-    pub timing: Timing,
-    /// What the last call moved and computed, counted from the operations it ran.
-    pub traffic: crate::model::traffic::Traffic,
     /// Run the logit lens: every layer's newest residual (of the first sequence) through
     /// the final RMSNorm and the LM head.
     pub lens: bool,
     /// The lens of the last call: one row of next-token logits per layer.
     pub lens_logits: Option<candle_core::Tensor>,
-}
-
-/// Wall time of the stages of one forward call, in milliseconds.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct Timing {
-    pub embed_ms: f64,
-    pub layers_ms: Vec<f64>,
-    pub lm_head_ms: f64,
-    /// Of all of it, the time spent looking rather than computing: copying captures out,
-    /// scoring the captured rows again for the heatmap, the logit lens. The model's own
-    /// time is the rest (recordings made before it read 0).
-    #[serde(default)]
-    pub observe_ms: f64,
+    /// The layer being looked at, while the pass runs it.
+    look: Option<LayerLook>,
 }
 
 impl Probe {
@@ -172,21 +158,61 @@ impl Probe {
             ..Default::default()
         }
     }
+}
 
-    /// Forgets the last call's captures, bytes and times before a new one.
-    pub fn start(&mut self) {
+impl Observer for Probe {
+    fn start(&mut self) {
         self.captures.clear();
-        self.attn_io = crate::model::flash::IoCount::default();
-        self.timing = Timing::default();
-        self.traffic = Default::default();
         self.lens_logits = None;
+    }
+
+    fn layer(&mut self, layer: usize, first: Span) -> usize {
+        let kept = if self.select.wants(layer) {
+            self.row_limit.unwrap_or(usize::MAX).clamp(1, first.len)
+        } else {
+            0
+        };
+        self.look = (kept > 0).then(|| LayerLook::new(layer, first, kept));
+        kept
+    }
+
+    fn entering(&mut self, x: &Tensor, h: &Tensor) -> Result<()> {
+        self.look.as_mut().map_or(Ok(()), |l| l.entering(x, h))
+    }
+
+    fn attention(&mut self, seen: Observed, rope: &Rope) -> Result<()> {
+        self.look
+            .as_mut()
+            .map_or(Ok(()), |l| l.attention(seen, rope))
+    }
+
+    fn after_attention(&mut self, x: &Tensor) -> Result<()> {
+        self.look.as_mut().map_or(Ok(()), |l| l.after_attention(x))
+    }
+
+    fn gate(&mut self, gate: &Tensor) -> Result<()> {
+        self.look.as_mut().map_or(Ok(()), |l| l.gate(gate))
+    }
+
+    fn leaving(&mut self, x: &Tensor, heads: (usize, usize, usize)) -> Result<()> {
+        if let Some(look) = self.look.take() {
+            self.captures.extend(look.leaving(x, heads)?);
+        }
+        Ok(())
+    }
+
+    fn wants_lens(&self) -> bool {
+        self.lens
+    }
+
+    fn lens(&mut self, logits: Tensor) {
+        self.lens_logits = Some(logits);
     }
 }
 
-/// What the probe gathers from one layer while the block runs, stage by stage. The block
-/// reports to it at each stage; when the layer is not captured every report is ignored
-/// and nothing is copied.
-pub struct LayerLook {
+/// What the probe gathers from one captured layer while the block runs, stage by stage.
+#[derive(Debug, Clone)]
+struct LayerLook {
     layer: usize,
     /// Sequence 0's rows in this call and the position of the first.
     first: Span,
@@ -196,24 +222,11 @@ pub struct LayerLook {
     norm_attn: Vec<f32>,
     block: BlockProbe,
     seen: Option<Observed>,
-    /// Milliseconds this look has taken so far.
-    spent_ms: f64,
-}
-
-/// Milliseconds since `t0`.
-pub fn ms_since(t0: std::time::Instant) -> f64 {
-    t0.elapsed().as_secs_f64() * 1e3
 }
 
 impl LayerLook {
-    /// The look at `layer` for `probe` (none: capture nothing); `first` is sequence 0.
-    pub fn new(probe: Option<&Probe>, layer: usize, first: Span) -> Self {
-        let kept = match probe {
-            Some(p) if p.select.wants(layer) => {
-                p.row_limit.unwrap_or(usize::MAX).clamp(1, first.len)
-            }
-            _ => 0,
-        };
+    /// The look at `layer`, keeping the newest `kept` of sequence 0's rows `first`.
+    fn new(layer: usize, first: Span, kept: usize) -> Self {
         Self {
             layer,
             first,
@@ -222,50 +235,20 @@ impl LayerLook {
             norm_attn: Vec::new(),
             block: BlockProbe::default(),
             seen: None,
-            spent_ms: 0.0,
         }
-    }
-
-    /// Sequence 0's rows in this call.
-    pub fn first(&self) -> Span {
-        self.first
-    }
-
-    /// Milliseconds spent looking at this layer so far.
-    pub fn spent_ms(&self) -> f64 {
-        self.spent_ms
-    }
-
-    /// Counts `ms` spent looking elsewhere for this layer (attention's capture).
-    pub fn add_ms(&mut self, ms: f64) {
-        self.spent_ms += ms;
-    }
-
-    /// Newest rows of sequence 0 whose attention scores are wanted (0: none).
-    pub fn capture_rows(&self) -> usize {
-        self.kept
     }
 
     /// The residual `x` entering the layer and RMSNorm's output `h`.
-    pub fn entering(&mut self, x: &Tensor, h: &Tensor) -> Result<()> {
-        if self.kept == 0 {
-            return Ok(());
-        }
-        let t0 = std::time::Instant::now();
+    fn entering(&mut self, x: &Tensor, h: &Tensor) -> Result<()> {
         self.norm_in = self.norms(x)?;
         self.block.rms_in = rms(&self.newest(x)?);
         self.block.rms_normed = rms(&self.newest(h)?);
-        self.spent_ms += ms_since(t0);
         Ok(())
     }
 
     /// Sequence 0's attention; a query head's length before and after RoPE, and RoPE's
     /// relative property on its vectors.
-    pub fn attention(&mut self, seen: Option<Observed>, rope: &super::rope::Rope) -> Result<()> {
-        let Some(s) = seen.filter(|_| self.kept > 0) else {
-            return Ok(());
-        };
-        let t0 = std::time::Instant::now();
+    fn attention(&mut self, s: Observed, rope: &Rope) -> Result<()> {
         // Head 0, newest row: a rotation keeps its length.
         let t = self.first.len;
         let norm = |a: &Tensor| -> Result<f32> {
@@ -280,35 +263,26 @@ impl LayerLook {
         self.block.rope_shift =
             RopeShift::measure(rope, &q, &k, self.first.pos0 + t - 1).unwrap_or_default();
         self.seen = Some(s);
-        self.spent_ms += ms_since(t0);
         Ok(())
     }
 
     /// The residual after attention has been added.
-    pub fn after_attention(&mut self, x: &Tensor) -> Result<()> {
-        if self.kept > 0 {
-            let t0 = std::time::Instant::now();
-            self.norm_attn = self.norms(x)?;
-            self.spent_ms += ms_since(t0);
-        }
+    fn after_attention(&mut self, x: &Tensor) -> Result<()> {
+        self.norm_attn = self.norms(x)?;
         Ok(())
     }
 
     /// The MLP's `silu(gate)`: how many of its values are nearly closed.
-    pub fn gate(&mut self, gate: &Tensor) -> Result<()> {
-        if self.kept > 0 {
-            let t0 = std::time::Instant::now();
-            let row = self.newest(gate)?;
-            let closed = row.iter().filter(|g| g.abs() < 0.1).count();
-            self.block.gate_closed_pct = 100.0 * closed as f32 / row.len().max(1) as f32;
-            self.spent_ms += ms_since(t0);
-        }
+    fn gate(&mut self, gate: &Tensor) -> Result<()> {
+        let row = self.newest(gate)?;
+        let closed = row.iter().filter(|g| g.abs() < 0.1).count();
+        self.block.gate_closed_pct = 100.0 * closed as f32 / row.len().max(1) as f32;
         Ok(())
     }
 
     /// The residual leaving the layer; returns the capture, if the layer was captured.
-    pub fn leaving(self, x: &Tensor, heads: (usize, usize, usize)) -> Result<Option<LayerCapture>> {
-        let Some(s) = self.seen.as_ref().filter(|_| self.kept > 0) else {
+    fn leaving(self, x: &Tensor, heads: (usize, usize, usize)) -> Result<Option<LayerCapture>> {
+        let Some(s) = self.seen.as_ref() else {
             return Ok(None);
         };
         let (t0, kept) = (self.first.len, self.kept);

@@ -176,18 +176,15 @@ impl Session {
             self.kv = self.model.new_cache(self.kv.capacity());
             input = self.tokens.clone();
         }
-        // The probe always goes along: with no layer selected it copies nothing and only
-        // counts times and traffic.
-        let logits =
-            self.model
-                .forward(&input, &mut self.kv, Some(&mut self.probe), Logits::Last)?;
-        let row = Model::last_logits(&logits)?;
+        // The probe always goes along: with no layer selected it copies nothing.
+        let mut pass = (self.model).pass(&[&input], &mut self.kv, &mut self.probe, Logits::Last)?;
+        let row = Model::last_logits(&pass.logits[0])?;
         let run = self.model.run_options();
         let ts = std::time::Instant::now();
         let drawn = distribution(&self.sampler.config(), &row);
         let id = self.sampler.draw(&drawn);
         let sample_ms = ts.elapsed().as_secs_f64() * 1e3;
-        let logit_lens = self.lens_rows(id)?;
+        let logit_lens = self.lens_rows(id, &mut pass.counts.timing)?;
         let tk = self.top_tokens(&row, &drawn);
         self.tokens.push(id);
         self.pending = vec![id];
@@ -208,9 +205,9 @@ impl Session {
             kernel: run.kernel,
             no_cache,
             sampler: self.sampler.config(),
-            attn_io: self.probe.attn_io,
-            timing: std::mem::take(&mut self.probe.timing),
-            traffic: self.probe.traffic,
+            attn_io: pass.counts.attn_io,
+            timing: pass.counts.timing,
+            traffic: pass.counts.traffic,
             sample_ms,
             captures: std::mem::take(&mut self.probe.captures),
             logit_lens,
@@ -219,15 +216,15 @@ impl Session {
         Ok(info)
     }
 
-    /// The logit lens of the last pass, as rows with `id` the token taken (timed as the
-    /// probe's looking).
-    fn lens_rows(&mut self, id: u32) -> Result<Vec<LensRow>> {
+    /// The logit lens of the last pass, as rows with `id` the token taken (added to the
+    /// pass's `timing` as looking).
+    fn lens_rows(&mut self, id: u32, timing: &mut Timing) -> Result<Vec<LensRow>> {
         let t0 = std::time::Instant::now();
         let rows = match self.probe.lens_logits.take() {
             Some(p) => lens_rows(&p, id, &self.model.tokenizer)?,
             None => Vec::new(),
         };
-        self.probe.timing.observe_ms += super::probe::ms_since(t0);
+        timing.observe_ms += super::observe::ms_since(t0);
         Ok(rows)
     }
 

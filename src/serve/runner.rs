@@ -11,7 +11,7 @@ use crate::kv::pool::ReqId;
 use crate::kv::{Contiguous, ContiguousBatch};
 use crate::model::sampler::argmax;
 use crate::model::traffic::Traffic;
-use crate::model::{LayerSelect, Logits, Model, Probe};
+use crate::model::{Logits, Model, Unobserved};
 use std::collections::BTreeMap;
 
 /// Where the keys and values live.
@@ -59,10 +59,8 @@ impl Runner {
         if plan.work.is_empty() {
             return Ok((Vec::new(), Traffic::default()));
         }
-        // A probe that captures nothing: it only counts.
-        let mut probe = Probe::new(LayerSelect::None);
         let refs: Vec<&[u32]> = plan.work.iter().map(|w| w.tokens.as_slice()).collect();
-        let logits = match &mut self.kv {
+        let pass = match &mut self.kv {
             KvBytes::Paged(kv) => {
                 let copies: Vec<(u32, u32)> = plan.copies.iter().map(|c| (c.1, c.2)).collect();
                 kv.copy_pages(&copies)
@@ -70,7 +68,7 @@ impl Runner {
                 let seqs = plan.work.iter().map(paged_seq).collect::<Result<_, _>>()?;
                 let mut batch = kv.batch(seqs);
                 self.model
-                    .forward_batch(&refs, &mut batch, Some(&mut probe), Logits::Last)
+                    .pass(&refs, &mut batch, &mut Unobserved, Logits::Last)
             }
             KvBytes::Contiguous(stores) => {
                 reserve(&self.model, stores, plan)?;
@@ -83,10 +81,10 @@ impl Runner {
                         .collect(),
                 );
                 self.model
-                    .forward_batch(&refs, &mut batch, Some(&mut probe), Logits::Last)
+                    .pass(&refs, &mut batch, &mut Unobserved, Logits::Last)
             }
         }?;
-        Ok((greedy(plan, &logits)?, probe.traffic))
+        Ok((greedy(plan, &pass.logits)?, pass.counts.traffic))
     }
 
     /// Drops the contiguous stores of requests that left (finished or preempted): their
