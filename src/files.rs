@@ -493,11 +493,6 @@ pub fn printable(s: &str) -> String {
         .collect()
 }
 
-/// A path made safe to print (see [`printable`]).
-pub fn printable_path(p: &Path) -> String {
-    printable(&p.display().to_string())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,6 +4,17 @@
 use inferlab::model::flash::*;
 use proptest::prelude::*;
 
+/// Bytes the tiled algorithm moves without a causal mask (every tile pair visited):
+/// K and V once; then for each of the ⌈nk / Bc⌉ key tiles, every query row's Q, O, ℓ, m
+/// read and O, ℓ, m written.
+fn tiled_io_full(nq: usize, nk: usize, d: usize, tiles: Tiles) -> IoCount {
+    let tc = nk.div_ceil(tiles.block_k);
+    IoCount {
+        read: 4 * (2 * nk * d + tc * nq * (2 * d + 2)) as u64,
+        written: 4 * (tc * nq * (d + 2)) as u64,
+    }
+}
+
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {
     a.iter()
         .zip(b)

@@ -106,6 +106,7 @@ impl Arena {
     }
 
     /// Runs inside the arena and not overlapping: the allocator's invariant.
+    #[cfg(any(test, feature = "testing"))]
     pub fn check(&self) -> Result<(), super::pool::KvError> {
         let mut end = 0;
         for (id, r) in self.runs() {

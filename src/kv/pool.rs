@@ -177,6 +177,7 @@ impl PagePool {
     }
 
     /// Prefix hash of a page, if it is full and hashed.
+    #[cfg(any(test, feature = "testing"))]
     pub fn hash_of(&self, page: u32) -> Option<u64> {
         self.hash[page as usize]
     }
@@ -195,7 +196,7 @@ impl PagePool {
     }
 
     /// Replaces the prefix hash, for tests that need collisions.
-    #[doc(hidden)]
+    #[cfg(any(test, feature = "testing"))]
     pub fn with_hasher(mut self, hasher: fn(u64, &[u32]) -> u64) -> Self {
         self.hasher = hasher;
         self
@@ -363,6 +364,7 @@ impl PagePool {
     }
 
     /// Gives `child` the same pages as `parent` (a shared prefix, e.g. parallel samples).
+    #[cfg(any(test, feature = "testing"))]
     pub fn fork(&mut self, parent: ReqId, child: ReqId) -> Result<(), KvError> {
         if self.tables.contains_key(&child) {
             return Err(KvError::AlreadyAdmitted(child));
@@ -434,6 +436,7 @@ impl PagePool {
     }
 
     /// Checks the allocator's invariants, returning the first one broken.
+    #[cfg(any(test, feature = "testing"))]
     pub fn check(&self) -> Result<(), KvError> {
         let n = self.total_pages();
         let mut holders = vec![0u32; n];

@@ -113,6 +113,7 @@ impl ServeEngine {
     }
 
     /// Checks the KV memory's invariants.
+    #[cfg(any(test, feature = "testing"))]
     pub fn check_pool(&self) -> Result<(), crate::kv::pool::KvError> {
         self.scheduler.check_memory()
     }

@@ -390,6 +390,7 @@ impl Scheduler {
     }
 
     /// Checks the memory's invariants: the allocator's own, or reservations within budget.
+    #[cfg(any(test, feature = "testing"))]
     pub fn check_memory(&self) -> Result<(), KvError> {
         match &self.memory {
             Memory::Paged(p) => p.check(),

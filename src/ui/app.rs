@@ -473,7 +473,7 @@ impl App {
     pub fn watch_command(&mut self) -> Option<Command> {
         let watch = Watch {
             layer: self.view.layer,
-            lens: self.view.lens_shown || self.view.focus == Pane::Lens,
+            lens: self.view.lens_on_screen(),
         };
         if watch == self.settings.watch || self.engine.replaying {
             return None;
