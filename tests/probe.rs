@@ -120,3 +120,44 @@ fn rope_rmsnorm_and_swiglu_are_measured_on_the_live_vectors() {
         assert!((0.0..=100.0).contains(&b.gate_closed_pct));
     }
 }
+
+/// An observer that only takes its time.
+struct Slow(std::time::Duration);
+
+impl Observer for Slow {
+    fn entering(&mut self, _x: &Tensor, _h: &Tensor) -> candle_core::Result<()> {
+        std::thread::sleep(self.0);
+        Ok(())
+    }
+}
+
+#[test]
+fn the_pass_times_its_observer_apart_from_its_own_work() {
+    let (_d, m) = model();
+    let p: Vec<u32> = (3..15).collect();
+    let pass = |obs: &mut dyn Observer| {
+        let t = (m
+            .pass(&[&p], &mut m.new_cache(16), obs, Logits::Last)
+            .unwrap())
+        .counts
+        .timing;
+        let stages = t.embed_ms + t.layers_ms.iter().sum::<f64>() + t.lm_head_ms;
+        (t.observe_ms, stages)
+    };
+    // Every hook call is timed by the pass, and it is a part of the stages it fell in.
+    let (slow, stages) = pass(&mut Slow(std::time::Duration::from_millis(5)));
+    assert!(slow >= 5.0 * N_LAYER as f64, "{slow} ms");
+    assert!(slow <= stages, "{slow} of {stages} ms");
+    // The probe looking at every layer, the logit lens included (it runs after the LM head).
+    let mut probe = Probe::new(LayerSelect::All);
+    probe.lens = true;
+    let (looking, stages) = pass(&mut probe);
+    assert!(probe.lens_logits.is_some());
+    assert!(
+        looking > 0.0 && looking <= stages,
+        "{looking} of {stages} ms"
+    );
+    // Nobody looking costs next to nothing.
+    let (none, _) = pass(&mut Unobserved);
+    assert!(none * 10.0 < slow, "{none} ms");
+}
