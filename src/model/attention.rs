@@ -670,14 +670,15 @@ struct DecodeRow<'a, F> {
 
 /// [`decode_loops`] on the fastest route this CPU has. Heads 64 wide on AVX-512 run the
 /// register-blocked kernel in `kernels/decode.rs` (same math, sums in another order and
-/// fused multiply-adds, so the last bits differ). Otherwise the loops themselves, compiled
-/// for 256-bit vectors where the CPU has them (a portable build targets SSE2 only); those
-/// two run the same operations in the same order and give the same bits.
+/// fused multiply-adds, so the last bits differ), whatever type the cache stores. Otherwise
+/// the loops themselves, compiled for 256-bit vectors where the CPU has them (a portable
+/// build targets SSE2 only); those two run the same operations in the same order and give
+/// the same bits.
 fn decode_core<F: Fn(usize, usize) -> usize>(r: DecodeRow<F>) -> Vec<f32> {
     #[cfg(target_arch = "x86_64")]
     {
         use crate::kernels::decode;
-        if let (Some(k), Some(v)) = (r.k.as_f32(), r.v.as_f32()) {
+        if let (Some(k), Some(v)) = (kernel_rows(r.k), kernel_rows(r.v)) {
             if r.q.len() == r.n_head * decode::D && decode::available() {
                 return decode_by_groups(r, k, v);
             }
@@ -690,13 +691,24 @@ fn decode_core<F: Fn(usize, usize) -> usize>(r: DecodeRow<F>) -> Vec<f32> {
     decode_loops(r)
 }
 
-/// The kernel route, for rows stored as f32 (`k`, `v`): per KV head, where its rows sit
-/// (looked up once for both passes), then its query heads' attention.
+/// The store's rows as the decode kernel reads them: any type, in rows of its width.
+#[cfg(target_arch = "x86_64")]
+fn kernel_rows(rows: RowData) -> Option<crate::kernels::decode::Rows> {
+    use crate::kernels::decode::{Rows, D};
+    match rows {
+        RowData::F32(b) => Some(Rows::F32(b)),
+        RowData::F16(b) => Some(Rows::F16(b)),
+        RowData::Int8 { q, scale, d } => (d == D).then_some(Rows::Int8 { q, scale }),
+    }
+}
+
+/// The kernel route: per KV head, where its rows sit (looked up once for both passes),
+/// then its query heads' attention.
 #[cfg(target_arch = "x86_64")]
 fn decode_by_groups<F: Fn(usize, usize) -> usize>(
     r: DecodeRow<F>,
-    k: &[f32],
-    v: &[f32],
+    k: crate::kernels::decode::Rows,
+    v: crate::kernels::decode::Rows,
 ) -> Vec<f32> {
     let width = r.q.len() / r.n_kv;
     let mut out = Vec::with_capacity(r.kv_heads.len() * width);
@@ -811,19 +823,29 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 mod tests {
     use super::*;
     use crate::kernels::pseudo_random;
-    use crate::kv::RowLayout;
+    use crate::kv::{KvElem, RowLayout};
 
     /// The route `decode_core` takes (on a CPU with AVX-512 the kernel in
     /// `kernels/decode.rs`) against the plain loops: MHA, GQA and MQA groups (1, 3 and 9
     /// query heads per KV head), caches of 1 to 150 rows, rows in scattered pages and
-    /// head-major, every KV head and a single one.
+    /// head-major, every KV head and a single one; the cache stored as f32, f16 and int8.
     #[test]
     fn every_decode_route_matches_the_plain_loops() {
+        for elem in [KvElem::F32, KvElem::F16, KvElem::Int8] {
+            decode_routes_match_the_loops(elem);
+        }
+    }
+
+    fn decode_routes_match_the_loops(elem: KvElem) {
         let (n_head, d, slots) = (9, 64, 320);
+        let stored = |seed| {
+            let mut b = crate::kv::RowBuf::zeros(elem, slots * 9, d);
+            b.put(0, &pseudo_random(slots * 9 * d, seed));
+            b
+        };
+        let (k, v) = (stored(1), stored(2));
         for n_kv in [9, 3, 1] {
             for kv_len in [1, 2, 17, 150] {
-                let k = pseudo_random(slots * n_kv * d, 1);
-                let v = pseudo_random(slots * n_kv * d, 2);
                 let q = pseudo_random(n_head * d, 3);
                 // Pages of 16 slots, taken out of order.
                 let table: Vec<u32> = (0..kv_len)
@@ -844,8 +866,8 @@ mod tests {
                             n_kv,
                             kv_heads: heads.clone(),
                             kv_len,
-                            k: RowData::F32(&k),
-                            v: RowData::F32(&v),
+                            k: k.view(),
+                            v: v.view(),
                             at: |g, j| layout.at(n_kv, d, g, j),
                         };
                         let (got, want) = (decode_core(row()), decode_loops(row()));
@@ -853,7 +875,7 @@ mod tests {
                         for (i, (a, b)) in got.iter().zip(&want).enumerate() {
                             assert!(
                                 (a - b).abs() <= 1e-5,
-                                "n_kv {n_kv}, {kv_len} rows, value {i}: {a} vs {b}"
+                                "{elem}: n_kv {n_kv}, {kv_len} rows, value {i}: {a} vs {b}"
                             );
                         }
                     }
