@@ -156,6 +156,7 @@ mod x86 {
         #[inline(always)]
         fn prefetch(self, at: usize) {
             prefetch(&self.0[at..][..D]);
+            prefetch(&self.1[at / D..][..1]);
         }
     }
 

@@ -1,6 +1,7 @@
 //! Watching a forward pass from outside. The pass calls an [`Observer`]'s named hooks as
 //! each layer runs; every hook does nothing unless implemented, so serving and the
-//! benchmarks pass [`Unobserved`] and pay nothing, while the probe implements them to fill
+//! benchmarks pass [`Unobserved`] and pay next to nothing (two clock readings a hook), while
+//! the probe implements them to fill
 //! the panes. What the pass moved and computed, and where its time went, it counts itself
 //! and returns ([`PassCounts`]); the time spent in the hooks is measured by the pass and
 //! kept apart from the model's own.
@@ -73,9 +74,11 @@ pub struct Timing {
     pub embed_ms: f64,
     pub layers_ms: Vec<f64>,
     pub lm_head_ms: f64,
-    /// Of all of it, the time spent in the observer's hooks rather than computing:
-    /// copying captures out, scoring the captured rows again for the heatmap, the logit
-    /// lens. The model's own time is the rest (recordings made before it read 0).
+    /// Of the step's wall time, the time spent looking rather than computing: in the
+    /// pass, the observer's hooks (copying captures out, scoring the captured rows again
+    /// for the heatmap, the logit lens), which fall inside the stages above; after it, the
+    /// session turning the lens into rows. The model's own time is the rest (recordings
+    /// made before it read 0).
     #[serde(default)]
     pub observe_ms: f64,
 }

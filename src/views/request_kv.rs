@@ -39,7 +39,8 @@ impl RequestKv {
             ),
             bytes: format!(
                 "{} used of {} reserved · {} per token",
-                bytes(kv.used * kv.bytes_per_token),
+                // Saturating: a recording's figures are untrusted.
+                bytes(kv.used.saturating_mul(kv.bytes_per_token)),
                 bytes(kv.reserved_bytes),
                 bytes(kv.bytes_per_token)
             ),

@@ -33,6 +33,9 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
 
 /// Draws a reservation into `inner`: its figures, its cells row-major, and the legend.
 fn draw(v: &RequestKv, theme: &Theme, inner: Rect, buf: &mut Buffer) {
+    if inner.width == 0 || inner.height == 0 {
+        return;
+    }
     put_text(buf, inner, 0, inner.y, v.slots.clone(), Style::default());
     put_text(buf, inner, 0, inner.y + 1, v.bytes.clone(), theme.dim());
     // Filled slots in the request's colour, reserved-but-unused dim.
