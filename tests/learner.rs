@@ -306,6 +306,16 @@ impl Learner {
                     {
                         self.press(Action::ToggleCache)
                     }
+                    // Both runs done: b swaps the policies and runs both again.
+                    Predict::TtftRatio
+                        if self.app.report().is_some_and(|r| {
+                            r.serve.as_ref().is_some_and(|s| s.done)
+                                && r.serve_compare.as_ref().is_some_and(|s| s.done)
+                        }) =>
+                    {
+                        self.press(Action::TogglePolicy);
+                        self.space();
+                    }
                     _ => self.space(),
                 }
                 waited += 1;
@@ -317,7 +327,7 @@ impl Learner {
             // Some predictions wait for their event: keep stepping.
             let mut n = 0;
             while self.tutor().pending.is_some() {
-                assert!(n < 200, "{at}: {kind:?} was never graded");
+                assert!(n < 400, "{at}: {kind:?} was never graded");
                 self.space();
                 n += 1;
             }

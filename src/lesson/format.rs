@@ -292,11 +292,14 @@ pub enum Predict {
     /// Switched the KV cache off (by the answer): how many times a cached decode step's
     /// FLOPs the next step takes.
     FlopsWithoutCache,
+    /// Static and continuous batching side by side: how static's p99 time to first token
+    /// will compare with continuous's once both runs have served every request.
+    TtftRatio,
 }
 
 impl Predict {
     /// Every kind with its name in lesson files.
-    pub const ALL: [(&'static str, Predict); 13] = [
+    pub const ALL: [(&'static str, Predict); 14] = [
         ("top_attended", Predict::TopAttended),
         ("pages_next", Predict::PagesNext),
         ("next_join", Predict::NextJoin),
@@ -310,6 +313,7 @@ impl Predict {
         ("finished_row_static", Predict::FinishedRowStatic),
         ("top_after_temperature", Predict::TopAfterTemperature),
         ("flops_without_cache", Predict::FlopsWithoutCache),
+        ("ttft_ratio", Predict::TtftRatio),
     ];
 }
 

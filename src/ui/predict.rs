@@ -54,6 +54,14 @@ const FINISHED_ROW: [&str; 3] = [
     "a waiting request takes over its slot in the next iteration",
     "it is freed and the batch runs one row smaller",
 ];
+// Static's p99 TTFT over continuous's, in bands; the labels keep about one length.
+const TTFT_RATIO: [&str; 5] = [
+    "continuous's is the worse, by over 1.5×",
+    "about the same, within 1.5× either way",
+    "static's is 1.5 to 3× continuous's",
+    "static's is 3 to 6× continuous's",
+    "static's is more than 6× continuous's",
+];
 
 /// A prediction waiting for the next iteration to grade it.
 #[derive(Debug, Clone, PartialEq)]
@@ -135,6 +143,9 @@ pub fn unavailable(kind: Predict, ran: bool) -> &'static str {
         }
         Predict::UtilAfterContiguous => {
             "this prediction starts from the paged serving cache with work running: press c, then space"
+        }
+        Predict::TtftRatio => {
+            "this prediction needs static and continuous batching side by side, still serving: press s until the right pane compares the policy, or b to run both again"
         }
         _ => "this prediction needs a running request: press space first",
     }
@@ -227,6 +238,10 @@ pub fn choices_for(r: &StepReport, kind: Predict) -> Option<LiveChoices> {
         Predict::TopAfterTemperature => (!r.finished).then(|| labelled(&TOP_AFTER_T, 0)),
         Predict::FlopsWithoutCache => flops_choices(r),
         Predict::UtilAfterContiguous => util_choices(r),
+        // Asked while a run still serves: once both are done there is nothing to predict.
+        Predict::TtftRatio => static_and_continuous(r)
+            .filter(|(s, c)| !(s.done && c.done))
+            .map(|_| labelled(&TTFT_RATIO, 0)),
     }
 }
 
@@ -386,7 +401,10 @@ pub fn pages_of(sv: &ServeView, id: u64) -> usize {
 /// Whether a prediction is graded by an event that may take several iterations to come
 /// (the report that follows its answer may not show it yet).
 pub fn waits_for_event(kind: Predict) -> bool {
-    matches!(kind, Predict::FinishedRowStatic | Predict::DominantBatch)
+    matches!(
+        kind,
+        Predict::FinishedRowStatic | Predict::DominantBatch | Predict::TtftRatio
+    )
 }
 
 /// Whether prediction `p` (offered as `live`) came true in report `new`, and what
@@ -440,6 +458,7 @@ pub fn outcome(
         Predict::FinishedRowStatic => return padding_outcome(chosen, new.serve.as_ref()?),
         Predict::TopAfterTemperature => top_after_t_outcome(chosen, new),
         Predict::FlopsWithoutCache => flops_outcome(live, chosen, new),
+        Predict::TtftRatio => return ttft_outcome(chosen, new),
     })
 }
 
@@ -694,5 +713,73 @@ fn padding_outcome(chosen: u64, sv: &ServeView) -> Option<(bool, String)> {
         )),
         None if sv.done => Some((false, "no batch had a member finish early".into())),
         None => None,
+    }
+}
+
+/// The serving runs of a report when they are static and continuous batching side by
+/// side, static first.
+fn static_and_continuous(r: &StepReport) -> Option<(&ServeView, &ServeView)> {
+    use crate::serve::Policy::{Continuous, Static};
+    let (a, b) = (r.serve.as_ref()?, r.serve_compare.as_ref()?);
+    match (a.policy, b.policy) {
+        (Static, Continuous) => Some((a, b)),
+        (Continuous, Static) => Some((b, a)),
+        _ => None,
+    }
+}
+
+/// The band of [`TTFT_RATIO`] that static's p99 TTFT over continuous's falls in.
+pub fn ttft_band(ratio: f64) -> u64 {
+    match ratio {
+        r if r < 1.0 / 1.5 => 0,
+        r if r <= 1.5 => 1,
+        r if r <= 3.0 => 2,
+        r if r <= 6.0 => 3,
+        _ => 4,
+    }
+}
+
+/// Static's p99 TTFT over continuous's once both runs have served every request; `None`
+/// until then.
+fn ttft_outcome(chosen: u64, new: &StepReport) -> Option<(bool, String)> {
+    let Some((st, co)) = static_and_continuous(new) else {
+        let why = "static and continuous batching are no longer side by side";
+        return Some((false, why.into()));
+    };
+    if !(st.done && co.done) {
+        return None;
+    }
+    let (s, c) = (st.latency.ttft_ms_p99, co.latency.ttft_ms_p99);
+    if !(s > 0.0 && c > 0.0) {
+        return Some((false, "a run served no first token".into()));
+    }
+    let why = format!(
+        "with every request served, static batching's p99 TTFT is {s:.0} ms and continuous batching's {c:.0} ms: {:.1}×",
+        s / c
+    );
+    Some((chosen == ttft_band(s / c), why))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttft_ratios_fall_in_the_band_their_label_names() {
+        let cases = [
+            (0.5, 0),
+            (0.7, 1),
+            (1.0, 1),
+            (1.5, 1),
+            (1.6, 2),
+            (3.0, 2),
+            (3.1, 3),
+            (6.0, 3),
+            (6.1, 4),
+        ];
+        for (ratio, band) in cases {
+            assert_eq!(ttft_band(ratio), band, "{ratio}");
+        }
+        assert_eq!(TTFT_RATIO.len(), 5);
     }
 }
