@@ -91,6 +91,15 @@ pub struct BesideView {
 pub const RATIO_WARMUP: usize = 10;
 
 impl StepReport {
+    /// The serving run (main or beside) batching under `policy`; a run of one request at
+    /// a time is not static batching, though it admits like it.
+    pub fn serving_run(&self, policy: Policy) -> Option<&ServeView> {
+        [self.serve.as_ref(), self.serve_compare.as_ref()]
+            .into_iter()
+            .flatten()
+            .find(|v| v.policy == policy && v.max_batch != 1)
+    }
+
     /// Tokens/s of the main serving run over the run beside it, once both have run
     /// [`RATIO_WARMUP`] iterations.
     pub fn serve_ratio(&self) -> Option<f64> {

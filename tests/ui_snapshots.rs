@@ -1575,7 +1575,10 @@ fn the_serving_pane_says_what_its_users_felt_and_side_by_side_compares_it() {
         "{main}"
     );
     let side = draw(panes::serving::render_compare);
-    assert!(side.contains("p99 ttft 2.50×"), "{side}");
+    assert!(
+        side.contains("left ÷ this: ") && side.contains("2.50× p99 ttft"),
+        "{side}"
+    );
 }
 
 #[test]
@@ -1641,4 +1644,30 @@ fn d_feeds_the_serving_prompts_in_chunks_and_the_title_says_so() {
         .unwrap();
     let s = format!("{:?}", term.backend());
     assert!(s.contains("chunked prefill"), "{s}");
+}
+
+#[test]
+fn policy_figures_name_the_run_by_its_policy_not_its_side() {
+    use inferlab::serve::{CacheKind, Policy};
+    let mut r = common::fixture::serving_reports(CacheKind::Paged, 3)
+        .pop()
+        .unwrap();
+    let mut beside = r.serve.clone().unwrap();
+    r.serve.as_mut().unwrap().policy = Policy::Static;
+    beside.policy = Policy::Continuous;
+    r.serve_compare = Some(beside);
+    // Static on the left, continuous beside it: each found by its policy.
+    let policy = |p| r.serving_run(p).map(|v| v.policy);
+    assert_eq!(policy(Policy::Continuous), Some(Policy::Continuous));
+    assert!(std::ptr::eq(
+        r.serving_run(Policy::Continuous).unwrap(),
+        r.serve_compare.as_ref().unwrap()
+    ));
+    assert!(std::ptr::eq(
+        r.serving_run(Policy::Static).unwrap(),
+        r.serve.as_ref().unwrap()
+    ));
+    // One request at a time admits like static batching but is not it.
+    r.serve.as_mut().unwrap().max_batch = 1;
+    assert!(r.serving_run(Policy::Static).is_none());
 }

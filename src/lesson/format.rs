@@ -361,12 +361,12 @@ pub const FIGURES: [(&str, &str); 21] = [
         "tokens/s of the serving run over the run beside it",
     ),
     (
-        "serve_ttft_p99_ms",
-        "p99 time to first token of the serving run so far, ms",
+        "continuous_ttft_p99_ms",
+        "p99 time to first token so far, ms, of the run under continuous batching",
     ),
     (
-        "serve_compare_ttft_p99_ms",
-        "the same for the run beside it",
+        "static_ttft_p99_ms",
+        "the same for the run under static batching (not one at a time)",
     ),
 ];
 

@@ -5,6 +5,7 @@
 use crate::machine::Machine;
 use crate::model::HeadLayout;
 use crate::report::StepReport;
+use crate::serve::Policy;
 use crate::views::traffic;
 use crate::views::units::thousands;
 
@@ -65,8 +66,8 @@ pub fn value(app: Sources, name: &str) -> Option<String> {
         }
         "serve_tokens_per_s" => format!("{:.0}", r.serve.as_ref()?.tokens_per_s()?),
         "serve_ratio" => format!("{:.2}", r.serve_ratio()?),
-        "serve_ttft_p99_ms" => ttft_p99(r.serve.as_ref())?,
-        "serve_compare_ttft_p99_ms" => ttft_p99(r.serve_compare.as_ref())?,
+        "continuous_ttft_p99_ms" => ttft_p99(r.serving_run(Policy::Continuous))?,
+        "static_ttft_p99_ms" => ttft_p99(r.serving_run(Policy::Static))?,
         _ => return None,
     })
 }

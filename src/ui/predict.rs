@@ -720,12 +720,7 @@ fn padding_outcome(chosen: u64, sv: &ServeView) -> Option<(bool, String)> {
 /// side, static first.
 fn static_and_continuous(r: &StepReport) -> Option<(&ServeView, &ServeView)> {
     use crate::serve::Policy::{Continuous, Static};
-    let (a, b) = (r.serve.as_ref()?, r.serve_compare.as_ref()?);
-    match (a.policy, b.policy) {
-        (Static, Continuous) => Some((a, b)),
-        (Continuous, Static) => Some((b, a)),
-        _ => None,
-    }
+    Some((r.serving_run(Static)?, r.serving_run(Continuous)?))
 }
 
 /// The band of [`TTFT_RATIO`] that static's p99 TTFT over continuous's falls in.
@@ -753,11 +748,13 @@ fn ttft_outcome(chosen: u64, new: &StepReport) -> Option<(bool, String)> {
     if !(s > 0.0 && c > 0.0) {
         return Some((false, "a run served no first token".into()));
     }
+    let band = ttft_band(s / c);
     let why = format!(
-        "with every request served, static batching's p99 TTFT is {s:.0} ms and continuous batching's {c:.0} ms: {:.1}×",
-        s / c
+        "with every request served, static batching's p99 TTFT is {s:.0} ms and continuous batching's {c:.0} ms, {:.1}×: {}",
+        s / c,
+        TTFT_RATIO[band as usize]
     );
-    Some((chosen == ttft_band(s / c), why))
+    Some((chosen == band, why))
 }
 
 #[cfg(test)]

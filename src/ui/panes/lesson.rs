@@ -233,7 +233,11 @@ fn question_lines<'a>(
     if !open && answer.is_none() {
         return out;
     }
-    let predict = matches!(q.kind, QuestionKind::Predict(_));
+    let kind = match q.kind {
+        QuestionKind::Predict(k) => Some(k),
+        QuestionKind::Choice(_) => None,
+    };
+    let predict = kind.is_some();
     // A graded prediction is about an iteration that has passed: its verdict comes
     // first, and a wrong one is followed by fresh choices for the next iteration.
     if let (Some(a), true) = (answer, predict) {
@@ -241,10 +245,13 @@ fn question_lines<'a>(
         if a.right {
             return out;
         }
-        out.push(Line::styled(
-            "  That iteration has passed. Predict the next one:",
-            theme.dim(),
-        ));
+        // An event that took many iterations comes again only as they run on.
+        let again = if kind.is_some_and(predict::waits_for_event) {
+            "  That has happened. Predict it again, for when it next does:"
+        } else {
+            "  That iteration has passed. Predict the next one:"
+        };
+        out.push(Line::styled(again, theme.dim()));
     }
     out.extend(choice_lines(t, live, theme, qi, q));
     if let Some(p) = t.pending.as_ref().filter(|p| p.question == qi) {
@@ -276,7 +283,11 @@ fn choice_lines<'a>(
     qi: usize,
     q: &Question,
 ) -> Vec<Line<'a>> {
-    let predict = matches!(q.kind, QuestionKind::Predict(_));
+    let kind = match q.kind {
+        QuestionKind::Predict(k) => Some(k),
+        QuestionKind::Choice(_) => None,
+    };
+    let predict = kind.is_some();
     let labels: Vec<String> = match &q.kind {
         QuestionKind::Choice(c) => c.iter().map(|c| live.fill(&c.text)).collect(),
         QuestionKind::Predict(kind) => match live.choices(*kind) {

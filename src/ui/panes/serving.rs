@@ -91,7 +91,9 @@ pub fn render_compare(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let inner = ratatui::widgets::Block::bordered().inner(area);
     let bottom = inner.y + inner.height.saturating_sub(1);
     let line = ratio_line(app, serving, current, view);
-    put(buf, inner, 0, bottom, line, theme.accent());
+    // Padded to the pane's width: the row may hold the timeline's legend already.
+    let w = inner.width as usize;
+    put(buf, inner, 0, bottom, format!("{line:<w$}"), theme.accent());
 }
 
 /// The main run over the one beside it: tokens/s, then p99 time to first token. The
@@ -118,10 +120,12 @@ fn ratio_line(
         v.map(|v| v.latency.ttft_ms_p99).filter(|&t| t > 0.0)
     };
     let ttft = match (p99(main), p99(beside)) {
-        (Some(a), Some(b)) => format!(" · p99 ttft {:.2}×", a / b),
+        (Some(a), Some(b)) => format!(", {:.2}× p99 ttft", a / b),
         _ => String::new(),
     };
-    format!("{ratio:.2}× the tokens/s{ttft}: left ({policy:?}, {cache:?}) ÷ this").to_lowercase()
+    // The direction first: a narrow pane cuts the end, never what divides what.
+    format!("left ÷ this: {ratio:.2}× the tokens/s{ttft} (left: {policy:?}, {cache:?})")
+        .to_lowercase()
 }
 
 /// `long` when it fits the pane's top border, else `short` (lower case either way).
