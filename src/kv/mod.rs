@@ -104,9 +104,10 @@ pub struct KvRows<'a> {
 /// Where position `j` of KV head `g` starts in a [`KvRows`] buffer.
 #[derive(Clone, Copy)]
 pub enum RowLayout<'a> {
-    /// The page pool: token-major rows `(slot, n_kv × d)`; the sequence's slots in
-    /// position order (its block table, unrolled).
-    Slots(&'a [u32]),
+    /// The page pool: each page head-major `(n_kv, page_size, d)`, so one KV head's rows
+    /// of a page lie one after another (as in vLLM's block layout); the sequence's slots
+    /// in position order (its block table, unrolled).
+    Slots { slots: &'a [u32], page_size: usize },
     /// A contiguous reservation: head-major `(n_kv, capacity, d)`, the first `len`
     /// positions in use.
     HeadMajor { capacity: usize, len: usize },
@@ -119,7 +120,7 @@ impl RowLayout<'_> {
     /// Positions held.
     pub fn len(&self) -> usize {
         match self {
-            Self::Slots(s) => s.len(),
+            Self::Slots { slots, .. } => slots.len(),
             Self::HeadMajor { len, .. } | Self::TokenMajor { len } => *len,
         }
     }
@@ -133,7 +134,10 @@ impl RowLayout<'_> {
     /// its own.
     pub fn prefix(self, n: usize) -> Self {
         match self {
-            Self::Slots(s) => Self::Slots(&s[..n.min(s.len())]),
+            Self::Slots { slots, page_size } => Self::Slots {
+                slots: &slots[..n.min(slots.len())],
+                page_size,
+            },
             Self::HeadMajor { capacity, len } => Self::HeadMajor {
                 capacity,
                 len: n.min(len),
@@ -145,11 +149,18 @@ impl RowLayout<'_> {
     /// Offset of position `j`'s row of KV head `g` (of `n_kv`, each `d` wide).
     pub fn at(&self, n_kv: usize, d: usize, g: usize, j: usize) -> usize {
         match self {
-            Self::Slots(s) => (s[j] as usize * n_kv + g) * d,
+            Self::Slots { slots, page_size } => page_row(slots[j], *page_size, n_kv, d, g),
             Self::HeadMajor { capacity, .. } => (g * capacity + j) * d,
             Self::TokenMajor { .. } => (j * n_kv + g) * d,
         }
     }
+}
+
+/// Offset of KV head `g`'s row in page-pool slot `slot`: pages of `page_size` slots, each
+/// head-major `(n_kv, page_size, d)`.
+pub fn page_row(slot: u32, page_size: usize, n_kv: usize, d: usize, g: usize) -> usize {
+    let (page, at) = (slot as usize / page_size, slot as usize % page_size);
+    ((page * n_kv + g) * page_size + at) * d
 }
 
 /// Contiguous stores of several requests as one batch.

@@ -4,16 +4,17 @@
 //! business ([`PagePool`], owned by the scheduler); this store holds the bytes.
 
 use super::pool::{KvError, PagePool, ReqId};
-use super::{BatchKv, KvElem, KvRows, RowBuf, RowLayout};
+use super::{page_row, BatchKv, KvElem, KvRows, RowBuf, RowLayout};
 use candle_core::{DType, Device, Result, Tensor};
 
 /// Where the pages live.
 enum Buffers {
-    /// CPU: one token-major buffer `(slot, n_kv_head × head_dim)` per layer of the
-    /// element type, written and read in place (decode attention reads it through the
-    /// block table, no gather).
+    /// CPU: one buffer of pages per layer of the element type, each page head-major
+    /// `(n_kv_head, page_size, head_dim)` ([`page_row`]), written and read in place
+    /// (decode attention reads it through the block table, no gather): a KV head's rows
+    /// of a page are one run of memory.
     Host { k: Vec<RowBuf>, v: Vec<RowBuf> },
-    /// Accelerators: the same layout as one tensor per layer.
+    /// Accelerators: one token-major tensor `(slot, n_kv_head × head_dim)` per layer.
     Device { k: Vec<Tensor>, v: Vec<Tensor> },
 }
 
@@ -138,11 +139,13 @@ impl PagedKv {
         let Buffers::Host { k: kp, v: vp } = &mut self.store else {
             return;
         };
-        let w = self.n_kv_head * self.head_dim;
+        let (hn, d, ps) = (self.n_kv_head, self.head_dim, self.page_size);
         for (i, &slot) in slots.iter().enumerate() {
-            let at = slot as usize * w;
-            kp[layer].put(at, &k[i * w..(i + 1) * w]);
-            vp[layer].put(at, &v[i * w..(i + 1) * w]);
+            for h in 0..hn {
+                let (at, from) = (page_row(slot, ps, hn, d, h), (i * hn + h) * d);
+                kp[layer].put(at, &k[from..from + d]);
+                vp[layer].put(at, &v[from..from + d]);
+            }
         }
     }
 
@@ -170,7 +173,8 @@ impl PagedKv {
                     let mut out = vec![0.0f32; hn * l * d];
                     for (pos, &slot) in slots.iter().enumerate() {
                         for h in 0..hn {
-                            let row = stored.row((slot as usize * hn + h) * d, &mut buf);
+                            let at = page_row(slot, self.page_size, hn, d, h);
+                            let row = stored.row(at, &mut buf);
                             out[(h * l + pos) * d..][..d].copy_from_slice(row);
                         }
                     }
@@ -255,7 +259,10 @@ impl BatchKv for PagedBatch<'_> {
             Buffers::Host { k, v } => Some(KvRows {
                 k: k[layer].view(),
                 v: v[layer].view(),
-                layout: RowLayout::Slots(&self.seqs[s].all),
+                layout: RowLayout::Slots {
+                    slots: &self.seqs[s].all,
+                    page_size: self.kv.page_size,
+                },
             }),
             Buffers::Device { .. } => None,
         }

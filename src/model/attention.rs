@@ -852,7 +852,10 @@ mod tests {
                     .map(|j| ((j / 16 * 7 % 20) * 16 + j % 16) as u32)
                     .collect();
                 let layouts = [
-                    RowLayout::Slots(&table),
+                    RowLayout::Slots {
+                        slots: &table,
+                        page_size: 16,
+                    },
                     RowLayout::HeadMajor {
                         capacity: slots,
                         len: kv_len,
