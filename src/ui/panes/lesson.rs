@@ -283,11 +283,7 @@ fn choice_lines<'a>(
     qi: usize,
     q: &Question,
 ) -> Vec<Line<'a>> {
-    let kind = match q.kind {
-        QuestionKind::Predict(k) => Some(k),
-        QuestionKind::Choice(_) => None,
-    };
-    let predict = kind.is_some();
+    let predict = matches!(q.kind, QuestionKind::Predict(_));
     let labels: Vec<String> = match &q.kind {
         QuestionKind::Choice(c) => c.iter().map(|c| live.fill(&c.text)).collect(),
         QuestionKind::Predict(kind) => match live.choices(*kind) {
