@@ -204,6 +204,34 @@ fn task_lines<'a>(t: &Tutor, text: &str, done: bool, theme: &Theme) -> Vec<Line<
     out
 }
 
+/// A question's mark (answered right, wrong, or not yet) and its text as it was asked.
+fn question_head<'a>(t: &Tutor, live: &Live, theme: &Theme, qi: usize, q: &Question) -> Line<'a> {
+    let mark = match t.answers[qi].as_ref() {
+        Some(a) if a.right => "✓ ",
+        Some(_) => "✗ ",
+        None => "? ",
+    };
+    let text = t
+        .asked
+        .get(&qi)
+        .cloned()
+        .unwrap_or_else(|| live.fill(&q.text));
+    Line::from(vec![
+        Span::styled(mark, theme.accent()),
+        Span::styled(text, Style::default()),
+    ])
+}
+
+/// What a wrong prediction's fresh choices are about: the next iteration, or for an
+/// event that took many iterations, its next time.
+fn predict_again(kind: crate::lesson::Predict) -> &'static str {
+    if predict::waits_for_event(kind) {
+        "  That has happened. Predict it again, for when it next does:"
+    } else {
+        "  That iteration has passed. Predict the next one:"
+    }
+}
+
 /// One question: its mark and text; then, while it is open or once answered, its
 /// choices, the verdict and what to do next.
 fn question_lines<'a>(
@@ -215,43 +243,20 @@ fn question_lines<'a>(
     open: bool,
 ) -> Vec<Line<'a>> {
     let answer = t.answers[qi].as_ref();
-    let mark = match answer {
-        Some(a) if a.right => "✓ ",
-        Some(_) => "✗ ",
-        None => "? ",
-    };
-    let text = t
-        .asked
-        .get(&qi)
-        .cloned()
-        .unwrap_or_else(|| live.fill(&q.text));
-    let mut out = vec![Line::from(vec![
-        Span::styled(mark, theme.accent()),
-        Span::styled(text, Style::default()),
-    ])];
+    let mut out = vec![question_head(t, live, theme, qi, q)];
     // Only the open question (and answered ones) show their choices.
     if !open && answer.is_none() {
         return out;
     }
-    let kind = match q.kind {
-        QuestionKind::Predict(k) => Some(k),
-        QuestionKind::Choice(_) => None,
-    };
-    let predict = kind.is_some();
-    // A graded prediction is about an iteration that has passed: its verdict comes
-    // first, and a wrong one is followed by fresh choices for the next iteration.
-    if let (Some(a), true) = (answer, predict) {
+    let predict = matches!(q.kind, QuestionKind::Predict(_));
+    // A graded prediction is about what has passed: its verdict comes first, and a wrong
+    // one is followed by fresh choices for the next time.
+    if let (Some(a), QuestionKind::Predict(kind)) = (answer, &q.kind) {
         out.push(verdict(a, live, theme));
         if a.right {
             return out;
         }
-        // An event that took many iterations comes again only as they run on.
-        let again = if kind.is_some_and(predict::waits_for_event) {
-            "  That has happened. Predict it again, for when it next does:"
-        } else {
-            "  That iteration has passed. Predict the next one:"
-        };
-        out.push(Line::styled(again, theme.dim()));
+        out.push(Line::styled(predict_again(*kind), theme.dim()));
     }
     out.extend(choice_lines(t, live, theme, qi, q));
     if let Some(p) = t.pending.as_ref().filter(|p| p.question == qi) {
