@@ -5,7 +5,7 @@ use super::svg::{hex, Svg};
 use super::ExportError;
 use crate::report::StepReport;
 use crate::views::palette::request_rgb;
-use crate::views::request_kv::RequestKv;
+use crate::views::request_kv::{self, RequestKv};
 
 const COLS: usize = 32;
 const CELL: f32 = 18.0;
@@ -14,7 +14,7 @@ const MAX_CELLS: usize = 32 * 16;
 
 /// The reservation of the report's request.
 pub fn render(r: &StepReport) -> Result<String, ExportError> {
-    let v = RequestKv::new(&r.kv, r.settings.run.kv_elem, MAX_CELLS)
+    let v = RequestKv::new(&r.kv, MAX_CELLS)
         .ok_or_else(|| ExportError::NoData("the request holds no KV cache yet".into()))?;
     let rows = v.filled.len().div_ceil(COLS);
     let (left, top) = (24.0, 92.0);
@@ -26,7 +26,10 @@ pub fn render(r: &StepReport) -> Result<String, ExportError> {
         28.0,
         16.0,
         "start",
-        &format!("{} · the live request", v.title),
+        &format!(
+            "{} · the live request",
+            request_kv::title(r.settings.run.kv_elem)
+        ),
         0.0,
     );
     svg.text(left, 52.0, 12.0, "start", &v.slots, 0.0);

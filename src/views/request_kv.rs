@@ -1,4 +1,4 @@
-//! The live request's own KV reservation, decided once: its title and figures, how many
+//! The live request's own KV reservation, decided once: its title, its figures, how many
 //! slots one cell stands for, and which cells hold tokens. The KV pane draws it in
 //! terminal cells and `export --pane request` in SVG.
 
@@ -6,10 +6,14 @@ use super::units::bytes;
 use crate::kv::KvElem;
 use crate::report::KvView;
 
+/// The picture's title: the reservation's kind and what it stores each number as.
+pub fn title(elem: KvElem) -> String {
+    format!("KV cache · contiguous · {elem}")
+}
+
 /// The reservation as a picture of at most a given number of cells.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RequestKv {
-    pub title: String,
     /// How full the reservation is, in slots.
     pub slots: String,
     /// What it costs, in bytes.
@@ -21,16 +25,15 @@ pub struct RequestKv {
 }
 
 impl RequestKv {
-    /// A reservation of `elem` numbers drawn in at most `max_cells` cells (a longer
-    /// reservation gives each cell several slots). None before the request holds any cache.
-    pub fn new(kv: &KvView, elem: KvElem, max_cells: usize) -> Option<Self> {
+    /// A reservation drawn in at most `max_cells` cells (a longer reservation gives each
+    /// cell several slots). None before the request holds any cache.
+    pub fn new(kv: &KvView, max_cells: usize) -> Option<Self> {
         if kv.capacity == 0 {
             return None;
         }
         let per_cell = kv.capacity.div_ceil(max_cells.max(1)).max(1);
         let cells = kv.capacity.div_ceil(per_cell).min(max_cells.max(1));
         Some(Self {
-            title: format!("KV cache · contiguous · {}", elem),
             slots: format!(
                 "utilization {:.1}%: {} of {} slots hold tokens",
                 kv.utilization_pct(),
@@ -69,7 +72,7 @@ mod tests {
             bytes_per_token: 100,
             reserved_bytes: capacity * 100,
         };
-        RequestKv::new(&kv, KvElem::F32, max_cells)
+        RequestKv::new(&kv, max_cells)
     }
 
     #[test]

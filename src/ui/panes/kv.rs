@@ -3,7 +3,7 @@
 use super::{block, put_text};
 use crate::ui::app::{App, Pane};
 use crate::ui::theme::{ColorMode, Theme};
-use crate::views::request_kv::RequestKv;
+use crate::views::request_kv::{self, RequestKv};
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::Style;
@@ -15,18 +15,17 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         .report()
         .map(|r| r.settings.run.kv_elem)
         .unwrap_or_default();
-    // The picture leaves two rows above the grid for its figures and one below for the legend.
-    let inner = block(app, theme, Pane::Kv, String::new()).inner(area);
+    let b = block(
+        app,
+        theme,
+        Pane::Kv,
+        format!(" {} ", request_kv::title(elem)),
+    );
+    let inner = b.inner(area);
+    b.render(area, buf);
+    // Two rows above the grid for the figures, one below for the legend.
     let cells = inner.width as usize * inner.height.saturating_sub(3) as usize;
-    let view = app
-        .report()
-        .and_then(|r| RequestKv::new(&r.kv, elem, cells));
-    let title = match &view {
-        Some(v) => format!(" {} ", v.title),
-        None => format!(" KV cache · contiguous · {elem} "),
-    };
-    block(app, theme, Pane::Kv, title).render(area, buf);
-    if let Some(v) = view {
+    if let Some(v) = app.report().and_then(|r| RequestKv::new(&r.kv, cells)) {
         draw(&v, theme, inner, buf);
     }
 }
