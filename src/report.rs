@@ -299,15 +299,24 @@ pub struct ServeView {
     /// recordings made before it was kept).
     #[serde(default)]
     pub ttft_ms: Vec<(crate::kv::pool::ReqId, f64)>,
+    /// Requests per second arriving on the engine's clock (0: by iteration, and in
+    /// recordings made before it was kept).
+    #[serde(default)]
+    pub rate_per_s: f64,
 }
 
 impl ServeView {
-    /// "TTFT p50 120 · p99 410 ms · between tokens p50 9 · p99 15 ms", once a token came.
+    /// "TTFT p50 120 · p99 410 ms · ITL p50 9 · p99 15 ms" (ITL: inter-token latency), once
+    /// a token came, then the arrival rate where requests arrive by the clock.
     pub fn describe_latency(&self) -> Option<String> {
         let l = &self.latency;
+        let rate = match self.rate_per_s {
+            r if r > 0.0 => format!(" · arriving {r:.1}/s"),
+            _ => String::new(),
+        };
         (l.ttft_ms_p99 > 0.0).then(|| {
             format!(
-                "TTFT p50 {:.0} · p99 {:.0} ms · between tokens p50 {:.0} · p99 {:.0} ms",
+                "TTFT p50 {:.0} · p99 {:.0} ms · ITL p50 {:.0} · p99 {:.0} ms{rate}",
                 l.ttft_ms_p50, l.ttft_ms_p99, l.itl_ms_p50, l.itl_ms_p99
             )
         })

@@ -422,6 +422,8 @@ fn every_number_in_the_lessons_is_a_live_figure_or_a_checked_fact() {
         inferlab::kv::KvElem::F32.row_bytes(c.head_dim),
         inferlab::kv::KvElem::Int8.row_bytes(c.head_dim),
         inferlab::serve::workload::APP_CHUNK_TOKENS,
+        // The share of its time the chat arrivals keep continuous batching busy, percent.
+        (100.0 * inferlab::serve::rate::BUSY_SHARE).round() as usize,
         llama.layers,
         llama.n_head,
         llama.n_kv_head,

@@ -340,8 +340,9 @@ fn soak_ten_thousand_iterations_ends_with_every_page_free() {
 fn the_app_chat_workload_shows_a_copy_on_write_when_the_repeated_question_runs() {
     use inferlab::model::{LoadOptions, Model};
     let model = Model::load(&common::real_model(), &LoadOptions::default()).unwrap();
+    let (rate, _) = inferlab::serve::workload::chat_rate(&model).unwrap();
     let (cfg, reqs) =
-        inferlab::worker::chat_serving(&model, Policy::Continuous, CacheKind::Paged).unwrap();
+        inferlab::worker::chat_serving(&model, Policy::Continuous, CacheKind::Paged, rate).unwrap();
     let (last, before) = (reqs.len() as u64 - 1, reqs.len() as u64 - 3);
     assert_eq!(reqs[last as usize].prompt, reqs[before as usize].prompt);
     let mut e = ServeEngine::new(&model, cfg, reqs).unwrap();
@@ -395,8 +396,8 @@ fn the_app_s_chunked_run_feeds_a_long_prompt_over_several_iterations() {
     use inferlab::serve::workload::{app_serving, AppWorkload, APP_CHUNK_TOKENS};
     let m = Model::load(&common::real_model(), &Default::default()).unwrap();
     let how = (Policy::Continuous, CacheKind::Paged);
-    let (whole, _) = app_serving(&m, how, AppWorkload::Long, false, false).unwrap();
-    let (cfg, reqs) = app_serving(&m, how, AppWorkload::Long, false, true).unwrap();
+    let (whole, _) = app_serving(&m, how, (AppWorkload::Long, 0.0), false, false).unwrap();
+    let (cfg, reqs) = app_serving(&m, how, (AppWorkload::Long, 0.0), false, true).unwrap();
     assert_eq!(cfg.token_budget, APP_CHUNK_TOKENS);
     assert!(whole.token_budget > APP_CHUNK_TOKENS);
     let longest = reqs.iter().map(|r| r.prompt.len()).max().unwrap();
@@ -407,5 +408,38 @@ fn the_app_s_chunked_run_feeds_a_long_prompt_over_several_iterations() {
         let s = e.step().unwrap();
         let scheduled: usize = s.active.iter().map(|a| a.scheduled).sum();
         assert!(scheduled <= APP_CHUNK_TOKENS, "{scheduled}");
+    }
+}
+
+#[test]
+fn the_engine_s_clock_counts_its_own_iterations_and_jumps_over_idle_waits() {
+    use inferlab::serve::latency::ttft_s;
+    let (_d, m) = tiny_f32();
+    let mut reqs = workload(3, 0.0, 5);
+    // The first request arrives a minute in, the others a little after it.
+    for (i, r) in reqs.iter_mut().enumerate() {
+        (r.arrival, r.due_s) = (0, Some(60.0 + 0.001 * i as f64));
+    }
+    let mut e = ServeEngine::new(&m, cfg(Policy::Continuous, CacheKind::Paged, 96), reqs).unwrap();
+    // Nothing to do: the engine waits for the first arrival without sleeping through it.
+    let t = std::time::Instant::now();
+    e.step().unwrap();
+    assert!(t.elapsed().as_secs_f64() < 5.0);
+    assert!(e.clock_s() >= 60.0, "{}", e.clock_s());
+    assert_eq!(e.requests()[0].arrival_s, 60.0);
+    // Time between iterations (a learner reading the screen) is not the engine's.
+    let before = e.clock_s();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let s = e.step().unwrap();
+    let gained = e.clock_s() - before;
+    assert!(
+        (gained - s.wall_ms / 1e3).abs() < 1e-9,
+        "{gained} s on the clock for an iteration of {} ms",
+        s.wall_ms
+    );
+    run_all(&mut e);
+    for r in e.requests() {
+        let t = ttft_s(r).unwrap();
+        assert!((0.0..0.3).contains(&t), "request {}: TTFT {t} s", r.id);
     }
 }

@@ -8,12 +8,13 @@
 
 use crate::model::Model;
 use crate::serve::latency::Latency;
+use crate::serve::rate::default_rate;
 use crate::serve::workload::{LengthDist, Workload};
 use crate::serve::{CacheKind, Policy, Request, ServeConfig, ServeEngine};
 use anyhow::Result;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Requests in the arrivals workload, and every how many one has a long prompt.
 const REQUESTS: usize = 24;
@@ -26,8 +27,6 @@ const WHOLE_PROMPT: usize = 4096;
 /// Least KV memory of the arrivals runs, tokens: room for several long prompts at once,
 /// whatever budget the rest of `bench serve` was given.
 const MIN_KV_TOKENS: usize = 4096;
-/// Share of the time the default rate keeps continuous batching busy.
-const BUSY_SHARE: f64 = 0.7;
 
 /// One policy under the arrivals.
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -36,6 +35,7 @@ pub struct ArrivalRun {
     pub latency: Latency,
     pub tok_per_s: f64,
     pub iterations: usize,
+    /// The run's length on the engine's clock: its iterations and its waits for arrivals.
     pub wall_s: f64,
 }
 
@@ -88,29 +88,6 @@ fn requests(w: &Workload, source: &[u32], long: &[u32]) -> Vec<Request> {
         r.prompt = long[start..].iter().take(LONG_PROMPT).copied().collect();
     }
     reqs
-}
-
-/// What one request costs continuous batching, and the rate that keeps the engine busy
-/// [`BUSY_SHARE`] of the time (queueing's utilization ρ = rate ÷ capacity): its prompt at
-/// the measured prefill cost per token, and its answer's tokens at a decode step's cost
-/// shared by the batch (`step_ms_by_batch`, as `bench serve` measured it).
-pub fn default_rate(
-    step_ms_by_batch: &BTreeMap<usize, f64>,
-    max_batch: usize,
-    prefill_ms_per_token: f64,
-    (mean_prompt, mean_output): (f64, f64),
-) -> (f64, String) {
-    let (b, step_ms) = step_ms_by_batch
-        .range(..=max_batch)
-        .next_back()
-        .map_or((1, 10.0), |(b, ms)| (*b, ms.max(0.01)));
-    let per_request_ms = mean_prompt * prefill_ms_per_token + mean_output * step_ms / b as f64;
-    let rate = BUSY_SHARE * 1e3 / per_request_ms.max(1e-3);
-    let why = format!(
-        "{:.0}% of what continuous batching serves: a request costs {mean_prompt:.0} prompt tokens at {prefill_ms_per_token:.2} ms and {mean_output:.0} answer tokens at {step_ms:.1} ms per step shared by {b}",
-        100.0 * BUSY_SHARE
-    );
-    (rate, why)
 }
 
 /// Milliseconds per token of a prefill: the median of three 256-token prompts.
@@ -282,20 +259,14 @@ impl ArrivalsReport {
     }
 }
 
-/// One run on the engine's clock: with nothing to do, it waits for the next arrival.
+/// One run on the engine's clock: with nothing to do, the engine waits for the next
+/// arrival (its clock jumps there; the bench does not sleep through it).
 fn timed(model: &Model, cfg: ServeConfig, reqs: Vec<Request>) -> Result<ArrivalRun> {
     let mut e = ServeEngine::new(model, cfg, reqs).map_err(anyhow::Error::msg)?;
-    let t = Instant::now();
     while !e.done() {
-        if let Some(due) = e.scheduler.idle_until() {
-            let wait = due - e.clock_s();
-            if wait > 0.0 {
-                std::thread::sleep(Duration::from_secs_f64(wait));
-            }
-        }
         e.step().map_err(anyhow::Error::msg)?;
     }
-    let wall_s = t.elapsed().as_secs_f64();
+    let wall_s = e.clock_s();
     let generated: usize = e.requests().iter().map(|r| r.generated.len()).sum();
     Ok(ArrivalRun {
         latency: Latency::of(e.requests()),

@@ -319,7 +319,7 @@ impl Predict {
 
 /// Live figures a lesson may quote as `{name}`: the app fills them in from what it shows
 /// now (the newest report, the serving runs, this machine's limits).
-pub const FIGURES: [(&str, &str); 21] = [
+pub const FIGURES: [(&str, &str); 22] = [
     (
         "kv_bytes_per_token",
         "KV bytes per token under the current layout",
@@ -367,6 +367,10 @@ pub const FIGURES: [(&str, &str); 21] = [
     (
         "static_ttft_p99_ms",
         "the same for the run under static batching (not one at a time)",
+    ),
+    (
+        "serve_arrivals_per_s",
+        "chat requests arriving per second in the serving runs (measured at start)",
     ),
 ];
 

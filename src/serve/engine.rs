@@ -13,7 +13,12 @@ use std::time::Instant;
 pub struct ServeEngine {
     pub scheduler: Scheduler,
     runner: Runner,
-    start: Instant,
+    /// The engine's clock, seconds: the wall time its own iterations took, plus the waits
+    /// for the next arrival while it had nothing to do. Not the wall clock since it
+    /// started: in the app an engine shares the machine with the live request and the run
+    /// beside it, and waits between iterations for the learner, and none of that is time
+    /// its requests spent being served.
+    clock_s: f64,
 }
 
 impl ServeEngine {
@@ -28,20 +33,27 @@ impl ServeEngine {
         Ok(Self {
             runner: Runner::new(model, &scheduler.cfg)?,
             scheduler,
-            start: Instant::now(),
+            clock_s: 0.0,
         })
     }
 
-    /// Runs one iteration.
+    /// Runs one iteration. With nothing running or queued and a request still to come by
+    /// the clock, the engine first waits for it: its clock jumps to that arrival.
     pub fn step(&mut self) -> Result<ServeStep, ServeError> {
+        if let Some(due) = self.scheduler.idle_until() {
+            self.clock_s = self.clock_s.max(due);
+        }
         let t0 = Instant::now();
-        let plan = self.scheduler.schedule(self.now())?;
+        let plan = self.scheduler.schedule(self.clock_s)?;
         let (tokens, traffic) = self.runner.run(&plan)?;
         let eos = self.runner.model().tokenizer.eos;
-        let finished = self.scheduler.postprocess(&plan, &tokens, eos, self.now());
+        // The tokens come out when the pass is done.
+        let out_s = self.clock_s + t0.elapsed().as_secs_f64();
+        let finished = self.scheduler.postprocess(&plan, &tokens, eos, out_s);
         // Finished requests' contiguous stores go now, not at the next iteration.
         self.runner.release(&finished);
         let wall_ms = t0.elapsed().as_secs_f64() * 1e3;
+        self.clock_s += wall_ms / 1e3;
         Ok(view::step(
             &self.scheduler,
             &plan,
@@ -52,14 +64,10 @@ impl ServeEngine {
         ))
     }
 
-    /// Seconds since the engine started.
-    fn now(&self) -> f64 {
-        self.start.elapsed().as_secs_f64()
-    }
-
-    /// The engine's clock: seconds since it started (what timed arrivals are due by).
+    /// The engine's clock, seconds (what timed arrivals are due by): its iterations' wall
+    /// time and its idle waits since it started.
     pub fn clock_s(&self) -> f64 {
-        self.now()
+        self.clock_s
     }
 
     /// KV bytes of one token under the model's layout.

@@ -1,10 +1,11 @@
 //! Serving many requests at once: a model-free [`scheduler`] decides each iteration's
 //! batch, the [`runner`] runs it on the model, [`view`] reports what happened, and
-//! [`engine`] ties the three together. [`workload`] makes seeded request streams, and
-//! [`latency`] says what their users felt.
+//! [`engine`] ties the three together. [`workload`] makes seeded request streams, [`rate`]
+//! says how fast they arrive, and [`latency`] says what their users felt.
 
 pub mod engine;
 pub mod latency;
+pub mod rate;
 pub mod runner;
 pub mod scheduler;
 pub mod view;

@@ -143,6 +143,14 @@ mod tests {
     }
 }
 
+/// The chat workload's arrival rate on this machine, requests per second, and how it was
+/// chosen: the rate that keeps continuous batching [`super::rate::BUSY_SHARE`] busy, from
+/// a prefill and a decode step timed on `model` now.
+pub fn chat_rate(model: &Model) -> Result<(f64, String), super::ServeError> {
+    let (cfg, reqs) = chat_serving(model, Policy::Continuous, CacheKind::Paged, 0.0)?;
+    super::rate::measured_rate(model, &reqs, cfg.max_batch)
+}
+
 /// Which requests the app's serving engine runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -172,15 +180,16 @@ pub const APP_CHUNK_TOKENS: usize = 64;
 
 /// The app's serving run: `workload`'s requests under `policy` and `cache`, one at a time
 /// (a batch of one) or batched, with prompts in chunks of [`APP_CHUNK_TOKENS`] or whole.
+/// `chat_rate` is the chat requests' arrival rate per second (see [`chat_rate`]).
 pub fn app_serving(
     model: &Model,
     (policy, cache): (Policy, CacheKind),
-    workload: AppWorkload,
+    (workload, chat_rate): (AppWorkload, f64),
     one_at_a_time: bool,
     chunked: bool,
 ) -> Result<(ServeConfig, Vec<Request>), super::ServeError> {
     let (mut cfg, reqs) = match workload {
-        AppWorkload::Chat => chat_serving(model, policy, cache)?,
+        AppWorkload::Chat => chat_serving(model, policy, cache, chat_rate)?,
         AppWorkload::Long => long_serving(model, policy, cache)?,
     };
     if one_at_a_time {
@@ -257,7 +266,8 @@ pub fn long_parts() -> Vec<String> {
 }
 
 /// The app's chat workload: ten requests, each a question from `assets/prompts.txt`
-/// after the shared system prompt, arriving a few iterations apart. The last asks again
+/// after the shared system prompt, arriving as a Poisson process of `rate_per_s` requests
+/// a second on the engine's clock (0: a few iterations apart). The last asks again
 /// the question of the third from last (a story summary, whose answer runs long), as users
 /// do: admitted while that request still runs, its prompt shares every page with it, the
 /// partly filled last one too, until its first write copies that page (copy-on-write).
@@ -265,6 +275,7 @@ pub fn chat_serving(
     model: &Model,
     policy: Policy,
     cache: CacheKind,
+    rate_per_s: f64,
 ) -> Result<(ServeConfig, Vec<Request>), super::ServeError> {
     let w = Workload {
         requests: 10,
@@ -274,7 +285,7 @@ pub fn chat_serving(
         output_max: 64,
         output_dist: LengthDist::Uniform,
         mean_gap: 3.0,
-        rate_per_s: 0.0,
+        rate_per_s,
         seed: 11,
     };
     let prompts: Vec<&str> = crate::assets::PROMPTS

@@ -68,6 +68,10 @@ pub fn value(app: Sources, name: &str) -> Option<String> {
         "serve_ratio" => format!("{:.2}", r.serve_ratio()?),
         "continuous_ttft_p99_ms" => ttft_p99(r.serving_run(Policy::Continuous))?,
         "static_ttft_p99_ms" => ttft_p99(r.serving_run(Policy::Static))?,
+        "serve_arrivals_per_s" => {
+            let rate = r.serve.as_ref()?.rate_per_s;
+            (rate > 0.0).then(|| format!("{rate:.1}"))?
+        }
         _ => return None,
     })
 }

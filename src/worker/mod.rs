@@ -168,7 +168,11 @@ impl Worker {
             None,
             settings.request.sampler,
         )?;
-        let (serve, compare) = serving_pair(&model, &settings)?;
+        send(Event::Status(
+            "timing a prefill and a decode step: the chat requests' arrival rate".into(),
+        ));
+        let (chat_rate, _) = crate::serve::workload::chat_rate(&model)?;
+        let (serve, compare) = serving_pair(&model, &settings, chat_rate)?;
         send(Event::Status(
             "measuring this machine's memory bandwidth and int8 peak (once per CPU)".into(),
         ));
@@ -195,6 +199,7 @@ impl Worker {
             iteration: 0,
             serve,
             compare,
+            chat_rate,
             settings,
             sink: None,
             last: None,
@@ -214,6 +219,9 @@ struct Worker {
     /// The serving run, and the run beside it on the same requests.
     serve: ServingEngine,
     compare: Option<ServingEngine>,
+    /// Chat requests per second arriving in the serving runs: measured once at start, so
+    /// every run from then on, whatever its settings, sees the same arrivals.
+    chat_rate: f64,
     /// What everything here runs under; every report carries it.
     settings: Settings,
     sink: Option<SinkRun>,
@@ -271,9 +279,9 @@ impl Worker {
             return self.set_run(new, send);
         }
         if new.serving != self.settings.serving {
-            (self.serve, self.compare) = serving_pair(&self.model, &new)?;
+            (self.serve, self.compare) = serving_pair(&self.model, &new, self.chat_rate)?;
             self.settings.serving = new.serving;
-            send(Event::Status(serving_restarted(&new)));
+            send(Event::Status(serving_restarted(&new, self.chat_rate)));
         }
         if new.sink != self.settings.sink {
             self.sink = match new.sink {
@@ -344,7 +352,7 @@ impl Worker {
         };
         let started = self.live.session.step > 0;
         let live = self.recomputed_live(&model, &s)?;
-        let (serve, compare) = serving_pair(&model, &s)?;
+        let (serve, compare) = serving_pair(&model, &s, self.chat_rate)?;
         (self.serve, self.compare) = (serve, compare);
         (self.model, self.sink, self.live) = (model, sink, live);
         // The layout beside followed the old model's session: it starts again below.
@@ -519,8 +527,11 @@ impl Worker {
 }
 
 /// The status line after the serving settings changed.
-fn serving_restarted(s: &Settings) -> String {
-    let w = s.serving.workload;
+fn serving_restarted(s: &Settings, chat_rate: f64) -> String {
+    let w = match s.serving.workload {
+        AppWorkload::Chat => format!("Chat requests arriving {chat_rate:.1}/s"),
+        AppWorkload::Long => "Long requests".to_string(),
+    };
     let chunks = match s.serving.chunked {
         true => format!(
             ", prompts in chunks of {}",
@@ -530,12 +541,12 @@ fn serving_restarted(s: &Settings) -> String {
     };
     match s.serving.other() {
         Some(o) => format!(
-            "serving restarted: {w:?} requests, {} beside {} on the same requests{chunks}",
+            "serving restarted: {w}, {} beside {} on the same requests{chunks}",
             s.serving.main().describe(),
             o.describe()
         ),
         None => format!(
-            "serving workload restarted: {w:?} requests, {}{chunks}",
+            "serving workload restarted: {w}, {}{chunks}",
             s.serving.main().describe()
         ),
     }
@@ -559,6 +570,8 @@ struct ServingEngine {
     /// The last iteration's view: the running totals the next one adds to, and what is
     /// shown again once the run is done.
     last: Option<ServeView>,
+    /// Requests per second arriving on the engine's clock (0: by iteration).
+    rate_per_s: f64,
 }
 
 impl ServingEngine {
@@ -594,6 +607,7 @@ impl ServingEngine {
             step,
             preemptions: e.preemptions(),
             done: e.done(),
+            rate_per_s: self.rate_per_s,
         };
         self.last = Some(view.clone());
         Ok(Some(view))
@@ -604,8 +618,9 @@ impl ServingEngine {
 fn serving_pair(
     model: &Model,
     s: &Settings,
+    chat_rate: f64,
 ) -> Result<(ServingEngine, Option<ServingEngine>), WorkerError> {
-    let (w, chunked) = (s.serving.workload, s.serving.chunked);
+    let (w, chunked) = ((s.serving.workload, chat_rate), s.serving.chunked);
     let serve = serving(model, s.serving.main(), w, chunked)?;
     let compare = match s.serving.other() {
         Some(o) => Some(serving(model, o, w, chunked)?),
@@ -618,14 +633,16 @@ fn serving_pair(
 fn serving(
     model: &Model,
     run: ServingRun,
-    w: AppWorkload,
+    w: (AppWorkload, f64),
     chunked: bool,
 ) -> Result<ServingEngine, WorkerError> {
     let how = (run.policy, run.cache);
     let (cfg, reqs) =
         crate::serve::workload::app_serving(model, how, w, run.one_at_a_time, chunked)?;
+    let timed = reqs.iter().any(|r| r.due_s.is_some());
     Ok(ServingEngine {
         engine: ServeEngine::new(model, cfg, reqs)?,
         last: None,
+        rate_per_s: if timed { w.1 } else { 0.0 },
     })
 }

@@ -267,6 +267,7 @@ pub fn serving_reports_with(
                     .filter(|r| !r.generated.is_empty())
                     .map(|r| (r.id, 2.0 * r.id as f64 + 1.0))
                     .collect(),
+                rate_per_s: 0.0,
             });
             r
         })
