@@ -221,6 +221,8 @@ fn bench_serve_json_has_the_keys_and_the_paged_pool_holds_more() {
         "4",
         "--max-batch",
         "3",
+        "--arrival-seeds",
+        "2",
     ]);
     // The baseline runs one request at a time, and continuous batching beats it.
     assert_eq!(
@@ -292,6 +294,10 @@ fn bench_serve_json_has_the_keys_and_the_paged_pool_holds_more() {
     // one rate derived from this machine's costs.
     let a = &v["arrivals"];
     assert!(a["rate_per_s"].as_f64().unwrap() > 0.0, "{a}");
+    // Two seeded sequences of two dozen requests, pooled: a quarter of them long.
+    assert_eq!(a["seeds"], 2);
+    assert_eq!(a["requests"], 48);
+    assert_eq!(a["long_prompts"], 12);
     for k in [
         "static",
         "continuous",
@@ -300,6 +306,8 @@ fn bench_serve_json_has_the_keys_and_the_paged_pool_holds_more() {
     ] {
         let f = |key: &str| a[k][key].as_f64().unwrap();
         assert!(f("tok_per_s") > 0.0, "{k}");
+        // The engine waits between arrivals, so it is busy only part of its clock.
+        assert!(f("busy_pct") > 0.0 && f("busy_pct") <= 100.0, "{k}");
         assert!(
             f("ttft_ms_p99") >= f("ttft_ms_p50") && f("ttft_ms_p50") > 0.0,
             "{k}"

@@ -28,6 +28,16 @@ const WHOLE_PROMPT: usize = 4096;
 /// whatever budget the rest of `bench serve` was given.
 const MIN_KV_TOKENS: usize = 4096;
 
+/// What the arrivals part is asked for.
+#[derive(Debug, Clone, Copy)]
+pub struct ArrivalsArgs {
+    /// Requests per second, or None for the default from this machine's costs.
+    pub rate: Option<f64>,
+    /// Seeded arrival sequences run one after another and pooled: a p99 over one run's
+    /// two dozen requests is its one or two slowest, which a single unlucky arrival sets.
+    pub seeds: usize,
+}
+
 /// One policy under the arrivals.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct ArrivalRun {
@@ -35,8 +45,12 @@ pub struct ArrivalRun {
     pub latency: Latency,
     pub tok_per_s: f64,
     pub iterations: usize,
-    /// The run's length on the engine's clock: its iterations and its waits for arrivals.
+    /// The runs' length on the engine's clock: their iterations and their waits for
+    /// arrivals (summed over the pooled sequences, as are the iterations).
     pub wall_s: f64,
+    /// Share of `wall_s` the engine was running iterations, percent (the rest it waited
+    /// with nothing to do): the utilization the arrival rate was chosen to give.
+    pub busy_pct: f64,
 }
 
 /// Every policy under the same arrivals.
@@ -45,7 +59,9 @@ pub struct ArrivalsReport {
     pub rate_per_s: f64,
     /// How the rate was chosen, in words.
     pub rate_basis: String,
+    /// Requests over all the pooled sequences, and how many sequences (seeds) they are.
     pub requests: usize,
+    pub seeds: usize,
     pub long_prompts: usize,
     pub long_prompt_tokens: usize,
     pub chunk_tokens: usize,
@@ -145,13 +161,13 @@ fn choose_rate(
     Ok((rate, why))
 }
 
-/// Runs every policy on the same timed arrivals.
+/// Runs every policy on the same timed arrivals (`args.seeds` sequences of them, pooled).
 pub fn run(
     model: &Model,
     source: &[u32],
     step_ms_by_batch: &BTreeMap<usize, f64>,
     (kv_budget_tokens, page_size, max_batch): (usize, usize, usize),
-    rate: Option<f64>,
+    args: ArrivalsArgs,
     seed: u64,
 ) -> Result<ArrivalsReport> {
     let long = model.tokenizer.encode(crate::assets::LONG_TEXT)?;
@@ -159,12 +175,24 @@ pub fn run(
         long.len() > LONG_PROMPT,
         "the shipped long story is too short"
     );
+    anyhow::ensure!(args.seeds >= 1, "--arrival-seeds must be at least 1");
     let mut w = workload(seed);
     let costs = (step_ms_by_batch, max_batch);
     let long_share = 1.0 / LONG_EVERY as f64;
-    let (rate_per_s, rate_basis) = choose_rate(model, (&w, long_share), &long, costs, rate)?;
+    let (rate_per_s, rate_basis) = choose_rate(model, (&w, long_share), &long, costs, args.rate)?;
     w.rate_per_s = rate_per_s;
-    let reqs = requests(&w, source, &long);
+    let seeds = |w: &Workload| -> Vec<Workload> {
+        (0..args.seeds as u64)
+            .map(|k| Workload {
+                seed: w.seed + k,
+                ..w.clone()
+            })
+            .collect()
+    };
+    let sequences: Vec<Vec<Request>> = seeds(&w)
+        .iter()
+        .map(|w| requests(w, source, &long))
+        .collect();
     let kv_budget_tokens = kv_budget_tokens.max(MIN_KV_TOKENS);
     let cfg = |policy, max_batch, token_budget| ServeConfig {
         policy,
@@ -176,46 +204,52 @@ pub fn run(
         prefix_sharing: true,
         reserve: Default::default(),
     };
-    let one = |c: ServeConfig| timed(model, c, reqs.clone());
+    let one = |c: ServeConfig| timed(model, c, &sequences);
     let runs = [
         one(cfg(Policy::Static, max_batch, WHOLE_PROMPT))?,
         one(cfg(Policy::Continuous, max_batch, WHOLE_PROMPT))?,
         one(cfg(Policy::Continuous, max_batch, CHUNK_TOKENS))?,
         one(cfg(Policy::Static, 1, WHOLE_PROMPT))?,
     ];
-    let long_prompts = reqs
+    let long_prompts = sequences
         .iter()
+        .flatten()
         .filter(|r| r.prompt.len() == LONG_PROMPT)
         .count();
     // The short prompts alone: at the rate that keeps continuous batching as busy as the
     // mix does (the same rate when --rate gives one).
-    let (chat_rate, _) = choose_rate(model, (&w, 0.0), &long, costs, rate)?;
+    let (chat_rate, _) = choose_rate(model, (&w, 0.0), &long, costs, args.rate)?;
     let chat = Workload {
         rate_per_s: chat_rate,
         ..w
     };
+    let chat: Vec<Vec<Request>> = seeds(&chat).iter().map(|w| w.generate(source)).collect();
     let static_cfg = cfg(Policy::Static, max_batch, WHOLE_PROMPT);
-    let chat_mix = ChatMix::run(model, &chat, source, static_cfg)?;
+    let chat_mix = ChatMix::run(model, (chat_rate, &chat), static_cfg)?;
     Ok(ArrivalsReport::of(
         (rate_per_s, rate_basis),
         (long_prompts, max_batch, kv_budget_tokens),
-        runs,
+        (args.seeds, runs),
         chat_mix,
     ))
 }
 
 impl ChatMix {
     /// Static batching under `static_cfg` and continuous batching under the same budgets,
-    /// on `w`'s requests.
-    fn run(model: &Model, w: &Workload, source: &[u32], static_cfg: ServeConfig) -> Result<Self> {
+    /// on `sequences`, arriving at `rate_per_s`.
+    fn run(
+        model: &Model,
+        (rate_per_s, sequences): (f64, &[Vec<Request>]),
+        static_cfg: ServeConfig,
+    ) -> Result<Self> {
         let continuous_cfg = ServeConfig {
             policy: Policy::Continuous,
             ..static_cfg.clone()
         };
-        let static_ = timed(model, static_cfg, w.generate(source))?;
-        let continuous = timed(model, continuous_cfg, w.generate(source))?;
+        let static_ = timed(model, static_cfg, sequences)?;
+        let continuous = timed(model, continuous_cfg, sequences)?;
         Ok(Self {
-            rate_per_s: w.rate_per_s,
+            rate_per_s,
             static_over_continuous_ttft_p99: static_.latency.ttft_ms_p99
                 / continuous.latency.ttft_ms_p99.max(1e-9),
             static_,
@@ -229,14 +263,16 @@ impl ArrivalsReport {
     fn of(
         (rate_per_s, rate_basis): (f64, String),
         (long_prompts, max_batch, kv_budget_tokens): (usize, usize, usize),
-        [static_, continuous, continuous_chunked, request_at_a_time]: [ArrivalRun; 4],
+        (seeds, runs): (usize, [ArrivalRun; 4]),
         chat_mix: ChatMix,
     ) -> Self {
+        let [static_, continuous, continuous_chunked, request_at_a_time] = runs;
         let ratio = |a: f64, b: f64| a / b.max(1e-9);
         Self {
             rate_per_s,
             rate_basis,
-            requests: REQUESTS,
+            requests: REQUESTS * seeds,
+            seeds,
             long_prompts,
             long_prompt_tokens: LONG_PROMPT,
             chunk_tokens: CHUNK_TOKENS,
@@ -259,20 +295,28 @@ impl ArrivalsReport {
     }
 }
 
-/// One run on the engine's clock: with nothing to do, the engine waits for the next
-/// arrival (its clock jumps there; the bench does not sleep through it).
-fn timed(model: &Model, cfg: ServeConfig, reqs: Vec<Request>) -> Result<ArrivalRun> {
-    let mut e = ServeEngine::new(model, cfg, reqs).map_err(anyhow::Error::msg)?;
-    while !e.done() {
-        e.step().map_err(anyhow::Error::msg)?;
+/// One policy over every sequence of arrivals, each on a fresh engine and its clock (with
+/// nothing to do, the engine waits for the next arrival: its clock jumps there, the bench
+/// does not sleep through it). Latency percentiles are over all their requests together.
+fn timed(model: &Model, cfg: ServeConfig, sequences: &[Vec<Request>]) -> Result<ArrivalRun> {
+    let (mut served, mut wall_s, mut idle_s, mut iterations) = (Vec::new(), 0.0, 0.0, 0);
+    for reqs in sequences {
+        let mut e =
+            ServeEngine::new(model, cfg.clone(), reqs.clone()).map_err(anyhow::Error::msg)?;
+        while !e.done() {
+            e.step().map_err(anyhow::Error::msg)?;
+        }
+        (wall_s, idle_s) = (wall_s + e.clock_s(), idle_s + e.idle_s());
+        iterations += e.iteration();
+        served.extend_from_slice(e.requests());
     }
-    let wall_s = e.clock_s();
-    let generated: usize = e.requests().iter().map(|r| r.generated.len()).sum();
+    let generated: usize = served.iter().map(|r| r.generated.len()).sum();
     Ok(ArrivalRun {
-        latency: Latency::of(e.requests()),
+        latency: Latency::of(&served),
         tok_per_s: generated as f64 / wall_s.max(1e-9),
-        iterations: e.iteration(),
+        iterations,
         wall_s,
+        busy_pct: 100.0 * (1.0 - idle_s / wall_s.max(1e-9)),
     })
 }
 
@@ -280,11 +324,12 @@ impl ArrivalsReport {
     /// A table for people.
     pub fn table(&self) -> String {
         let mut s = format!(
-            "arrivals: {} requests ({} with {}-token prompts) at {:.2} req/s, a Poisson process ({})\n\
-             {:<28}{:>14}{:>14}{:>13}{:>13}{:>10}\n",
+            "arrivals: {} requests ({} with {}-token prompts; {} seeded sequences pooled) at {:.2} req/s, a Poisson process ({})\n\
+             {:<28}{:>14}{:>14}{:>13}{:>13}{:>10}{:>7}\n",
             self.requests,
             self.long_prompts,
             self.long_prompt_tokens,
+            self.seeds,
             self.rate_per_s,
             self.rate_basis,
             "",
@@ -292,7 +337,8 @@ impl ArrivalsReport {
             "TTFT p99 ms",
             "ITL p50 ms",
             "ITL p99 ms",
-            "tok/s"
+            "tok/s",
+            "busy"
         );
         let chunked = format!("continuous, chunks of {}", self.chunk_tokens);
         for (name, r) in [
@@ -303,8 +349,8 @@ impl ArrivalsReport {
         ] {
             let l = &r.latency;
             s += &format!(
-                "{name:<28}{:>14.1}{:>14.1}{:>13.1}{:>13.1}{:>10.1}\n",
-                l.ttft_ms_p50, l.ttft_ms_p99, l.itl_ms_p50, l.itl_ms_p99, r.tok_per_s
+                "{name:<28}{:>14.1}{:>14.1}{:>13.1}{:>13.1}{:>10.1}{:>6.0}%\n",
+                l.ttft_ms_p50, l.ttft_ms_p99, l.itl_ms_p50, l.itl_ms_p99, r.tok_per_s, r.busy_pct
             );
         }
         let c = &self.chat_mix;

@@ -339,7 +339,7 @@ pub fn run(
     page_size: usize,
     reserve: Reserve,
     max_batch: usize,
-    rate: Option<f64>,
+    arrivals: super::arrivals::ArrivalsArgs,
 ) -> Result<ServeReport> {
     let source = source_tokens(&model.tokenizer);
     anyhow::ensure!(
@@ -367,8 +367,14 @@ pub fn run(
     let small_page_size = page_size / 2;
     let steps = StepFigures::measure(model, &source)?;
     let shape = (kv_budget_tokens, page_size, max_batch);
-    let arrivals =
-        super::arrivals::run(model, &source, &steps.step_ms_by_batch, shape, rate, w.seed)?;
+    let arrivals = super::arrivals::run(
+        model,
+        &source,
+        &steps.step_ms_by_batch,
+        shape,
+        arrivals,
+        w.seed,
+    )?;
     Ok(ServeReport {
         continuous_over_request_at_a_time: continuous.tok_per_s
             / request_at_a_time.tok_per_s.max(f64::MIN_POSITIVE),

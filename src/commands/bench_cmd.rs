@@ -173,6 +173,10 @@ pub struct ServeArgs {
     /// measured decode step cost (printed with the result).
     #[arg(long)]
     rate: Option<f64>,
+    /// Seeded arrival sequences (from --seed on) the arrivals part runs under every policy
+    /// and pools, so its p99s are not one run's slowest request or two.
+    #[arg(long, default_value_t = 3)]
+    arrival_seeds: usize,
     /// Print one JSON object (snake_case keys) instead of the table.
     #[arg(long)]
     json: bool,
@@ -320,7 +324,10 @@ fn serve_cmd(a: &ServeArgs) -> Result<()> {
         a.page_size,
         a.reserve,
         a.max_batch,
-        a.rate,
+        inferlab::bench::arrivals::ArrivalsArgs {
+            rate: a.rate,
+            seeds: a.arrival_seeds,
+        },
     )?;
     emit(a.json, &r, r.table())
 }

@@ -19,6 +19,8 @@ pub struct ServeEngine {
     /// beside it, and waits between iterations for the learner, and none of that is time
     /// its requests spent being served.
     clock_s: f64,
+    /// The part of `clock_s` spent waiting for arrivals with nothing to do.
+    idle_s: f64,
 }
 
 impl ServeEngine {
@@ -34,6 +36,7 @@ impl ServeEngine {
             runner: Runner::new(model, &scheduler.cfg)?,
             scheduler,
             clock_s: 0.0,
+            idle_s: 0.0,
         })
     }
 
@@ -41,6 +44,7 @@ impl ServeEngine {
     /// the clock, the engine first waits for it: its clock jumps to that arrival.
     pub fn step(&mut self) -> Result<ServeStep, ServeError> {
         if let Some(due) = self.scheduler.idle_until() {
+            self.idle_s += (due - self.clock_s).max(0.0);
             self.clock_s = self.clock_s.max(due);
         }
         let t0 = Instant::now();
@@ -68,6 +72,11 @@ impl ServeEngine {
     /// time and its idle waits since it started.
     pub fn clock_s(&self) -> f64 {
         self.clock_s
+    }
+
+    /// Seconds of the clock spent idle, waiting for the next arrival.
+    pub fn idle_s(&self) -> f64 {
+        self.idle_s
     }
 
     /// KV bytes of one token under the model's layout.
