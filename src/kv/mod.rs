@@ -146,6 +146,32 @@ impl RowLayout<'_> {
         }
     }
 
+    /// Offsets of KV head `g`'s rows (of `n_kv`, each `d` wide) for every position held, in
+    /// order: what a decode row reads. Paged slots run on within a page, so a page's
+    /// position is worked out (a division) once per page, not once per row: per row, the
+    /// divisions made paged decode attention about 10% slower than a head-major
+    /// reservation's at 300 and 1,000 rows; once per page, the two are level.
+    pub fn rows(&self, n_kv: usize, d: usize, g: usize) -> Vec<usize> {
+        let Self::Slots { slots, page_size } = *self else {
+            return (0..self.len()).map(|j| self.at(n_kv, d, g, j)).collect();
+        };
+        let mut out = Vec::with_capacity(slots.len());
+        // The last slot placed, its row, and how many slots its page has after it.
+        let mut last: Option<(u32, usize, usize)> = None;
+        for &slot in slots {
+            let row = match last {
+                Some((s, row, left)) if left > 0 && slot == s + 1 => (row + d, left - 1),
+                _ => (
+                    page_row(slot, page_size, n_kv, d, g),
+                    page_size - 1 - slot as usize % page_size,
+                ),
+            };
+            out.push(row.0);
+            last = Some((slot, row.0, row.1));
+        }
+        out
+    }
+
     /// Offset of position `j`'s row of KV head `g` (of `n_kv`, each `d` wide).
     pub fn at(&self, n_kv: usize, d: usize, g: usize, j: usize) -> usize {
         match self {
@@ -190,5 +216,42 @@ impl BatchKv for ContiguousBatch<'_> {
             let t = c.pending();
             c.advance(t);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `rows` works a page's position out once per page; every offset must still be the
+    /// one `at` gives: pages out of order, runs cut short, slot numbers that run on across
+    /// a page boundary (15 then 16 is the next page), and a page taken up again mid-way.
+    #[test]
+    fn rows_are_at_for_every_position() {
+        let tables: [&[u32]; 4] = [
+            &[0, 1, 2, 3, 4],
+            &[32, 33, 34, 35, 14, 15, 16, 17, 64],
+            &[5, 6, 7, 40, 41, 8, 9, 10],
+            &[3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19],
+        ];
+        for slots in tables {
+            for page_size in [1, 4, 16] {
+                let layout = RowLayout::Slots { slots, page_size };
+                for g in 0..3 {
+                    let want: Vec<usize> =
+                        (0..slots.len()).map(|j| layout.at(3, 64, g, j)).collect();
+                    assert_eq!(
+                        layout.rows(3, 64, g),
+                        want,
+                        "{slots:?} pages of {page_size}"
+                    );
+                }
+            }
+        }
+        let head_major = RowLayout::HeadMajor {
+            capacity: 10,
+            len: 4,
+        };
+        assert_eq!(head_major.rows(3, 64, 1), [640, 704, 768, 832]);
     }
 }

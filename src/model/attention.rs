@@ -12,7 +12,7 @@ use super::flash::{self, IoCount, Tiles};
 use super::rope::Rope;
 use super::traffic::Traffic;
 use crate::kernels::ROWS_AHEAD;
-use crate::kv::{BatchKv, KvRows, RowData};
+use crate::kv::{BatchKv, KvRows, RowData, RowLayout};
 use candle_core::{Result, Tensor};
 use rayon::prelude::*;
 use std::ops::Range;
@@ -640,7 +640,6 @@ pub fn decode_in_place(
     r: KvRows,
     kv_heads: Range<usize>,
 ) -> Vec<f32> {
-    let d = qv.len() / n_head;
     decode_core(DecodeRow {
         q: qv,
         n_head,
@@ -649,15 +648,15 @@ pub fn decode_in_place(
         kv_len: r.layout.len(),
         k: r.k,
         v: r.v,
-        at: |g, j| r.layout.at(n_kv, d, g, j),
+        layout: r.layout,
     })
 }
 
 /// What one decode row's attention reads: its query (`n_head × d`, rotated) and the
-/// cached keys and values, of which the KV heads `kv_heads` are wanted. `at(g, j)` is
+/// cached keys and values, of which the KV heads `kv_heads` are wanted. `layout` says
 /// where KV head `g`'s row for position `j` starts in `k` and `v`, which is all that
-/// differs between the contiguous and the paged layout.
-struct DecodeRow<'a, F> {
+/// differs between the contiguous and the paged cache.
+struct DecodeRow<'a> {
     q: &'a [f32],
     n_head: usize,
     n_kv: usize,
@@ -665,7 +664,15 @@ struct DecodeRow<'a, F> {
     kv_len: usize,
     k: RowData<'a>,
     v: RowData<'a>,
-    at: F,
+    layout: RowLayout<'a>,
+}
+
+impl DecodeRow<'_> {
+    /// Where KV head `g`'s row for position `j` starts.
+    fn at(&self, g: usize, j: usize) -> usize {
+        let d = self.q.len() / self.n_head;
+        self.layout.at(self.n_kv, d, g, j)
+    }
 }
 
 /// [`decode_loops`] on the fastest route this CPU has. Heads 64 wide on AVX-512 run the
@@ -674,7 +681,7 @@ struct DecodeRow<'a, F> {
 /// the loops themselves, compiled for 256-bit vectors where the CPU has them (a portable
 /// build targets SSE2 only); those two run the same operations in the same order and give
 /// the same bits.
-fn decode_core<F: Fn(usize, usize) -> usize>(r: DecodeRow<F>) -> Vec<f32> {
+fn decode_core(r: DecodeRow) -> Vec<f32> {
     #[cfg(target_arch = "x86_64")]
     {
         use crate::kernels::decode;
@@ -705,15 +712,16 @@ fn kernel_rows(rows: RowData) -> Option<crate::kernels::decode::Rows> {
 /// The kernel route: per KV head, where its rows sit (looked up once for both passes),
 /// then its query heads' attention.
 #[cfg(target_arch = "x86_64")]
-fn decode_by_groups<F: Fn(usize, usize) -> usize>(
-    r: DecodeRow<F>,
+fn decode_by_groups(
+    r: DecodeRow,
     k: crate::kernels::decode::Rows,
     v: crate::kernels::decode::Rows,
 ) -> Vec<f32> {
     let width = r.q.len() / r.n_kv;
     let mut out = Vec::with_capacity(r.kv_heads.len() * width);
     for g in r.kv_heads.clone() {
-        let rows: Vec<usize> = (0..r.kv_len).map(|j| (r.at)(g, j)).collect();
+        let d = r.q.len() / r.n_head;
+        let rows = r.layout.prefix(r.kv_len).rows(r.n_kv, d, g);
         let q = &r.q[g * width..][..width];
         out.extend(crate::kernels::decode::group_attention(
             q,
@@ -728,15 +736,16 @@ fn decode_by_groups<F: Fn(usize, usize) -> usize>(
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn decode_avx2<F: Fn(usize, usize) -> usize>(r: DecodeRow<F>) -> Vec<f32> {
+unsafe fn decode_avx2(r: DecodeRow) -> Vec<f32> {
     decode_loops(r)
 }
 
 /// Attention of one query row, KV head by KV head: every cached key and value row is read
 /// once for all the query heads that share it (GQA's saving, in the loop structure).
 #[inline(always)]
-fn decode_loops<F: Fn(usize, usize) -> usize>(r: DecodeRow<F>) -> Vec<f32> {
-    let (n_head, kv_len, at) = (r.n_head, r.kv_len, &r.at);
+fn decode_loops(r: DecodeRow) -> Vec<f32> {
+    let (n_head, kv_len) = (r.n_head, r.kv_len);
+    let at = |g, j| r.at(g, j);
     let d = r.q.len() / n_head;
     let group = n_head / r.n_kv;
     let scale = 1.0 / (d as f32).sqrt();
@@ -871,7 +880,7 @@ mod tests {
                             kv_len,
                             k: k.view(),
                             v: v.view(),
-                            at: |g, j| layout.at(n_kv, d, g, j),
+                            layout,
                         };
                         let (got, want) = (decode_core(row()), decode_loops(row()));
                         assert_eq!(got.len(), want.len());
