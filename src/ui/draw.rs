@@ -372,12 +372,28 @@ fn header(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         ),
         None => app.status.clone(),
     };
+    // A report's status opens with its iteration and phase, which the full line says
+    // already; the shorter lines keep them, as they may cut the fixed facts.
+    let said = [format!("iteration {iter} · "), format!("{phase} · ")];
+    let rest = said
+        .iter()
+        .try_fold(status.as_str(), |s, p| s.strip_prefix(p.as_str()))
+        .or_else(|| status.strip_prefix(said[0].as_str()));
+    let (fixed, status) = match rest {
+        Some(rest) if full.chars().count() + rest.chars().count() <= width => {
+            (full, rest.to_string())
+        }
+        _ => {
+            let status_w = status.chars().count();
+            let minimal = format!(" inferlab · {layout} · {kernel} · ");
+            let fixed = [full, short]
+                .into_iter()
+                .find(|f| f.chars().count() + status_w <= width)
+                .unwrap_or(minimal);
+            (fixed, status)
+        }
+    };
     let status_w = status.chars().count();
-    let minimal = format!(" inferlab · {layout} · {kernel} · ");
-    let fixed = [full, short]
-        .into_iter()
-        .find(|f| f.chars().count() + status_w <= width)
-        .unwrap_or(minimal);
     let room = width.saturating_sub(fixed.chars().count());
     let status = if status_w <= room {
         status
