@@ -19,6 +19,11 @@ pub const BUSY_SHARE: f64 = 0.7;
 /// answer's tokens at a decode step's cost shared by the batch (`step_ms_by_batch`: the
 /// step's milliseconds by batch size, of which the largest up to `max_batch` counts).
 /// Returns the rate in requests per second and how it was chosen, in words.
+///
+/// Sharing every decode step among a full batch is the estimate's optimism: at such a
+/// load the batch is seldom full, each answer token costs more, and the engine runs
+/// busier than [`BUSY_SHARE`] (`bench serve` measured 65–89%, mostly over 80%, where 70%
+/// was meant).
 pub fn default_rate(
     step_ms_by_batch: &BTreeMap<usize, f64>,
     max_batch: usize,
