@@ -1671,3 +1671,43 @@ fn policy_figures_name_the_run_by_its_policy_not_its_side() {
     r.serve.as_mut().unwrap().max_batch = 1;
     assert!(r.serving_run(Policy::Static).is_none());
 }
+
+#[test]
+fn the_lesson_pane_scrolls_no_further_than_its_text() {
+    use inferlab::ui::draw::clamp_lesson_scroll;
+    // A step longer than either pane: a hundred sentences of prose, then a question.
+    let prose = "Each decode step reads the whole cache once. ".repeat(100);
+    let text = format!(
+        "# L\n\n## S\n{prose}\n? Why?\n* Because :: it is.\n- Maybe :: hardly.\n- Not so :: no.\n"
+    );
+    let lesson = inferlab::lesson::parse("l.md", &text).unwrap();
+    let mut a = common::fixture::traffic_app();
+    a.open_lesson(inferlab::ui::tutor::Tutor::new(
+        vec![lesson],
+        0,
+        Default::default(),
+        false,
+    ));
+    for (w, h) in [(80, 24), (200, 60)] {
+        let screen = ratatui::layout::Rect::new(0, 0, w, h);
+        // Far past the end, as forty presses of J would ask.
+        for _ in 0..40 {
+            a.update(Action::ScrollLesson(3));
+        }
+        clamp_lesson_scroll(screen, &mut a);
+        let at_end = a.tutor.as_ref().unwrap().scroll;
+        assert!(
+            at_end > 3 && at_end < 120,
+            "{w}×{h}: scroll {at_end}, not clamped to the text"
+        );
+        // The last choice is still on screen, and one K moves the text at once.
+        assert!(format!("{}", render_app(&a, w, h)).contains("Not so"));
+        a.update(Action::ScrollLesson(-3));
+        clamp_lesson_scroll(screen, &mut a);
+        assert_eq!(
+            a.tutor.as_ref().unwrap().scroll,
+            at_end.saturating_sub(3),
+            "{w}×{h}"
+        );
+    }
+}

@@ -473,6 +473,17 @@ fn pane_rects(screen: Rect, app: &App) -> (Vec<(Pane, Rect)>, Rect) {
     (out, a.lesson)
 }
 
+/// Keeps the lesson's scroll within its text on a `screen`-sized terminal: `J` or the
+/// wheel past the end would otherwise leave the pane blank, and as many presses of `K`
+/// before the text moved again.
+pub fn clamp_lesson_scroll(screen: Rect, app: &mut App) {
+    let (_, lesson) = pane_rects(screen, app);
+    let max = super::panes::lesson::max_scroll(app, lesson);
+    if let Some(t) = app.tutor.as_mut() {
+        t.scroll = t.scroll.min(max);
+    }
+}
+
 /// The action for a mouse event on a `screen`-sized terminal: the wheel scrolls the lesson
 /// or moves through layers over the heatmap; a click on a pane's title (or on its
 /// summary line) focuses it, and a click in the heads pane picks that head. The event

@@ -260,7 +260,11 @@ impl LoopState {
                 _ => None,
             };
             if let Some(a) = action {
+                let scrolled = matches!(a, app::Action::ScrollLesson(_));
                 let cmds = app.update(a);
+                if scrolled {
+                    draw::clamp_lesson_scroll(screen, app);
+                }
                 if cmds.iter().any(|c| matches!(c, Command::Step)) {
                     self.last_step = Instant::now();
                 }

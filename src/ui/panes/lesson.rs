@@ -121,16 +121,17 @@ pub fn draw(t: &Tutor, live: &Live, theme: &Theme, area: Rect, buf: &mut Buffer)
         .border_style(theme.accent());
     let inner = b.inner(area);
     b.render(area, buf);
-    Paragraph::new(lines(t, live, theme))
-        .wrap(Wrap { trim: false })
-        .scroll((t.scroll, 0))
-        .render(
-            Rect {
-                height: inner.height.saturating_sub(1),
-                ..inner
-            },
-            buf,
-        );
+    let text = Paragraph::new(lines(t, live, theme)).wrap(Wrap { trim: false });
+    // Never past the text's last row, whatever the scroll asked (the app clamps it too,
+    // but the pane may have narrowed since).
+    let scroll = t.scroll.min(last_scroll(&text, inner));
+    text.scroll((scroll, 0)).render(
+        Rect {
+            height: inner.height.saturating_sub(1),
+            ..inner
+        },
+        buf,
+    );
     super::put(
         buf,
         inner,
@@ -139,6 +140,23 @@ pub fn draw(t: &Tutor, live: &Live, theme: &Theme, area: Rect, buf: &mut Buffer)
         "n next · p back · 1-9 answer · L lessons · wheel scrolls",
         theme.dim(),
     );
+}
+
+/// The furthest `text` can scroll in a pane whose inside is `inner`: its rows wrapped to
+/// the width, less those shown above the key line.
+fn last_scroll(text: &Paragraph, inner: Rect) -> u16 {
+    let rows = text.line_count(inner.width).min(u16::MAX as usize) as u16;
+    rows.saturating_sub(inner.height.saturating_sub(1))
+}
+
+/// The furthest the open step's text can scroll in the lesson pane `area`.
+pub fn max_scroll(app: &App, area: Rect) -> u16 {
+    let Some(t) = app.tutor.as_ref().filter(|t| t.step().is_some()) else {
+        return 0;
+    };
+    let inner = Block::default().borders(Borders::ALL).inner(area);
+    let text = Paragraph::new(lines(t, &Live::of(app, t), &Theme::detect()));
+    last_scroll(&text.wrap(Wrap { trim: false }), inner)
 }
 
 /// The text of the current step, top to bottom: the lesson and step titles, the prose,
