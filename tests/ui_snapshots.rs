@@ -1711,3 +1711,26 @@ fn the_lesson_pane_scrolls_no_further_than_its_text() {
         );
     }
 }
+
+#[test]
+fn the_forward_summary_says_when_the_lm_head_stage_holds_the_lens() {
+    use inferlab::model::session::LensRow;
+    use inferlab::views::forward::ForwardView;
+    let mut r = report();
+    assert!(ForwardView::new(&r, 0).summary().contains(" · LM head "));
+    r.info.logit_lens = vec![LensRow {
+        layer: 0,
+        id: 1,
+        token: "a".into(),
+        prob: 0.5,
+        chosen_prob: 0.5,
+    }];
+    let v = ForwardView::new(&r, 0);
+    let head = v.stages.iter().rev().nth(1).unwrap();
+    assert_eq!(head.name, "LM head + lens");
+    let summary = v.summary();
+    assert!(
+        summary.contains(&format!("LM head + lens {:.1}", head.ms)),
+        "{summary}"
+    );
+}

@@ -43,7 +43,12 @@ impl ForwardView {
                 .enumerate()
                 .map(|(i, &ms)| stage(format!("layer {i}"), ms, true)),
         );
-        stages.push(stage("LM head".into(), t.lm_head_ms, false));
+        // The logit lens runs every layer's residual through the LM head inside this stage.
+        let head = match r.info.logit_lens.is_empty() {
+            true => "LM head",
+            false => "LM head + lens",
+        };
+        stages.push(stage(head.into(), t.lm_head_ms, false));
         stages.push(stage("sample".into(), r.info.sample_ms, false));
         Self {
             what: if r.info.step == 0 {
@@ -71,23 +76,21 @@ impl ForwardView {
             .collect()
     }
 
-    /// The pass in one line: tokens, then the time of each kind of stage.
+    /// The pass in one line: tokens and the whole time, then each kind of stage's.
     pub fn summary(&self) -> String {
-        let of = |name: &str| {
-            self.stages
-                .iter()
-                .find(|s| s.name == name)
-                .map_or(0.0, |s| s.ms)
-        };
+        let find = |name: &str| self.stages.iter().find(|s| s.name.starts_with(name));
+        let of = |name: &str| find(name).map_or(0.0, |s| s.ms);
+        let head = find("LM head").map_or("LM head", |s| s.name.as_str());
         let layers: f64 = self.layers_ms().iter().sum();
+        // The total first: a narrow pane cuts the line's end.
         format!(
-            "{} tok: embed {:.2} · layers {:.1} · LM head {:.1} · sample {:.2} = {:.1} ms",
+            "{} tok in {:.1} ms: embed {:.2} · layers {:.1} · {head} {:.1} · sample {:.2}",
             self.input_len,
+            self.total_ms(),
             of("embed"),
             layers,
             of("LM head"),
             of("sample"),
-            self.total_ms()
         )
     }
 }
