@@ -6,8 +6,25 @@
 
 use crate::kv::window::Windowed;
 use crate::kv::BatchKv;
-use crate::model::{Logits, Model};
+use crate::model::{Logits, Model, ModelError};
 use serde::{Deserialize, Serialize};
+
+/// Why the experiment cannot start or go on.
+#[derive(Debug, thiserror::Error)]
+pub enum SinkError {
+    /// The text gives the window nothing to evict.
+    #[error("the text ({tokens} tokens) must be longer than the window ({window}) plus a page")]
+    TextTooShort { tokens: usize, window: usize },
+    /// Every prediction the text holds has been scored.
+    #[error("the sink experiment has read the whole text")]
+    Finished,
+    /// The window's settings were refused.
+    #[error(transparent)]
+    Window(#[from] crate::kv::pool::KvError),
+    /// The model failed on a token.
+    #[error(transparent)]
+    Model(#[from] ModelError),
+}
 
 /// One cache's state after a token.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -101,12 +118,12 @@ impl SinkRun {
         tokens: Vec<u32>,
         window: usize,
         page_size: usize,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, SinkError> {
         if tokens.len() <= window + page_size {
-            return Err(format!(
-                "the text ({} tokens) must be longer than the window ({window}) plus a page",
-                tokens.len()
-            ));
+            return Err(SinkError::TextTooShort {
+                tokens: tokens.len(),
+                window,
+            });
         }
         let cfg = &model.cfg;
         let w = |sink| {
@@ -131,10 +148,7 @@ impl SinkRun {
                 crate::kv::KvElem::F32,
                 &model.device,
             ),
-            windows: [
-                w(false).map_err(|e| e.to_string())?,
-                w(true).map_err(|e| e.to_string())?,
-            ],
+            windows: [w(false)?, w(true)?],
             tokens,
             pos: 0,
             window,
@@ -161,9 +175,9 @@ impl SinkRun {
     }
 
     /// Reads one token through all three caches and scores their prediction of the next.
-    pub fn step(&mut self, model: &Model) -> Result<SinkView, String> {
+    pub fn step(&mut self, model: &Model) -> Result<SinkView, SinkError> {
         if self.done() {
-            return Err("the sink experiment has read the whole text".into());
+            return Err(SinkError::Finished);
         }
         let i = self.pos;
         let (tok, next) = (self.tokens[i], self.tokens[i + 1] as usize);
@@ -175,10 +189,8 @@ impl SinkRun {
                 1 => &mut self.windows[0],
                 _ => &mut self.windows[1],
             };
-            let logits = model
-                .forward(&[tok], kv, Logits::Last)
-                .map_err(|e| e.to_string())?;
-            let row = Model::last_logits(&logits).map_err(|e| e.to_string())?;
+            let logits = model.forward(&[tok], kv, Logits::Last)?;
+            let row = Model::last_logits(&logits)?;
             let lp = log_prob(&row, next);
             let probs = crate::model::sampler::softmax(&row, 1.0);
             self.nll[k].add(lp, after);

@@ -108,7 +108,20 @@ fn the_sink_experiment_refuses_a_text_shorter_than_the_window() {
     let e = inferlab::sink::SinkRun::new(&m, (1..10).collect(), 12, 4)
         .err()
         .unwrap();
-    assert!(e.contains("must be longer than the window"), "{e}");
+    assert!(
+        matches!(
+            e,
+            inferlab::sink::SinkError::TextTooShort {
+                tokens: 9,
+                window: 12
+            }
+        ),
+        "{e}"
+    );
+    assert!(
+        e.to_string().contains("must be longer than the window"),
+        "{e}"
+    );
 }
 
 #[test]

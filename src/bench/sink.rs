@@ -58,11 +58,10 @@ impl SinkReport {
 
 /// Runs the three configurations on `tokens`: the app's live experiment read to the end.
 pub fn run(model: &Model, tokens: &[u32], window: usize, page_size: usize) -> Result<SinkReport> {
-    let mut r =
-        SinkRun::new(model, tokens.to_vec(), window, page_size).map_err(anyhow::Error::msg)?;
+    let mut r = SinkRun::new(model, tokens.to_vec(), window, page_size)?;
     let mut last = None;
     while !r.done() {
-        last = Some(r.step(model).map_err(anyhow::Error::msg)?);
+        last = Some(r.step(model)?);
     }
     let lanes = last.map(|v| v.lanes).unwrap_or_default();
     let fig = |i: usize| {

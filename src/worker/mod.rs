@@ -97,7 +97,7 @@ pub enum WorkerError {
     #[error(transparent)]
     Serve(#[from] crate::serve::ServeError),
     #[error("the sink experiment: {0}")]
-    Sink(String),
+    Sink(#[from] crate::sink::SinkError),
 }
 
 /// Starts the worker thread.
