@@ -645,7 +645,6 @@ pub fn decode_in_place(
         n_head,
         n_kv,
         kv_heads,
-        kv_len: r.layout.len(),
         k: r.k,
         v: r.v,
         layout: r.layout,
@@ -654,25 +653,16 @@ pub fn decode_in_place(
 
 /// What one decode row's attention reads: its query (`n_head × d`, rotated) and the
 /// cached keys and values, of which the KV heads `kv_heads` are wanted. `layout` says
-/// where KV head `g`'s row for position `j` starts in `k` and `v`, which is all that
-/// differs between the contiguous and the paged cache.
+/// how many positions are cached and where KV head `g`'s row for position `j` starts in
+/// `k` and `v`, which is all that differs between the contiguous and the paged cache.
 struct DecodeRow<'a> {
     q: &'a [f32],
     n_head: usize,
     n_kv: usize,
     kv_heads: Range<usize>,
-    kv_len: usize,
     k: RowData<'a>,
     v: RowData<'a>,
     layout: RowLayout<'a>,
-}
-
-impl DecodeRow<'_> {
-    /// Where KV head `g`'s row for position `j` starts.
-    fn at(&self, g: usize, j: usize) -> usize {
-        let d = self.q.len() / self.n_head;
-        self.layout.at(self.n_kv, d, g, j)
-    }
 }
 
 /// [`decode_loops`] on the fastest route this CPU has. Heads 64 wide on AVX-512 run the
@@ -717,11 +707,10 @@ fn decode_by_groups(
     k: crate::kernels::decode::Rows,
     v: crate::kernels::decode::Rows,
 ) -> Vec<f32> {
-    let width = r.q.len() / r.n_kv;
+    let (width, d) = (r.q.len() / r.n_kv, r.q.len() / r.n_head);
     let mut out = Vec::with_capacity(r.kv_heads.len() * width);
     for g in r.kv_heads.clone() {
-        let d = r.q.len() / r.n_head;
-        let rows = r.layout.prefix(r.kv_len).rows(r.n_kv, d, g);
+        let rows = r.layout.rows(r.n_kv, d, g);
         let q = &r.q[g * width..][..width];
         out.extend(crate::kernels::decode::group_attention(
             q,
@@ -744,9 +733,9 @@ unsafe fn decode_avx2(r: DecodeRow) -> Vec<f32> {
 /// once for all the query heads that share it (GQA's saving, in the loop structure).
 #[inline(always)]
 fn decode_loops(r: DecodeRow) -> Vec<f32> {
-    let (n_head, kv_len) = (r.n_head, r.kv_len);
-    let at = |g, j| r.at(g, j);
+    let (n_head, kv_len) = (r.n_head, r.layout.len());
     let d = r.q.len() / n_head;
+    let at = |g, j| r.layout.at(r.n_kv, d, g, j);
     let group = n_head / r.n_kv;
     let scale = 1.0 / (d as f32).sqrt();
     let mut out = vec![0.0f32; r.kv_heads.len() * group * d];
@@ -877,7 +866,6 @@ mod tests {
                             n_head,
                             n_kv,
                             kv_heads: heads.clone(),
-                            kv_len,
                             k: k.view(),
                             v: v.view(),
                             layout,
