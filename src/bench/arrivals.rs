@@ -8,13 +8,12 @@
 
 use crate::model::Model;
 use crate::serve::latency::Latency;
-use crate::serve::rate::default_rate;
+use crate::serve::rate::{default_rate, prefill_ms_per_token};
 use crate::serve::workload::{LengthDist, Workload};
 use crate::serve::{CacheKind, Policy, Request, ServeConfig, ServeEngine};
 use anyhow::Result;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::time::Instant;
 
 /// Requests in the arrivals workload, and every how many one has a long prompt.
 const REQUESTS: usize = 24;
@@ -104,19 +103,6 @@ fn requests(w: &Workload, source: &[u32], long: &[u32]) -> Vec<Request> {
         r.prompt = long[start..].iter().take(LONG_PROMPT).copied().collect();
     }
     reqs
-}
-
-/// Milliseconds per token of a prefill: the median of three 256-token prompts.
-fn prefill_ms_per_token(model: &Model, tokens: &[u32]) -> Result<f64> {
-    let n = tokens.len().min(256);
-    let mut ms = Vec::new();
-    for _ in 0..3 {
-        let mut c = model.new_cache(n);
-        let t = Instant::now();
-        model.forward(&tokens[..n], &mut c, crate::model::Logits::Last)?;
-        ms.push(t.elapsed().as_secs_f64() * 1e3 / n as f64);
-    }
-    Ok(super::median(ms))
 }
 
 /// The arrivals workload's lengths (its rate is set once chosen).

@@ -43,10 +43,25 @@ pub fn default_rate(
     (rate, why)
 }
 
+/// Milliseconds per token of a prefill of `tokens` (at most 256 of them) on `model`: the
+/// median of three.
+pub fn prefill_ms_per_token(model: &Model, tokens: &[u32]) -> Result<f64, ModelError> {
+    let n = tokens.len().min(256);
+    let mut ms = Vec::new();
+    for _ in 0..3 {
+        let mut c = model.new_cache(n);
+        let t = Instant::now();
+        model.forward(&tokens[..n], &mut c, Logits::Last)?;
+        ms.push(t.elapsed().as_secs_f64() * 1e3 / n.max(1) as f64);
+    }
+    Ok(super::latency::percentile(&ms, 50.0))
+}
+
 /// [`default_rate`] for `reqs` (their mean prompt and answer lengths) served `max_batch`
-/// at a time, with both costs measured here and now on `model`: a prefill of the first
-/// prompt, and a decode step of `max_batch` one-token requests. Each is the fastest of a
-/// few tries (the first pays for cold caches). Takes a few hundred milliseconds.
+/// at a time, with both costs measured here and now on `model`: prefills of the first
+/// prompt ([`prefill_ms_per_token`]), and the fastest of three decode steps of
+/// `max_batch` one-token requests (the first pays for cold caches). Takes a few hundred
+/// milliseconds.
 pub fn measured_rate(
     model: &Model,
     reqs: &[Request],
@@ -57,10 +72,7 @@ pub fn measured_rate(
         .map(|r| r.prompt.as_slice())
         .find(|p| !p.is_empty())
         .ok_or_else(|| ServeError::Config("no request with a prompt to time".into()))?;
-    let prefill_ms = fastest(2, || {
-        let mut c = model.new_cache(prompt.len());
-        model.forward(prompt, &mut c, Logits::Last).map(drop)
-    })?;
+    let per_token = prefill_ms_per_token(model, prompt)?;
     let b = max_batch.max(1);
     let mut caches: Vec<_> = (0..b).map(|_| model.new_cache(4)).collect();
     let token = [prompt[0]];
@@ -75,7 +87,6 @@ pub fn measured_rate(
     let mean_prompt = reqs.iter().map(|r| r.prompt.len()).sum::<usize>() as f64 / n;
     let mean_output = reqs.iter().map(|r| r.max_new).sum::<usize>() as f64 / n;
     let costs = BTreeMap::from([(b, step_ms)]);
-    let per_token = prefill_ms / prompt.len() as f64;
     Ok(default_rate(
         &costs,
         b,
