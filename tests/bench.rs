@@ -223,6 +223,8 @@ fn bench_serve_json_has_the_keys_and_the_paged_pool_holds_more() {
         "3",
         "--arrival-seeds",
         "2",
+        "--chunk-tokens",
+        "16",
     ]);
     // The baseline runs one request at a time, and continuous batching beats it.
     assert_eq!(
@@ -294,6 +296,23 @@ fn bench_serve_json_has_the_keys_and_the_paged_pool_holds_more() {
     // one rate derived from this machine's costs.
     let a = &v["arrivals"];
     assert!(a["rate_per_s"].as_f64().unwrap() > 0.0, "{a}");
+    // The default rate is a first estimate scaled by how busy continuous batching really
+    // was at it, toward 70%.
+    let first = &a["first_estimate"];
+    let (r0, busy0) = (
+        first["rate_per_s"].as_f64().unwrap(),
+        first["busy_pct"].as_f64().unwrap(),
+    );
+    assert!(busy0 > 0.0 && busy0 <= 100.0, "{first}");
+    let want = r0 * 70.0 / busy0;
+    let rate = a["rate_per_s"].as_f64().unwrap();
+    assert!((rate - want).abs() < 1e-9 * want, "{rate} vs {want}");
+    assert!(first["batch"].as_f64().unwrap() >= 1.0, "{first}");
+    assert!(
+        first["work_ms_per_request"].as_f64().unwrap() > 0.0,
+        "{first}"
+    );
+    assert_eq!(a["chunk_tokens"], 16);
     // Two seeded sequences of two dozen requests, pooled: a quarter of them long.
     assert_eq!(a["seeds"], 2);
     assert_eq!(a["requests"], 48);
@@ -306,6 +325,7 @@ fn bench_serve_json_has_the_keys_and_the_paged_pool_holds_more() {
     ] {
         let f = |key: &str| a[k][key].as_f64().unwrap();
         assert!(f("tok_per_s") > 0.0, "{k}");
+        assert!(f("work_ms_per_request") > 0.0, "{k}");
         // The engine waits between arrivals, so it is busy only part of its clock.
         assert!(f("busy_pct") > 0.0 && f("busy_pct") <= 100.0, "{k}");
         assert!(

@@ -8,7 +8,9 @@
 
 use crate::model::Model;
 use crate::serve::latency::Latency;
-use crate::serve::rate::{default_rate, prefill_ms_per_token};
+use crate::serve::rate::{
+    corrected_rate, estimated_rate, prefill_ms_per_token, Costs, Load, BUSY_SHARE,
+};
 use crate::serve::workload::{LengthDist, Workload};
 use crate::serve::{CacheKind, Policy, Request, ServeConfig, ServeEngine};
 use anyhow::Result;
@@ -20,8 +22,13 @@ const REQUESTS: usize = 24;
 const LONG_EVERY: usize = 4;
 /// Tokens of a long prompt.
 const LONG_PROMPT: usize = 512;
-/// The token budget per iteration of the chunked run; the others take a prompt whole.
-pub const CHUNK_TOKENS: usize = 64;
+/// The default token budget per iteration of the chunked run (the others take a prompt
+/// whole). A chunk should cost an iteration only a few decode steps: at about 1 ms per
+/// prompt token against 10 ms per step on the CPU, 32 tokens add about three. The app's
+/// 64 ([`crate::serve::workload::APP_CHUNK_TOKENS`]) shows the long workload's stalls
+/// clearly, but here, at 70% busy, whole short prompts (up to 96 tokens) already set the
+/// p99 inter-token latency, and chunks of 64 come close to them.
+pub const CHUNK_TOKENS: usize = 32;
 const WHOLE_PROMPT: usize = 4096;
 /// Least KV memory of the arrivals runs, tokens: room for several long prompts at once,
 /// whatever budget the rest of `bench serve` was given.
@@ -35,6 +42,8 @@ pub struct ArrivalsArgs {
     /// Seeded arrival sequences run one after another and pooled: a p99 over one run's
     /// two dozen requests is its one or two slowest, which a single unlucky arrival sets.
     pub seeds: usize,
+    /// Prompt tokens per iteration of the chunked run.
+    pub chunk_tokens: usize,
 }
 
 /// One policy under the arrivals.
@@ -50,6 +59,21 @@ pub struct ArrivalRun {
     /// Share of `wall_s` the engine was running iterations, percent (the rest it waited
     /// with nothing to do): the utilization the arrival rate was chosen to give.
     pub busy_pct: f64,
+    /// Milliseconds of iterations per request: what the engine spent on each, on average.
+    pub work_ms_per_request: f64,
+}
+
+/// The default rate's first estimate ([`estimated_rate`]), and how busy continuous batching
+/// really was at it: the rate used is the estimate scaled by [`BUSY_SHARE`] ÷ that share.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct FirstEstimate {
+    pub rate_per_s: f64,
+    /// Requests the estimate expected in a decode step, on average.
+    pub batch: f64,
+    /// Milliseconds of iterations the estimate expected a request to cost.
+    pub work_ms_per_request: f64,
+    /// Share of its time continuous batching was busy at this rate, percent.
+    pub busy_pct: f64,
 }
 
 /// Every policy under the same arrivals.
@@ -58,6 +82,9 @@ pub struct ArrivalsReport {
     pub rate_per_s: f64,
     /// How the rate was chosen, in words.
     pub rate_basis: String,
+    /// The default rate's first estimate and the run that corrected it (null when
+    /// `--rate` gave the rate).
+    pub first_estimate: Option<FirstEstimate>,
     /// Requests over all the pooled sequences, and how many sequences (seeds) they are.
     pub requests: usize,
     pub seeds: usize,
@@ -120,31 +147,60 @@ fn workload(seed: u64) -> Workload {
     }
 }
 
-/// The rate asked for, or the default from this machine's measured costs; with its basis.
-/// `long_share` of the prompts are [`LONG_PROMPT`] tokens long.
-fn choose_rate(
+/// The first estimate of the default rate for `w`'s lengths, `long_share` of its prompts
+/// [`LONG_PROMPT`] tokens long, from the decode steps measured by batch size and a prefill
+/// of the long prompt timed now.
+fn estimate(
     model: &Model,
     (w, long_share): (&Workload, f64),
     long: &[u32],
     (step_ms_by_batch, max_batch): (&BTreeMap<usize, f64>, usize),
-    rate: Option<f64>,
-) -> Result<(f64, String)> {
-    let (rate, why) = match rate {
-        Some(r) => (r, "given by --rate".to_string()),
+) -> Result<(Load, String)> {
+    let short = (w.prompt_min + w.prompt_max) as f64 / 2.0;
+    let prompt = (1.0 - long_share) * short + long_share * LONG_PROMPT as f64;
+    let output = (w.output_min + w.output_max) as f64 / 2.0;
+    let costs = Costs {
+        step_ms_by_batch: step_ms_by_batch.clone(),
+        prefill_ms_per_token: prefill_ms_per_token(model, long)?,
+        max_batch,
+    };
+    Ok(estimated_rate(&costs, (prompt, output)))
+}
+
+/// The rate given by `--rate`, or the default: the `estimate`, corrected by how busy a real
+/// run of continuous batching at the estimate (`run_at`) was. The estimate's model of how
+/// requests share decode steps is rough, and a few dozen seeded arrivals come a little
+/// faster or slower than their rate; the run on those same arrivals measures both.
+fn choose_rate(
+    given: Option<f64>,
+    estimate: impl FnOnce() -> Result<(Load, String)>,
+    run_at: impl FnOnce(f64) -> Result<ArrivalRun>,
+) -> Result<(f64, String, Option<FirstEstimate>)> {
+    let (rate, why, first) = match given {
+        Some(r) => (r, "given by --rate".to_string(), None),
         None => {
-            let short = (w.prompt_min + w.prompt_max) as f64 / 2.0;
-            let share = long_share;
-            let prompt = (1.0 - share) * short + share * LONG_PROMPT as f64;
-            let output = (w.output_min + w.output_max) as f64 / 2.0;
-            let prefill = prefill_ms_per_token(model, long)?;
-            default_rate(step_ms_by_batch, max_batch, prefill, (prompt, output))
+            let (load, why) = estimate()?;
+            let first = FirstEstimate {
+                rate_per_s: load.rate_per_s,
+                batch: load.batch,
+                work_ms_per_request: load.work_ms,
+                busy_pct: run_at(load.rate_per_s)?.busy_pct,
+            };
+            let why = format!(
+                "{:.0}% busy: continuous batching was {:.0}% busy at a first estimate of {:.2} req/s ({why})",
+                100.0 * BUSY_SHARE,
+                first.busy_pct,
+                first.rate_per_s,
+            );
+            let rate = corrected_rate(first.rate_per_s, first.busy_pct / 100.0);
+            (rate, why, Some(first))
         }
     };
     anyhow::ensure!(
         rate > 0.0 && rate.is_finite(),
         "the arrival rate must be above 0"
     );
-    Ok((rate, why))
+    Ok((rate, why, first))
 }
 
 /// Runs every policy on the same timed arrivals (`args.seeds` sequences of them, pooled).
@@ -162,23 +218,7 @@ pub fn run(
         "the shipped long story is too short"
     );
     anyhow::ensure!(args.seeds >= 1, "--arrival-seeds must be at least 1");
-    let mut w = workload(seed);
-    let costs = (step_ms_by_batch, max_batch);
-    let long_share = 1.0 / LONG_EVERY as f64;
-    let (rate_per_s, rate_basis) = choose_rate(model, (&w, long_share), &long, costs, args.rate)?;
-    w.rate_per_s = rate_per_s;
-    let seeds = |w: &Workload| -> Vec<Workload> {
-        (0..args.seeds as u64)
-            .map(|k| Workload {
-                seed: w.seed + k,
-                ..w.clone()
-            })
-            .collect()
-    };
-    let sequences: Vec<Vec<Request>> = seeds(&w)
-        .iter()
-        .map(|w| requests(w, source, &long))
-        .collect();
+    anyhow::ensure!(args.chunk_tokens >= 1, "--chunk-tokens must be at least 1");
     let kv_budget_tokens = kv_budget_tokens.max(MIN_KV_TOKENS);
     let cfg = |policy, max_batch, token_budget| ServeConfig {
         policy,
@@ -190,32 +230,55 @@ pub fn run(
         prefix_sharing: true,
         reserve: Default::default(),
     };
-    let one = |c: ServeConfig| timed(model, c, &sequences);
+    let base = workload(seed);
+    // The seeded sequences arriving at `rate`: the mix (every LONG_EVERYth prompt long),
+    // or the short prompts alone.
+    let sequences = |rate_per_s: f64, mix: bool| -> Vec<Vec<Request>> {
+        (0..args.seeds as u64)
+            .map(|k| Workload {
+                seed: seed + k,
+                rate_per_s,
+                ..base.clone()
+            })
+            .map(|w| match mix {
+                true => requests(&w, source, &long),
+                false => w.generate(source),
+            })
+            .collect()
+    };
+    let costs = (step_ms_by_batch, max_batch);
+    let continuous = cfg(Policy::Continuous, max_batch, WHOLE_PROMPT);
+    let rate_of = |long_share: f64| {
+        choose_rate(
+            args.rate,
+            || estimate(model, (&base, long_share), &long, costs),
+            |r| timed(model, continuous.clone(), &sequences(r, long_share > 0.0)),
+        )
+    };
+    let (rate_per_s, rate_basis, first_estimate) = rate_of(1.0 / LONG_EVERY as f64)?;
+    let mix = sequences(rate_per_s, true);
+    let one = |c: ServeConfig| timed(model, c, &mix);
     let runs = [
         one(cfg(Policy::Static, max_batch, WHOLE_PROMPT))?,
-        one(cfg(Policy::Continuous, max_batch, WHOLE_PROMPT))?,
-        one(cfg(Policy::Continuous, max_batch, CHUNK_TOKENS))?,
+        one(continuous.clone())?,
+        one(cfg(Policy::Continuous, max_batch, args.chunk_tokens))?,
         one(cfg(Policy::Static, 1, WHOLE_PROMPT))?,
     ];
-    let long_prompts = sequences
+    let long_prompts = mix
         .iter()
         .flatten()
         .filter(|r| r.prompt.len() == LONG_PROMPT)
         .count();
     // The short prompts alone: at the rate that keeps continuous batching as busy as the
     // mix does (the same rate when --rate gives one).
-    let (chat_rate, _) = choose_rate(model, (&w, 0.0), &long, costs, args.rate)?;
-    let chat = Workload {
-        rate_per_s: chat_rate,
-        ..w
-    };
-    let chat: Vec<Vec<Request>> = seeds(&chat).iter().map(|w| w.generate(source)).collect();
+    let (chat_rate, _, _) = rate_of(0.0)?;
+    let chat = sequences(chat_rate, false);
     let static_cfg = cfg(Policy::Static, max_batch, WHOLE_PROMPT);
     let chat_mix = ChatMix::run(model, (chat_rate, &chat), static_cfg)?;
     Ok(ArrivalsReport::of(
-        (rate_per_s, rate_basis),
+        (rate_per_s, rate_basis, first_estimate),
         (long_prompts, max_batch, kv_budget_tokens),
-        (args.seeds, runs),
+        (args, runs),
         chat_mix,
     ))
 }
@@ -247,9 +310,9 @@ impl ChatMix {
 impl ArrivalsReport {
     /// The report of the four runs: static, continuous, continuous chunked, one at a time.
     fn of(
-        (rate_per_s, rate_basis): (f64, String),
+        (rate_per_s, rate_basis, first_estimate): (f64, String, Option<FirstEstimate>),
         (long_prompts, max_batch, kv_budget_tokens): (usize, usize, usize),
-        (seeds, runs): (usize, [ArrivalRun; 4]),
+        (args, runs): (ArrivalsArgs, [ArrivalRun; 4]),
         chat_mix: ChatMix,
     ) -> Self {
         let [static_, continuous, continuous_chunked, request_at_a_time] = runs;
@@ -257,11 +320,12 @@ impl ArrivalsReport {
         Self {
             rate_per_s,
             rate_basis,
-            requests: REQUESTS * seeds,
-            seeds,
+            first_estimate,
+            requests: REQUESTS * args.seeds,
+            seeds: args.seeds,
             long_prompts,
             long_prompt_tokens: LONG_PROMPT,
-            chunk_tokens: CHUNK_TOKENS,
+            chunk_tokens: args.chunk_tokens,
             max_batch,
             kv_budget_tokens,
             static_over_continuous_ttft_p99: ratio(
@@ -303,6 +367,7 @@ fn timed(model: &Model, cfg: ServeConfig, sequences: &[Vec<Request>]) -> Result<
         iterations,
         wall_s,
         busy_pct: 100.0 * (1.0 - idle_s / wall_s.max(1e-9)),
+        work_ms_per_request: 1e3 * (wall_s - idle_s) / served.len().max(1) as f64,
     })
 }
 

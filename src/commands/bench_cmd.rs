@@ -169,10 +169,14 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 7)]
     seed: u64,
     /// Requests per second of the arrivals part (a Poisson process). Default: the rate at
-    /// which continuous batching keeps about 70% of its batch busy, from this machine's
-    /// measured decode step cost (printed with the result).
+    /// which continuous batching is busy about 70% of the time, estimated from this
+    /// machine's measured prefill and decode step costs, then corrected by a run of
+    /// continuous batching at the estimate (printed with the result).
     #[arg(long)]
     rate: Option<f64>,
+    /// Prompt tokens per iteration of the arrivals part's chunked-prefill run.
+    #[arg(long, default_value_t = inferlab::bench::arrivals::CHUNK_TOKENS)]
+    chunk_tokens: usize,
     /// Seeded arrival sequences (from --seed on) the arrivals part runs under every policy
     /// and pools, so its p99s are not one run's slowest request or two.
     #[arg(long, default_value_t = 3)]
@@ -327,6 +331,7 @@ fn serve_cmd(a: &ServeArgs) -> Result<()> {
         inferlab::bench::arrivals::ArrivalsArgs {
             rate: a.rate,
             seeds: a.arrival_seeds,
+            chunk_tokens: a.chunk_tokens,
         },
     )?;
     emit(a.json, &r, r.table())
