@@ -169,7 +169,8 @@ pub fn run(base: &Model, exact: &Model, b: &KvBench) -> Result<KvReport> {
 
 /// Per element type: paged and contiguous serving tok/s and paged ÷ contiguous, each the
 /// median over rounds. Every round runs every configuration once, so a burst of noise
-/// from the machine hits them alike; the ratio is taken within a round.
+/// from the machine hits them alike; the ratio is taken within a round, and paged and
+/// contiguous take turns at going first.
 fn serving_speeds(models: &[(KvElem, Model)], b: &KvBench) -> Result<Vec<(f64, f64, f64)>> {
     let source = source_tokens(&models[0].1.tokenizer);
     let cfg = |cache| ServeConfig {
@@ -183,10 +184,21 @@ fn serving_speeds(models: &[(KvElem, Model)], b: &KvBench) -> Result<Vec<(f64, f
         reserve: Reserve::PromptPlusMaxNew,
     };
     let mut runs = vec![(Vec::new(), Vec::new(), Vec::new()); models.len()];
-    for _ in 0..b.rounds.max(1) {
+    for round in 0..b.rounds.max(1) {
         for ((_, m), (p, c, r)) in models.iter().zip(runs.iter_mut()) {
-            let contiguous = run_one(m, cfg(CacheKind::Contiguous), &b.workload, &source)?;
-            let paged = run_one(m, cfg(CacheKind::Paged), &b.workload, &source)?;
+            // Each goes first every other round: the first of a pair may meet caches (or
+            // a clock speed) the second does not.
+            let speed = |cache| run_one(m, cfg(cache), &b.workload, &source);
+            let (paged, contiguous) = match round % 2 {
+                0 => {
+                    let c = speed(CacheKind::Contiguous)?;
+                    (speed(CacheKind::Paged)?, c)
+                }
+                _ => {
+                    let p = speed(CacheKind::Paged)?;
+                    (p, speed(CacheKind::Contiguous)?)
+                }
+            };
             p.push(paged.tok_per_s);
             c.push(contiguous.tok_per_s);
             r.push(paged.tok_per_s / contiguous.tok_per_s.max(f64::MIN_POSITIVE));
