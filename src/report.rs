@@ -306,17 +306,18 @@ pub struct ServeView {
 }
 
 impl ServeView {
-    /// "TTFT p50 120 · p99 410 ms · ITL p50 9 · p99 15 ms" (ITL: inter-token latency), once
-    /// a token came, then the arrival rate where requests arrive by the clock.
+    /// "TTFT p50 120 p99 410 ms · ITL p50 9 p99 15 ms" (ITL: inter-token latency), once a
+    /// token came, then the arrival rate where requests arrive by the clock. Short enough
+    /// for a serving pane beside the lesson at 200 columns.
     pub fn describe_latency(&self) -> Option<String> {
         let l = &self.latency;
         let rate = match self.rate_per_s {
-            r if r > 0.0 => format!(" · arriving {r:.1}/s"),
+            r if r > 0.0 => format!(" · {r:.1} arrivals/s"),
             _ => String::new(),
         };
         (l.ttft_ms_p99 > 0.0).then(|| {
             format!(
-                "TTFT p50 {:.0} · p99 {:.0} ms · ITL p50 {:.0} · p99 {:.0} ms{rate}",
+                "TTFT p50 {:.0} p99 {:.0} ms · ITL p50 {:.0} p99 {:.0} ms{rate}",
                 l.ttft_ms_p50, l.ttft_ms_p99, l.itl_ms_p50, l.itl_ms_p99
             )
         })

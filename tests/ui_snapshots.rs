@@ -1571,7 +1571,7 @@ fn the_serving_pane_says_what_its_users_felt_and_side_by_side_compares_it() {
     };
     let main = draw(panes::serving::render);
     assert!(
-        main.contains("TTFT p50 250 · p99 500 ms · ITL p50 9 · p99 15 ms"),
+        main.contains("TTFT p50 250 p99 500 ms · ITL p50 9 p99 15 ms"),
         "{main}"
     );
     let side = draw(panes::serving::render_compare);
