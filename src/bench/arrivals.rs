@@ -46,6 +46,21 @@ pub struct ArrivalsArgs {
     pub chunk_tokens: usize,
 }
 
+impl ArrivalsArgs {
+    /// Refuses what the arrivals part cannot run, before any of `bench serve` runs.
+    pub fn check(&self) -> Result<()> {
+        if let Some(r) = self.rate {
+            anyhow::ensure!(
+                r > 0.0 && r.is_finite(),
+                "--rate must be a number of requests per second above 0 (got {r})"
+            );
+        }
+        anyhow::ensure!(self.seeds >= 1, "--arrival-seeds must be at least 1");
+        anyhow::ensure!(self.chunk_tokens >= 1, "--chunk-tokens must be at least 1");
+        Ok(())
+    }
+}
+
 /// One policy under the arrivals.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct ArrivalRun {
@@ -217,8 +232,7 @@ pub fn run(
         long.len() > LONG_PROMPT,
         "the shipped long story is too short"
     );
-    anyhow::ensure!(args.seeds >= 1, "--arrival-seeds must be at least 1");
-    anyhow::ensure!(args.chunk_tokens >= 1, "--chunk-tokens must be at least 1");
+    args.check()?;
     let kv_budget_tokens = kv_budget_tokens.max(MIN_KV_TOKENS);
     let cfg = |policy, max_batch, token_budget| ServeConfig {
         policy,

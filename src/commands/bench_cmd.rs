@@ -313,6 +313,12 @@ fn attention_cmd(cmd: &Cmd) -> Result<()> {
 
 /// `bench serve`: the seeded workload under every policy and cache.
 fn serve_cmd(a: &ServeArgs) -> Result<()> {
+    let arrivals = inferlab::bench::arrivals::ArrivalsArgs {
+        rate: a.rate,
+        seeds: a.arrival_seeds,
+        chunk_tokens: a.chunk_tokens,
+    };
+    arrivals.check()?;
     let w = workload(
         a.requests,
         (a.prompt_min, a.prompt_max),
@@ -328,11 +334,7 @@ fn serve_cmd(a: &ServeArgs) -> Result<()> {
         a.page_size,
         a.reserve,
         a.max_batch,
-        inferlab::bench::arrivals::ArrivalsArgs {
-            rate: a.rate,
-            seeds: a.arrival_seeds,
-            chunk_tokens: a.chunk_tokens,
-        },
+        arrivals,
     )?;
     emit(a.json, &r, r.table())
 }
