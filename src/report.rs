@@ -306,9 +306,9 @@ pub struct ServeView {
 }
 
 impl ServeView {
-    /// "TTFT p50 120 p99 410 ms · ITL p50 9 p99 15 ms" (ITL: inter-token latency), once a
-    /// token came, then the arrival rate where requests arrive by the clock. Short enough
-    /// for a serving pane beside the lesson at 200 columns.
+    /// "p50/p99 TTFT 120/410 · ITL 9/15 ms" (ITL: inter-token latency), once a token came,
+    /// then the arrival rate where requests arrive by the clock. Short enough, with
+    /// four-digit times, for a serving pane beside the lesson at 200 columns.
     pub fn describe_latency(&self) -> Option<String> {
         let l = &self.latency;
         let rate = match self.rate_per_s {
@@ -317,7 +317,7 @@ impl ServeView {
         };
         (l.ttft_ms_p99 > 0.0).then(|| {
             format!(
-                "TTFT p50 {:.0} p99 {:.0} ms · ITL p50 {:.0} p99 {:.0} ms{rate}",
+                "p50/p99 TTFT {:.0}/{:.0} · ITL {:.0}/{:.0} ms{rate}",
                 l.ttft_ms_p50, l.ttft_ms_p99, l.itl_ms_p50, l.itl_ms_p99
             )
         })

@@ -1571,7 +1571,7 @@ fn the_serving_pane_says_what_its_users_felt_and_side_by_side_compares_it() {
     };
     let main = draw(panes::serving::render);
     assert!(
-        main.contains("TTFT p50 250 p99 500 ms · ITL p50 9 p99 15 ms"),
+        main.contains("p50/p99 TTFT 250/500 · ITL 9/15 ms"),
         "{main}"
     );
     let side = draw(panes::serving::render_compare);
@@ -1579,6 +1579,44 @@ fn the_serving_pane_says_what_its_users_felt_and_side_by_side_compares_it() {
         side.contains("left ÷ this: ") && side.contains("2.50× p99 ttft"),
         "{side}"
     );
+}
+
+#[test]
+fn beside_the_lesson_at_200_columns_the_latency_line_keeps_its_arrival_rate() {
+    use inferlab::serve::latency::Latency;
+    use inferlab::serve::CacheKind;
+    use inferlab::settings::Compare;
+    let (lessons, _) = inferlab::lesson::load(&inferlab::lesson::LessonSource::Dir(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/lessons").into(),
+    ))
+    .unwrap();
+    let l = lessons
+        .iter()
+        .position(|l| l.id() == "continuous-batching")
+        .unwrap();
+    let mut progress = inferlab::lesson::progress::Progress::default();
+    // The TTFT step: static beside continuous, the lesson in the third column.
+    progress.of("continuous-batching").step = 4;
+    let mut a = app();
+    a.open_lesson(inferlab::ui::tutor::Tutor::new(lessons, l, progress, false));
+    assert_eq!(a.settings.serving.compare, Compare::Policy);
+    // Four-digit times, the widest this line gets in lesson 9's runs.
+    let felt = Latency {
+        ttft_ms_p50: 1250.0,
+        ttft_ms_p99: 2500.0,
+        itl_ms_p50: 12.0,
+        itl_ms_p99: 150.0,
+    };
+    for mut r in common::fixture::serving_reports(CacheKind::Paged, 12) {
+        r.settings = a.settings;
+        let s = r.serve.as_mut().unwrap();
+        (s.latency, s.rate_per_s) = (felt, 2.6);
+        r.serve_compare = r.serve.clone();
+        a.on_event(Event::Report(Box::new(r)));
+    }
+    let screen = format!("{}", render_app(&a, 200, 60));
+    let line = "p50/p99 TTFT 1250/2500 · ITL 12/150 ms · 2.6 arrivals/s";
+    assert_eq!(screen.matches(line).count(), 2, "{screen}");
 }
 
 #[test]
