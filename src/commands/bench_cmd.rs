@@ -124,7 +124,8 @@ pub struct KvArgs {
     #[arg(long, default_value_t = 2560)]
     kv_tokens: usize,
     /// Rounds; each configuration runs once per round, interleaved, and the median counts.
-    #[arg(long, default_value_t = 3)]
+    /// Paged and contiguous take turns at going first, so an even count favours neither.
+    #[arg(long, default_value_t = 4)]
     rounds: usize,
     /// Print one JSON object (snake_case keys) instead of the table.
     #[arg(long)]
