@@ -243,7 +243,8 @@ fn each_command_lists_only_the_flags_that_mean_something_for_it() {
 
 #[test]
 fn bench_serve_refuses_arrival_settings_it_cannot_run_before_it_starts() {
-    // Each is refused before the model loads: the arrivals part runs last, minutes in.
+    // Each is refused before the model loads (its path is never named): the arrivals part
+    // runs last, minutes in.
     for (flag, value) in [
         ("--rate", "0"),
         ("--rate", "-2"),
@@ -251,12 +252,10 @@ fn bench_serve_refuses_arrival_settings_it_cannot_run_before_it_starts() {
         ("--chunk-tokens", "0"),
         ("--arrival-seeds", "0"),
     ] {
-        let t = std::time::Instant::now();
         let arg = format!("{flag}={value}");
         let (ok, _, err) = out(&["bench", "serve", "--model", "/nonexistent/model.gguf", &arg]);
         assert!(!ok, "{flag} {value}");
         assert!(err.contains(flag), "{flag} {value}: {err}");
         assert!(!err.contains("nonexistent"), "{flag} {value}: {err}");
-        assert!(t.elapsed().as_secs() < 10, "{flag} {value}");
     }
 }

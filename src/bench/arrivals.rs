@@ -82,6 +82,7 @@ pub struct ArrivalRun {
 /// really was at it: the rate used is the estimate scaled by [`BUSY_SHARE`] ÷ that share.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct FirstEstimate {
+    /// Requests per second the model estimated would keep the engine 70% busy.
     pub rate_per_s: f64,
     /// Requests the estimate expected in a decode step, on average.
     pub batch: f64,
@@ -162,24 +163,69 @@ fn workload(seed: u64) -> Workload {
     }
 }
 
-/// The first estimate of the default rate for `w`'s lengths, `long_share` of its prompts
-/// [`LONG_PROMPT`] tokens long, from the decode steps measured by batch size and a prefill
-/// of the long prompt timed now.
-fn estimate(
-    model: &Model,
-    (w, long_share): (&Workload, f64),
-    long: &[u32],
-    (step_ms_by_batch, max_batch): (&BTreeMap<usize, f64>, usize),
-) -> Result<(Load, String)> {
-    let short = (w.prompt_min + w.prompt_max) as f64 / 2.0;
-    let prompt = (1.0 - long_share) * short + long_share * LONG_PROMPT as f64;
-    let output = (w.output_min + w.output_max) as f64 / 2.0;
-    let costs = Costs {
-        step_ms_by_batch: step_ms_by_batch.clone(),
-        prefill_ms_per_token: prefill_ms_per_token(model, long)?,
-        max_batch,
-    };
-    Ok(estimated_rate(&costs, (prompt, output)))
+/// Which prompts an arrival sequence holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Prompts {
+    /// Short chat-like prompts, every [`LONG_EVERY`]th one long.
+    Mix,
+    /// The short prompts alone.
+    Chat,
+}
+
+impl Prompts {
+    /// The share of prompts that are [`LONG_PROMPT`] tokens long.
+    fn long_share(self) -> f64 {
+        match self {
+            Prompts::Mix => 1.0 / LONG_EVERY as f64,
+            Prompts::Chat => 0.0,
+        }
+    }
+}
+
+/// What the seeded arrival sequences are made of; [`Sequences::at`] makes them.
+struct Sequences<'a> {
+    base: Workload,
+    seeds: usize,
+    source: &'a [u32],
+    long: &'a [u32],
+}
+
+impl Sequences<'_> {
+    /// Every seed's requests of `prompts`, arriving at `rate_per_s`: the same seeds at any
+    /// rate, so a faster rate is the same arrivals closer together.
+    fn at(&self, rate_per_s: f64, prompts: Prompts) -> Vec<Vec<Request>> {
+        (0..self.seeds as u64)
+            .map(|k| Workload {
+                seed: self.base.seed + k,
+                rate_per_s,
+                ..self.base.clone()
+            })
+            .map(|w| match prompts {
+                Prompts::Mix => requests(&w, self.source, self.long),
+                Prompts::Chat => w.generate(self.source),
+            })
+            .collect()
+    }
+
+    /// The first estimate of the default rate for `prompts`, from the decode steps
+    /// measured by batch size and a prefill of the long prompt timed now.
+    fn estimate(
+        &self,
+        model: &Model,
+        prompts: Prompts,
+        (step_ms_by_batch, max_batch): (&BTreeMap<usize, f64>, usize),
+    ) -> Result<(Load, String)> {
+        let (w, share) = (&self.base, prompts.long_share());
+        let short = (w.prompt_min + w.prompt_max) as f64 / 2.0;
+        let prompt = (1.0 - share) * short + share * LONG_PROMPT as f64;
+        let output = (w.output_min + w.output_max) as f64 / 2.0;
+        let costs = Costs {
+            step_ms_by_batch: step_ms_by_batch.clone(),
+            prefill_ms_per_token: prefill_ms_per_token(model, self.long)?,
+            max_batch,
+        };
+        Ok(estimated_rate(&costs, (prompt, output)))
+    }
 }
 
 /// The rate given by `--rate`, or the default: the `estimate`, corrected by how busy a real
@@ -191,31 +237,30 @@ fn choose_rate(
     estimate: impl FnOnce() -> Result<(Load, String)>,
     run_at: impl FnOnce(f64) -> Result<ArrivalRun>,
 ) -> Result<(f64, String, Option<FirstEstimate>)> {
-    let (rate, why, first) = match given {
-        Some(r) => (r, "given by --rate".to_string(), None),
-        None => {
-            let (load, why) = estimate()?;
-            let first = FirstEstimate {
-                rate_per_s: load.rate_per_s,
-                batch: load.batch,
-                work_ms_per_request: load.work_ms,
-                busy_pct: run_at(load.rate_per_s)?.busy_pct,
-            };
-            let why = format!(
-                "{:.0}% busy: continuous batching was {:.0}% busy at a first estimate of {:.2} req/s ({why})",
-                100.0 * BUSY_SHARE,
-                first.busy_pct,
-                first.rate_per_s,
-            );
-            let rate = corrected_rate(first.rate_per_s, first.busy_pct / 100.0);
-            (rate, why, Some(first))
-        }
+    if let Some(r) = given {
+        return Ok((r, "given by --rate".into(), None));
+    }
+    let (load, model) = estimate()?;
+    let first = FirstEstimate {
+        rate_per_s: load.rate_per_s,
+        batch: load.batch,
+        work_ms_per_request: load.work_ms,
+        busy_pct: run_at(load.rate_per_s)?.busy_pct,
     };
+    let why = format!(
+        "aimed at {:.0}% busy: continuous batching was {:.0}% busy at a first estimate of {:.2} req/s, which is scaled by {:.0}/{:.0}; that estimate took {model}",
+        100.0 * BUSY_SHARE,
+        first.busy_pct,
+        first.rate_per_s,
+        100.0 * BUSY_SHARE,
+        first.busy_pct,
+    );
+    let rate = corrected_rate(first.rate_per_s, first.busy_pct / 100.0);
     anyhow::ensure!(
         rate > 0.0 && rate.is_finite(),
-        "the arrival rate must be above 0"
+        "the corrected arrival rate is not a rate ({rate}): {why}"
     );
-    Ok((rate, why, first))
+    Ok((rate, why, Some(first)))
 }
 
 /// Runs every policy on the same timed arrivals (`args.seeds` sequences of them, pooled).
@@ -227,12 +272,12 @@ pub fn run(
     args: ArrivalsArgs,
     seed: u64,
 ) -> Result<ArrivalsReport> {
+    args.check()?;
     let long = model.tokenizer.encode(crate::assets::LONG_TEXT)?;
     anyhow::ensure!(
         long.len() > LONG_PROMPT,
         "the shipped long story is too short"
     );
-    args.check()?;
     let kv_budget_tokens = kv_budget_tokens.max(MIN_KV_TOKENS);
     let cfg = |policy, max_batch, token_budget| ServeConfig {
         policy,
@@ -244,33 +289,23 @@ pub fn run(
         prefix_sharing: true,
         reserve: Default::default(),
     };
-    let base = workload(seed);
-    // The seeded sequences arriving at `rate`: the mix (every LONG_EVERYth prompt long),
-    // or the short prompts alone.
-    let sequences = |rate_per_s: f64, mix: bool| -> Vec<Vec<Request>> {
-        (0..args.seeds as u64)
-            .map(|k| Workload {
-                seed: seed + k,
-                rate_per_s,
-                ..base.clone()
-            })
-            .map(|w| match mix {
-                true => requests(&w, source, &long),
-                false => w.generate(source),
-            })
-            .collect()
+    let seqs = Sequences {
+        base: workload(seed),
+        seeds: args.seeds,
+        source,
+        long: &long,
     };
-    let costs = (step_ms_by_batch, max_batch);
     let continuous = cfg(Policy::Continuous, max_batch, WHOLE_PROMPT);
-    let rate_of = |long_share: f64| {
+    // Given, or estimated and corrected by a run of continuous batching at the estimate.
+    let rate_for = |prompts| {
         choose_rate(
             args.rate,
-            || estimate(model, (&base, long_share), &long, costs),
-            |r| timed(model, continuous.clone(), &sequences(r, long_share > 0.0)),
+            || seqs.estimate(model, prompts, (step_ms_by_batch, max_batch)),
+            |r| timed(model, continuous.clone(), &seqs.at(r, prompts)),
         )
     };
-    let (rate_per_s, rate_basis, first_estimate) = rate_of(1.0 / LONG_EVERY as f64)?;
-    let mix = sequences(rate_per_s, true);
+    let (rate_per_s, rate_basis, first_estimate) = rate_for(Prompts::Mix)?;
+    let mix = seqs.at(rate_per_s, Prompts::Mix);
     let one = |c: ServeConfig| timed(model, c, &mix);
     let runs = [
         one(cfg(Policy::Static, max_batch, WHOLE_PROMPT))?,
@@ -278,23 +313,27 @@ pub fn run(
         one(cfg(Policy::Continuous, max_batch, args.chunk_tokens))?,
         one(cfg(Policy::Static, 1, WHOLE_PROMPT))?,
     ];
-    let long_prompts = mix
-        .iter()
-        .flatten()
-        .filter(|r| r.prompt.len() == LONG_PROMPT)
-        .count();
     // The short prompts alone: at the rate that keeps continuous batching as busy as the
     // mix does (the same rate when --rate gives one).
-    let (chat_rate, _, _) = rate_of(0.0)?;
-    let chat = sequences(chat_rate, false);
+    let (chat_rate, _, _) = rate_for(Prompts::Chat)?;
+    let chat = seqs.at(chat_rate, Prompts::Chat);
     let static_cfg = cfg(Policy::Static, max_batch, WHOLE_PROMPT);
     let chat_mix = ChatMix::run(model, (chat_rate, &chat), static_cfg)?;
     Ok(ArrivalsReport::of(
         (rate_per_s, rate_basis, first_estimate),
-        (long_prompts, max_batch, kv_budget_tokens),
+        (count_long(&mix), max_batch, kv_budget_tokens),
         (args, runs),
         chat_mix,
     ))
+}
+
+/// How many of the sequences' prompts are long.
+fn count_long(sequences: &[Vec<Request>]) -> usize {
+    sequences
+        .iter()
+        .flatten()
+        .filter(|r| r.prompt.len() == LONG_PROMPT)
+        .count()
 }
 
 impl ChatMix {

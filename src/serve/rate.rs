@@ -53,6 +53,7 @@ impl Costs {
                 t0 + (t1 - t0) * (b - b0 as f64) / (b1 - b0) as f64
             }
             (Some((_, &t)), _) | (None, Some((_, &t))) => t,
+            // Nothing measured: a CPU decode step of this model, as a placeholder.
             (None, None) => 10.0,
         }
         .max(0.01)
@@ -86,7 +87,8 @@ impl Costs {
 
 /// The rate that keeps continuous batching [`BUSY_SHARE`] busy by [`Costs::load`]: where
 /// rate × work per request = [`BUSY_SHARE`] (the product grows with the rate, so halving
-/// the interval finds it). Returns the load there and how it was chosen, in words.
+/// the interval finds it; no rate above a million a second is tried). Returns the load
+/// there and the costs it assumed, in words.
 pub fn estimated_rate(costs: &Costs, lengths: (f64, f64)) -> (Load, String) {
     let busy = |r: f64| r * costs.load(r, lengths).work_ms / 1e3;
     let (mut lo, mut hi) = (0.0, 1.0);
@@ -104,19 +106,20 @@ pub fn estimated_rate(costs: &Costs, lengths: (f64, f64)) -> (Load, String) {
     let load = costs.load(hi, lengths);
     let (prompt, output) = lengths;
     let why = format!(
-        "the rate at which a request's {prompt:.0} prompt tokens at {:.2} ms and {output:.0} answer tokens at {:.1} ms per step, shared by {:.1} on average, keep continuous batching {:.0}% busy",
+        "{prompt:.0} prompt tokens a request at {:.2} ms per token, and {output:.0} answer tokens at {:.1} ms per decode step shared by {:.1} requests on average",
         costs.prefill_ms_per_token,
         costs.step_ms(load.batch),
         load.batch,
-        100.0 * BUSY_SHARE,
     );
     (load, why)
 }
 
-/// How `bench serve` corrects [`estimated_rate`]: a real run at `rate_per_s` kept the engine
-/// busy `busy_share` of its time; on the same seeded arrivals, scaled in time, the busy
-/// share moves in proportion to the rate (a request's own cost changes little), so
-/// scaling the rate by [`BUSY_SHARE`] ÷ `busy_share` brings it to [`BUSY_SHARE`].
+/// How `bench serve` corrects [`estimated_rate`], in one approximate step: a real run at
+/// `rate_per_s` kept the engine busy `busy_share` of its time, and on the same seeded
+/// arrivals, closer together or further apart, the busy share moves nearly in proportion
+/// to the rate. Nearly: a faster rate shares more steps, so a request costs a little less,
+/// and the step falls a little short when it raises the rate, overshoots when it lowers
+/// it. A first run that was saturated (busy near 100%) says too little to correct from.
 pub fn corrected_rate(rate_per_s: f64, busy_share: f64) -> f64 {
     rate_per_s * BUSY_SHARE / busy_share.max(1e-3)
 }
