@@ -117,9 +117,10 @@ pub fn estimated_rate(costs: &Costs, lengths: (f64, f64)) -> (Load, String) {
 /// How `bench serve` corrects [`estimated_rate`], in one approximate step: a real run at
 /// `rate_per_s` kept the engine busy `busy_share` of its time, and on the same seeded
 /// arrivals, closer together or further apart, the busy share moves nearly in proportion
-/// to the rate. Nearly: a faster rate shares more steps, so a request costs a little less,
-/// and the step falls a little short when it raises the rate, overshoots when it lowers
-/// it. A first run that was saturated (busy near 100%) says too little to correct from.
+/// to the rate. Nearly: what a request costs changes with the load as well (shared steps,
+/// prefills that stall more decodes), so the run at the corrected rate lands a few points
+/// off (`bench serve` measured 70–77% busy after first runs at 56–60%). A first run that
+/// was saturated (busy near 100%) would say too little to correct from.
 pub fn corrected_rate(rate_per_s: f64, busy_share: f64) -> f64 {
     rate_per_s * BUSY_SHARE / busy_share.max(1e-3)
 }
