@@ -23,11 +23,12 @@ const LONG_EVERY: usize = 4;
 /// Tokens of a long prompt.
 const LONG_PROMPT: usize = 512;
 /// The default token budget per iteration of the chunked run (the others take a prompt
-/// whole). A chunk should cost an iteration only a few decode steps: at about 1 ms per
-/// prompt token against 10 ms per step on the CPU, 32 tokens add about three. The app's
-/// 64 ([`crate::serve::workload::APP_CHUNK_TOKENS`]) shows the long workload's stalls
-/// clearly, but here, at 70% busy, whole short prompts (up to 96 tokens) already set the
-/// p99 inter-token latency, and chunks of 64 come close to them.
+/// whole). A chunk should cost an iteration only a few decode steps: on this CPU a prompt
+/// token costs about 1 ms and a decode step 5–10, so 32 tokens add a few steps' time. At
+/// 70% busy the p99 inter-token latency of whole prompts is set by the short prompts'
+/// prefills (up to 96 tokens), and chunks of 64, the app's
+/// ([`crate::serve::workload::APP_CHUNK_TOKENS`], where all the long prompts arrive at
+/// once), measured worse than whole prompts: p99 92 ms against 61.
 pub const CHUNK_TOKENS: usize = 32;
 const WHOLE_PROMPT: usize = 4096;
 /// Least KV memory of the arrivals runs, tokens: room for several long prompts at once,
