@@ -160,14 +160,29 @@ fn static_batching_draws_finished_rows_as_padding() {
     insta::assert_snapshot!(term.backend());
 }
 
-fn tutor_app(lesson: usize) -> App {
+/// The shipped lessons, every one of them valid.
+fn shipped_lessons() -> Vec<inferlab::lesson::Lesson> {
     let (lessons, errors) = inferlab::lesson::load(&inferlab::lesson::LessonSource::Dir(
         concat!(env!("CARGO_MANIFEST_DIR"), "/lessons").into(),
     ))
     .unwrap();
-    assert!(errors.is_empty());
+    assert!(errors.is_empty(), "{errors:?}");
+    lessons
+}
+
+/// Opens the shipped lesson `id` in `a` at step `step` (from 0), as a learner's saved
+/// progress resumes it.
+fn open_at(a: &mut App, id: &str, step: usize) {
+    let lessons = shipped_lessons();
+    let l = lessons.iter().position(|l| l.id() == id).unwrap();
+    let mut progress = inferlab::lesson::progress::Progress::default();
+    progress.of(id).step = step;
+    a.open_lesson(inferlab::ui::tutor::Tutor::new(lessons, l, progress, false));
+}
+
+fn tutor_app(lesson: usize) -> App {
     let mut a = app();
-    let t = inferlab::ui::tutor::Tutor::new(lessons, lesson, Default::default(), false);
+    let t = inferlab::ui::tutor::Tutor::new(shipped_lessons(), lesson, Default::default(), false);
     a.open_lesson(t);
     a
 }
@@ -897,12 +912,8 @@ fn panes_draw_a_small_view_without_an_app() {
 
 #[test]
 fn the_lesson_pane_draws_a_tutor_and_what_the_app_says_of_it() {
-    let (lessons, _) = inferlab::lesson::load(&inferlab::lesson::LessonSource::Dir(
-        concat!(env!("CARGO_MANIFEST_DIR"), "/lessons").into(),
-    ))
-    .unwrap();
     // Lesson 1, step 1 has a task; the live side says whether it holds.
-    let t = inferlab::ui::tutor::Tutor::new(lessons, 0, Default::default(), false);
+    let t = inferlab::ui::tutor::Tutor::new(shipped_lessons(), 0, Default::default(), false);
     for (done, mark) in [(false, "[ ] Task"), (true, "[x] Task")] {
         let live = panes::lesson::Live {
             task_done: done,
@@ -1138,12 +1149,8 @@ fn the_main_screen_a_zoomed_pane_and_a_lesson_layout_at_80x24_and_200x60() {
     // A lesson gives its step's pane the room: at 80×24 the text above one full-width
     // pane, at 200×60 the text beside it with the others as summaries.
     let mut a = common::fixture::traffic_app();
-    let (lessons, _) = inferlab::lesson::load(&inferlab::lesson::LessonSource::Dir(
-        concat!(env!("CARGO_MANIFEST_DIR"), "/lessons").into(),
-    ))
-    .unwrap();
     a.open_lesson(inferlab::ui::tutor::Tutor::new(
-        lessons,
+        shipped_lessons(),
         3,
         Default::default(),
         false,
@@ -1247,20 +1254,8 @@ fn a_prediction_about_static_batching_waits_for_the_iteration_that_shows_it() {
 
 #[test]
 fn a_lesson_opened_at_a_later_step_sets_what_walking_there_would_have() {
-    let (lessons, errors) = inferlab::lesson::load(&inferlab::lesson::LessonSource::Dir(
-        concat!(env!("CARGO_MANIFEST_DIR"), "/lessons").into(),
-    ))
-    .unwrap();
-    assert!(errors.is_empty());
-    let l = lessons
-        .iter()
-        .position(|l| l.id() == "continuous-batching")
-        .unwrap();
-    let mut progress = inferlab::lesson::progress::Progress::default();
-    progress.of("continuous-batching").step = 3;
     let mut a = app();
-    let t = inferlab::ui::tutor::Tutor::new(lessons, l, progress, false);
-    a.open_lesson(t);
+    open_at(&mut a, "continuous-batching", 3);
     // Step 4 names only compare=one_at_a_time; step 1 put the serving pane in front.
     assert_eq!(a.tutor.as_ref().unwrap().step, 3);
     assert_eq!(a.view.focus, inferlab::ui::app::Pane::Serving);
@@ -1337,15 +1332,8 @@ fn space_pressed_while_an_iteration_runs_is_kept_and_a_restart_drops_the_old_run
 
 #[test]
 fn a_question_keeps_the_figures_it_was_answered_with() {
-    let (lessons, _) = inferlab::lesson::load(&inferlab::lesson::LessonSource::Dir(
-        concat!(env!("CARGO_MANIFEST_DIR"), "/lessons").into(),
-    ))
-    .unwrap();
-    let l = lessons.iter().position(|l| l.id() == "kv-cache").unwrap();
-    let mut progress = inferlab::lesson::progress::Progress::default();
-    progress.of("kv-cache").step = 1;
     let mut a = common::fixture::traffic_app();
-    a.open_lesson(inferlab::ui::tutor::Tutor::new(lessons, l, progress, false));
+    open_at(&mut a, "kv-cache", 1);
     let mb = inferlab::ui::figures::value(a.figure_sources(), "step_mb").unwrap();
     a.update(Action::Answer(1));
     let asked = a.tutor.as_ref().unwrap().asked[&0].clone();
@@ -1586,19 +1574,9 @@ fn beside_the_lesson_at_200_columns_the_latency_line_keeps_its_arrival_rate() {
     use inferlab::serve::latency::Latency;
     use inferlab::serve::CacheKind;
     use inferlab::settings::Compare;
-    let (lessons, _) = inferlab::lesson::load(&inferlab::lesson::LessonSource::Dir(
-        concat!(env!("CARGO_MANIFEST_DIR"), "/lessons").into(),
-    ))
-    .unwrap();
-    let l = lessons
-        .iter()
-        .position(|l| l.id() == "continuous-batching")
-        .unwrap();
-    let mut progress = inferlab::lesson::progress::Progress::default();
     // The TTFT step: static beside continuous, the lesson in the third column.
-    progress.of("continuous-batching").step = 4;
     let mut a = app();
-    a.open_lesson(inferlab::ui::tutor::Tutor::new(lessons, l, progress, false));
+    open_at(&mut a, "continuous-batching", 4);
     assert_eq!(a.settings.serving.compare, Compare::Policy);
     // Four-digit times, the widest this line gets in lesson 9's runs.
     let felt = Latency {
