@@ -731,11 +731,13 @@ unsafe fn decode_avx2(r: DecodeRow) -> Vec<f32> {
 
 /// Attention of one query row, KV head by KV head: every cached key and value row is read
 /// once for all the query heads that share it (GQA's saving, in the loop structure).
+/// Where the rows sit is looked up once per KV head for both passes, as the kernel route
+/// does: looked up per row, a paged cache's page divisions made this loop's attention
+/// about 10% slower than a contiguous reservation's (measured on a CPU without AVX-512).
 #[inline(always)]
 fn decode_loops(r: DecodeRow) -> Vec<f32> {
     let (n_head, kv_len) = (r.n_head, r.layout.len());
     let d = r.q.len() / n_head;
-    let at = |g, j| r.layout.at(r.n_kv, d, g, j);
     let group = n_head / r.n_kv;
     let scale = 1.0 / (d as f32).sqrt();
     let mut out = vec![0.0f32; r.kv_heads.len() * group * d];
@@ -745,12 +747,13 @@ fn decode_loops(r: DecodeRow) -> Vec<f32> {
     let mut buf = vec![0.0f32; d];
     for (o, g) in r.kv_heads.clone().enumerate() {
         let h0 = g * group;
+        let at = r.layout.rows(r.n_kv, d, g);
         // Scores: each key row against the group's query heads.
         for j in 0..kv_len {
             if j + ROWS_AHEAD < kv_len {
-                r.k.prefetch(at(g, j + ROWS_AHEAD), d);
+                r.k.prefetch(at[j + ROWS_AHEAD], d);
             }
-            let kr = r.k.row(at(g, j), &mut buf);
+            let kr = r.k.row(at[j], &mut buf);
             for i in 0..group {
                 w[i * kv_len + j] = dot(&r.q[(h0 + i) * d..][..d], kr) * scale;
             }
@@ -762,9 +765,9 @@ fn decode_loops(r: DecodeRow) -> Vec<f32> {
         let og = &mut out[o * group * d..][..group * d];
         for j in 0..kv_len {
             if j + ROWS_AHEAD < kv_len {
-                r.v.prefetch(at(g, j + ROWS_AHEAD), d);
+                r.v.prefetch(at[j + ROWS_AHEAD], d);
             }
-            let vr = r.v.row(at(g, j), &mut buf);
+            let vr = r.v.row(at[j], &mut buf);
             for (i, oh) in og.chunks_exact_mut(d).enumerate() {
                 let p = w[i * kv_len + j];
                 for (o, x) in oh.iter_mut().zip(vr) {
