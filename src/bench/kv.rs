@@ -9,15 +9,15 @@
 //! 2% on this text), and the cache's own cost drowns in that.
 
 use super::heads::{all_logits, quality, WORKLOAD_TOKENS};
-use super::serve::run_one;
 use crate::assets::EVAL_TEXT;
 use crate::kv::KvElem;
 use crate::model::{Model, RunOptions};
 use crate::serve::workload::{source_tokens, Workload};
-use crate::serve::{CacheKind, Policy, Reserve, ServeConfig};
+use crate::serve::{CacheKind, Policy, Reserve, ServeConfig, ServeEngine};
 use anyhow::Result;
 use serde::Serialize;
 use std::collections::BTreeMap;
+use std::time::Instant;
 
 /// One element type's figures.
 #[derive(Debug, Clone, Serialize)]
@@ -58,7 +58,7 @@ impl KvReport {
     /// A table for people.
     pub fn table(&self) -> String {
         let mut s = format!(
-            "KV budget {:.0} MiB, {} tokens per request; weights {:.1} MiB per step; quality on {} tokens of assets/eval.txt against f32 (f32 weights); serving {} requests, {} KV tokens, median of {} rounds\n",
+            "KV budget {:.0} MiB, {} tokens per request; weights {:.1} MiB per step; quality on {} tokens of assets/eval.txt against f32 (f32 weights); serving {} requests, {} KV tokens, paged and contiguous in lock-step, median of {} rounds\n",
             self.budget_bytes as f64 / 1048576.0,
             self.tokens_per_request,
             self.weight_bytes as f64 / 1048576.0,
@@ -168,9 +168,7 @@ pub fn run(base: &Model, exact: &Model, b: &KvBench) -> Result<KvReport> {
 }
 
 /// Per element type: paged and contiguous serving tok/s and paged ÷ contiguous, each the
-/// median over rounds. Every round runs every configuration once, so a burst of noise
-/// from the machine hits them alike; the ratio is taken within a round, and paged and
-/// contiguous take turns at going first.
+/// median over rounds. Within a round the two serve in lock-step ([`paired_tok_per_s`]).
 fn serving_speeds(models: &[(KvElem, Model)], b: &KvBench) -> Result<Vec<(f64, f64, f64)>> {
     let source = source_tokens(&models[0].1.tokenizer);
     let cfg = |cache| ServeConfig {
@@ -186,26 +184,54 @@ fn serving_speeds(models: &[(KvElem, Model)], b: &KvBench) -> Result<Vec<(f64, f
     let mut runs = vec![(Vec::new(), Vec::new(), Vec::new()); models.len()];
     for round in 0..b.rounds.max(1) {
         for ((_, m), (p, c, r)) in models.iter().zip(runs.iter_mut()) {
-            // Each goes first every other round: the first of a pair may meet caches (or
-            // a clock speed) the second does not.
-            let speed = |cache| run_one(m, cfg(cache), &b.workload, &source);
-            let (paged, contiguous) = match round % 2 {
-                0 => {
-                    let c = speed(CacheKind::Contiguous)?;
-                    (speed(CacheKind::Paged)?, c)
-                }
-                _ => {
-                    let p = speed(CacheKind::Paged)?;
-                    (p, speed(CacheKind::Contiguous)?)
-                }
-            };
-            p.push(paged.tok_per_s);
-            c.push(contiguous.tok_per_s);
-            r.push(paged.tok_per_s / contiguous.tok_per_s.max(f64::MIN_POSITIVE));
+            let [paged, contiguous] = paired_tok_per_s(
+                m,
+                [cfg(CacheKind::Paged), cfg(CacheKind::Contiguous)],
+                (&b.workload, &source),
+                round % 2,
+            )?;
+            p.push(paged);
+            c.push(contiguous);
+            r.push(paged / contiguous.max(f64::MIN_POSITIVE));
         }
     }
     Ok(runs
         .into_iter()
         .map(|(p, c, r)| (super::median(p), super::median(c), super::median(r)))
         .collect())
+}
+
+/// Tokens per second of two configurations serving the same workload in lock-step: one
+/// iteration of each in turn (engine `first` opening every turn), each timed over its own
+/// iterations. The machine's noise comes in bursts of a second or more, so run one after
+/// the other the two met different bursts (their ratio swung ±8% from round to round);
+/// interleaved, a burst slows both alike.
+fn paired_tok_per_s(
+    m: &Model,
+    cfgs: [ServeConfig; 2],
+    (w, source): (&Workload, &[u32]),
+    first: usize,
+) -> Result<[f64; 2]> {
+    let mut engines = Vec::new();
+    for c in cfgs {
+        engines.push(ServeEngine::new(m, c, w.generate(source)).map_err(anyhow::Error::msg)?);
+    }
+    let mut busy_s = [0.0f64; 2];
+    while engines.iter().any(|e| !e.done()) {
+        for i in [first, 1 - first] {
+            if !engines[i].done() {
+                let t = Instant::now();
+                engines[i].step().map_err(anyhow::Error::msg)?;
+                busy_s[i] += t.elapsed().as_secs_f64();
+            }
+        }
+    }
+    Ok([0, 1].map(|i| {
+        let generated: usize = engines[i]
+            .requests()
+            .iter()
+            .map(|r| r.generated.len())
+            .sum();
+        generated as f64 / busy_s[i].max(f64::MIN_POSITIVE)
+    }))
 }

@@ -119,12 +119,16 @@ pub struct KvArgs {
     /// contiguous, every element type).
     #[arg(long, default_value_t = 16)]
     requests: usize,
-    /// KV memory of the serving runs, in tokens (the same for every type, so each runs
-    /// the same schedule and only the bytes it reads differ).
-    #[arg(long, default_value_t = 2560)]
-    kv_tokens: usize,
-    /// Rounds; each configuration runs once per round, interleaved, and the median counts.
-    /// Paged and contiguous take turns at going first, so an even count favours neither.
+    /// KV memory of the serving runs, in tokens, the same for every type. Default: room
+    /// for every request at its longest (prompt and answer at their maximum), so paged and
+    /// contiguous admit them alike and run the same schedule, and their ratio is what
+    /// reading through pages costs. Under a tighter budget the contiguous cache's
+    /// reservations hold some requests back, and the ratio also weighs two schedules.
+    #[arg(long)]
+    kv_tokens: Option<usize>,
+    /// Rounds; the median counts. In each, paged and contiguous serve in lock-step, one
+    /// iteration of each in turn, and take turns at going first (an even count favours
+    /// neither).
     #[arg(long, default_value_t = 4)]
     rounds: usize,
     /// Print one JSON object (snake_case keys) instead of the table.
@@ -249,10 +253,6 @@ pub fn run(cmd: &Cmd) -> Result<()> {
 fn kv_cmd(a: &KvArgs) -> Result<()> {
     let budget_bytes =
         inferlab::budget::parse_bytes(&a.budget).map_err(anyhow::Error::msg)? as usize;
-    anyhow::ensure!(
-        a.kv_tokens >= 16,
-        "--kv-tokens must hold at least one page of 16"
-    );
     // `bench serve`'s standard lengths and seed, checked as `bench serve` checks them.
     let d = inferlab::serve::workload::Workload::default();
     let w = workload(
@@ -262,6 +262,12 @@ fn kv_cmd(a: &KvArgs) -> Result<()> {
         d.output_dist,
         d.seed,
     )?;
+    let longest = w.requests.saturating_mul(w.prompt_max + w.output_max);
+    let kv_tokens = a.kv_tokens.unwrap_or(longest);
+    anyhow::ensure!(
+        kv_tokens >= 16,
+        "--kv-tokens must hold at least one page of 16"
+    );
     let model = load_model(&a.model)?;
     // Quality is measured where nothing but the cache rounds: the same file, f32 weights.
     let exact = match a.model.weights.as_str() {
@@ -274,7 +280,7 @@ fn kv_cmd(a: &KvArgs) -> Result<()> {
     let bench = kv::KvBench {
         budget_bytes,
         workload: w,
-        kv_budget_tokens: a.kv_tokens,
+        kv_budget_tokens: kv_tokens,
         rounds: a.rounds.max(1),
     };
     let r = kv::run(&model, &exact, &bench)?;
