@@ -19,3 +19,13 @@ pub fn median(mut v: Vec<f64>) -> f64 {
         _ => (v[n / 2 - 1] + v[n / 2]) / 2.0,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn median_of_an_odd_count_is_the_middle_and_of_an_even_count_the_middle_twos_mean() {
+        assert_eq!(super::median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(super::median(vec![0.9, 1.1, 0.95, 1.0]), 0.975);
+        assert_eq!(super::median(vec![5.0]), 5.0);
+    }
+}

@@ -114,17 +114,10 @@ fn bench_heads_figures() {
 /// what the issue allows (f16 ≥ 99.5% and int8 ≥ 98% top-1 agreement with f32).
 #[test]
 fn bench_kv_json_sizes_and_quality_by_element_type() {
-    let v = json(&[
-        "bench",
-        "kv",
-        "--json",
-        "--rounds",
-        "1",
-        "--requests",
-        "2",
-        "--kv-tokens",
-        "512",
-    ]);
+    let v = json(&["bench", "kv", "--json", "--rounds", "1", "--requests", "2"]);
+    // Without --kv-tokens, room for both requests at their longest (prompt 128 + 256 new):
+    // paged and contiguous then admit alike and run the same schedule.
+    assert_eq!(v["kv_budget_tokens"], 2 * (128 + 256), "{v}");
     for k in ["f32", "f16", "int8"] {
         for f in [
             "bytes_per_token",

@@ -165,6 +165,33 @@ fn shared_prefix_and_copy_on_write() {
     assert_eq!(pool.free(4), Err(KvError::UnknownRequest(4)));
 }
 
+/// A freed page is the next one handed out: reused while it is still mapped and cached,
+/// where a FIFO list would walk on into pages the pool never touched.
+#[test]
+fn the_most_recently_freed_page_is_reused_first() {
+    let mut pool = PagePool::new(8, 4).unwrap();
+    pool.prefix_sharing = false;
+    for (req, first) in [(1, 0u32), (2, 100)] {
+        let prompt: Vec<u32> = (first..first + 8).collect();
+        pool.admit(req, &prompt).unwrap();
+        pool.append(req, &prompt).unwrap();
+    }
+    let freed = pool.table(1).unwrap().pages.clone();
+    pool.free(1).unwrap();
+    let prompt: Vec<u32> = (200..208).collect();
+    pool.admit(3, &prompt).unwrap();
+    pool.append(3, &prompt).unwrap();
+    let mut reused = pool.table(3).unwrap().pages.clone();
+    reused.sort();
+    let mut freed = freed;
+    freed.sort();
+    assert_eq!(
+        reused, freed,
+        "request 3 should take request 1's pages back"
+    );
+    pool.check().unwrap();
+}
+
 #[test]
 fn bad_settings_are_refused() {
     assert!(matches!(PagePool::new(10, 0), Err(KvError::BadSettings(_))));
