@@ -12,6 +12,7 @@ pub mod sink;
 /// Median of a non-empty list: of an even count, the mean of the middle two (the upper one
 /// alone would lean every even-count figure, and a ratio's against its target, upwards).
 pub fn median(mut v: Vec<f64>) -> f64 {
+    assert!(!v.is_empty(), "the median of nothing");
     v.sort_by(f64::total_cmp);
     let n = v.len();
     match n % 2 {

@@ -19,6 +19,9 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::time::Instant;
 
+/// Slots per page of the serving runs' paged cache.
+pub const PAGE_SIZE: usize = 16;
+
 /// One element type's figures.
 #[derive(Debug, Clone, Serialize)]
 pub struct ElemFigures {
@@ -175,7 +178,7 @@ fn serving_speeds(models: &[(KvElem, Model)], b: &KvBench) -> Result<Vec<(f64, f
         policy: Policy::Continuous,
         cache,
         kv_budget_tokens: b.kv_budget_tokens,
-        page_size: 16,
+        page_size: PAGE_SIZE,
         max_batch: b.workload.requests,
         token_budget: 512,
         prefix_sharing: true,
@@ -188,7 +191,7 @@ fn serving_speeds(models: &[(KvElem, Model)], b: &KvBench) -> Result<Vec<(f64, f
                 m,
                 [cfg(CacheKind::Paged), cfg(CacheKind::Contiguous)],
                 (&b.workload, &source),
-                round % 2,
+                round % 2 == 1,
             )?;
             p.push(paged);
             c.push(contiguous);
@@ -202,16 +205,19 @@ fn serving_speeds(models: &[(KvElem, Model)], b: &KvBench) -> Result<Vec<(f64, f
 }
 
 /// Tokens per second of two configurations serving the same workload in lock-step: one
-/// iteration of each in turn (engine `first` opening every turn), each timed over its own
-/// iterations. The machine's noise comes in bursts of a second or more, so run one after
-/// the other the two met different bursts (their ratio swung ±8% from round to round);
-/// interleaved, a burst slows both alike.
+/// iteration of each in turn (the second opening every turn when `second_first`), each
+/// timed over its own iterations. The machine's noise comes in bursts of a second or more,
+/// so run one after the other the two met different bursts (their ratio swung ±8% from
+/// round to round); interleaved, a burst slows both alike. Each step also starts with the
+/// other's data in the CPU's caches, so both read slower than alone: the ratio is the
+/// figure, not either speed.
 fn paired_tok_per_s(
     m: &Model,
     cfgs: [ServeConfig; 2],
     (w, source): (&Workload, &[u32]),
-    first: usize,
+    second_first: bool,
 ) -> Result<[f64; 2]> {
+    let first = usize::from(second_first);
     let mut engines = Vec::new();
     for c in cfgs {
         engines.push(ServeEngine::new(m, c, w.generate(source)).map_err(anyhow::Error::msg)?);

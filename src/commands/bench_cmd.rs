@@ -262,7 +262,9 @@ fn kv_cmd(a: &KvArgs) -> Result<()> {
         d.output_dist,
         d.seed,
     )?;
-    let longest = w.requests.saturating_mul(w.prompt_max + w.output_max);
+    // Whole pages per request, as the pool hands them out.
+    let per_request = (w.prompt_max + w.output_max).div_ceil(kv::PAGE_SIZE) * kv::PAGE_SIZE;
+    let longest = w.requests.saturating_mul(per_request);
     let kv_tokens = a.kv_tokens.unwrap_or(longest);
     anyhow::ensure!(
         kv_tokens >= 16,

@@ -98,8 +98,8 @@ pub struct PagePool {
     /// Pages no request holds, taken from the front. A freed page goes back to the front:
     /// the next request reuses it while it is still mapped and perhaps cached. Put at the
     /// back, the list walked the whole pool, and each page's first touch cost the kernel a
-    /// fault and a zeroing: about 7,500 more faults (30 MB) in one paged run of `bench kv`
-    /// at 2,560 tokens. Small next to a decode step, but for nothing.
+    /// fault and a zeroing: about 7,500 more faults (30 MB) in one paged run of `bench kv
+    /// --kv-tokens 2560`. Small next to a decode step, but for nothing.
     free: VecDeque<u32>,
     tables: HashMap<ReqId, BlockTable>,
     /// Sharing of prompt pages between live requests: full pages by their prefix hash,
@@ -397,7 +397,9 @@ impl PagePool {
         let len = t.tokens.len() - n.min(t.tokens.len());
         t.tokens.truncate(len);
         let keep = len.div_ceil(self.page_size);
-        for p in t.pages.split_off(keep) {
+        // Last page first: each goes to the front of the free list, so they come back
+        // out in table order.
+        for p in t.pages.split_off(keep).into_iter().rev() {
             self.release(p);
         }
         if let Some(&last) = t.pages.last() {
@@ -417,7 +419,8 @@ impl PagePool {
             .tables
             .remove(&req)
             .ok_or(KvError::UnknownRequest(req))?;
-        for p in t.pages {
+        // Last page first, as in `truncate`: the next request gets them in order.
+        for p in t.pages.into_iter().rev() {
             self.release(p);
         }
         Ok(())
