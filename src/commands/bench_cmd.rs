@@ -267,8 +267,9 @@ fn kv_cmd(a: &KvArgs) -> Result<()> {
     let longest = w.requests.saturating_mul(per_request);
     let kv_tokens = a.kv_tokens.unwrap_or(longest);
     anyhow::ensure!(
-        kv_tokens >= 16,
-        "--kv-tokens must hold at least one page of 16"
+        kv_tokens >= kv::PAGE_SIZE,
+        "--kv-tokens must hold at least one page of {}",
+        kv::PAGE_SIZE
     );
     let model = load_model(&a.model)?;
     // Quality is measured where nothing but the cache rounds: the same file, f32 weights.

@@ -397,11 +397,7 @@ impl PagePool {
         let len = t.tokens.len() - n.min(t.tokens.len());
         t.tokens.truncate(len);
         let keep = len.div_ceil(self.page_size);
-        // Last page first: each goes to the front of the free list, so they come back
-        // out in table order.
-        for p in t.pages.split_off(keep).into_iter().rev() {
-            self.release(p);
-        }
+        self.release_all(t.pages.split_off(keep));
         if let Some(&last) = t.pages.last() {
             let rest = len % self.page_size;
             if rest != 0 && self.ref_count[last as usize] == 1 {
@@ -419,11 +415,16 @@ impl PagePool {
             .tables
             .remove(&req)
             .ok_or(KvError::UnknownRequest(req))?;
-        // Last page first, as in `truncate`: the next request gets them in order.
-        for p in t.pages.into_iter().rev() {
+        self.release_all(t.pages);
+        Ok(())
+    }
+
+    /// Releases a table's `pages`, last first: each freed one goes to the front of the
+    /// free list, so they come back out in table order.
+    fn release_all(&mut self, pages: Vec<u32>) {
+        for p in pages.into_iter().rev() {
             self.release(p);
         }
-        Ok(())
     }
 
     /// Statistics of the pool now.
