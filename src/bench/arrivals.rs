@@ -23,9 +23,9 @@ const LONG_EVERY: usize = 4;
 /// Tokens of a long prompt.
 const LONG_PROMPT: usize = 512;
 /// The default token budget per iteration of the chunked run (the others take a prompt
-/// whole). A chunk should cost an iteration only a few decode steps: on this CPU a prompt
-/// token costs about 1 ms and a decode step 5–10, so 32 tokens add a few steps' time. At
-/// 70% busy the p99 inter-token latency of whole prompts is set by the short prompts'
+/// whole). A chunk should cost an iteration only a few decode steps: on the AVX-512 CPU it
+/// was chosen on, a prompt token cost about 1 ms and a decode step 5–10, so 32 tokens add
+/// a few steps' time (on an AVX2-only Zen 3, 2.5 ms and 8: about ten steps). At 70% busy the p99 inter-token latency of whole prompts is set by the short prompts'
 /// prefills (up to 96 tokens), and chunks of 64, the app's
 /// ([`crate::serve::workload::APP_CHUNK_TOKENS`], where all the long prompts arrive at
 /// once), measured worse than whole prompts: p99 92 ms against 61.
