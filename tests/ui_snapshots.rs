@@ -4,6 +4,7 @@
 mod common;
 
 use common::fixture::{app, capture, numbered, report};
+use inferlab::lesson::format::QuestionKind;
 use inferlab::model::{HeadLayout, RunOptions};
 use inferlab::ui::app::{Action, App};
 use inferlab::ui::theme::{ColorMode, Theme};
@@ -232,6 +233,21 @@ fn a_lesson_step_sets_the_app_and_notices_the_task() {
     assert_eq!(a.tutor.as_ref().unwrap().step, 2);
 }
 
+/// The key (1–9) of the first shown choice of the open step's question `q` that `pick`
+/// accepts: choices are shown shuffled, so tests find them by what they say.
+fn key_of(a: &App, q: usize, pick: impl Fn(&inferlab::lesson::format::Choice) -> bool) -> usize {
+    let step = a.tutor.as_ref().unwrap().step().unwrap();
+    let QuestionKind::Choice(c) = &step.questions[q].kind else {
+        panic!("question {q} is a prediction");
+    };
+    1 + c.iter().position(pick).expect("such a choice")
+}
+
+/// The key of question `q`'s right answer.
+fn right_key(a: &App, q: usize) -> usize {
+    key_of(a, q, |c| c.right)
+}
+
 #[test]
 fn answers_are_graded_with_their_explanation() {
     let mut a = tutor_app(0);
@@ -239,11 +255,12 @@ fn answers_are_graded_with_their_explanation() {
     a.update(Action::NextStep);
     let t = a.tutor.as_ref().unwrap();
     assert_eq!(t.step().unwrap().questions.len(), 3);
-    a.update(Action::Answer(1));
+    let wrong = key_of(&a, 0, |c| c.why.contains("never reads another one"));
+    a.update(Action::Answer(wrong));
     let ans = a.tutor.as_ref().unwrap().answers[0].clone().unwrap();
     assert!(!ans.right && ans.why.contains("never reads another one"));
     assert_eq!(a.tutor.as_ref().unwrap().open_question(), Some(0));
-    a.update(Action::Answer(2));
+    a.update(Action::Answer(right_key(&a, 0)));
     assert!(a.tutor.as_ref().unwrap().answers[0].as_ref().unwrap().right);
     assert_eq!(a.tutor.as_ref().unwrap().open_question(), Some(1));
     let key = "forward-pass";
@@ -347,7 +364,7 @@ fn explanations_do_not_repeat_the_verdict_and_the_last_step_counts_when_shown() 
     let mut a = tutor_app(0);
     a.update(Action::NextStep);
     a.update(Action::NextStep);
-    a.update(Action::Answer(2));
+    a.update(Action::Answer(right_key(&a, 0)));
     let mut term = Terminal::new(TestBackend::new(70, 60)).unwrap();
     term.draw(|f| panes::lesson::render(&a, &THEME, f.area(), f.buffer_mut()))
         .unwrap();
@@ -367,9 +384,9 @@ fn explanations_do_not_repeat_the_verdict_and_the_last_step_counts_when_shown() 
     assert_eq!(a.tutor.as_ref().unwrap().step, 2);
     assert_eq!(a.tutor.as_ref().unwrap().current().unwrap().steps.len(), 4);
     assert!(!done(&a));
-    a.update(Action::Answer(2));
+    a.update(Action::Answer(right_key(&a, 1)));
     assert!(!done(&a));
-    a.update(Action::Answer(2));
+    a.update(Action::Answer(right_key(&a, 2)));
     assert!(done(&a), "{:?}", a.tutor.as_ref().unwrap().progress);
 }
 

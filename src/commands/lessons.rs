@@ -100,7 +100,7 @@ fn check(lessons: &[lesson::Lesson], errors: &[lesson::LessonError]) -> Result<(
     let q = lesson::quiz::stats(lessons);
     println!(
         "{} lessons, {} steps, {} questions and {} predictions: all valid\n\
-         fewest choices in a question: {} · the right answer is the longest choice in {} of {} ({:.0}%), the shortest in {} ({:.0}%) · live figures quoted: {}",
+         fewest choices in a question: {} · the right answer is the longest choice in {} of {} ({:.0}%), the shortest in {} ({:.0}%) · right answers at keys 1, 2, …: {:?} · live figures quoted: {}",
         q.lessons,
         q.steps,
         q.questions,
@@ -111,6 +111,7 @@ fn check(lessons: &[lesson::Lesson], errors: &[lesson::LessonError]) -> Result<(
         q.longest_pct(),
         q.right_is_shortest,
         q.shortest_pct(),
+        q.right_at,
         q.live_figures
     );
     Ok(())

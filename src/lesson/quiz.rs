@@ -57,6 +57,8 @@ pub struct QuizStats {
     pub right_is_shortest: usize,
     /// `{figure}` placeholders in the lesson text.
     pub live_figures: usize,
+    /// Right answers at each shown position (index 0: key 1), over the choice questions.
+    pub right_at: Vec<usize>,
 }
 
 impl QuizStats {
@@ -68,6 +70,13 @@ impl QuizStats {
     /// Share whose right answer is the shortest, percent.
     pub fn shortest_pct(&self) -> f64 {
         100.0 * self.right_is_shortest as f64 / self.questions.max(1) as f64
+    }
+
+    /// The largest share of right answers any one position holds, percent: a learner
+    /// pressing the same key every time scores this much.
+    pub fn busiest_position_pct(&self) -> f64 {
+        let most = self.right_at.iter().copied().max().unwrap_or(0);
+        100.0 * most as f64 / self.questions.max(1) as f64
     }
 }
 
@@ -104,7 +113,17 @@ pub fn stats(lessons: &[Lesson]) -> QuizStats {
                 .collect::<Vec<_>>()
         }))
     });
+    let mut right_at = vec![0; 9];
+    for q in &questions {
+        if let QuestionKind::Choice(c) = &q.kind {
+            for (i, _) in c.iter().enumerate().filter(|(_, c)| c.right) {
+                right_at[i] += 1;
+            }
+        }
+    }
+    right_at.truncate(choices.iter().copied().max().unwrap_or(0));
     QuizStats {
+        right_at,
         lessons: lessons.len(),
         steps: lessons.iter().map(|l| l.steps.len()).sum(),
         questions: choices.len(),
