@@ -193,12 +193,12 @@ fn app_steps_toggles_resizes_and_quits_cleanly() {
     t.keys(&["c"]);
     t.wait_for("continuous batching · contiguous kv", 10);
     t.keys(&["Space"]);
-    t.wait_for("░ reserved, unused  · free", 30);
+    t.wait_for("one cell per 16 slots, in address order", 30);
     t.keys(&["b"]);
     t.wait_for("static batching · contiguous kv", 10);
     t.keys(&["c"]);
     t.keys(&["Space"]);
-    t.wait_for("█ full page  ▄ partly filled", 30);
+    t.wait_for("▄9 nine slots hold tokens", 30);
     // Side by side: the same workload on the paged and the contiguous cache, stepped together.
     t.keys(&["s"]);
     t.keys(&["Space"]);

@@ -104,7 +104,10 @@ fn heads_kv_and_batch_pictures_come_from_the_live_state() {
         }
         let sv = reports.last().unwrap().serve.as_ref().unwrap();
         let kv = export::render_svg(&a.scene(), ExportPane::Kv).unwrap();
-        let util = format!("({:.1}% utilization)", sv.step.memory.utilization_pct());
+        let util = format!(
+            "({:.1}% utilization)",
+            sv.step.memory.utilization_pct().unwrap()
+        );
         assert!(kv.contains(&util), "kv: {util} not in picture");
         let kind = format!("{cache:?}").to_lowercase();
         assert!(kv.contains(&format!("KV cache · {kind}")));

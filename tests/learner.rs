@@ -327,7 +327,7 @@ impl Learner {
             // Some predictions wait for their event: keep stepping.
             let mut n = 0;
             while self.tutor().pending.is_some() {
-                assert!(n < 400, "{at}: {kind:?} was never graded");
+                assert!(n < 1500, "{at}: {kind:?} was never graded");
                 self.space();
                 n += 1;
             }

@@ -343,8 +343,14 @@ fn the_app_chat_workload_shows_a_copy_on_write_when_the_repeated_question_runs()
     let (rate, _) = inferlab::serve::workload::chat_rate(&model).unwrap();
     let (cfg, reqs) =
         inferlab::worker::chat_serving(&model, Policy::Continuous, CacheKind::Paged, rate).unwrap();
-    let (last, before) = (reqs.len() as u64 - 1, reqs.len() as u64 - 3);
-    assert_eq!(reqs[last as usize].prompt, reqs[before as usize].prompt);
+    // The one request that asks an earlier one's question again.
+    let (last, before) = (1..reqs.len())
+        .find_map(|i| {
+            (0..i)
+                .find(|&j| reqs[j].prompt == reqs[i].prompt)
+                .map(|j| (i as u64, j as u64))
+        })
+        .expect("a repeated question");
     let mut e = ServeEngine::new(&model, cfg, reqs).unwrap();
     let mut copies = Vec::new();
     while !e.done() {
@@ -442,4 +448,53 @@ fn the_engine_s_clock_counts_its_own_iterations_and_jumps_over_idle_waits() {
         let t = ttft_s(r).unwrap();
         assert!((0.0..0.3).contains(&t), "request {}: TTFT {t} s", r.id);
     }
+}
+
+#[test]
+fn in_the_app_chat_workload_memory_binds_first_and_pages_run_more_requests_than_reservations() {
+    use inferlab::model::{LoadOptions, Model};
+    use inferlab::serve::scheduler::Wait;
+    let model = Model::load(&common::real_model(), &LoadOptions::default()).unwrap();
+    // Arrivals a few iterations apart (rate 0), not by this machine's clock: the same
+    // schedule on every machine and under any load.
+    let rate = 0.0;
+    let run = |cache| {
+        let (cfg, reqs) =
+            inferlab::worker::chat_serving(&model, Policy::Continuous, cache, rate).unwrap();
+        let cap = cfg.max_batch;
+        let mut e = ServeEngine::new(&model, cfg, reqs).unwrap();
+        let (mut most, mut iters, mut waits) = (0, 0, Vec::new());
+        while !e.done() {
+            let s = e.step().unwrap();
+            let running = s
+                .active
+                .iter()
+                .filter(|a| a.phase != ReqPhase::Finished)
+                .count();
+            most = most.max(running);
+            waits.extend(s.head_wait);
+            assert_eq!(s.max_batch, cap);
+            iters += 1;
+        }
+        (most, iters, waits, cap)
+    };
+    let (paged, paged_iters, paged_waits, cap) = run(CacheKind::Paged);
+    let (contiguous, contiguous_iters, contiguous_waits, _) = run(CacheKind::Contiguous);
+    // The point of paging, in the same KV budget: more requests at once...
+    assert!(
+        contiguous * 10 <= paged * 6,
+        "contiguous ran at most {contiguous}, paged {paged}"
+    );
+    // ...because memory binds first, not the batch limit...
+    assert!(paged < cap, "paged reached the batch limit {cap}");
+    assert!(
+        contiguous_waits.contains(&Wait::Memory),
+        "{contiguous_waits:?}"
+    );
+    assert!(!paged_waits.contains(&Wait::BatchLimit), "{paged_waits:?}");
+    // ...so the same requests are served in fewer iterations.
+    assert!(
+        paged_iters < contiguous_iters,
+        "{paged_iters} vs {contiguous_iters}"
+    );
 }

@@ -52,10 +52,11 @@ fn heading(svg: &mut Svg, sv: &ServeView, left: f32, ps: usize) {
     );
     svg.text(left, 28.0, 16.0, "start", &title, 0.0);
     let held = format!(
-        "{} of {} allocated slots hold tokens ({:.1}% utilization) · budget {} tokens · {} shared page(s) · {} preemption(s)",
+        "{} of {} allocated slots hold tokens ({} utilization) · budget {} tokens · {} shared page(s) · {} preemption(s)",
         m.token_slots,
         m.allocated_slots,
-        m.utilization_pct(),
+        m.utilization_pct()
+            .map_or("no".into(), |u| format!("{u:.1}%")),
         m.capacity_tokens,
         m.shared_pages,
         sv.preemptions

@@ -238,22 +238,13 @@ impl PagePool {
         let mut table = BlockTable::default();
         if self.prefix_sharing && !prompt.is_empty() {
             let shareable = (prompt.len() - 1) / self.page_size;
-            let mut parent = 0u64;
-            for i in 0..shareable {
-                let chunk = &prompt[i * self.page_size..(i + 1) * self.page_size];
-                let h = (self.hasher)(parent, chunk);
-                let Some(&p) = self.by_hash.get(&h) else {
-                    break;
-                };
-                let expected = (table.pages.last().copied(), chunk.to_vec());
-                if self.content[p as usize].as_ref() != Some(&expected) {
-                    break;
-                }
+            for p in self.full_prefix_pages(prompt) {
                 self.ref_count[p as usize] += 1;
                 table.pages.push(p);
-                table.tokens.extend_from_slice(chunk);
-                parent = h;
             }
+            table
+                .tokens
+                .extend_from_slice(&prompt[..table.pages.len() * self.page_size]);
             if table.pages.len() == shareable {
                 self.share_partial(&mut table, &prompt[..prompt.len() - 1]);
             }
@@ -261,6 +252,37 @@ impl PagePool {
         let cached = table.tokens.len();
         self.tables.insert(req, table);
         Ok(cached)
+    }
+
+    /// The full pages of `prompt` (at most `len − 1` tokens) that live requests already
+    /// hold, in order: each found by its hash, H(parent hash, the page's tokens), and
+    /// checked token for token against what the page holds.
+    fn full_prefix_pages(&self, prompt: &[u32]) -> Vec<u32> {
+        let shareable = prompt.len().saturating_sub(1) / self.page_size;
+        let (mut pages, mut parent) = (Vec::new(), 0u64);
+        for chunk in prompt.chunks_exact(self.page_size).take(shareable) {
+            let h = (self.hasher)(parent, chunk);
+            let Some(&p) = self.by_hash.get(&h) else {
+                break;
+            };
+            let expected = (pages.last().copied(), chunk.to_vec());
+            if self.content[p as usize].as_ref() != Some(&expected) {
+                break;
+            }
+            pages.push(p);
+            parent = h;
+        }
+        pages
+    }
+
+    /// Full pages a request with `prompt` would share if admitted now: the pages it will
+    /// not take from the free list (none with prefix sharing off).
+    pub fn shared_on_admit(&self, prompt: &[u32]) -> usize {
+        if self.prefix_sharing {
+            self.full_prefix_pages(prompt).len()
+        } else {
+            0
+        }
     }
 
     /// After the shared full pages, shares the partly filled page that follows when a

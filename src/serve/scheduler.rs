@@ -127,6 +127,31 @@ pub enum ReqPhase {
     Rejected,
 }
 
+/// Why the request at the head of the queue did not join this iteration's batch (those
+/// behind it wait for it: admission is first come, first served).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Wait {
+    /// Static batching: the running batch must finish before anyone joins.
+    Batch,
+    /// The batch already holds `max_batch` requests, the engine's cap on rows per step.
+    BatchLimit,
+    /// The KV memory has no room for it: too few free pages, or no gap as long as its
+    /// reservation.
+    Memory,
+}
+
+impl Wait {
+    /// A few words for the screen.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Wait::Batch => "static batch",
+            Wait::BatchLimit => "batch limit",
+            Wait::Memory => "KV memory",
+        }
+    }
+}
+
 /// One request.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Request {
@@ -367,6 +392,27 @@ impl Scheduler {
         self.queue.iter().copied().collect()
     }
 
+    /// Why the queue's head is still waiting after this iteration's admissions (`None`:
+    /// no queue), the same tests `admit_waiting` made, in its order.
+    pub fn head_wait(&self) -> Option<Wait> {
+        let &id = self.queue.front()?;
+        Some(
+            if self.cfg.policy == Policy::Static && !self.running.is_empty() {
+                Wait::Batch
+            } else if self.running.len() >= self.cfg.max_batch {
+                Wait::BatchLimit
+            } else {
+                debug_assert!(!self.can_admit(&self.requests[id as usize]));
+                Wait::Memory
+            },
+        )
+    }
+
+    /// Requests of the workload that have not arrived yet.
+    pub fn not_arrived(&self) -> usize {
+        self.arrived.iter().filter(|&&a| !a).count()
+    }
+
     /// KV slots the queue's head needs to be admitted (its reservation, or its tokens).
     pub fn head_need(&self) -> Option<usize> {
         let &id = self.queue.front()?;
@@ -604,11 +650,13 @@ impl Scheduler {
             Memory::Reserved(a) => return a.largest_gap() >= self.reservation(r),
             Memory::Paged(p) => p,
         };
-        // Room for the tokens to recompute, one page to grow into, and one page of
-        // headroom per running request: admitting into the last free pages only to
-        // preempt on the next page boundary would thrash (each preemption recomputes the
-        // victim's whole prompt).
-        let need = p.pages_for(r.len()) + 1 + self.running.len();
+        // Room for the tokens to recompute, less the full prompt pages it will share with
+        // requests already running (as vLLM counts only the blocks not cached), one page
+        // to grow into, and one page of headroom per running request: admitting into the
+        // last free pages only to preempt on the next page boundary would thrash (each
+        // preemption recomputes the victim's whole prompt).
+        let shared = p.shared_on_admit(&r.tokens(0, r.len()));
+        let need = p.pages_for(r.len()).saturating_sub(shared) + 1 + self.running.len();
         // Pages already promised: admitted requests whose prompt (or recompute) has not
         // run yet hold none so far, but will on their next iteration.
         let promised: usize = self

@@ -2,7 +2,7 @@
 //! benchmarks: the active set, the queue, and the KV memory page by page — read from the
 //! scheduler's own state, never recomputed beside it.
 
-use super::scheduler::{Memory, Plan, ReqPhase, Scheduler};
+use super::scheduler::{Memory, Plan, ReqPhase, Scheduler, Wait};
 use crate::kv::pool::ReqId;
 use serde::{Deserialize, Serialize};
 
@@ -48,12 +48,26 @@ pub struct MemoryStats {
 }
 
 impl MemoryStats {
-    /// Share of allocated KV memory holding real tokens, percent.
-    pub fn utilization_pct(&self) -> f64 {
-        if self.allocated_slots == 0 {
-            100.0
-        } else {
-            100.0 * self.token_slots as f64 / self.allocated_slots as f64
+    /// Share of allocated KV memory holding real tokens, percent (`None` while nothing is
+    /// allocated: an empty pool wastes nothing, but it uses nothing either).
+    pub fn utilization_pct(&self) -> Option<f64> {
+        (self.allocated_slots > 0)
+            .then(|| 100.0 * self.token_slots as f64 / self.allocated_slots as f64)
+    }
+
+    /// Share of the whole KV budget holding real tokens, percent.
+    pub fn budget_used_pct(&self) -> f64 {
+        100.0 * self.token_slots as f64 / self.capacity_tokens.max(1) as f64
+    }
+
+    /// What KV utilization divides, with the figures: "412 tokens in 480 held slots (86%)".
+    pub fn describe_utilization(&self) -> String {
+        match self.utilization_pct() {
+            Some(p) => format!(
+                "{} tokens in {} held slots ({p:.0}%)",
+                self.token_slots, self.allocated_slots
+            ),
+            None => "no slots held".into(),
         }
     }
 }
@@ -64,6 +78,15 @@ pub struct ServeStep {
     pub iteration: usize,
     pub active: Vec<ActiveEntry>,
     pub queue: Vec<ReqId>,
+    /// Why the queue's head waits (recordings made before it read as none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head_wait: Option<Wait>,
+    /// Requests of the workload that have not arrived yet.
+    #[serde(default)]
+    pub not_arrived: usize,
+    /// The engine's cap on requests per iteration (recordings made before it read as 0).
+    #[serde(default)]
+    pub max_batch: usize,
     pub finished: Vec<ReqId>,
     pub preempted: Vec<ReqId>,
     pub tokens_generated: usize,
@@ -139,6 +162,9 @@ pub fn step(
         iteration: plan.iteration,
         active,
         queue: s.queue(),
+        head_wait: s.head_wait(),
+        not_arrived: s.not_arrived(),
+        max_batch: s.cfg.max_batch,
         finished,
         preempted: plan.preempted.clone(),
         tokens_generated: plan.work.iter().filter(|w| w.sample).count(),

@@ -265,12 +265,30 @@ pub fn long_parts() -> Vec<String> {
     parts
 }
 
+/// The most tokens each chat request may generate, as a client's `max_tokens`: answers
+/// usually end sooner, at the model's end-of-turn token, but a contiguous cache must
+/// reserve room for all of them up front.
+pub const CHAT_MAX_TOKENS: usize = 128;
+
+/// The chat workload's KV memory, in tokens: 24 pages. Memory, not the batch limit, is
+/// what binds first: a contiguous reservation (prompt + [`CHAT_MAX_TOKENS`], about 170
+/// slots) fits twice, while pages hold only what each request has written, so about
+/// twice as many requests run at once in the same memory.
+pub const CHAT_KV_TOKENS: usize = 384;
+
+/// The most requests one iteration of the chat workload may run, whatever memory allows.
+pub const CHAT_MAX_BATCH: usize = 8;
+
+/// The chat request that asks an earlier one's question again, and that earlier one.
+const REPEATS: (usize, usize) = (2, 0);
+
 /// The app's chat workload: ten requests, each a question from `assets/prompts.txt`
 /// after the shared system prompt, arriving as a Poisson process of `rate_per_s` requests
-/// a second on the engine's clock (0: a few iterations apart). The last asks again
-/// the question of the third from last (a story summary, whose answer runs long), as users
-/// do: admitted while that request still runs, its prompt shares every page with it, the
-/// partly filled last one too, until its first write copies that page (copy-on-write).
+/// a second on the engine's clock (0: a few iterations apart). The third asks again the
+/// question of the first, as users do: it arrives once the first has run its prompt and
+/// while it still answers (the pool is nearly empty then, whatever this machine's speed),
+/// so its prompt shares every page with it, the partly filled last one too, until its
+/// first write copies that page (copy-on-write).
 pub fn chat_serving(
     model: &Model,
     policy: Policy,
@@ -281,34 +299,32 @@ pub fn chat_serving(
         requests: 10,
         prompt_min: 1,
         prompt_max: 1,
-        output_min: 16,
-        output_max: 64,
+        output_min: CHAT_MAX_TOKENS,
+        output_max: CHAT_MAX_TOKENS,
         output_dist: LengthDist::Uniform,
         mean_gap: 3.0,
         rate_per_s,
-        seed: 11,
+        // Chosen so the first requests arrive within the first iterations, five within a
+        // second at the usual rate: sharing, paging and the queue show from the start.
+        seed: 1340,
     };
     let prompts: Vec<&str> = crate::assets::PROMPTS
         .lines()
         .filter(|l| !l.trim().is_empty())
         .collect();
     let mut reqs = w.generate(&[0]);
-    let n = reqs.len();
     for (i, r) in reqs.iter_mut().enumerate() {
-        let asked = if i + 1 == n { n - 3 } else { i };
+        let asked = if i == REPEATS.0 { REPEATS.1 } else { i };
         r.prompt = model
             .tokenizer
             .encode(&TextTokenizer::chat_prompt(prompts[asked % prompts.len()]))?;
     }
-    // The first asker may write its whole answer, so it still runs when the repeat is
-    // admitted (finished requests free their pages, and with them what could be shared).
-    reqs[n - 3].max_new = w.output_max;
     let cfg = ServeConfig {
         policy,
         cache,
-        kv_budget_tokens: 1024,
+        kv_budget_tokens: CHAT_KV_TOKENS,
         page_size: APP_PAGE_SIZE,
-        max_batch: 6,
+        max_batch: CHAT_MAX_BATCH,
         token_budget: 256,
         prefix_sharing: true,
         reserve: Default::default(),

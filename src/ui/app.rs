@@ -817,7 +817,7 @@ impl App {
         }
         self.frames.resume_live();
         if let Some(mut t) = self.tutor.take() {
-            t.observe(&r, self.frames.report());
+            t.observe(&r);
             // Graded against the question as it stood: no report of the new iteration yet.
             let live = LiveState {
                 report: None,

@@ -382,7 +382,7 @@ fn util_choices(r: &StepReport) -> Option<LiveChoices> {
         .serve
         .as_ref()
         .filter(|s| s.cache == CacheKind::Paged && !s.done)?;
-    let u = sv.step.memory.utilization_pct().round() as u64;
+    let u = sv.step.memory.utilization_pct()?.round() as u64;
     let mut c = labelled(&UTIL_AFTER, u);
     c.labels[0] = format!("higher than the paged cache's {u}%");
     c.labels[2] = format!("lower than the paged cache's {u}%");
@@ -624,7 +624,7 @@ fn lens_outcome(p: &Pending, chosen: u64, new: &StepReport) -> (bool, String) {
 
 /// The contiguous cache's utilization after an iteration, against the paged cache's.
 fn util_outcome(p: &Pending, chosen: u64, sv: &ServeView) -> (bool, String) {
-    let now = sv.step.memory.utilization_pct();
+    let now = sv.step.memory.utilization_pct().unwrap_or(0.0);
     let was = p.subject as f64;
     let actual = if (now - was).abs() <= 5.0 {
         1

@@ -30,10 +30,9 @@ pub struct Tutor {
     pub list_sel: usize,
     /// The iteration count when this step opened (tasks count iterations from here).
     pub iter_at_open: usize,
-    /// Decode steps of the live request, and pages copied on write by the serving run,
-    /// seen since this step opened: a task counts only what happens after it is posed.
+    /// Decode steps of the live request seen since this step opened: a task counts only
+    /// what happens after it is posed.
     pub decode_seen: usize,
-    pub copies_seen: usize,
     /// Answers to the current step's questions.
     pub answers: Vec<Option<Answer>>,
     /// Each answered question's text as it read when first answered, figures filled in:
@@ -81,7 +80,6 @@ impl Tutor {
             list_sel: lesson,
             iter_at_open: 0,
             decode_seen: 0,
-            copies_seen: 0,
             answers: vec![None; n],
             asked: Default::default(),
             pending: None,
@@ -182,7 +180,7 @@ impl Tutor {
         self.answers = vec![None; s.questions.len()];
         self.asked.clear();
         self.iter_at_open = app.report.map_or(0, |r| r.iteration);
-        (self.decode_seen, self.copies_seen) = (0, 0);
+        self.decode_seen = 0;
         self.save();
         settings_of(app, &s)
     }
@@ -292,7 +290,11 @@ fn live_number(app: &LiveState, t: &Tutor, var: Var) -> Option<f64> {
         Var::DecodeSteps => t.decode_seen,
         Var::Generated => r.map_or(0, |r| r.pieces.len().saturating_sub(r.prompt_len)),
         Var::Layer => app.layer,
-        Var::Copies => t.copies_seen,
+        // The run on screen's copies so far, which its pane lists: a copy made while an
+        // earlier step of the same run was open is still there to read.
+        Var::Copies => r
+            .and_then(|r| r.serve.as_ref())
+            .map_or(0, |s| s.copies_total),
         Var::Head => app.head,
         _ => return None,
     };
@@ -436,18 +438,11 @@ impl Tutor {
 }
 
 impl Tutor {
-    /// Counts what report `new` did since `old`: a decode step of the live request (not a
-    /// finished request's repeated report, nor a recompute under new settings, which
-    /// is a prefill), and the serving run's new copies on write (a restarted run counts
-    /// from zero).
-    pub fn observe(&mut self, new: &StepReport, old: Option<&StepReport>) {
+    /// Counts what report `new` did: a decode step of the live request (not a finished
+    /// request's repeated report, nor a recompute under new settings, which is a prefill).
+    pub fn observe(&mut self, new: &StepReport) {
         if new.info.step > 0 && !new.repeat && !new.recomputed {
             self.decode_seen += 1;
-        }
-        let copies = |r: &StepReport| r.serve.as_ref().map(|s| s.copies_total);
-        if let Some(now) = copies(new) {
-            let before = old.and_then(copies).unwrap_or(0);
-            self.copies_seen += if now >= before { now - before } else { now };
         }
     }
 }

@@ -94,7 +94,7 @@ impl Grid {
                 "one cell per page of {ps} slots: █{ps} full  ▄9 nine slots hold tokens  █×6 shared by six requests  · free"
             ),
             CacheKind::Contiguous => format!(
-                "one cell per {ps} slots, in address order: █{ps} hold tokens  ▄9 nine do  ░ reserved, unused  · free  × free but too short a gap for the next request"
+                "one cell per {ps} slots, in address order:  █{ps} hold tokens  ▄9 nine do  ░ reserved, unused  · free  × a gap too short for the next request"
             ),
         }
     }

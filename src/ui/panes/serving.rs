@@ -158,7 +158,7 @@ fn render_view(
         put(buf, inner, 0, inner.y, line, theme.dim());
         return;
     };
-    header(sv, inner, buf);
+    let rows = header(sv, inner, buf);
     // The chosen request's pages stand out, and its block table maps its logical blocks
     // to them (paged cache only).
     let req = app
@@ -168,7 +168,13 @@ fn render_view(
         .or_else(|| sv.step.block_tables.first().map(|t| t.0));
     let blocks = req.map(|r| pages::block_table(sv, r)).unwrap_or_default();
     let marked: Vec<u32> = blocks.iter().map(|b| b.page).collect();
-    let mut y = draw_grid(&Grid::of(sv), &marked, theme, inner, buf);
+    // The grid starts on the row after the header's last.
+    let below = Rect {
+        y: inner.y + rows - 1,
+        height: inner.height.saturating_sub(rows - 1),
+        ..inner
+    };
+    let mut y = draw_grid(&Grid::of(sv), &marked, theme, below, buf);
     // Under the grid: this run's copies on write, then the chosen request's block table
     // (pages) or the free gaps (a contiguous cache).
     let table = req.map(|r| pages::describe_table(r, &blocks, sv.page_size));
@@ -191,28 +197,52 @@ fn render_view(
     );
 }
 
-/// The iteration's numbers: active set, queue, KV utilization, preemptions.
-fn header(sv: &crate::report::ServeView, inner: Rect, buf: &mut Buffer) {
+/// The iteration's numbers on two rows (one where the pane is that short): how many run
+/// against the batch limit, why the queue waits, speed; then what the KV memory holds
+/// and what its utilization divides. Returns the rows drawn.
+fn header(sv: &crate::report::ServeView, inner: Rect, buf: &mut Buffer) -> u16 {
     let s = &sv.step;
     let running = s
         .active
         .iter()
         .filter(|a| a.phase != ReqPhase::Finished)
         .count();
-    // Utilization and speed first: a narrow pane cuts the counts after them.
-    let line = format!(
-        "KV util {:.0}%{} · active {} · queue {} · iter {} · preempted {}{}",
-        s.memory.utilization_pct(),
-        sv.tokens_per_s()
-            .map(|t| format!(" · {t:.0} tok/s"))
-            .unwrap_or_default(),
-        running,
-        s.queue.len(),
-        s.iteration,
-        sv.preemptions,
+    // Running against its cap first: a narrow pane cuts what comes after.
+    let cap = if s.max_batch > 0 {
+        format!(" of max {}", s.max_batch)
+    } else {
+        String::new()
+    };
+    let queue = match (s.queue.len(), s.head_wait) {
+        (0, _) => "queue 0".to_string(),
+        (n, Some(w)) => format!("queue {n} (waits: {})", w.describe()),
+        (n, None) => format!("queue {n}"),
+    };
+    let first = format!(
+        "running {running}{cap} · {queue}{}{}",
+        if s.not_arrived > 0 {
+            format!(" · {} yet to arrive", s.not_arrived)
+        } else {
+            String::new()
+        },
         if sv.done { " · done" } else { "" }
     );
-    put_text(buf, inner, 0, inner.y, &line, Style::default());
+    put_text(buf, inner, 0, inner.y, &first, Style::default());
+    if inner.height < 8 {
+        return 1;
+    }
+    let second = format!(
+        "{}KV {} · budget {} · iter {} · preempted {}",
+        sv.tokens_per_s()
+            .map(|t| format!("{t:.0} tok/s · "))
+            .unwrap_or_default(),
+        s.memory.describe_utilization(),
+        s.memory.capacity_tokens,
+        s.iteration,
+        sv.preemptions,
+    );
+    put_text(buf, inner, 0, inner.y + 1, &second, Style::default());
+    2
 }
 
 /// The KV grid on the rows after `inner`'s first, and its legend; returns the row after
@@ -252,8 +282,25 @@ pub fn draw_grid(g: &Grid, marked: &[u32], theme: &Theme, inner: Rect, buf: &mut
     } else {
         g.legend().to_string()
     };
-    put_text(buf, inner, 0, y, &legend, theme.dim());
-    y + 1
+    // The legend's items (two spaces apart) wrap onto more rows where the pane has room
+    // to spare below the grid (a quarter of it), else the one row is cut.
+    let spare = (inner.y + inner.height).saturating_sub(y) as usize;
+    let most = (spare / 4).max(1);
+    let mut rows: Vec<String> = Vec::new();
+    for item in legend.split("  ") {
+        let full = rows.len() >= most;
+        match rows.last_mut() {
+            Some(r) if full || r.chars().count() + 2 + item.chars().count() <= width => {
+                r.push_str("  ");
+                r.push_str(item);
+            }
+            _ => rows.push(item.to_string()),
+        }
+    }
+    for (i, row) in rows.iter().enumerate() {
+        put_text(buf, inner, 0, y + i as u16, row, theme.dim());
+    }
+    y + rows.len() as u16
 }
 
 /// Columns the time to first token takes at the end of a timeline row.
