@@ -1348,6 +1348,24 @@ fn space_pressed_while_an_iteration_runs_is_kept_and_a_restart_drops_the_old_run
 }
 
 #[test]
+fn a_step_s_bytes_are_quoted_from_a_decode_step_never_from_the_prefill() {
+    use inferlab::ui::figures::value;
+    let mut a = common::fixture::traffic_app();
+    for name in ["step_mb", "kv_read_mb", "step_gb_per_s"] {
+        assert!(value(a.figure_sources(), name).is_some(), "{name}");
+    }
+    // The same report as a prompt's pass: the figures wait for a decode step.
+    let mut r = a.report().unwrap().clone();
+    r.iteration += 1;
+    r.info.step = 0;
+    a.on_event(Event::Report(Box::new(r)));
+    for name in ["step_mb", "kv_read_mb", "step_gb_per_s"] {
+        assert_eq!(value(a.figure_sources(), name), None, "{name}");
+    }
+    assert!(value(a.figure_sources(), "weight_mb_per_token").is_some());
+}
+
+#[test]
 fn a_question_keeps_the_figures_it_was_answered_with() {
     let mut a = common::fixture::traffic_app();
     open_at(&mut a, "kv-cache", 1);

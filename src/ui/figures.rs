@@ -35,17 +35,20 @@ pub fn value(app: Sources, name: &str) -> Option<String> {
         Some(thousands(n as usize))
     };
     let machine = app.machine;
+    // The live step's bytes and speed are quoted as a decode step's: after a prefill
+    // (step 0) they wait for the first decode step rather than quote the prompt's pass.
+    let decoded = t.weight_bytes > 0 && r.info.step > 0;
     Some(match name {
         "kv_bytes_per_token" => per_token(r.info.layout)?,
         "kv_bytes_per_token_mha" => per_token(HeadLayout::Mha)?,
         "kv_bytes_per_token_gqa" => per_token(HeadLayout::Gqa)?,
         "kv_bytes_per_token_mqa" => per_token(HeadLayout::Mqa)?,
         "weight_mb_per_token" if t.weight_bytes > 0 => mb(t.weight_bytes),
-        "kv_read_mb" if t.weight_bytes > 0 => mb(t.kv_read_bytes),
-        "step_mb" if t.weight_bytes > 0 => format!("{:.0}", view().now.bytes() as f64 / 1e6),
+        "kv_read_mb" if decoded => mb(t.kv_read_bytes),
+        "step_mb" if decoded => format!("{:.0}", view().now.bytes() as f64 / 1e6),
         "step_ms" => format!("{:.1}", r.info.wall_ms),
-        "step_gb_per_s" if t.weight_bytes > 0 => format!("{:.1}", view().now.gb_per_s()),
-        "step_bandwidth_pct" if t.weight_bytes > 0 => {
+        "step_gb_per_s" if decoded => format!("{:.1}", view().now.gb_per_s()),
+        "step_bandwidth_pct" if decoded => {
             format!(
                 "{:.0}",
                 100.0 * view().now.gb_per_s() / machine?.read_gb_per_s
@@ -58,7 +61,8 @@ pub fn value(app: Sources, name: &str) -> Option<String> {
         "int8_gops" => format!("{:.0}", 2.0 * machine?.int8_gmac_per_s),
         "ridge_ops_per_byte" => format!("{:.0}", traffic::Roof::of(machine?).ridge()),
         "batch_weight_mb_per_token" => {
-            let s = r.serve.as_ref().filter(|s| s.step.tokens_generated > 0)?;
+            // Once a batch has run: with one token the batch's share is the whole read.
+            let s = r.serve.as_ref().filter(|s| s.step.tokens_generated > 1)?;
             format!(
                 "{:.1}",
                 s.step.traffic.weight_bytes as f64 / 1e6 / s.step.tokens_generated as f64

@@ -41,14 +41,14 @@ pub fn line(app: &App, pane: Pane) -> String {
         ),
         Pane::Serving => match r.serve.as_ref() {
             Some(s) => format!(
-                "iteration {} · {} active · {} queued · KV {}{}",
+                "iteration {} · {} active · {} queued{} · KV {}",
                 s.step.iteration,
                 s.step.active.len(),
                 s.step.queue.len(),
-                s.step.memory.describe_utilization(),
                 s.tokens_per_s()
                     .map(|t| format!(" · {t:.0} tok/s"))
-                    .unwrap_or_default()
+                    .unwrap_or_default(),
+                s.step.memory.describe_utilization()
             ),
             None => "no serving iteration".into(),
         },
