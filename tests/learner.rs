@@ -227,9 +227,12 @@ impl Learner {
             Var::Layer => Action::LayerDown,
             Var::Head if matches!(c.op, Op::Lt | Op::Le) => Action::HeadLeft,
             Var::Head => Action::HeadRight,
-            Var::Steps | Var::DecodeSteps | Var::Generated | Var::Finished | Var::Copies => {
-                Action::Step
-            }
+            Var::Steps
+            | Var::DecodeSteps
+            | Var::Generated
+            | Var::Finished
+            | Var::Copies
+            | Var::PastCrossover => Action::Step,
         }
     }
 

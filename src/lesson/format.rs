@@ -159,8 +159,11 @@ pub enum Var {
     Sink,
     /// The serving workload: chat or long.
     Workload,
-    /// Pages the serving engine has copied on write since the step opened.
+    /// Pages the serving run on screen has copied on write so far.
     Copies,
+    /// Whether the serving batch's last iteration read more cached tokens than the
+    /// crossover, where the KV read passes the weight read (the traffic pane's "past it").
+    PastCrossover,
     /// The live request's KV cache: on or off.
     KvCache,
     /// Chunked prefill in the serving runs: on or off.
@@ -171,7 +174,7 @@ pub enum Var {
 
 impl Var {
     /// Every variable with its name in lesson files.
-    pub const ALL: [(&'static str, Var); 19] = [
+    pub const ALL: [(&'static str, Var); 20] = [
         ("steps", Var::Steps),
         ("decode_steps", Var::DecodeSteps),
         ("generated", Var::Generated),
@@ -188,6 +191,7 @@ impl Var {
         ("sink", Var::Sink),
         ("workload", Var::Workload),
         ("copies", Var::Copies),
+        ("past_crossover", Var::PastCrossover),
         ("kv_cache", Var::KvCache),
         ("chunked", Var::Chunked),
         ("kv_elem", Var::KvElem),

@@ -316,6 +316,12 @@ fn live_word(app: &LiveState, var: Var) -> Option<&'static str> {
     };
     Some(match var {
         Var::Finished => ["false", "true"][usize::from(app.report.is_some_and(|r| r.finished))],
+        Var::PastCrossover => {
+            let past = app
+                .report
+                .is_some_and(crate::views::traffic::batch_past_crossover);
+            ["false", "true"][usize::from(past)]
+        }
         Var::Layout => word_for(&LAYOUTS, s.run.layout),
         Var::Cache => word_for(&CACHES, serving.cache),
         Var::Policy => word_for(&POLICIES, serving.policy),

@@ -218,6 +218,12 @@ fn points<'a>(
     points
 }
 
+/// Whether the serving batch's latest iteration read as many cached tokens as the
+/// crossover under the current layout: the traffic pane's "batch read … (past it)".
+pub fn batch_past_crossover(r: &StepReport) -> bool {
+    crossover(r).is_some_and(|c| c.serving.is_some_and(|s| s as u64 >= c.now()))
+}
+
 /// The crossover from the step's own weight count and the model's KV bytes per token; for
 /// the other layouts, their own weight bytes (their K and V projections differ).
 fn crossover(r: &StepReport) -> Option<Crossover> {
