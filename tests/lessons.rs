@@ -484,3 +484,33 @@ fn numbers(text: &str) -> Vec<u64> {
     }
     out
 }
+
+/// Every term a lesson writes as an acronym or a coined name (two capitals or more: GQA,
+/// TTFT, RoPE, FlashAttention) is in the glossary (G), unless it names a unit, a machine
+/// part, a product or a paper rather than an idea the lessons teach.
+#[test]
+fn the_glossary_has_every_term_the_lessons_use() {
+    let names_not_ideas = [
+        "MB", "GB", "KiB", "GFLOP", "CPU", "GPU", "SRAM", "RMS", "SmolLM2", "SmolLM2-135M",
+        "vLLM", "SGLang", "TensorRT-LLM", "StreamingLLM", "ORCA", "YaRN", "NTK",
+    ];
+    let glossary: Vec<&str> = inferlab::ui::panes::glossary::entries()
+        .iter()
+        .flat_map(|(term, _)| term.split(|c: char| !(c.is_alphanumeric() || c == '-')))
+        .filter(|w| !w.is_empty())
+        .collect();
+    let mut missing = std::collections::BTreeSet::new();
+    for l in shipped() {
+        for text in texts(&l) {
+            for w in text.split(|c: char| !(c.is_alphanumeric() || c == '-')) {
+                let w = w.trim_matches('-');
+                let w = w.strip_suffix("-class").unwrap_or(w);
+                let capitals = w.chars().filter(|c| c.is_ascii_uppercase()).count();
+                if capitals >= 2 && !names_not_ideas.contains(&w) && !glossary.contains(&w) {
+                    missing.insert(format!("{w} ({})", l.file));
+                }
+            }
+        }
+    }
+    assert!(missing.is_empty(), "not in the glossary: {missing:?}");
+}
