@@ -491,8 +491,23 @@ fn numbers(text: &str) -> Vec<u64> {
 #[test]
 fn the_glossary_has_every_term_the_lessons_use() {
     let names_not_ideas = [
-        "MB", "GB", "KiB", "GFLOP", "CPU", "GPU", "SRAM", "RMS", "SmolLM2", "SmolLM2-135M",
-        "vLLM", "SGLang", "TensorRT-LLM", "StreamingLLM", "ORCA", "YaRN", "NTK",
+        "MB",
+        "GB",
+        "KiB",
+        "GFLOP",
+        "CPU",
+        "GPU",
+        "SRAM",
+        "RMS",
+        "SmolLM2",
+        "SmolLM2-135M",
+        "vLLM",
+        "SGLang",
+        "TensorRT-LLM",
+        "StreamingLLM",
+        "ORCA",
+        "YaRN",
+        "NTK",
     ];
     let glossary: Vec<&str> = inferlab::ui::panes::glossary::entries()
         .iter()

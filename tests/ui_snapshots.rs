@@ -1366,6 +1366,21 @@ fn a_step_s_bytes_are_quoted_from_a_decode_step_never_from_the_prefill() {
 }
 
 #[test]
+fn serving_figures_come_only_from_the_runs_the_settings_ask_for() {
+    use inferlab::ui::figures::value;
+    let mut a = app();
+    for r in common::fixture::serving_reports(inferlab::serve::CacheKind::Paged, 3) {
+        a.on_event(Event::Report(Box::new(r)));
+    }
+    a.settings.serving = a.report().unwrap().settings.serving;
+    assert!(value(a.figure_sources(), "serve_tokens_per_s").is_some());
+    // A step asks for other runs: until they report, the old runs' figures are not quoted.
+    a.settings.serving.compare = inferlab::settings::Compare::OneAtATime;
+    assert_eq!(value(a.figure_sources(), "serve_tokens_per_s"), None);
+    assert_eq!(value(a.figure_sources(), "continuous_ttft_p99_ms"), None);
+}
+
+#[test]
 fn a_question_keeps_the_figures_it_was_answered_with() {
     let mut a = common::fixture::traffic_app();
     open_at(&mut a, "kv-cache", 1);

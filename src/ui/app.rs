@@ -180,6 +180,7 @@ impl App {
             report: self.report(),
             past: self.frames.past(),
             machine: self.engine.machine.as_ref(),
+            serving: self.settings.serving,
         }
     }
 

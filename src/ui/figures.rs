@@ -20,6 +20,9 @@ pub struct Sources<'a> {
     pub report: Option<&'a StepReport>,
     pub past: &'a std::collections::VecDeque<Box<StepReport>>,
     pub machine: Option<&'a Machine>,
+    /// The serving runs the settings ask for now: a report of other runs (the ones a
+    /// step has just replaced) gives no serving figure.
+    pub serving: crate::settings::Serving,
 }
 
 /// The value of figure `name` now, or `None` when the app has not got it yet.
@@ -35,6 +38,11 @@ pub fn value(app: Sources, name: &str) -> Option<String> {
         Some(thousands(n as usize))
     };
     let machine = app.machine;
+    // Serving figures only from the runs on screen now, not from those a step replaced.
+    let serve = r
+        .serve
+        .as_ref()
+        .filter(|_| r.settings.serving == app.serving);
     // The live step's bytes and speed are quoted as a decode step's: after a prefill
     // (step 0) they wait for the first decode step rather than quote the prompt's pass.
     let decoded = t.weight_bytes > 0 && r.info.step > 0;
@@ -62,18 +70,18 @@ pub fn value(app: Sources, name: &str) -> Option<String> {
         "ridge_ops_per_byte" => format!("{:.0}", traffic::Roof::of(machine?).ridge()),
         "batch_weight_mb_per_token" => {
             // Once a batch has run: with one token the batch's share is the whole read.
-            let s = r.serve.as_ref().filter(|s| s.step.tokens_generated > 1)?;
+            let s = serve.filter(|s| s.step.tokens_generated > 1)?;
             format!(
                 "{:.1}",
                 s.step.traffic.weight_bytes as f64 / 1e6 / s.step.tokens_generated as f64
             )
         }
-        "serve_tokens_per_s" => format!("{:.0}", r.serve.as_ref()?.tokens_per_s()?),
-        "serve_ratio" => format!("{:.2}", r.serve_ratio()?),
-        "continuous_ttft_p99_ms" => ttft_p99(r.serving_run(Policy::Continuous))?,
-        "static_ttft_p99_ms" => ttft_p99(r.serving_run(Policy::Static))?,
+        "serve_tokens_per_s" => format!("{:.0}", serve?.tokens_per_s()?),
+        "serve_ratio" => format!("{:.2}", serve.and(r.serve_ratio())?),
+        "continuous_ttft_p99_ms" => ttft_p99(serve.and(r.serving_run(Policy::Continuous)))?,
+        "static_ttft_p99_ms" => ttft_p99(serve.and(r.serving_run(Policy::Static)))?,
         "serve_arrivals_per_s" => {
-            let rate = r.serve.as_ref()?.rate_per_s;
+            let rate = serve?.rate_per_s;
             (rate > 0.0).then(|| format!("{rate:.1}"))?
         }
         _ => return None,

@@ -211,7 +211,18 @@ pub fn live_choices(app: &LiveState, kind: Predict) -> Option<LiveChoices> {
     if kind == Predict::FlopsWithoutCache && !app.settings.request.kv_cache {
         return None;
     }
-    choices_for(app.report?, kind)
+    // Choices about the serving runs come from the runs the settings now ask for: right
+    // after a step restarts them, the report on screen is still the old runs' (its queue,
+    // its batch), and its choices would be about requests that are not coming.
+    let about_serving = matches!(
+        kind,
+        Predict::PagesNext | Predict::NextJoin | Predict::DominantBatch | Predict::TtftRatio
+    );
+    let r = app.report?;
+    if about_serving && r.settings.serving != app.settings.serving {
+        return None;
+    }
+    choices_for(r, kind)
 }
 
 /// The choices of prediction `kind` as the state after report `r` offers them.
