@@ -149,7 +149,8 @@ pub fn block_table(sv: &ServeView, req: u64) -> Vec<Block> {
         .collect()
 }
 
-/// "r3 · 3 blocks: 0→p12 (2 share it) · 1→p13 · 2→p40 9/16", for a line of text.
+/// "block table r3 · 3 block(s), last 9/16: 0→p12 (shared ×2) · 1→p13 · 2→p40 9/16", for
+/// a line of text. The last page's fill comes early too: a narrow pane cuts the end.
 pub fn describe_table(req: u64, blocks: &[Block], page_size: usize) -> String {
     let parts: Vec<String> = blocks
         .iter()
@@ -164,8 +165,11 @@ pub fn describe_table(req: u64, blocks: &[Block], page_size: usize) -> String {
             s
         })
         .collect();
+    let last = blocks
+        .last()
+        .map_or(String::new(), |b| format!(", last {}/{page_size}", b.fill));
     format!(
-        "block table r{req} · {} block(s): {}",
+        "block table r{req} · {} block(s){last}: {}",
         blocks.len(),
         parts.join(" · ")
     )

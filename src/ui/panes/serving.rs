@@ -187,6 +187,16 @@ fn render_view(
         put_text(buf, inner, 0, y, line, theme.accent());
         y += 1;
     }
+    // Every other request's block table too, where rows are left over once the timeline
+    // has a row for each request and its key.
+    let left = (inner.y + inner.height).saturating_sub(y) as usize;
+    let spare = left.saturating_sub(sv.requests + 1);
+    let others = sv.step.block_tables.iter().filter(|t| Some(t.0) != req);
+    for (id, _) in others.take(spare) {
+        let line = pages::describe_table(*id, &pages::block_table(sv, *id), sv.page_size);
+        put_text(buf, inner, 0, y, line, theme.dim());
+        y += 1;
+    }
     draw_timeline(
         sv.requests,
         timeline,
