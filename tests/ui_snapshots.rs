@@ -249,6 +249,32 @@ fn right_key(a: &App, q: usize) -> usize {
 }
 
 #[test]
+fn an_answer_s_verdict_is_scrolled_into_view_at_80x24() {
+    let mut a = tutor_app(0);
+    a.update(Action::NextStep);
+    a.update(Action::NextStep);
+    let screen = |a: &App| {
+        let mut t = Terminal::new(TestBackend::new(80, 24)).unwrap();
+        t.draw(|f| draw::draw(a, &THEME, f.area(), f.buffer_mut()))
+            .unwrap();
+        format!("{}", t.backend())
+    };
+    for qi in 0..3 {
+        a.update(Action::Answer(right_key(&a, qi)));
+        let why = a.tutor.as_ref().unwrap().answers[qi].clone().unwrap().why;
+        let start: String = why.chars().take(30).collect();
+        let before = screen(&a);
+        draw::reveal_verdict(ratatui::layout::Rect::new(0, 0, 80, 24), &mut a);
+        let after = screen(&a);
+        assert!(after.contains(&start), "question {qi}: {start}\n{after}");
+        if qi == 0 {
+            // Below the step's prose, the first verdict is off screen until revealed.
+            assert!(!before.contains(&start), "{before}");
+        }
+    }
+}
+
+#[test]
 fn answers_are_graded_with_their_explanation() {
     let mut a = tutor_app(0);
     a.update(Action::NextStep);

@@ -484,6 +484,22 @@ pub fn clamp_lesson_scroll(screen: Rect, app: &mut App) {
     }
 }
 
+/// Scrolls a verdict just given into view on a `screen`-sized terminal, so an answer's
+/// verdict and explanation never land below the fold (a no-op when none is waiting).
+pub fn reveal_verdict(screen: Rect, app: &mut App) {
+    let Some(qi) = app.tutor.as_ref().and_then(|t| t.reveal) else {
+        return;
+    };
+    let (_, lesson) = pane_rects(screen, app);
+    let to = super::panes::lesson::scroll_to_reveal(app, lesson, qi);
+    if let Some(t) = app.tutor.as_mut() {
+        if let Some(to) = to {
+            t.scroll = to;
+        }
+        t.reveal = None;
+    }
+}
+
 /// The action for a mouse event on a `screen`-sized terminal: the wheel scrolls the lesson
 /// or moves through layers over the heatmap; a click on a pane's title (or on its
 /// summary line) focuses it, and a click in the heads pane picks that head. The event

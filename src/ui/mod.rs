@@ -21,6 +21,7 @@ use ratatui::crossterm::event::{
     self, DisableMouseCapture, EnableMouseCapture, Event as TermEvent, KeyEventKind,
 };
 use ratatui::crossterm::execute;
+use ratatui::layout::Rect;
 use std::time::{Duration, Instant};
 
 /// Runs the app until the user quits. The terminal is restored on every exit path,
@@ -171,6 +172,9 @@ fn frames(
         // frame that says how they went.
         perform_writes(app);
         if dirty {
+            // A verdict given by a key or graded by a report: scrolled into view first.
+            let size = terminal.size()?;
+            draw::reveal_verdict(Rect::new(0, 0, size.width, size.height), app);
             terminal.draw(|f| draw::draw(app, &theme, f.area(), f.buffer_mut()))?;
             dirty = false;
         }

@@ -46,6 +46,9 @@ pub struct Tutor {
     unsaved: bool,
     /// Lines the lesson panel is scrolled down (mouse wheel), reset on every step.
     pub scroll: u16,
+    /// A question just graded, whose verdict the panel scrolls into view at the next
+    /// frame (the event loop knows the panel's size; the tutor does not).
+    pub reveal: Option<usize>,
     /// What the user must know about their progress file: it was unreadable and moved
     /// aside, or the last save failed. Shown at the top of the lesson.
     pub notice: Option<String>,
@@ -87,6 +90,7 @@ impl Tutor {
             persist,
             unsaved: false,
             scroll: 0,
+            reveal: None,
             notice: None,
         }
     }
@@ -427,6 +431,7 @@ impl Tutor {
     }
 
     fn record(&mut self, app: &LiveState, qi: usize, a: Answer) {
+        self.reveal = Some(qi);
         let key = format!("{}.{}", self.step, qi);
         if let Some(id) = self.current().map(|l| l.id().to_string()) {
             let p = self.progress.of(&id);

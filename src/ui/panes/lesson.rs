@@ -149,6 +149,21 @@ fn last_scroll(text: &Paragraph, inner: Rect) -> u16 {
     rows.saturating_sub(inner.height.saturating_sub(1))
 }
 
+/// The scroll at which question `qi`'s last line (its verdict and why, once answered)
+/// is the panel's bottom row in `area`, or `None` when it shows already at `scroll`.
+pub fn scroll_to_reveal(app: &App, area: Rect, qi: usize) -> Option<u16> {
+    let t = app.tutor.as_ref().filter(|t| t.step().is_some())?;
+    let inner = Block::default().borders(Borders::ALL).inner(area);
+    let through = Paragraph::new(lines_through(t, &Live::of(app, t), &Theme::detect(), qi));
+    let rows = through
+        .wrap(Wrap { trim: false })
+        .line_count(inner.width)
+        .min(u16::MAX as usize) as u16;
+    let shown = inner.height.saturating_sub(1);
+    let want = rows.saturating_sub(shown);
+    (want > t.scroll).then_some(want)
+}
+
 /// The furthest the open step's text can scroll in the lesson pane `area`.
 pub fn max_scroll(app: &App, area: Rect) -> u16 {
     let Some(t) = app.tutor.as_ref().filter(|t| t.step().is_some()) else {
@@ -162,6 +177,11 @@ pub fn max_scroll(app: &App, area: Rect) -> u16 {
 /// The text of the current step, top to bottom: the lesson and step titles, the prose,
 /// the notice, the task, then each question.
 fn lines<'a>(t: &Tutor, live: &Live, theme: &Theme) -> Vec<Line<'a>> {
+    lines_through(t, live, theme, usize::MAX)
+}
+
+/// The step's lines up to and including question `last` (its verdict and explanation).
+fn lines_through<'a>(t: &Tutor, live: &Live, theme: &Theme, last: usize) -> Vec<Line<'a>> {
     let l = t.current().expect("caller checked");
     let s = t.step().expect("caller checked");
     let mut out = Vec::new();
@@ -190,7 +210,7 @@ fn lines<'a>(t: &Tutor, live: &Live, theme: &Theme) -> Vec<Line<'a>> {
         out.extend(task_lines(t, &live.fill(&task.text), live.task_done, theme));
     }
     let open = t.open_question();
-    for (qi, q) in s.questions.iter().enumerate() {
+    for (qi, q) in s.questions.iter().enumerate().take(last.saturating_add(1)) {
         out.push(Line::raw(""));
         out.extend(question_lines(t, live, theme, qi, q, open == Some(qi)));
     }
