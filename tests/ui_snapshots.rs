@@ -142,6 +142,28 @@ fn serving_pane_from_a_real_engine_on_the_tiny_model() {
 }
 
 #[test]
+fn a_tall_serving_pane_gives_each_page_its_fill_and_its_owner_and_every_block_table() {
+    use inferlab::serve::CacheKind;
+    let mut a = app();
+    for r in common::fixture::serving_reports(CacheKind::Paged, 3) {
+        a.on_event(Event::Report(Box::new(r)));
+    }
+    let mut term = Terminal::new(TestBackend::new(60, 40)).unwrap();
+    term.draw(|f| panes::serving::render(&a, &THEME, f.area(), f.buffer_mut()))
+        .unwrap();
+    insta::assert_snapshot!("serving_tall", term.backend());
+    let text = format!("{}", term.backend());
+    let sv = a.report().unwrap().serve.clone().unwrap();
+    assert!(sv.step.block_tables.len() > 1);
+    for (id, _) in &sv.step.block_tables {
+        assert!(
+            text.contains(&format!("block table r{id} ")),
+            "r{id}\n{text}"
+        );
+    }
+}
+
+#[test]
 fn static_batching_draws_finished_rows_as_padding() {
     use inferlab::serve::{CacheKind, Policy};
     let mut a = app();

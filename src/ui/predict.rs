@@ -528,18 +528,19 @@ fn top_attended_outcome(
 /// The pages the request holds after the iteration.
 fn pages_outcome(p: &Pending, live: &LiveChoices, chosen: u64, sv: &ServeView) -> (bool, String) {
     let n = pages_of(sv, p.subject);
-    let len = sv
-        .step
-        .active
+    let active = sv.step.active.iter().any(|a| a.id == p.subject);
+    // The tokens its pages hold, as its block table shows them: the token it just drew
+    // is not in the cache until the next iteration runs it.
+    let cached: u32 = crate::views::pages::block_table(sv, p.subject)
         .iter()
-        .find(|a| a.id == p.subject)
-        .map(|a| a.len);
-    let why = match len {
-        Some(len) => format!(
-            "request #{} now holds {len} tokens in {n} pages of {} slots",
+        .map(|b| b.fill)
+        .sum();
+    let why = match active {
+        true => format!(
+            "request #{}'s pages now hold {cached} tokens: {n} pages of {} slots",
             p.subject, sv.page_size
         ),
-        None => format!("request #{} left the active set", p.subject),
+        false => format!("request #{} left the active set", p.subject),
     };
     (exact(live, chosen, n as u64), why)
 }

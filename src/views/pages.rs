@@ -68,6 +68,16 @@ impl Grid {
         }
     }
 
+    /// A cell's owner under its wide form, for a grid with rows to spare: `r3`, or `r3+`
+    /// for a page r3 shares with others; empty for free memory.
+    pub fn owner_label(&self, c: &Cell) -> String {
+        match c.owner {
+            Some(o) if c.shared > 1 => format!("r{o}+"),
+            Some(o) => format!("r{o}"),
+            None => String::new(),
+        }
+    }
+
     /// A cell in four characters, for a grid with room: the fill glyph, then the slots
     /// holding tokens (`▄14`) or, for a shared page, how many hold it (`█×6`).
     pub fn wide(&self, c: &Cell) -> String {

@@ -268,8 +268,15 @@ pub fn draw_grid(g: &Grid, marked: &[u32], theme: &Theme, inner: Rect, buf: &mut
     };
     let w = (width / cell_w).max(1);
     let y = inner.y + 1;
+    // Where the pane has rows to spare, each wide cell takes two: its fill, then its owner.
+    let grid_rows = g.cells.len().div_ceil(w);
+    let tall = cell_w == WIDE && inner.height as usize >= 2 * grid_rows + TALL_SPARE;
+    let cell_h = if tall { 2 } else { 1 };
     for (i, c) in g.cells.iter().enumerate() {
-        let (x, yy) = (inner.x + ((i % w) * cell_w) as u16, y + (i / w) as u16);
+        let (x, yy) = (
+            inner.x + ((i % w) * cell_w) as u16,
+            y + ((i / w) * cell_h) as u16,
+        );
         if yy >= inner.y + inner.height {
             break;
         }
@@ -282,11 +289,14 @@ pub fn draw_grid(g: &Grid, marked: &[u32], theme: &Theme, inner: Rect, buf: &mut
         }
         if cell_w == WIDE {
             buf.set_stringn(x, yy, g.wide(c), WIDE - 1, st);
+            if tall && yy + 1 < inner.y + inner.height {
+                buf.set_stringn(x, yy + 1, g.owner_label(c), WIDE - 1, st);
+            }
         } else {
             buf[(x, yy)].set_char(g.glyph(c)).set_style(st);
         }
     }
-    let y = y + g.cells.len().div_ceil(w) as u16;
+    let y = y + (grid_rows * cell_h) as u16;
     let legend = if cell_w == WIDE {
         g.wide_legend()
     } else {
@@ -312,6 +322,10 @@ pub fn draw_grid(g: &Grid, marked: &[u32], theme: &Theme, inner: Rect, buf: &mut
     }
     y + rows.len() as u16
 }
+
+/// Rows a pane keeps for the legend, the notes and the timeline before its page grid
+/// takes two rows a cell (fill, then owner).
+const TALL_SPARE: usize = 24;
 
 /// Columns the time to first token takes at the end of a timeline row.
 const TTFT_WIDTH: usize = 8;
