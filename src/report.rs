@@ -291,6 +291,10 @@ pub struct ServeView {
     /// recordings made before it was kept).
     #[serde(default)]
     pub max_batch: usize,
+    /// The head layout the run computed under, where it is not the model's own (a run
+    /// beside under the other layout); `None` otherwise and in older recordings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layout: Option<crate::model::HeadLayout>,
     /// What the run's users have felt so far: time to first token and between tokens,
     /// p50 and p99 (zero in recordings made before it was kept).
     #[serde(default)]
@@ -326,12 +330,17 @@ impl ServeView {
     /// "continuous batching · paged kv", or "one at a time · paged kv": what the run
     /// did, as the serving panes title it.
     pub fn describe(&self) -> String {
-        crate::settings::ServingRun {
+        let run = crate::settings::ServingRun {
             policy: self.policy,
             cache: self.cache,
             one_at_a_time: self.max_batch == 1,
+            other_layout: false,
         }
-        .describe()
+        .describe();
+        match self.layout {
+            Some(l) => format!("{run} · {l}").to_lowercase(),
+            None => run,
+        }
     }
 
     /// The run's counts against themselves, for a view read from a recording.

@@ -51,6 +51,9 @@ pub enum Compare {
     /// The same requests one at a time (first come first served, a batch of one): the
     /// baseline continuous batching is measured against.
     OneAtATime,
+    /// The same requests under the other head layout (MHA beside GQA or MQA, GQA beside
+    /// MHA) in the same KV memory in bytes: fewer KV heads, more requests at once.
+    Layout,
 }
 
 /// One serving engine's run: its policy and cache, or the requests one at a time.
@@ -59,6 +62,8 @@ pub struct ServingRun {
     pub policy: Policy,
     pub cache: CacheKind,
     pub one_at_a_time: bool,
+    /// Under the other head layout ([`other_serving_layout`]), in the same KV bytes.
+    pub other_layout: bool,
 }
 
 impl ServingRun {
@@ -81,6 +86,7 @@ impl Serving {
             policy: self.policy,
             cache: self.cache,
             one_at_a_time: false,
+            other_layout: false,
         }
     }
 
@@ -102,19 +108,33 @@ impl Serving {
                 one_at_a_time: true,
                 ..main
             }),
+            Compare::Layout => Some(ServingRun {
+                other_layout: true,
+                ..main
+            }),
         }
     }
 }
 
 impl Compare {
-    /// Off → cache → policy → one at a time → off.
+    /// Off → cache → policy → one at a time → layout → off.
     pub fn next(self) -> Self {
         match self {
             Compare::Off => Compare::Cache,
             Compare::Cache => Compare::Policy,
             Compare::Policy => Compare::OneAtATime,
-            Compare::OneAtATime => Compare::Off,
+            Compare::OneAtATime => Compare::Layout,
+            Compare::Layout => Compare::Off,
         }
+    }
+}
+
+/// The head layout a [`Compare::Layout`] run uses beside a model running `now`: MHA
+/// beside the layouts that share KV heads, GQA beside MHA.
+pub fn other_serving_layout(now: HeadLayout) -> HeadLayout {
+    match now {
+        HeadLayout::Mha => HeadLayout::Gqa,
+        _ => HeadLayout::Mha,
     }
 }
 

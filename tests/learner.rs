@@ -582,3 +582,52 @@ fn the_same_tokens_run_beside_under_another_layout() {
     let [small, large] = l.screens();
     assert!(!small.contains("beside ") && !large.contains("beside "));
 }
+
+/// The chapter's GQA claim, seen: the long story served under GQA beside the same
+/// requests under MHA in the same KV memory in bytes runs more requests at once.
+#[test]
+fn side_by_side_layouts_run_more_requests_under_gqa_in_the_same_kv_bytes() {
+    use inferlab::model::HeadLayout;
+    use inferlab::serve::ReqPhase;
+    use inferlab::ui::app::Compare;
+    let mut l = Learner::start();
+    l.press(Action::ToggleWorkload);
+    while l.app.settings.serving.compare != Compare::Layout {
+        l.press(Action::CycleCompare);
+    }
+    let running = |v: &inferlab::report::ServeView| {
+        v.step
+            .active
+            .iter()
+            .filter(|a| a.phase != ReqPhase::Finished)
+            .count()
+    };
+    let (mut gqa, mut mha) = (0, 0);
+    for _ in 0..40 {
+        l.space();
+        let r = l.app.report().unwrap();
+        let (main, beside) = (r.serve.as_ref().unwrap(), r.serve_compare.as_ref().unwrap());
+        assert_eq!((main.layout, beside.layout), (None, Some(HeadLayout::Mha)));
+        // The same bytes: a third of the tokens at three times the bytes each.
+        let bytes = |v: &inferlab::report::ServeView| {
+            v.step.memory.capacity_tokens * v.step.memory.bytes_per_token
+        };
+        let page = main.page_size * beside.step.memory.bytes_per_token;
+        assert!(
+            bytes(main) - bytes(beside) < page,
+            "{} vs {}",
+            bytes(main),
+            bytes(beside)
+        );
+        gqa = gqa.max(running(main));
+        mha = mha.max(running(beside));
+    }
+    eprintln!("in the same KV bytes: GQA ran at most {gqa} requests at once, MHA {mha}");
+    assert!(mha < gqa, "MHA ran at most {mha} at once, GQA {gqa}");
+    let s = l.screens();
+    assert!(
+        s[1].contains("· mha"),
+        "the run beside names its layout\n{}",
+        s[1]
+    );
+}

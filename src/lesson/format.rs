@@ -427,11 +427,12 @@ pub const POLICIES: [(&str, Policy); 2] = [
     ("static", Policy::Static),
 ];
 pub const KERNELS: [(&str, Kernel); 2] = [("naive", Kernel::Naive), ("tiled", Kernel::Tiled)];
-pub const COMPARES: [(&str, Compare); 4] = [
+pub const COMPARES: [(&str, Compare); 5] = [
     ("off", Compare::Off),
     ("cache", Compare::Cache),
     ("policy", Compare::Policy),
     ("one_at_a_time", Compare::OneAtATime),
+    ("layout", Compare::Layout),
 ];
 pub const VALUES: [(&str, Values); 2] = [("weights", Values::Weights), ("scores", Values::Scores)];
 pub const WORKLOADS: [(&str, AppWorkload); 2] =

@@ -76,7 +76,7 @@ pub const BINDINGS: &[Binding] = &[
     },
     Binding {
         keys: "s",
-        help: "side by side: other cache → other policy → one at a time → off",
+        help: "side by side: cache → policy → one at a time → layout → off",
         rank: 8,
         hint: "side by side",
         on: &[(KeyCode::Char('s'), Action::CycleCompare)],

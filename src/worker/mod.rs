@@ -572,6 +572,8 @@ struct ServingEngine {
     last: Option<ServeView>,
     /// Requests per second arriving on the engine's clock (0: by iteration).
     rate_per_s: f64,
+    /// The layout it runs under where it is not the model's (a run beside).
+    layout: Option<crate::model::HeadLayout>,
 }
 
 impl ServingEngine {
@@ -608,6 +610,7 @@ impl ServingEngine {
             preemptions: e.preemptions(),
             done: e.done(),
             rate_per_s: self.rate_per_s,
+            layout: self.layout,
         };
         self.last = Some(view.clone());
         Ok(Some(view))
@@ -637,12 +640,31 @@ fn serving(
     chunked: bool,
 ) -> Result<ServingEngine, WorkerError> {
     let how = (run.policy, run.cache);
-    let (cfg, reqs) =
+    let (mut cfg, reqs) =
         crate::serve::workload::app_serving(model, how, w, run.one_at_a_time, chunked)?;
     let timed = reqs.iter().any(|r| r.due_s.is_some());
+    let (model, layout) = if run.other_layout {
+        let mut opts = model.run_options();
+        opts.layout = crate::settings::other_serving_layout(opts.layout);
+        let other = model.with_run(opts).map_err(|e| {
+            WorkerError::Serve(crate::serve::ServeError::Config(format!(
+                "the serving run beside cannot use {}: {e}",
+                opts.layout
+            )))
+        })?;
+        // The same memory in bytes: as many tokens as fit at the other layout's bytes per
+        // token, in whole pages.
+        let bytes = cfg.kv_budget_tokens * model.kv_bytes_per_token();
+        let tokens = bytes / other.kv_bytes_per_token().max(1);
+        cfg.kv_budget_tokens = (tokens / cfg.page_size).max(1) * cfg.page_size;
+        (other, Some(opts.layout))
+    } else {
+        (model.clone(), None)
+    };
     Ok(ServingEngine {
-        engine: ServeEngine::new(model, cfg, reqs)?,
+        engine: ServeEngine::new(&model, cfg, reqs)?,
         last: None,
         rate_per_s: if timed { w.1 } else { 0.0 },
+        layout,
     })
 }

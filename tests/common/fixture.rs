@@ -251,6 +251,7 @@ pub fn serving_reports_with(
                 page_size: 4,
                 requests: 5,
                 max_batch: 3,
+                layout: None,
                 step: s,
                 preemptions: e.preemptions(),
                 done: e.done(),
