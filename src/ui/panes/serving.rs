@@ -218,20 +218,21 @@ fn header(sv: &crate::report::ServeView, inner: Rect, buf: &mut Buffer) -> u16 {
         .filter(|a| a.phase != ReqPhase::Finished)
         .count();
     // Running against its cap first: a narrow pane cuts what comes after.
+    // Short enough that a pane side by side at 80 columns keeps why the queue waits.
     let cap = if s.max_batch > 0 {
-        format!(" of max {}", s.max_batch)
+        format!("/{}", s.max_batch)
     } else {
         String::new()
     };
     let queue = match (s.queue.len(), s.head_wait) {
         (0, _) => "queue 0".to_string(),
-        (n, Some(w)) => format!("queue {n} (waits: {})", w.describe()),
+        (n, Some(w)) => format!("queue {n}: {}", w.describe()),
         (n, None) => format!("queue {n}"),
     };
     let first = format!(
         "running {running}{cap} · {queue}{}{}",
         if s.not_arrived > 0 {
-            format!(" · {} yet to arrive", s.not_arrived)
+            format!(" · {} to arrive", s.not_arrived)
         } else {
             String::new()
         },
@@ -242,14 +243,14 @@ fn header(sv: &crate::report::ServeView, inner: Rect, buf: &mut Buffer) -> u16 {
         return 1;
     }
     let second = format!(
-        "{}KV {} · budget {} · iter {} · preempted {}",
+        "{}preempted {} · KV {} · budget {} · iter {}",
         sv.tokens_per_s()
             .map(|t| format!("{t:.0} tok/s · "))
             .unwrap_or_default(),
+        sv.preemptions,
         s.memory.describe_utilization(),
         s.memory.capacity_tokens,
         s.iteration,
-        sv.preemptions,
     );
     put_text(buf, inner, 0, inner.y + 1, &second, Style::default());
     2
