@@ -393,16 +393,16 @@ impl Scheduler {
     }
 
     /// Why the queue's head is still waiting after this iteration's admissions (`None`:
-    /// no queue), the same tests `admit_waiting` made, in its order.
+    /// no queue), the same tests `admit_waiting` made, in its order. A request preempted
+    /// this iteration heads the queue too: it waits for memory as well.
     pub fn head_wait(&self) -> Option<Wait> {
-        let &id = self.queue.front()?;
+        self.queue.front()?;
         Some(
             if self.cfg.policy == Policy::Static && !self.running.is_empty() {
                 Wait::Batch
             } else if self.running.len() >= self.cfg.max_batch {
                 Wait::BatchLimit
             } else {
-                debug_assert!(!self.can_admit(&self.requests[id as usize]));
                 Wait::Memory
             },
         )

@@ -55,11 +55,6 @@ impl MemoryStats {
             .then(|| 100.0 * self.token_slots as f64 / self.allocated_slots as f64)
     }
 
-    /// Share of the whole KV budget holding real tokens, percent.
-    pub fn budget_used_pct(&self) -> f64 {
-        100.0 * self.token_slots as f64 / self.capacity_tokens.max(1) as f64
-    }
-
     /// What KV utilization divides, with the figures: "412 tokens in 480 held slots (86%)".
     pub fn describe_utilization(&self) -> String {
         match self.utilization_pct() {
