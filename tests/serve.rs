@@ -480,6 +480,9 @@ fn in_the_app_chat_workload_memory_binds_first_and_pages_run_more_requests_than_
     };
     let (paged, paged_iters, paged_waits, cap) = run(CacheKind::Paged);
     let (contiguous, contiguous_iters, contiguous_waits, _) = run(CacheKind::Contiguous);
+    eprintln!(
+        "most at once: paged {paged}, contiguous {contiguous}; iterations: {paged_iters} vs {contiguous_iters}"
+    );
     // The point of paging, in the same KV budget: more requests at once...
     assert!(
         contiguous * 10 <= paged * 6,

@@ -279,8 +279,11 @@ pub const CHAT_KV_TOKENS: usize = 384;
 /// The most requests one iteration of the chat workload may run, whatever memory allows.
 pub const CHAT_MAX_BATCH: usize = 8;
 
-/// The chat request that asks an earlier one's question again, and that earlier one.
-const REPEATS: (usize, usize) = (2, 0);
+/// Which line of `assets/prompts.txt` each chat request asks. The second asks one this
+/// model answers in a few tokens: it starts with the first (a server opening with two
+/// users waiting), so a static batch shows its finished row padding from the start. The
+/// third asks the first's question again (see [`chat_serving`]).
+const ASKED: [usize; 10] = [0, 8, 0, 3, 4, 5, 6, 7, 1, 9];
 
 /// The app's chat workload: ten requests, each a question from `assets/prompts.txt`
 /// after the shared system prompt, arriving as a Poisson process of `rate_per_s` requests
@@ -313,12 +316,13 @@ pub fn chat_serving(
         .filter(|l| !l.trim().is_empty())
         .collect();
     let mut reqs = w.generate(&[0]);
-    for (i, r) in reqs.iter_mut().enumerate() {
-        let asked = if i == REPEATS.0 { REPEATS.1 } else { i };
+    for (r, &asked) in reqs.iter_mut().zip(ASKED.iter().cycle()) {
         r.prompt = model
             .tokenizer
             .encode(&TextTokenizer::chat_prompt(prompts[asked % prompts.len()]))?;
     }
+    // The first two arrive together.
+    (reqs[1].arrival, reqs[1].due_s) = (reqs[0].arrival, reqs[0].due_s);
     let cfg = ServeConfig {
         policy,
         cache,
