@@ -217,8 +217,8 @@ fn header(sv: &crate::report::ServeView, inner: Rect, buf: &mut Buffer) -> u16 {
         .iter()
         .filter(|a| a.phase != ReqPhase::Finished)
         .count();
-    // Running against its cap first: a narrow pane cuts what comes after.
-    // Short enough that a pane side by side at 80 columns keeps why the queue waits.
+    // Running against its cap first, since a narrow pane cuts what comes after; short
+    // enough that a pane side by side at 80 columns keeps why the queue waits.
     let cap = if s.max_batch > 0 {
         format!("/{}", s.max_batch)
     } else {
