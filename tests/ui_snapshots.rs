@@ -297,6 +297,25 @@ fn an_answer_s_verdict_is_scrolled_into_view_at_80x24() {
 }
 
 #[test]
+fn a_later_question_says_its_choices_open_after_the_one_above() {
+    let mut a = tutor_app(0);
+    a.update(Action::NextStep);
+    a.update(Action::NextStep);
+    let pane = |a: &App| {
+        let mut term = Terminal::new(TestBackend::new(70, 60)).unwrap();
+        term.draw(|f| panes::lesson::render(a, &THEME, f.area(), f.buffer_mut()))
+            .unwrap();
+        format!("{}", term.backend())
+    };
+    let hint = "choices open once the question above is answered";
+    assert_eq!(pane(&a).matches(hint).count(), 2, "{}", pane(&a));
+    for qi in 0..3 {
+        a.update(Action::Answer(right_key(&a, qi)));
+    }
+    assert!(!pane(&a).contains(hint), "{}", pane(&a));
+}
+
+#[test]
 fn answers_are_graded_with_their_explanation() {
     let mut a = tutor_app(0);
     a.update(Action::NextStep);

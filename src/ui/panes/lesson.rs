@@ -282,8 +282,13 @@ fn question_lines<'a>(
 ) -> Vec<Line<'a>> {
     let answer = t.answers[qi].as_ref();
     let mut out = vec![question_head(t, live, theme, qi, q)];
-    // Only the open question (and answered ones) show their choices.
+    // Only the open question (and answered ones) show their choices; a later one says
+    // why its choices are not there yet.
     if !open && answer.is_none() {
+        out.push(Line::styled(
+            "  (its choices open once the question above is answered)",
+            theme.dim(),
+        ));
         return out;
     }
     let predict = matches!(q.kind, QuestionKind::Predict(_));
