@@ -289,6 +289,35 @@ fn the_quiz_keeps_its_rules() {
     assert!(q.longest_pct() <= 35.0 && q.shortest_pct() <= 35.0, "{q:?}");
     // Shown in a shuffled order, no key is right much more often than chance.
     assert!(q.busiest_position_pct() <= 35.0, "{q:?}");
+    // Nor is any place in the files, for whoever reads them there.
+    let mut at = [0usize; 9];
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/lessons");
+    for e in std::fs::read_dir(dir).unwrap() {
+        let path = e.unwrap().path();
+        if path.file_name().is_some_and(|n| n == "README.md") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut choice = None;
+        for line in text.lines() {
+            choice = match (
+                line.starts_with("? "),
+                line.starts_with("- ") || line.starts_with("* "),
+            ) {
+                (true, _) => Some(0),
+                (_, true) => choice.map(|i| i + 1),
+                _ => None,
+            };
+            if line.starts_with("* ") {
+                at[choice.unwrap() - 1] += 1;
+            }
+        }
+    }
+    let most = *at.iter().max().unwrap();
+    assert!(
+        100 * most <= 35 * q.questions,
+        "right answers by place in the files: {at:?}"
+    );
     assert!(q.live_figures >= 15, "{q:?}");
     // Predictions asked before a toggle (m, f, c) are among them.
     let kinds: Vec<Predict> = lessons
