@@ -265,6 +265,22 @@ fn key_of(a: &App, q: usize, pick: impl Fn(&inferlab::lesson::format::Choice) ->
     1 + c.iter().position(pick).expect("such a choice")
 }
 
+/// The whole screen at `w`×`h` as text.
+fn screen_text(a: &App, w: u16, h: u16) -> String {
+    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
+    t.draw(|f| draw::draw(a, &THEME, f.area(), f.buffer_mut()))
+        .unwrap();
+    format!("{}", t.backend())
+}
+
+/// The lesson pane alone at `w`×`h` as text.
+fn lesson_text(a: &App, w: u16, h: u16) -> String {
+    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
+    t.draw(|f| panes::lesson::render(a, &THEME, f.area(), f.buffer_mut()))
+        .unwrap();
+    format!("{}", t.backend())
+}
+
 /// The key of question `q`'s right answer.
 fn right_key(a: &App, q: usize) -> usize {
     key_of(a, q, |c| c.right)
@@ -275,12 +291,7 @@ fn an_answer_s_verdict_is_scrolled_into_view_at_80x24() {
     let mut a = tutor_app(0);
     a.update(Action::NextStep);
     a.update(Action::NextStep);
-    let screen = |a: &App| {
-        let mut t = Terminal::new(TestBackend::new(80, 24)).unwrap();
-        t.draw(|f| draw::draw(a, &THEME, f.area(), f.buffer_mut()))
-            .unwrap();
-        format!("{}", t.backend())
-    };
+    let screen = |a: &App| screen_text(a, 80, 24);
     for qi in 0..3 {
         a.update(Action::Answer(right_key(&a, qi)));
         let why = a.tutor.as_ref().unwrap().answers[qi].clone().unwrap().why;
@@ -301,12 +312,7 @@ fn a_later_question_says_its_choices_open_after_the_one_above() {
     let mut a = tutor_app(0);
     a.update(Action::NextStep);
     a.update(Action::NextStep);
-    let pane = |a: &App| {
-        let mut term = Terminal::new(TestBackend::new(70, 60)).unwrap();
-        term.draw(|f| panes::lesson::render(a, &THEME, f.area(), f.buffer_mut()))
-            .unwrap();
-        format!("{}", term.backend())
-    };
+    let pane = |a: &App| lesson_text(a, 70, 60);
     let hint = "choices open once the question above is answered";
     assert_eq!(pane(&a).matches(hint).count(), 2, "{}", pane(&a));
     for qi in 0..3 {

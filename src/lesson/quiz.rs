@@ -113,17 +113,8 @@ pub fn stats(lessons: &[Lesson]) -> QuizStats {
                 .collect::<Vec<_>>()
         }))
     });
-    let mut right_at = vec![0; 9];
-    for q in &questions {
-        if let QuestionKind::Choice(c) = &q.kind {
-            for (i, _) in c.iter().enumerate().filter(|(_, c)| c.right) {
-                right_at[i] += 1;
-            }
-        }
-    }
-    right_at.truncate(choices.iter().copied().max().unwrap_or(0));
     QuizStats {
-        right_at,
+        right_at: right_positions(&questions),
         lessons: lessons.len(),
         steps: lessons.iter().map(|l| l.steps.len()).sum(),
         questions: choices.len(),
@@ -145,4 +136,19 @@ pub fn stats(lessons: &[Lesson]) -> QuizStats {
             })
             .sum(),
     }
+}
+
+/// Right answers at each shown position (index 0: key 1), as many positions as the
+/// question with the most choices has.
+fn right_positions(questions: &[&Question]) -> Vec<usize> {
+    let mut at = Vec::new();
+    for q in questions {
+        if let QuestionKind::Choice(c) = &q.kind {
+            at.resize(at.len().max(c.len()), 0);
+            for (i, _) in c.iter().enumerate().filter(|(_, c)| c.right) {
+                at[i] += 1;
+            }
+        }
+    }
+    at
 }

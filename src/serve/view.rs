@@ -79,9 +79,6 @@ pub struct ServeStep {
     /// Requests of the workload that have not arrived yet.
     #[serde(default)]
     pub not_arrived: usize,
-    /// The engine's cap on requests per iteration (recordings made before it read as 0).
-    #[serde(default)]
-    pub max_batch: usize,
     pub finished: Vec<ReqId>,
     pub preempted: Vec<ReqId>,
     pub tokens_generated: usize,
@@ -159,7 +156,6 @@ pub fn step(
         queue: s.queue(),
         head_wait: s.head_wait(),
         not_arrived: s.not_arrived(),
-        max_batch: s.cfg.max_batch,
         finished,
         preempted: plan.preempted.clone(),
         tokens_generated: plan.work.iter().filter(|w| w.sample).count(),

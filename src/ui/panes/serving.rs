@@ -187,16 +187,12 @@ fn render_view(
         put_text(buf, inner, 0, y, line, theme.accent());
         y += 1;
     }
-    // Every other request's block table too, where rows are left over once the timeline
-    // has a row for each request and its key.
-    let left = (inner.y + inner.height).saturating_sub(y) as usize;
-    let spare = left.saturating_sub(sv.requests + 1);
-    let others = sv.step.block_tables.iter().filter(|t| Some(t.0) != req);
-    for (id, _) in others.take(spare) {
-        let line = pages::describe_table(*id, &pages::block_table(sv, *id), sv.page_size);
-        put_text(buf, inner, 0, y, line, theme.dim());
-        y += 1;
-    }
+    let rest = Rect {
+        y,
+        height: (inner.y + inner.height).saturating_sub(y),
+        ..inner
+    };
+    y = other_tables(sv, req, theme, rest, buf);
     draw_timeline(
         sv.requests,
         timeline,
@@ -205,6 +201,26 @@ fn render_view(
         Rect { y, ..inner }.intersection(inner),
         buf,
     );
+}
+
+/// Every block table but `shown`'s from `at`'s first row, where rows are left over once
+/// the timeline has a row for each request and its key; returns the row after them.
+fn other_tables(
+    sv: &crate::report::ServeView,
+    shown: Option<u64>,
+    theme: &Theme,
+    at: Rect,
+    buf: &mut Buffer,
+) -> u16 {
+    let spare = (at.height as usize).saturating_sub(sv.requests + 1);
+    let others = sv.step.block_tables.iter().filter(|t| Some(t.0) != shown);
+    let mut y = at.y;
+    for (id, _) in others.take(spare) {
+        let line = pages::describe_table(*id, &pages::block_table(sv, *id), sv.page_size);
+        put_text(buf, at, 0, y, line, theme.dim());
+        y += 1;
+    }
+    y
 }
 
 /// The iteration's numbers on two rows (one where the pane is that short): how many run
@@ -219,8 +235,8 @@ fn header(sv: &crate::report::ServeView, inner: Rect, buf: &mut Buffer) -> u16 {
         .count();
     // Running against its cap first, since a narrow pane cuts what comes after; short
     // enough that a pane side by side at 80 columns keeps why the queue waits.
-    let cap = if s.max_batch > 0 {
-        format!("/{}", s.max_batch)
+    let cap = if sv.max_batch > 0 {
+        format!("/{}", sv.max_batch)
     } else {
         String::new()
     };
@@ -303,12 +319,21 @@ pub fn draw_grid(g: &Grid, marked: &[u32], theme: &Theme, inner: Rect, buf: &mut
     } else {
         g.legend().to_string()
     };
-    // The legend's items (two spaces apart) wrap onto more rows where the pane has room
-    // to spare below the grid (a quarter of it), else the one row is cut.
+    // The legend wraps onto more rows where the pane has room to spare below the grid (a
+    // quarter of it), else the one row is cut.
     let spare = (inner.y + inner.height).saturating_sub(y) as usize;
-    let most = (spare / 4).max(1);
+    let rows = wrap_items(&legend, width, (spare / 4).max(1));
+    for (i, row) in rows.iter().enumerate() {
+        put_text(buf, inner, 0, y + i as u16, row, theme.dim());
+    }
+    y + rows.len() as u16
+}
+
+/// `text`'s items (two spaces apart) packed into rows of `width` columns, at most `most`
+/// rows: the last takes whatever is left, for the pane to cut.
+fn wrap_items(text: &str, width: usize, most: usize) -> Vec<String> {
     let mut rows: Vec<String> = Vec::new();
-    for item in legend.split("  ") {
+    for item in text.split("  ") {
         let full = rows.len() >= most;
         match rows.last_mut() {
             Some(r) if full || r.chars().count() + 2 + item.chars().count() <= width => {
@@ -318,10 +343,7 @@ pub fn draw_grid(g: &Grid, marked: &[u32], theme: &Theme, inner: Rect, buf: &mut
             _ => rows.push(item.to_string()),
         }
     }
-    for (i, row) in rows.iter().enumerate() {
-        put_text(buf, inner, 0, y + i as u16, row, theme.dim());
-    }
-    y + rows.len() as u16
+    rows
 }
 
 /// Rows a pane keeps for the legend, the notes and the timeline before its page grid
