@@ -164,6 +164,27 @@ fn a_tall_serving_pane_gives_each_page_its_fill_and_its_owner_and_every_block_ta
 }
 
 #[test]
+fn a_narrow_pane_beside_still_names_the_layout_it_ran_under() {
+    use inferlab::model::HeadLayout;
+    use inferlab::settings::Compare;
+    let mut a = app();
+    for mut r in common::fixture::serving_reports(inferlab::serve::CacheKind::Paged, 3) {
+        r.settings.serving.compare = Compare::Layout;
+        let mut beside = r.serve.clone().unwrap();
+        beside.layout = Some(HeadLayout::Mha);
+        r.serve_compare = Some(beside);
+        a.on_event(Event::Report(Box::new(r)));
+    }
+    a.settings.serving = a.report().unwrap().settings.serving;
+    // 37 columns: a third of a 120-column screen, where the long title does not fit.
+    let mut term = Terminal::new(TestBackend::new(37, 20)).unwrap();
+    term.draw(|f| panes::serving::render_compare(&a, &THEME, f.area(), f.buffer_mut()))
+        .unwrap();
+    let text = format!("{}", term.backend());
+    assert!(text.contains("· mha"), "{text}");
+}
+
+#[test]
 fn static_batching_draws_finished_rows_as_padding() {
     use inferlab::serve::{CacheKind, Policy};
     let mut a = app();

@@ -149,19 +149,26 @@ fn last_scroll(text: &Paragraph, inner: Rect) -> u16 {
     rows.saturating_sub(inner.height.saturating_sub(1))
 }
 
-/// The scroll at which question `qi`'s last line (its verdict and why, once answered)
-/// is the panel's bottom row in `area`, or `None` when it shows already at `scroll`.
+/// The scroll that shows question `qi` in `area` once it is graded: its last line (the
+/// verdict and why, or a wrong prediction's fresh choices) as the panel's bottom row, but
+/// never past the question's first line, where a prediction's verdict stands. `None` when
+/// the scroll is that already.
 pub fn scroll_to_reveal(app: &App, area: Rect, qi: usize) -> Option<u16> {
     let t = app.tutor.as_ref().filter(|t| t.step().is_some())?;
     let inner = Block::default().borders(Borders::ALL).inner(area);
-    let through = Paragraph::new(lines_through(t, &Live::of(app, t), &Theme::detect(), qi));
-    let rows = through
-        .wrap(Wrap { trim: false })
-        .line_count(inner.width)
-        .min(u16::MAX as usize) as u16;
+    let live = Live::of(app, t);
+    // Rows of the step's text with its first `n` questions, as the panel wraps them.
+    let rows = |n: usize| {
+        Paragraph::new(lines_through(t, &live, &Theme::detect(), n))
+            .wrap(Wrap { trim: false })
+            .line_count(inner.width)
+            .min(u16::MAX as usize) as u16
+    };
     let shown = inner.height.saturating_sub(1);
-    let want = rows.saturating_sub(shown);
-    (want > t.scroll).then_some(want)
+    // The blank line before the question is its first row.
+    let start = rows(qi) + 1;
+    let want = rows(qi + 1).saturating_sub(shown).min(start);
+    (want != t.scroll).then_some(want)
 }
 
 /// The furthest the open step's text can scroll in the lesson pane `area`.
@@ -180,8 +187,8 @@ fn lines<'a>(t: &Tutor, live: &Live, theme: &Theme) -> Vec<Line<'a>> {
     lines_through(t, live, theme, usize::MAX)
 }
 
-/// The step's lines up to and including question `last` (its verdict and explanation).
-fn lines_through<'a>(t: &Tutor, live: &Live, theme: &Theme, last: usize) -> Vec<Line<'a>> {
+/// The step's lines with its first `count` questions (their verdicts and explanations).
+fn lines_through<'a>(t: &Tutor, live: &Live, theme: &Theme, count: usize) -> Vec<Line<'a>> {
     let l = t.current().expect("caller checked");
     let s = t.step().expect("caller checked");
     let mut out = Vec::new();
@@ -210,7 +217,7 @@ fn lines_through<'a>(t: &Tutor, live: &Live, theme: &Theme, last: usize) -> Vec<
         out.extend(task_lines(t, &live.fill(&task.text), live.task_done, theme));
     }
     let open = t.open_question();
-    for (qi, q) in s.questions.iter().enumerate().take(last.saturating_add(1)) {
+    for (qi, q) in s.questions.iter().enumerate().take(count) {
         out.push(Line::raw(""));
         out.extend(question_lines(t, live, theme, qi, q, open == Some(qi)));
     }

@@ -72,10 +72,14 @@ pub fn render_compare(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
             (None, Some(o)) => (o.describe(), o.one_at_a_time, o.policy, o.cache),
             (None, None) => return,
         };
+    // A run beside under another layout names it even in the short title.
+    let layout = view
+        .and_then(|v| v.layout)
+        .map_or(String::new(), |l| format!("· {l} "));
     let short = if one_at_a_time {
         " one at a time ".to_string()
     } else {
-        format!(" {policy:?} · {cache:?} ")
+        format!(" {policy:?} · {cache:?} {layout}")
     };
     let title = fitted_title(area, format!(" serving · {long} "), short);
     render_view(
