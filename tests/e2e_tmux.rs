@@ -482,7 +482,7 @@ fn the_traffic_pane_watches_the_long_workload_pass_the_weights() {
     // (measured at start into the data folder).
     t.keys(&["t", "Space"]);
     t.wait_for_all(
-        &["memory traffic", "KV > weights past ≈", "roofline · G op/s"],
+        &["memory traffic", "KV > weights past ≈", "roofline · ridge"],
         30,
     );
     assert!(data.path().join("machine.json").exists());
@@ -565,10 +565,13 @@ fn a_finished_request_stalls_nothing_and_a_new_prompt_is_prefilled_by_space() {
     t.keys(&["Space"]);
     t.wait_for("iteration 1 · prefill", 30);
     t.keys(&["Space"]);
-    t.wait_for("iteration 2 · decode", 30);
+    t.wait_for("iteration 2 · finished", 30);
     // Space goes on stepping the serving workload beside the finished request.
     t.keys(&["Space"]);
-    t.wait_for("iteration 3 · request finished", 30);
+    t.wait_for_all(
+        &["iteration 3 · finished", "request finished (a: new prompt)"],
+        30,
+    );
     // Esc with nothing open does not quit.
     t.keys(&["Escape"]);
     t.wait_for("nothing to close: q quits", 10);

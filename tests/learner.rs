@@ -33,6 +33,7 @@ struct Learner {
     /// Iterations the learner ran (space, or an answer that runs one).
     iterations: usize,
     small: Terminal<TestBackend>,
+    middle: Terminal<TestBackend>,
     large: Terminal<TestBackend>,
     /// What each prediction offered and what happened, for the test's output.
     log: Vec<String>,
@@ -55,6 +56,7 @@ impl Learner {
             rx,
             iterations: 0,
             small: Terminal::new(TestBackend::new(80, 24)).unwrap(),
+            middle: Terminal::new(TestBackend::new(120, 40)).unwrap(),
             large: Terminal::new(TestBackend::new(200, 60)).unwrap(),
             log: Vec::new(),
         };
@@ -121,10 +123,10 @@ impl Learner {
         );
     }
 
-    /// Both screens as text.
-    fn screens(&mut self) -> [String; 2] {
+    /// The screen at 80×24, 120×40 and 200×60, as text.
+    fn screens(&mut self) -> [String; 3] {
         let app = &self.app;
-        [&mut self.small, &mut self.large].map(|t| {
+        [&mut self.small, &mut self.middle, &mut self.large].map(|t| {
             t.draw(|f| draw::draw(app, &THEME, f.area(), f.buffer_mut()))
                 .unwrap();
             format!("{}", t.backend())
@@ -196,6 +198,60 @@ impl Learner {
             );
             assert!(!s.contains("engine thread stopped"), "{at}\n{s}");
         }
+    }
+
+    /// Writes the three screens under the test's target folder, for a person to read.
+    fn dump(&mut self, name: &str) {
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("learner-screens");
+        std::fs::create_dir_all(&dir).unwrap();
+        for (s, size) in self.screens().iter().zip(["80x24", "120x40", "200x60"]) {
+            std::fs::write(dir.join(format!("{name}-{size}.txt")), s).unwrap();
+        }
+    }
+
+    /// What the open step's text points at (`shows:`), on screen whole at every size: each
+    /// piece is found on some line of the step's pane (not in the lesson's own text), and
+    /// the text after it up to the next ` · `, legend gap or pane border is not cut short
+    /// with `…`. Returns what is missing, with the screen.
+    fn missing_shows(&mut self, at: &str) -> Vec<String> {
+        let shows = self.tutor().step().unwrap().shows.clone();
+        let screens = self.screens();
+        let focus = self.app.view.focus;
+        let mut missing = Vec::new();
+        for (t, screen) in [&self.small, &self.middle, &self.large]
+            .iter()
+            .zip(&screens)
+        {
+            let buf = t.backend().buffer();
+            let pane = draw::focused_areas(buf.area, focus, true, false).pane;
+            let lines: Vec<String> = (pane.y..pane.y + pane.height)
+                .map(|y| {
+                    (pane.x..pane.x + pane.width)
+                        .map(|x| buf[(x, y)].symbol())
+                        .collect()
+                })
+                .collect();
+            for piece in &shows {
+                let whole = lines.iter().any(|line| {
+                    line.match_indices(piece.as_str()).any(|(i, _)| {
+                        let after = &line[i + piece.len()..];
+                        let end = [after.find(" · "), after.find("  "), after.find('│')]
+                            .into_iter()
+                            .flatten()
+                            .min()
+                            .unwrap_or(after.len());
+                        !after[..end].contains('…')
+                    })
+                });
+                if !whole {
+                    let size = format!("{}×{}", buf.area.width, buf.area.height);
+                    missing.push(format!(
+                        "{at} at {size}: `{piece}` is not in the pane whole\n{screen}"
+                    ));
+                }
+            }
+        }
+        missing
     }
 
     fn tutor(&self) -> &Tutor {
@@ -457,6 +513,7 @@ fn a_scripted_learner_walks_every_lesson_to_the_end() {
     let cmds = l.app.open_lesson(tutor);
     l.send(cmds);
     let mut log = Vec::new();
+    let mut missing = Vec::new();
     for (li, lesson) in lessons.iter().enumerate() {
         for (si, step) in lesson.steps.iter().enumerate() {
             let at = format!("{} step {} ({})", lesson.file, si + 1, step.title);
@@ -503,9 +560,21 @@ fn a_scripted_learner_walks_every_lesson_to_the_end() {
             log.push(format!("{at}: {keys} key(s)"));
             log.append(&mut l.log);
             l.check_screens(&at);
+            missing.extend(l.missing_shows(&at));
+            l.dump(&format!(
+                "{}-{}",
+                lesson.file.trim_end_matches(".md"),
+                si + 1
+            ));
             l.press(Action::NextStep);
         }
     }
+    assert!(
+        missing.is_empty(),
+        "{} piece(s) a step points at are not on screen whole:\n{}",
+        missing.len(),
+        missing.join("\n")
+    );
     // The learner then types a new prompt after the last request finished: space prefills it.
     let last = l.app.report().map_or(0, |r| r.iteration);
     l.press(Action::StartInput);
@@ -579,7 +648,7 @@ fn the_same_tokens_run_beside_under_another_layout() {
     }
     l.press(Action::CycleBeside);
     assert!(l.app.settings.request.beside.is_none() && l.app.report().unwrap().beside.is_none());
-    let [small, large] = l.screens();
+    let [small, _, large] = l.screens();
     assert!(!small.contains("beside ") && !large.contains("beside "));
 }
 
@@ -626,8 +695,8 @@ fn side_by_side_layouts_run_more_requests_under_gqa_in_the_same_kv_bytes() {
     assert!(mha < gqa, "MHA ran at most {mha} at once, GQA {gqa}");
     let s = l.screens();
     assert!(
-        s[1].contains("· mha"),
+        s[2].contains("· mha"),
         "the run beside names its layout\n{}",
-        s[1]
+        s[2]
     );
 }

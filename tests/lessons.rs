@@ -558,3 +558,33 @@ fn the_glossary_has_every_term_the_lessons_use() {
     }
     assert!(missing.is_empty(), "not in the glossary: {missing:?}");
 }
+
+/// Every step says what its text points at, so the scripted learner can check it is on
+/// screen; and `shows:` is parsed into pieces, an empty piece refused with its line.
+#[test]
+fn every_step_declares_what_it_points_at() {
+    let (lessons, errors) = inferlab::lesson::load(&inferlab::lesson::LessonSource::Dir(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/lessons").into(),
+    ))
+    .unwrap();
+    assert!(errors.is_empty(), "{errors:?}");
+    for l in &lessons {
+        for s in &l.steps {
+            assert!(
+                !s.shows.is_empty(),
+                "{}:{}: `{}` declares no `shows:`",
+                l.file,
+                s.line,
+                s.title
+            );
+        }
+    }
+    let l = parse(
+        "t.md",
+        "# T\n\n## S\nshows: ridge ; time per layer\nText.\n",
+    )
+    .unwrap();
+    assert_eq!(l.steps[0].shows, ["ridge", "time per layer"]);
+    let e = parse("t.md", "# T\n\n## S\nshows: ridge ; \nText.\n").unwrap_err();
+    assert!(e.iter().any(|e| e.line == 4), "{e:?}");
+}

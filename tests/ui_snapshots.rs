@@ -1064,7 +1064,8 @@ fn the_traffic_pane_at_80x24_and_200x60() {
         "● B=1 decode",
         "● serving batch",
         "KV > weights past ≈",
-        "roofline · G op/s vs op/byte · int8 peak 1600",
+        "roofline · ridge ",
+        "int8 peak 1600 G op/s",
     ] {
         assert!(text.contains(s), "{s} missing:\n{text}");
     }
@@ -1240,7 +1241,7 @@ fn the_main_screen_a_zoomed_pane_and_a_lesson_layout_at_80x24_and_200x60() {
     // A click on a summary line focuses that pane; a second click on its title (the
     // event loop's double click) gives the grid back.
     let screen = ratatui::layout::Rect::new(0, 0, 200, 60);
-    let f = inferlab::ui::draw::focused_areas(screen, a.view.focus, false);
+    let f = inferlab::ui::draw::focused_areas(screen, a.view.focus, false, false);
     let (pane, row) = f.summaries[0];
     let click = MouseEvent {
         kind: MouseEventKind::Down(MouseButton::Left),
@@ -1893,4 +1894,34 @@ fn the_forward_summary_says_when_the_lm_head_stage_holds_the_lens() {
         summary.contains(&format!("LM head + lens {:.1}", head.ms)),
         "{summary}"
     );
+}
+
+/// In a lesson, `z` first gives the focused pane the lesson text's room (the text keeps
+/// one line saying how to get it back), then shows every pane, then the text again.
+#[test]
+fn z_in_a_lesson_gives_the_pane_the_body_then_the_grid_then_the_text() {
+    let mut a = tutor_app(3);
+    let split = screen_text(&a, 80, 24);
+    assert!(split.contains("n next · p back"), "{split}");
+    let pane = |a: &App| {
+        draw::focused_areas(
+            ratatui::layout::Rect::new(0, 0, 80, 24),
+            a.view.focus,
+            true,
+            a.view.pane_full,
+        )
+        .pane
+        .height
+    };
+    let before = pane(&a);
+    a.update(Action::ToggleZoom);
+    let full = screen_text(&a, 80, 24);
+    assert!(full.contains("z: the lesson text back"), "{full}");
+    assert!(!full.contains("n next · p back"), "{full}");
+    assert!(pane(&a) >= before + 8, "{} vs {before}", pane(&a));
+    a.update(Action::ToggleZoom);
+    assert!(!a.view.zoomed, "the grid");
+    a.update(Action::ToggleZoom);
+    assert!(a.view.zoomed && !a.view.pane_full);
+    assert!(screen_text(&a, 80, 24).contains("n next · p back"));
 }

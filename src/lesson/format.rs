@@ -46,6 +46,10 @@ pub struct Step {
     pub prompt: Option<String>,
     /// What the user should notice, shown highlighted.
     pub notice: Option<String>,
+    /// What the step's text points at: pieces of screen text that must be on screen,
+    /// whole, once the step is done (the scripted learner checks them at 80×24, 120×40
+    /// and 200×60), and that the panes keep when they are short of rows.
+    pub shows: Vec<String>,
     pub task: Option<Task>,
     pub questions: Vec<Question>,
 }

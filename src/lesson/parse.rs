@@ -13,7 +13,7 @@ pub struct LessonError {
 }
 
 /// Keys a step line may start with (`key: value`).
-pub const KEYS: [&str; 5] = ["set", "prompt", "task", "check", "notice"];
+pub const KEYS: [&str; 6] = ["set", "prompt", "task", "check", "notice", "shows"];
 
 /// Parses one lesson file. `file` names it in errors.
 pub fn parse(file: &str, text: &str) -> Result<Lesson, Vec<LessonError>> {
@@ -294,6 +294,15 @@ impl Parser<'_> {
             "prompt" if value.is_empty() => self.err(n, "the prompt is empty"),
             "prompt" => s.prompt = Some(value.to_string()),
             "notice" => s.notice = Some(value.to_string()),
+            "shows" => {
+                for piece in value.split(';').map(str::trim) {
+                    if piece.is_empty() {
+                        self.err(n, "`shows:` lists screen text, separated by `;`");
+                    } else {
+                        s.shows.push(piece.to_string());
+                    }
+                }
+            }
             "task" => {
                 if s.task.is_some() {
                     self.err(n, "one `task:` per step");

@@ -169,6 +169,15 @@ impl App {
         }
     }
 
+    /// What the open lesson step's text points at (its `shows:`): the panes keep the rows
+    /// that hold these when they are short of room.
+    pub fn points_at(&self) -> &[String] {
+        self.tutor
+            .as_ref()
+            .and_then(|t| t.step())
+            .map_or(&[], |s| s.shows.as_slice())
+    }
+
     /// The report on screen (the newest, or the one scrubbed to).
     pub fn report(&self) -> Option<&StepReport> {
         self.frames.report()
@@ -489,6 +498,7 @@ impl App {
         if self.navigate(a) {
             return;
         }
+        let lesson = self.tutor.is_some();
         let v = &mut self.view;
         match a {
             Action::ToggleRun => {
@@ -511,8 +521,16 @@ impl App {
                 v.focus_on(Pane::ALL[(i + 1) % Pane::ALL.len()]);
             }
             Action::Set(Setting::Focus(p)) => v.focus_on(p),
+            // In a lesson: the text and the pane → the pane with the body → every pane.
+            Action::ToggleZoom if lesson => {
+                (v.zoomed, v.pane_full) = match (v.zoomed, v.pane_full) {
+                    (true, false) => (true, true),
+                    (true, true) => (false, false),
+                    (false, _) => (true, false),
+                }
+            }
             Action::ToggleZoom => v.zoomed = !v.zoomed,
-            Action::Set(Setting::Zoom(z)) => v.zoomed = z,
+            Action::Set(Setting::Zoom(z)) => (v.zoomed, v.pane_full) = (z, false),
             Action::ZoomPane(p) => {
                 v.zoomed = !(v.zoomed && v.focus == p);
                 v.focus_on(p);
@@ -658,9 +676,10 @@ impl App {
     pub fn open_lesson(&mut self, tutor: Tutor) -> Vec<Command> {
         let (l, s) = (tutor.lesson, tutor.step);
         self.tutor = Some(tutor);
-        // A lesson gives the pane each step is about the room; `z` (or a step's
-        // `view=grid`) brings the grid back.
+        // A lesson gives the pane each step is about the room; `z` gives it the text's
+        // room too, then brings the grid back (as a step's `view=grid` does).
         self.view.zoomed = true;
+        self.view.pane_full = false;
         self.with_tutor(|t, app| t.goto(app, l, s))
     }
 

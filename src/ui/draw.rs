@@ -84,7 +84,7 @@ const SIDE_BY_SIDE_W: u16 = 120;
 /// Splits the screen for the focused arrangement: the focused pane takes the body except
 /// one line per other pane; a lesson takes the right third, or on a narrow terminal the
 /// top part, where the summaries give way to it.
-pub fn focused_areas(area: Rect, focus: Pane, lesson: bool) -> Focused {
+pub fn focused_areas(area: Rect, focus: Pane, lesson: bool, pane_full: bool) -> Focused {
     let [header, body, footer] = Layout::vertical([
         Constraint::Length(1),
         Constraint::Min(10),
@@ -94,6 +94,11 @@ pub fn focused_areas(area: Rect, focus: Pane, lesson: bool) -> Focused {
     let others: Vec<Pane> = Pane::ALL.into_iter().filter(|p| *p != focus).collect();
     let (main, lesson_area, summaries) = if !lesson {
         (body, Rect::default(), others.len() as u16)
+    } else if pane_full {
+        // The lesson keeps one line inside its border: its step, and how to get it back.
+        let [text, main] =
+            Layout::vertical([Constraint::Length(3), Constraint::Min(5)]).areas(body);
+        (main, text, 0)
     } else if area.width >= SIDE_BY_SIDE_W {
         let [main, side] =
             Layout::horizontal([Constraint::Percentage(64), Constraint::Percentage(36)])
@@ -229,7 +234,12 @@ fn starting(app: &App, area: Rect, buf: &mut Buffer) {
 
 /// The focused pane with the body, the others as one-line summaries.
 fn zoomed(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
-    let f = focused_areas(area, app.view.focus, app.tutor.is_some());
+    let f = focused_areas(
+        area,
+        app.view.focus,
+        app.tutor.is_some(),
+        app.view.pane_full,
+    );
     header(app, theme, f.header, buf);
     panes::lesson::render(app, theme, f.lesson, buf);
     draw_pane(app, theme, app.view.focus, f.pane, buf);
@@ -360,38 +370,33 @@ fn header(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     );
     // The status (an export path, an error) matters more than the fixed facts: when the
     // line is too narrow those shrink first, and only then is the status cut, with "…".
-    let short = format!(" inferlab · {layout} · {kernel} · it {iter} · {phase} · {run} · ");
+    let short = format!(" inferlab · {layout} · {kernel} · iteration {iter} · {phase} · {run} · ");
     let width = area.width as usize;
-    // The alarm's head stays ("RECORDING STOPPED"); its whole text was the status when it
-    // happened and is printed on exit.
-    let status = match &app.engine.alarm {
-        Some(a) => format!(
-            "{} · {}",
-            a.split(':').next().unwrap_or(a).to_uppercase(),
-            app.status
-        ),
-        None => app.status.clone(),
+    let status = header_status(app);
+    // A report's status opens with its iteration and phase, which the full and short
+    // lines say already; the minimal line keeps them, as it cuts the fixed facts. A
+    // status that only repeats the run state ("paused" beside "PAUSED") is dropped.
+    // (A step that finished its request is a decode step in the status and "finished"
+    // in the header: the header's word stands.)
+    let rest = match status.strip_prefix(&format!("iteration {iter} · ")) {
+        Some(r) => ["prefill · ", "decode · "]
+            .iter()
+            .find_map(|p| r.strip_prefix(p))
+            .unwrap_or(r),
+        None => &status,
     };
-    // A report's status opens with its iteration and phase, which the full line says
-    // already; the shorter lines keep them, as they may cut the fixed facts.
-    let said = [format!("iteration {iter} · "), format!("{phase} · ")];
-    let rest = said
-        .iter()
-        .try_fold(status.as_str(), |s, p| s.strip_prefix(p.as_str()))
-        .or_else(|| status.strip_prefix(said[0].as_str()));
-    let (fixed, status) = match rest {
-        Some(rest) if full.chars().count() + rest.chars().count() <= width => {
-            (full, rest.to_string())
-        }
-        _ => {
-            let status_w = status.chars().count();
-            let minimal = format!(" inferlab · {layout} · {kernel} · ");
-            let fixed = [full, short]
-                .into_iter()
-                .find(|f| f.chars().count() + status_w <= width)
-                .unwrap_or(minimal);
-            (fixed, status)
-        }
+    let rest = if rest.eq_ignore_ascii_case(&run) {
+        ""
+    } else {
+        rest
+    };
+    let fits = |f: &String| f.chars().count() + rest.chars().count() <= width;
+    let (fixed, status) = match [full, short].into_iter().find(fits) {
+        Some(f) => (f, rest.to_string()),
+        None => (
+            format!(" inferlab · {layout} · {kernel} · "),
+            status.clone(),
+        ),
     };
     let status_w = status.chars().count();
     let room = width.saturating_sub(fixed.chars().count());
@@ -403,6 +408,19 @@ fn header(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     };
     let s = format!("{fixed}{status}");
     put(buf, area, 0, area.y, s, theme.accent());
+}
+
+/// The status the header ends with. An alarm's head stays in front ("RECORDING
+/// STOPPED"); its whole text was the status when it happened and is printed on exit.
+fn header_status(app: &App) -> String {
+    match &app.engine.alarm {
+        Some(a) => format!(
+            "{} · {}",
+            a.split(':').next().unwrap_or(a).to_uppercase(),
+            app.status
+        ),
+        None => app.status.clone(),
+    }
 }
 
 fn footer(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
@@ -463,7 +481,7 @@ fn grid_rects(a: &Areas, app: &App) -> Vec<(Pane, Rect)> {
 fn pane_rects(screen: Rect, app: &App) -> (Vec<(Pane, Rect)>, Rect) {
     let lesson = app.tutor.is_some();
     if app.view.zoomed {
-        let f = focused_areas(screen, app.view.focus, lesson);
+        let f = focused_areas(screen, app.view.focus, lesson, app.view.pane_full);
         let mut out = vec![(app.view.focus, f.pane)];
         out.extend(f.summaries);
         return (out, f.lesson);

@@ -164,7 +164,7 @@ pub const BINDINGS: &[Binding] = &[
     },
     Binding {
         keys: "z tab e",
-        help: "zoom the focused pane (double-click a title) · tab next · e export",
+        help: "zoom (lesson: pane over text, all panes, text) · tab next · e export",
         rank: 8,
         hint: "zoom/focus/export",
         on: &[

@@ -103,21 +103,35 @@ fn kernel_name(k: AttnKernel) -> &'static str {
 /// Grades "weights or KV?" against what a pass read.
 fn dominant(chosen: u64, t: &Traffic, what: &str) -> (bool, String) {
     let (w, kv) = (t.weight_bytes as f64, t.kv_read_bytes as f64);
-    let actual = if (w - kv).abs() <= 0.1 * w.max(kv) {
-        2
-    } else if w > kv {
-        0
-    } else {
-        1
+    let gap = (w - kv).abs() / w.max(kv).max(1.0);
+    let larger = if w > kv { 0 } else { 1 };
+    let right = match gap {
+        g if near_edge(g, 0.1) => vec![2, larger],
+        g if g <= 0.1 => vec![2],
+        _ => vec![larger],
     };
-    (
-        chosen == actual,
-        format!(
-            "{what} read {:.1} MB of weights and {:.1} MB of KV",
-            w / 1e6,
-            kv / 1e6
-        ),
-    )
+    let why = format!(
+        "{what} read {:.1} MB of weights and {:.1} MB of KV{}",
+        w / 1e6,
+        kv / 1e6,
+        both_said(right.len())
+    );
+    (right.contains(&chosen), why)
+}
+
+/// A measured value within 10% of a band's edge: both bands it touches count as right,
+/// so the same reasoning is not graded by the noise of one run.
+fn near_edge(x: f64, edge: f64) -> bool {
+    (x - edge).abs() <= 0.1 * edge.abs()
+}
+
+/// What the verdict adds when the value sat at a band's edge.
+fn both_said(right: usize) -> &'static str {
+    if right > 1 {
+        " (within 10% of the edge between two choices: both count)"
+    } else {
+        ""
+    }
 }
 
 /// Why a prediction cannot be asked now; `ran`: an iteration of the request on screen
@@ -577,18 +591,35 @@ fn nearest_on_log_scale(values: &[u64], x: f64) -> Option<u64> {
         .min_by(|a, b| d(*a).total_cmp(&d(*b)))
 }
 
+/// The choices that count for `x`: the nearest on a log scale, and its neighbour too
+/// when `x` is within 10% of the edge between them (their geometric mean).
+fn nearest_with_edge(values: &[u64], x: f64) -> Vec<u64> {
+    let Some(best) = nearest_on_log_scale(values, x) else {
+        return Vec::new();
+    };
+    let mut out = vec![best];
+    for &v in values.iter().filter(|&&v| v != best) {
+        if near_edge(x, ((v as f64) * (best as f64)).sqrt()) {
+            out.push(v);
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
 /// The nearest choice on a log scale to what the step moved.
 fn read_mb_outcome(live: &LiveChoices, chosen: u64, new: &StepReport) -> (bool, String) {
     let t = &new.info.traffic;
     let mb = traffic_mb(t);
-    let nearest = nearest_on_log_scale(&live.values, mb).unwrap_or(0);
+    let right = nearest_with_edge(&live.values, mb);
     (
-        chosen == nearest,
+        right.contains(&chosen),
         format!(
-            "the step moved {mb:.0} MB: {:.0} MB of weights, {:.1} MB of KV read, {:.1} MB of scores",
+            "the step moved {mb:.0} MB: {:.0} MB of weights, {:.1} MB of KV read, {:.1} MB of scores{}",
             t.weight_bytes as f64 / 1e6,
             t.kv_read_bytes as f64 / 1e6,
-            t.score_bytes as f64 / 1e6
+            t.score_bytes as f64 / 1e6,
+            both_said(right.len())
         ),
     )
 }
@@ -638,18 +669,18 @@ fn lens_outcome(p: &Pending, chosen: u64, new: &StepReport) -> (bool, String) {
 fn util_outcome(p: &Pending, chosen: u64, sv: &ServeView) -> (bool, String) {
     let now = sv.step.memory.utilization_pct().unwrap_or(0.0);
     let was = p.subject as f64;
-    let actual = if (now - was).abs() <= 5.0 {
-        1
-    } else if now > was {
-        0
-    } else {
-        2
+    let side = if now > was { 0 } else { 2 };
+    let right = match (now - was).abs() {
+        d if near_edge(d, 5.0) => vec![1, side],
+        d if d <= 5.0 => vec![1],
+        _ => vec![side],
     };
     let why = format!(
-        "the {:?} cache holds tokens in {now:.0}% of the slots it has set aside (paged: {was:.0}%)",
-        sv.cache
+        "the {:?} cache holds tokens in {now:.0}% of the slots it has set aside (paged: {was:.0}%){}",
+        sv.cache,
+        both_said(right.len())
     );
-    (chosen == actual, why.to_lowercase())
+    (right.contains(&chosen), why.to_lowercase())
 }
 
 /// Multiples of a cached decode step's FLOPs: the same, twice, a quarter and all of the
@@ -674,14 +705,15 @@ fn flops_choices(r: &StepReport) -> Option<LiveChoices> {
 /// The multiple nearest (on a log scale) to the step's FLOPs over the cached step's.
 fn flops_outcome(live: &LiveChoices, chosen: u64, new: &StepReport) -> (bool, String) {
     let ratio = new.info.traffic.flops as f64 / live.subject.max(1) as f64;
-    let nearest = nearest_on_log_scale(&live.values, ratio).unwrap_or(1);
+    let right = nearest_with_edge(&live.values, ratio);
     let why = format!(
-        "without the cache the step ran all {} tokens again: {:.1} GFLOP, {ratio:.0}× the cached step's {:.2}",
+        "without the cache the step ran all {} tokens again: {:.1} GFLOP, {ratio:.0}× the cached step's {:.2}{}",
         new.info.input_len,
         new.info.traffic.flops as f64 / 1e9,
-        live.subject as f64 / 1e9
+        live.subject as f64 / 1e9,
+        both_said(right.len())
     );
-    (chosen == nearest, why)
+    (right.contains(&chosen), why)
 }
 
 /// What the sampler gave the model's top token after the switch, against the model's
@@ -692,10 +724,13 @@ fn top_after_t_outcome(chosen: u64, new: &StepReport) -> (bool, String) {
     };
     let (own, drawn) = (top.prob, top.drawn);
     // Every description that is true counts: 100% is also a rise.
+    // Within 10% of the half-point edge, both sides of it count.
+    let d = drawn - own;
+    let edge = near_edge(d.abs() as f64, 0.005);
     let true_of = [
-        drawn > own + 0.005,
-        (drawn - own).abs() <= 0.005,
-        drawn < own - 0.005,
+        d > 0.005 || (edge && d > 0.0),
+        d.abs() <= 0.005 || edge,
+        d < -0.005 || (edge && d < 0.0),
         drawn >= 0.9995,
     ];
     let why = format!(
@@ -825,5 +860,26 @@ mod tests {
         assert_eq!(ttft_bands(2.2), (vec![2], None));
         assert_eq!(ttft_bands(4.5), (vec![3], None));
         assert_eq!(ttft_bands(10.0), (vec![4], None));
+    }
+
+    #[test]
+    fn a_value_near_any_band_edge_grades_both_neighbours_right() {
+        // Log-scale choices: 1.0 and 3.0 meet at √3 ≈ 1.73.
+        assert_eq!(nearest_with_edge(&[1, 3, 10], 1.7), vec![1, 3]);
+        assert_eq!(nearest_with_edge(&[1, 3, 10], 1.2), vec![1]);
+        assert_eq!(nearest_with_edge(&[1, 3, 10], 5.6), vec![3, 10]);
+        // Weights against KV: "about the same" ends at a 10% gap.
+        let t = |w: u64, kv: u64| Traffic {
+            weight_bytes: w,
+            kv_read_bytes: kv,
+            ..Traffic::default()
+        };
+        let graded =
+            |w, kv| -> Vec<u64> { (0..3).filter(|&c| dominant(c, &t(w, kv), "it").0).collect() };
+        assert_eq!(graded(100, 50), vec![0]);
+        assert_eq!(graded(100, 90), vec![0, 2]);
+        assert_eq!(graded(100, 97), vec![2]);
+        assert_eq!(graded(90, 100), vec![1, 2]);
+        assert!(dominant(2, &t(100, 90), "it").1.contains("both count"));
     }
 }

@@ -11,6 +11,9 @@ pub struct View {
     pub focus: Pane,
     /// The focused pane has the body; the others are one-line summaries.
     pub zoomed: bool,
+    /// With a lesson open and zoomed: the lesson text shrinks to one line and the focused
+    /// pane takes the rest of the body (`z`).
+    pub pane_full: bool,
     pub layer: usize,
     pub head: usize,
     /// Raw scores (true) or softmax weights in the heatmap.
@@ -39,6 +42,7 @@ impl Default for View {
         Self {
             focus: Pane::Attention,
             zoomed: false,
+            pane_full: false,
             layer: 0,
             head: 0,
             show_scores: false,

@@ -43,17 +43,6 @@ impl LensView<'_> {
         };
         format!("sampled {:?} · {at}", self.chosen)
     }
-
-    /// The rows that fit in `height` lines: all, or the deepest layers (where answers
-    /// usually form) with the number of shallower ones left out.
-    pub fn shown(&self, height: usize) -> (usize, &[LensRow]) {
-        let n = self.rows.len();
-        if n <= height {
-            return (0, self.rows);
-        }
-        let keep = height.saturating_sub(1);
-        (n - keep, &self.rows[n - keep..])
-    }
 }
 
 /// The layer from which `chosen` stays the top-1 guess to the end of the stack.

@@ -274,7 +274,7 @@ pub fn describe_copies(sv: &ServeView) -> Option<String> {
     if c.is_empty() {
         let (it, id, from, to) = sv.last_copy?;
         return Some(format!(
-            "copies on write so far: {} (the last: r{id}, page {from} → {to}, iteration {it})",
+            "copy-on-write so far: {} page(s) copied · the last: r{id}, page {from} → {to}, iteration {it}",
             sv.copies_total
         ));
     }
@@ -283,7 +283,7 @@ pub fn describe_copies(sv: &ServeView) -> Option<String> {
         .map(|&(id, from, to)| format!("r{id}: page {from} → {to}"))
         .collect();
     Some(format!(
-        "copy-on-write this iteration ({}): a request wrote into a page it shared, so it got its own copy first",
+        "copy-on-write this iteration ({}) · a request wrote into a page it shared · so it got its own copy first",
         each.join(", ")
     ))
 }

@@ -174,7 +174,8 @@ pub fn model_ms(r: &StepReport) -> f64 {
 }
 
 /// The roofline's points: the latest prefill and B=1 decode step up to `report` (one of
-/// them `report` itself), and the serving batch's iteration.
+/// them `report` itself, unless it recomputed the sequence), and the serving batch's
+/// iteration.
 fn points<'a>(
     report: &'a StepReport,
     past: impl IntoIterator<Item = &'a StepReport>,
@@ -188,6 +189,9 @@ fn points<'a>(
     for r in earlier.chain([report]) {
         match r.info.step {
             0 => prefill = Some(measured(r)),
+            // A step that ran the whole sequence again (the cache off, or a toggle's
+            // recompute) is not a B=1 decode: its intensity is a prefill's.
+            _ if r.info.no_cache || r.recomputed => {}
             _ => decode = Some(measured(r)),
         }
     }

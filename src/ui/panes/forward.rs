@@ -21,14 +21,22 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let inner = b.inner(area);
     b.render(area, buf);
     if let Some(r) = app.report() {
-        draw(r, app.view.layer, theme, inner, buf);
+        draw(r, app.view.layer, app.points_at(), theme, inner, buf);
     }
 }
 
 /// Draws where a report's step spent its time, and `layer`'s residual stream, into `inner`:
 /// one line each, most telling first, every line within 68 columns so the pane shows them
-/// whole zoomed at 80 columns and in the grid at 200.
-fn draw(r: &StepReport, layer: usize, theme: &Theme, inner: Rect, buf: &mut Buffer) {
+/// whole zoomed at 80 columns and in the grid at 200. Rows holding what a lesson step
+/// points at (`keep`) give way last.
+fn draw(
+    r: &StepReport,
+    layer: usize,
+    keep: &[String],
+    theme: &Theme,
+    inner: Rect,
+    buf: &mut Buffer,
+) {
     let pass = ForwardView::new(r, layer);
     let [stages, spark] = timing_rows(&pass, theme);
     // (row, how much it may give way when the pane is short: higher goes first)
@@ -41,6 +49,11 @@ fn draw(r: &StepReport, layer: usize, theme: &Theme, inner: Rect, buf: &mut Buff
     rows.extend(shapes_rows(r).map(|t| ((t, theme.dim()), 3)));
     if let Some(c) = capture {
         rows.extend(block_rows(r, c, theme));
+    }
+    for ((text, _), give) in rows.iter_mut() {
+        if keep.iter().any(|k| text.contains(k.as_str())) {
+            *give = 0;
+        }
     }
     while rows.len() > inner.height as usize {
         let Some(i) = (0..rows.len()).max_by_key(|&i| (rows[i].1, i)) else {
@@ -73,7 +86,9 @@ fn timing_rows(pass: &ForwardView, theme: &Theme) -> [Row; 2] {
     ]
 }
 
-/// The attention kernel and the bytes it moved in this pass.
+/// The attention kernel and the bytes it moved in this pass, counted per query head as
+/// the FlashAttention paper's IO model counts them (under GQA a KV head's rows count once
+/// for each query head of its group, where the traffic pane counts them once).
 fn attention_row(r: &StepReport) -> String {
     let kernel = match r.settings.run.kernel {
         AttnKernel::Naive => "naive".to_string(),
@@ -81,7 +96,7 @@ fn attention_row(r: &StepReport) -> String {
         AttnKernel::Tiled { sram_bytes } => format!("tiled for {} KiB on-chip", sram_bytes >> 10),
     };
     format!(
-        "attention {kernel}: {} moved (read {}, wrote {})",
+        "attention {kernel}: {} moved (read {}, wrote {}) per query head",
         bytes(r.info.attn_io.total() as usize),
         bytes(r.info.attn_io.read as usize),
         bytes(r.info.attn_io.written as usize)

@@ -33,10 +33,16 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     }
 }
 
-/// Draws a lens view into `inner`: the headline, then one row per layer shown.
+/// Draws a lens view into `inner`: the headline, then one row per layer, or, where the
+/// pane is too short for a row each, every layer in columns (top to bottom, then left to
+/// right), so the whole stack is always on screen.
 pub fn draw(v: &LensView, theme: &Theme, inner: Rect, buf: &mut Buffer) {
     put_text(buf, inner, 0, inner.y, v.headline(), theme.accent());
     let chosen = label(&v.chosen, 10).trim_end().to_string();
+    let height = inner.height.saturating_sub(2) as usize;
+    if v.rows.len() > height && height > 0 {
+        return columns(v, &chosen, theme, inner, buf);
+    }
     put_text(
         buf,
         inner,
@@ -46,31 +52,60 @@ pub fn draw(v: &LensView, theme: &Theme, inner: Rect, buf: &mut Buffer) {
         theme.dim(),
     );
     let bar_w = inner.width.saturating_sub(38).min(40) as f32;
-    let (hidden, rows) = v.shown(inner.height.saturating_sub(2) as usize);
-    let mut y = inner.y + 2;
-    if hidden > 0 {
-        let line = format!(
-            "  layers 0–{} above (z gives the pane more room)",
-            hidden - 1
-        );
-        put_text(buf, inner, 0, y, line, theme.dim());
-        y += 1;
-    }
-    for (i, r) in rows.iter().enumerate() {
-        let formed = v.forms_at.is_some_and(|f| r.layer >= f);
+    for (i, r) in v.rows.iter().enumerate() {
         let bar = "█".repeat((r.chosen_prob * bar_w).round() as usize);
         let line = format!(
             "{:>5}  {} {:>5.2}  {:>5.2} {bar}",
-            r.layer,
+            format!("L{}", r.layer),
             label(&r.token, 12),
             r.prob,
             r.chosen_prob
         );
-        let style = if formed {
-            theme.accent()
-        } else {
-            Style::default()
+        put_text(
+            buf,
+            inner,
+            0,
+            inner.y + 2 + i as u16,
+            line,
+            row_style(v, r, theme),
+        );
+    }
+}
+
+/// Every layer in as many columns as the rows need: `L7 ·three .48` (layer, top guess,
+/// the probability it gives the token finally sampled).
+fn columns(v: &LensView, chosen: &str, theme: &Theme, inner: Rect, buf: &mut Buffer) {
+    let height = inner.height.saturating_sub(2) as usize;
+    let cols = v.rows.len().div_ceil(height);
+    let col_w = (inner.width as usize / cols).max(1);
+    put_text(
+        buf,
+        inner,
+        0,
+        inner.y + 1,
+        format!("layer, top guess, p({chosen}); in columns, first layer top left"),
+        theme.dim(),
+    );
+    for (i, r) in v.rows.iter().enumerate() {
+        let token = label(&r.token, col_w.saturating_sub(10).clamp(1, 9));
+        let cell = format!("{:<4}{token} {:.2}", format!("L{}", r.layer), r.chosen_prob);
+        let cell = cell.replacen("0.", ".", 1);
+        let x = ((i / height) * col_w) as u16;
+        let y = inner.y + 2 + (i % height) as u16;
+        let room = Rect {
+            x: inner.x + x,
+            width: (col_w.saturating_sub(1) as u16).min(inner.width.saturating_sub(x)),
+            ..inner
         };
-        put_text(buf, inner, 0, y + i as u16, line, style);
+        put_text(buf, room, 0, y, cell, row_style(v, r, theme));
+    }
+}
+
+/// Highlighted from the layer where the sampled token takes over.
+fn row_style(v: &LensView, r: &crate::model::session::LensRow, theme: &Theme) -> Style {
+    if v.forms_at.is_some_and(|f| r.layer >= f) {
+        theme.accent()
+    } else {
+        Style::default()
     }
 }

@@ -121,6 +121,11 @@ pub fn draw(t: &Tutor, live: &Live, theme: &Theme, area: Rect, buf: &mut Buffer)
         .border_style(theme.accent());
     let inner = b.inner(area);
     b.render(area, buf);
+    if inner.height <= 1 {
+        let s = t.step().map_or("", |s| s.title.as_str());
+        let line = format!("{s} · z: the lesson text back");
+        return super::put_text(buf, inner, 0, inner.y, line, theme.accent());
+    }
     let text = Paragraph::new(lines(t, live, theme)).wrap(Wrap { trim: false });
     // Never past the text's last row, whatever the scroll asked (the app clamps it too,
     // but the pane may have narrowed since).

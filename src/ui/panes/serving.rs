@@ -7,6 +7,7 @@ use crate::ui::app::{App, Pane};
 use crate::ui::theme::{ColorMode, Theme};
 use crate::views::pages::{self, Grid};
 use crate::views::timeline;
+use crate::views::units;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::Style;
@@ -52,7 +53,10 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         area,
         buf,
         title,
-        view,
+        Runs {
+            now: view,
+            before: before(app, current, |r| r.serve.as_ref()),
+        },
         &app.frames.shown().timeline,
     );
 }
@@ -88,16 +92,30 @@ pub fn render_compare(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         area,
         buf,
         title,
-        view,
+        Runs {
+            now: view,
+            before: before(app, current, |r| r.serve_compare.as_ref()),
+        },
         &app.frames.shown().timeline_compare,
     );
     // The two runs see the same requests: the ratio of their speeds is the lesson.
+    // On the bottom rows, two where the pane is too narrow for one.
     let inner = ratatui::widgets::Block::bordered().inner(area);
-    let bottom = inner.y + inner.height.saturating_sub(1);
-    let line = ratio_line(app, serving, current, view);
-    // Padded to the pane's width: the row may hold the timeline's legend already.
     let w = inner.width as usize;
-    put(buf, inner, 0, bottom, format!("{line:<w$}"), theme.accent());
+    let rows = units::wrap(&ratio_line(app, serving, current, view), w);
+    let rows = &rows[..rows.len().min(2)];
+    let top = (inner.y + inner.height).saturating_sub(rows.len() as u16);
+    for (i, line) in rows.iter().enumerate() {
+        // Padded to the pane's width: the row may hold the timeline's legend already.
+        put(
+            buf,
+            inner,
+            0,
+            top + i as u16,
+            format!("{line:<w$}"),
+            theme.accent(),
+        );
+    }
 }
 
 /// The main run over the one beside it: tokens/s, then p99 time to first token. The
@@ -124,11 +142,11 @@ fn ratio_line(
         v.map(|v| v.latency.ttft_ms_p99).filter(|&t| t > 0.0)
     };
     let ttft = match (p99(main), p99(beside)) {
-        (Some(a), Some(b)) => format!(", {:.2}× p99 ttft", a / b),
+        (Some(a), Some(b)) => format!(" · {:.2}× p99 ttft", a / b),
         _ => String::new(),
     };
-    // The direction first: a narrow pane cuts the end, never what divides what.
-    format!("left ÷ this: {ratio:.2}× the tokens/s{ttft} (left: {policy:?}, {cache:?})")
+    // The direction first: a narrow pane wraps the rest, never what divides what.
+    format!("left ÷ this: {ratio:.2}× the tokens/s{ttft} · left: {policy:?}, {cache:?}")
         .to_lowercase()
 }
 
@@ -148,9 +166,10 @@ fn render_view(
     area: Rect,
     buf: &mut Buffer,
     title: String,
-    view: Option<&crate::report::ServeView>,
+    runs: Runs,
     timeline: &std::collections::VecDeque<Vec<(u64, ReqPhase)>>,
 ) {
+    let (view, before) = (runs.now, runs.before);
     let b = block(app, theme, Pane::Serving, title);
     let inner = b.inner(area);
     b.render(area, buf);
@@ -160,9 +179,19 @@ fn render_view(
             None => "a 10-request workload runs here, one iteration per step",
         };
         put(buf, inner, 0, inner.y, line, theme.dim());
+        if let Some(text) = before.and_then(|(v, chunked)| run_before(v, chunked)) {
+            for (i, row) in units::wrap(&text, inner.width as usize).iter().enumerate() {
+                put(buf, inner, 0, inner.y + 2 + i as u16, row, theme.accent());
+            }
+        }
         return;
     };
-    let rows = header(sv, inner, buf);
+    // A step about the timeline gives it the rows the block tables and notes would take.
+    let timeline_first = app
+        .points_at()
+        .iter()
+        .any(|k| timeline::PHASES.iter().any(|p| p.2 == k.as_str()));
+    let rows = header(sv, app.points_at(), inner, buf);
     // The chosen request's pages stand out, and its block table maps its logical blocks
     // to them (paged cache only).
     let req = app
@@ -178,25 +207,37 @@ fn render_view(
         height: inner.height.saturating_sub(rows - 1),
         ..inner
     };
-    let mut y = draw_grid(&Grid::of(sv), &marked, theme, below, buf);
+    let legend = if timeline_first { Some(1) } else { None };
+    let mut y = draw_grid_with(&Grid::of(sv), &marked, legend, theme, below, buf);
     // Under the grid: this run's copies on write, then the chosen request's block table
     // (pages) or the free gaps (a contiguous cache).
     let table = req.map(|r| pages::describe_table(r, &blocks, sv.page_size));
     let notes = [
         sv.describe_latency(),
-        pages::describe_copies(sv),
-        table.or_else(|| pages::describe_gaps(sv)),
+        pages::describe_copies(sv).filter(|_| !timeline_first),
+        table
+            .or_else(|| pages::describe_gaps(sv))
+            .filter(|_| !timeline_first),
     ];
+    // A note a lesson step points at wraps rather than being cut.
     for line in notes.into_iter().flatten() {
-        put_text(buf, inner, 0, y, line, theme.accent());
-        y += 1;
+        let rows = match app.points_at().iter().any(|k| line.contains(k.as_str())) {
+            true => units::wrap(&line, inner.width as usize),
+            false => vec![line],
+        };
+        for row in rows {
+            put_text(buf, inner, 0, y, row, theme.accent());
+            y += 1;
+        }
     }
     let rest = Rect {
         y,
         height: (inner.y + inner.height).saturating_sub(y),
         ..inner
     };
-    y = other_tables(sv, req, theme, rest, buf);
+    if !timeline_first {
+        y = other_tables(sv, req, theme, rest, buf);
+    }
     draw_timeline(
         sv.requests,
         timeline,
@@ -205,6 +246,40 @@ fn render_view(
         Rect { y, ..inner }.intersection(inner),
         buf,
     );
+}
+
+/// The run a serving pane draws, and, until its first iteration, the one before it.
+struct Runs<'a> {
+    now: Option<&'a crate::report::ServeView>,
+    /// The run before, and whether it fed prompts in chunks.
+    before: Option<(&'a crate::report::ServeView, bool)>,
+}
+
+/// The run the report on screen holds while the settings ask for another (`current`
+/// false): the run before the restart.
+fn before(
+    app: &App,
+    current: bool,
+    run: impl Fn(&crate::report::StepReport) -> Option<&crate::report::ServeView>,
+) -> Option<(&crate::report::ServeView, bool)> {
+    let r = app.report().filter(|_| !current)?;
+    run(r).map(|v| (v, r.settings.serving.chunked))
+}
+
+/// What the run before a restart (`c`, `b`, `d`, …) came to, so that the figures a step
+/// asks to compare stay on screen until the new run has its own.
+fn run_before(v: &crate::report::ServeView, chunked: bool) -> Option<String> {
+    let latency = v.describe_latency()?;
+    let tps = v
+        .tokens_per_s()
+        .map(|t| format!(" · {t:.0} tok/s"))
+        .unwrap_or_default();
+    let chunks = if chunked { " · chunked prefill" } else { "" };
+    Some(format!(
+        "the run before ({}{chunks}, {} iterations{tps}): {latency}",
+        v.describe(),
+        v.step.iteration
+    ))
 }
 
 /// Every block table but `shown`'s from `at`'s first row, where rows are left over once
@@ -230,7 +305,7 @@ fn other_tables(
 /// The iteration's numbers on two rows (one where the pane is that short): how many run
 /// against the batch limit, why the queue waits, speed; then what the KV memory holds
 /// and what its utilization divides. Returns the rows drawn.
-fn header(sv: &crate::report::ServeView, inner: Rect, buf: &mut Buffer) -> u16 {
+fn header(sv: &crate::report::ServeView, keep: &[String], inner: Rect, buf: &mut Buffer) -> u16 {
     let s = &sv.step;
     let running = s
         .active
@@ -263,23 +338,42 @@ fn header(sv: &crate::report::ServeView, inner: Rect, buf: &mut Buffer) -> u16 {
         return 1;
     }
     let second = format!(
-        "{}preempted {} · KV {} · budget {} · iter {}",
+        "{}preempted {} · budget {} · KV {} · iter {}",
         sv.tokens_per_s()
             .map(|t| format!("{t:.0} tok/s · "))
             .unwrap_or_default(),
         sv.preemptions,
-        s.memory.describe_utilization(),
         s.memory.capacity_tokens,
+        s.memory.describe_utilization(),
         s.iteration,
     );
-    put_text(buf, inner, 0, inner.y + 1, &second, Style::default());
-    2
+    // Wrapped when a lesson step points into it, else cut at the border.
+    let rows = match keep.iter().any(|k| second.contains(k.as_str())) {
+        true => units::wrap(&second, inner.width as usize),
+        false => vec![second],
+    };
+    for (i, row) in rows.iter().enumerate() {
+        put_text(buf, inner, 0, inner.y + 1 + i as u16, row, Style::default());
+    }
+    1 + rows.len() as u16
 }
 
 /// The KV grid on the rows after `inner`'s first, and its legend; returns the row after
 /// it. Each cell is one character, or, where the width allows, the character and the
 /// page's fill (`▄14`: 14 slots hold tokens).
 pub fn draw_grid(g: &Grid, marked: &[u32], theme: &Theme, inner: Rect, buf: &mut Buffer) -> u16 {
+    draw_grid_with(g, marked, None, theme, inner, buf)
+}
+
+/// [`draw_grid`] with the legend held to `legend_rows` rows where given.
+fn draw_grid_with(
+    g: &Grid,
+    marked: &[u32],
+    legend_rows: Option<usize>,
+    theme: &Theme,
+    inner: Rect,
+    buf: &mut Buffer,
+) -> u16 {
     const WIDE: usize = 4;
     let width = (inner.width as usize).max(1);
     let cell_w = if g.cells.len() * WIDE <= width * 2 {
@@ -324,9 +418,14 @@ pub fn draw_grid(g: &Grid, marked: &[u32], theme: &Theme, inner: Rect, buf: &mut
         g.legend().to_string()
     };
     // The legend wraps onto more rows where the pane has room to spare below the grid (a
-    // quarter of it), else the one row is cut.
+    // third of it, two rows from five), else the one row is cut.
     let spare = (inner.y + inner.height).saturating_sub(y) as usize;
-    let rows = wrap_items(&legend, width, (spare / 4).max(1));
+    let most = match legend_rows {
+        Some(n) => n,
+        None if spare >= 5 => (spare / 3).max(2),
+        None => 1,
+    };
+    let rows = wrap_items(&legend, width, most);
     for (i, row) in rows.iter().enumerate() {
         put_text(buf, inner, 0, y + i as u16, row, theme.dim());
     }

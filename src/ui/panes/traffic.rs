@@ -7,7 +7,7 @@ use crate::model::traffic::Traffic;
 use crate::ui::app::{App, Pane};
 use crate::ui::theme::Theme;
 use crate::views::traffic::{self, Roof, Row, TrafficView};
-use crate::views::units::fit;
+use crate::views::units::{self, fit};
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::{Color, Style};
@@ -25,6 +25,7 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         let past = app.frames.past().iter().map(|p| p.as_ref());
         draw(
             &traffic::view(r, past, app.engine.machine.as_ref()),
+            app.points_at(),
             theme,
             inner,
             buf,
@@ -32,40 +33,99 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     }
 }
 
-/// Draws a traffic view into `inner`: the figures first, the roofline where room is left.
-pub fn draw(v: &TrafficView, theme: &Theme, inner: Rect, buf: &mut Buffer) {
-    let mut y = inner.y;
-    for (i, row) in v.rows(inner.width < 60).into_iter().enumerate() {
-        match row {
+/// Draws a traffic view into `inner`: the figures first, each line wrapped rather than
+/// cut, then the roofline where six rows are left, else the roofline in one line. When
+/// the rows do not all fit, those least telling give way first, and a row holding what
+/// a lesson step points at (`keep`) last.
+pub fn draw(v: &TrafficView, keep: &[String], theme: &Theme, inner: Rect, buf: &mut Buffer) {
+    let width = inner.width as usize;
+    let mut groups: Vec<(Vec<Row>, u8)> = v
+        .rows(inner.width < 60)
+        .into_iter()
+        .enumerate()
+        .map(|(i, row)| match row {
             Row::Text(text) => {
-                let style = if i == 0 {
-                    theme.accent()
-                } else {
-                    Style::default()
-                };
-                put(buf, inner, 0, y, fit(&text, inner.width as usize), style);
+                let give = give_way(i, &text, keep);
+                let lines = units::wrap(&text, width).into_iter().map(Row::Text);
+                (lines.collect(), give)
             }
-            Row::Bar(t) => share_bar(&t, theme, inner, y, buf),
+            bar => (vec![bar], 2),
+        })
+        .collect();
+    let used: usize = groups.iter().map(|g| g.0.len()).sum();
+    let chart = v
+        .roof
+        .filter(|_| used + 6 <= inner.height as usize && inner.width >= 30);
+    match (&v.roof, chart) {
+        (Some(roof), None) => {
+            let text = one_line_roof(v, roof);
+            let lines = units::wrap(&text, width).into_iter().map(Row::Text);
+            groups.push((lines.collect(), give_way(usize::MAX, &text, keep)));
         }
-        y += 1;
-    }
-    let rest = Rect {
-        y,
-        height: (inner.y + inner.height).saturating_sub(y),
-        ..inner
-    };
-    match &v.roof {
-        Some(roof) if rest.height >= 6 && rest.width >= 30 => roofline(v, roof, theme, rest, buf),
-        Some(_) => {}
-        None => put(
-            buf,
-            inner,
+        (None, _) => groups.push((
+            vec![Row::Text(
+                "limits: measuring this machine (inferlab bench machine)…".into(),
+            )],
             0,
-            y,
-            "limits: measuring this machine (inferlab bench machine)…",
-            theme.dim(),
-        ),
+        )),
+        _ => {}
     }
+    while groups.iter().map(|g| g.0.len()).sum::<usize>() > inner.height as usize {
+        let Some(i) = (0..groups.len()).max_by_key(|&i| (groups[i].1, i)) else {
+            break;
+        };
+        groups.remove(i);
+    }
+    let mut y = inner.y;
+    for (i, (rows, _)) in groups.into_iter().enumerate() {
+        for row in rows {
+            match row {
+                Row::Text(text) if i == 0 => put(buf, inner, 0, y, text, theme.accent()),
+                Row::Text(text) => put(buf, inner, 0, y, text, Style::default()),
+                Row::Bar(t) => share_bar(&t, theme, inner, y, buf),
+            }
+            y += 1;
+        }
+    }
+    if let Some(roof) = chart {
+        let rest = Rect {
+            y,
+            height: (inner.y + inner.height).saturating_sub(y),
+            ..inner
+        };
+        roofline(v, &roof, theme, rest, buf);
+    }
+}
+
+/// How readily the `i`th text row gives way when rows run short (higher goes first): the
+/// headline never, a bar's legend after the notes, what a step points at never.
+fn give_way(i: usize, text: &str, keep: &[String]) -> u8 {
+    if i == 0 || keep.iter().any(|k| text.contains(k.as_str())) {
+        0
+    } else if text.contains('█') {
+        1
+    } else {
+        3
+    }
+}
+
+/// The roofline where there is no room to draw it: the ridge and where each measured
+/// iteration sits against it.
+fn one_line_roof(v: &TrafficView, roof: &Roof) -> String {
+    let ridge = roof.ridge();
+    let points: Vec<String> = v
+        .points
+        .iter()
+        .map(|p| {
+            let at = p.at.intensity();
+            let side = if at < ridge { "left" } else { "right" };
+            format!("{} {at:.1} op/B ({side})", p.label)
+        })
+        .collect();
+    format!(
+        "roofline: ridge {ridge:.0} op/B · {} · left of it memory-bound",
+        points.join(" · ")
+    )
 }
 
 /// One row split by share of bytes: weights, KV read, KV written, scores.
@@ -108,10 +168,10 @@ fn roofline(v: &TrafficView, roof: &Roof, theme: &Theme, area: Rect, buf: &mut B
         area.y,
         fit(
             &format!(
-                "roofline · G op/s vs op/byte · int8 peak {:.0} · read {:.1} GB/s · ridge {:.0} op/B",
+                "roofline · ridge {:.0} op/B · int8 peak {:.0} G op/s · read {:.1} GB/s · G op/s vs op/byte",
+                roof.ridge(),
                 roof.peak_gops,
-                roof.read_gb_per_s,
-                roof.ridge()
+                roof.read_gb_per_s
             ),
             area.width as usize,
         ),
