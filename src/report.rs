@@ -118,8 +118,11 @@ impl StepReport {
             .validate()
             .map_err(|e| format!("model shape: {e}"))?;
         self.check_request()?;
+        // Heads as this report ran them: MHA and MQA are built from the trained GQA model.
+        let kv_heads = self.info.layout.kv_heads(&self.cfg);
         for c in &self.info.captures {
-            check_capture(c, &self.cfg).map_err(|e| format!("layer {} capture: {e}", c.layer))?;
+            check_capture(c, &self.cfg, kv_heads)
+                .map_err(|e| format!("layer {} capture: {e}", c.layer))?;
         }
         if let Some(s) = &self.sink {
             check_sink(s).map_err(|e| format!("sink experiment: {e}"))?;
@@ -152,10 +155,12 @@ impl StepReport {
                 self.pieces.len()
             ));
         }
-        if info.query_to_kv.iter().any(|&k| k >= cfg.n_kv_head)
-            || info.query_to_kv.len() > cfg.n_head
-        {
-            return Err("query_to_kv names a KV head the model does not have".into());
+        let kv_heads = info.layout.kv_heads(cfg);
+        if info.query_to_kv.iter().any(|&k| k >= kv_heads) || info.query_to_kv.len() > cfg.n_head {
+            return Err(format!(
+                "query_to_kv names a KV head the model has not got under {}",
+                info.layout
+            ));
         }
         let prob = |p: f32| (0.0..=1.0).contains(&p);
         if info
@@ -228,12 +233,19 @@ fn check_sink(s: &crate::sink::SinkView) -> Result<(), String> {
 }
 
 /// A capture's sizes against its model and against each other.
-fn check_capture(c: &crate::model::LayerCapture, cfg: &LlamaConfig) -> Result<(), String> {
+fn check_capture(
+    c: &crate::model::LayerCapture,
+    cfg: &LlamaConfig,
+    kv_heads: usize,
+) -> Result<(), String> {
     if c.layer >= cfg.n_layer {
         return Err(format!("the model has {} layers", cfg.n_layer));
     }
-    if c.n_head != cfg.n_head || c.n_kv_head != cfg.n_kv_head || c.head_dim != cfg.head_dim {
-        return Err("head counts differ from the model's".into());
+    if c.n_head != cfg.n_head || c.n_kv_head != kv_heads || c.head_dim != cfg.head_dim {
+        return Err(format!(
+            "{} query and {} KV heads of {}, where the report's layout has {} and {kv_heads} of {}",
+            c.n_head, c.n_kv_head, c.head_dim, cfg.n_head, cfg.head_dim
+        ));
     }
     if c.t == 0
         || c.kv_len > cfg.context

@@ -37,6 +37,8 @@ struct Learner {
     large: Terminal<TestBackend>,
     /// What each prediction offered and what happened, for the test's output.
     log: Vec<String>,
+    /// Every report the engine sent, as a recording would hold them.
+    reports: Vec<inferlab::report::StepReport>,
 }
 
 impl Learner {
@@ -59,6 +61,7 @@ impl Learner {
             middle: Terminal::new(TestBackend::new(120, 40)).unwrap(),
             large: Terminal::new(TestBackend::new(200, 60)).unwrap(),
             log: Vec::new(),
+            reports: Vec::new(),
         };
         let t0 = Instant::now();
         while !l.app.engine.ready {
@@ -92,6 +95,9 @@ impl Learner {
                 let e = self.recv(t0);
                 if let Event::Died(why) = &e {
                     panic!("the engine died: {why}");
+                }
+                if let Event::Report(r) = &e {
+                    self.reports.push((**r).clone());
                 }
                 let last = !matches!(c, Command::Apply(_)) || matches!(e, Event::Applied(_));
                 self.app.on_event(e);
@@ -699,4 +705,91 @@ fn side_by_side_layouts_run_more_requests_under_gqa_in_the_same_kv_bytes() {
         "the run beside names its layout\n{}",
         s[2]
     );
+}
+
+/// A session through every setting a user can reach (each followed by an iteration) is
+/// recorded, read back whole and exported, pane by pane, at the iterations each setting
+/// produced: the checks a recording passes follow the layout and settings each report
+/// ran under, not the model's trained shape alone.
+#[test]
+fn a_session_through_every_setting_records_replays_and_exports() {
+    use inferlab::worker::recording::{self, Recorder};
+    data_dir();
+    let mut l = Learner::start();
+    l.space();
+    l.space();
+    let keys = [
+        Action::CycleLayout, // m: MQA
+        Action::CycleLayout, // m: MHA
+        Action::CycleBeside, // M: beside
+        Action::ToggleKernel,
+        Action::CycleKvElem,
+        Action::ToggleKvCache,
+        Action::CycleTemperature,
+        Action::CycleTopP,
+        Action::ToggleWorkload,
+        Action::ToggleChunked,
+        Action::TogglePolicy,
+        Action::ToggleCache,
+        Action::CycleCompare,
+        Action::CycleCompare,
+        Action::ToggleSink,
+        Action::NextRequest,
+        Action::CycleLayout, // back to GQA, with everything else changed
+    ];
+    for a in keys {
+        l.press(a);
+        l.space();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("every-setting.jsonl");
+    let mut rec = Recorder::create(&path, "SmolLM2", Default::default()).unwrap();
+    for r in &l.reports {
+        rec.write(r).unwrap();
+    }
+    rec.finish().unwrap();
+    let read = recording::read(&path).unwrap_or_else(|e| panic!("the session is refused: {e}"));
+    assert_eq!(read.reports.len(), l.reports.len());
+    assert!(read.warning.is_none(), "{:?}", read.warning);
+    // The replay's screens: every report drawn as the player hands it to the app.
+    let mut app = App::new(Default::default());
+    app.on_event(Event::Ready { model: "m".into() });
+    let mut term = Terminal::new(TestBackend::new(80, 24)).unwrap();
+    for r in &read.reports {
+        app.on_event(Event::Report(Box::new(r.clone())));
+        term.draw(|f| draw::draw(&app, &THEME, f.area(), f.buffer_mut()))
+            .unwrap();
+    }
+    assert!(format!("{}", term.backend()).contains("iteration"));
+    // Export every pane at every tenth report and the last.
+    let steps: Vec<usize> = read.reports.iter().map(|r| r.iteration).collect();
+    let panes = [
+        "attention",
+        "kv",
+        "heads",
+        "batch",
+        "forward",
+        "output",
+        "traffic",
+    ];
+    let last = steps.len() - 1;
+    for (i, step) in steps.iter().enumerate() {
+        if i % 10 != 0 && i + 1 != steps.len() {
+            continue;
+        }
+        let sink = (i == last).then_some("sink");
+        for pane in panes.into_iter().chain(sink) {
+            let out = dir.path().join(format!("{pane}-{step}.svg"));
+            let o = std::process::Command::new(common::bin())
+                .args(["export", path.to_str().unwrap(), "--pane", pane])
+                .args(["--step", &step.to_string(), "--out", out.to_str().unwrap()])
+                .output()
+                .unwrap();
+            assert!(
+                o.status.success(),
+                "export --pane {pane} --step {step}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+    }
 }
