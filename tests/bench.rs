@@ -387,3 +387,77 @@ fn decode_report_on_a_gpu_gives_no_fraction_of_the_cpus_bandwidth() {
     let v = serde_json::to_value(&gpu).unwrap();
     assert!(v.get("decode_read_bandwidth_fraction").is_none());
 }
+
+/// A benchmark that could not run says so: a size past its bound is refused by name
+/// before anything is allocated, a workload no request of which could complete is
+/// refused with the reason, and nothing prints NaN or exits 0.
+#[test]
+fn a_benchmark_that_cannot_run_is_refused_by_name() {
+    let model = common::real_model();
+    let m = model.to_str().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        (&["attention", "--head-dim", "0"], "--head-dim"),
+        (&["attention", "--max-len", "99999999999"], "--max-len"),
+        (
+            &["attention", "--block-q", "0", "--block-k", "8"],
+            "--block-q",
+        ),
+        (&["serve", "--requests", "4000000000"], "--requests"),
+        (&["serve", "--kv-tokens", "9999999999"], "--kv-tokens"),
+        (
+            &["serve", "--arrival-seeds", "1000000000"],
+            "--arrival-seeds",
+        ),
+        (&["serve", "--rate", "nan"], "--rate"),
+        (&["serve", "--page-size", "0"], "--page-size"),
+        (&["kv", "--requests", "0"], "--requests"),
+        (&["decode", "--tokens", "0"], "--tokens"),
+        (&["render", "--frames", "0"], "--frames"),
+        (&["sink", "--window", "0"], "--window"),
+        // Past what the model or the KV memory can hold: said, with the figures.
+        (
+            &["serve", "--model", m, "--kv-tokens", "16"],
+            "no request could complete",
+        ),
+        (
+            &["serve", "--model", m, "--prompt-max", "9000"],
+            "past the model's context",
+        ),
+        (
+            &["serve", "--model", m, "--reserve", "context"],
+            "a whole context reserved",
+        ),
+        (
+            &["kv", "--model", m, "--kv-tokens", "16"],
+            "no request could complete",
+        ),
+        (
+            &["decode", "--model", m, "--tokens", "9000"],
+            "past the model's context",
+        ),
+        (
+            &["heads", "--model", m, "--tokens", "9000"],
+            "past the model's context",
+        ),
+    ];
+    for (args, says) in cases {
+        let o = Command::new(common::bin())
+            .arg("bench")
+            .args(*args)
+            .env("INFERLAB_QUIET", "1")
+            .env("INFERLAB_DATA_DIR", data.path())
+            .output()
+            .unwrap();
+        let (out, err) = (
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr),
+        );
+        assert!(!o.status.success(), "{args:?} exited 0:\n{out}{err}");
+        assert!(err.contains(says), "{args:?} does not say {says:?}:\n{err}");
+        assert!(
+            !out.contains("NaN") && !err.contains("NaN"),
+            "{args:?}:\n{out}{err}"
+        );
+    }
+}

@@ -186,6 +186,12 @@ pub fn run(
     let native = load(Requant::Keep)?;
     let mut candle = candle_model(path, dev)?;
     let prompt = q8.tokenizer.encode(PROMPT)?;
+    anyhow::ensure!(
+        prompt.len() + n <= q8.cfg.context,
+        "--tokens {n} after the {}-token prompt is past the model's context of {}",
+        prompt.len(),
+        q8.cfg.context
+    );
     let mut samples: BTreeMap<String, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
     for round in 0..rounds {
         if verbose {

@@ -152,6 +152,12 @@ pub fn run(base: &Model, budget_bytes: usize, decode_tokens: usize) -> Result<He
     for p in PROMPTS.lines().filter(|l| !l.trim().is_empty()) {
         seqs.push(tok.encode(&crate::model::TextTokenizer::chat_prompt(p))?);
     }
+    anyhow::ensure!(
+        seqs[1].len() + decode_tokens <= base.cfg.context,
+        "--tokens {decode_tokens} after the {}-token prompt is past the model's context of {}",
+        seqs[1].len(),
+        base.cfg.context
+    );
     let eval_tokens: usize = seqs.iter().map(|s| s.len() - 1).sum();
     let v = base.cfg.vocab;
     let models: Vec<(HeadLayout, Model)> = HeadLayout::ALL

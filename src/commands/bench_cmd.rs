@@ -17,10 +17,10 @@ pub enum Cmd {
         #[command(flatten)]
         device: DeviceArgs,
         /// Tokens to decode per measurement.
-        #[arg(long, default_value_t = 32)]
+        #[arg(long, default_value_t = 32, value_parser = sized(1, MOST_TOKENS))]
         tokens: usize,
         /// Rounds; each configuration runs once per round, interleaved, and the median counts.
-        #[arg(long, default_value_t = 3)]
+        #[arg(long, default_value_t = 3, value_parser = sized(1, MOST_ROUNDS))]
         rounds: usize,
         /// Print one JSON object (snake_case keys) instead of the table.
         #[arg(long)]
@@ -34,7 +34,7 @@ pub enum Cmd {
         #[arg(long, default_value = "512MiB")]
         budget: String,
         /// Tokens to decode for the speed column.
-        #[arg(long, default_value_t = 32)]
+        #[arg(long, default_value_t = 32, value_parser = sized(1, MOST_TOKENS))]
         tokens: usize,
         /// Print one JSON object (snake_case keys) instead of the table.
         #[arg(long)]
@@ -48,10 +48,10 @@ pub enum Cmd {
         #[command(flatten)]
         model: ModelArgs,
         /// Tokens the windowed caches hold.
-        #[arg(long, default_value_t = 128)]
+        #[arg(long, default_value_t = 128, value_parser = sized(1, MOST_TOKENS))]
         window: usize,
         /// Tokens per page (the unit of eviction, and the sink that is kept).
-        #[arg(long, default_value_t = 16)]
+        #[arg(long, default_value_t = 16, value_parser = sized(1, MOST_PAGE))]
         page_size: usize,
         /// Print one JSON object (snake_case keys) instead of the table.
         #[arg(long)]
@@ -74,9 +74,9 @@ pub enum Cmd {
         #[command(flatten)]
         model: ModelArgs,
         /// Iterations of a real request before drawing (context grows with them).
-        #[arg(long, default_value_t = 64)]
+        #[arg(long, default_value_t = 64, value_parser = sized(1, MOST_TOKENS))]
         steps: usize,
-        #[arg(long, default_value_t = 300)]
+        #[arg(long, default_value_t = 300, value_parser = sized(1, 100_000))]
         frames: usize,
         /// Print one JSON object (snake_case keys) instead of the table.
         #[arg(long)]
@@ -85,18 +85,20 @@ pub enum Cmd {
     /// Naive vs tiled (FlashAttention) attention: bytes moved and output difference, N = 128…4096.
     Attention {
         /// On-chip memory of the IO model, bytes (default: an A100 SM's 192 KiB, as in the paper).
-        #[arg(long, default_value_t = inferlab::model::flash::A100_SRAM_BYTES)]
+        #[arg(long, default_value_t = inferlab::model::flash::A100_SRAM_BYTES,
+              value_parser = sized(1, 1 << 30))]
         sram_bytes: usize,
-        #[arg(long, default_value_t = 64)]
+        #[arg(long, default_value_t = 64, value_parser = sized(1, 1024))]
         head_dim: usize,
-        /// Longest sequence (lengths double from 128).
-        #[arg(long, default_value_t = 4096)]
+        /// Longest sequence (lengths double from 128). The naive kernel holds the whole
+        /// N × N score matrix, so N stops at 16,384 (1 GiB of scores).
+        #[arg(long, default_value_t = 4096, value_parser = sized(128, 16_384))]
         max_len: usize,
         /// Query tile rows (instead of the size derived from --sram-bytes).
-        #[arg(long, requires = "block_k")]
+        #[arg(long, requires = "block_k", value_parser = sized(1, 16_384))]
         block_q: Option<usize>,
         /// Key tile columns (instead of the size derived from --sram-bytes).
-        #[arg(long, requires = "block_q")]
+        #[arg(long, requires = "block_q", value_parser = sized(1, 16_384))]
         block_k: Option<usize>,
         /// Attend to every key (no causal mask), as in the paper's formulas.
         #[arg(long)]
@@ -117,19 +119,19 @@ pub struct KvArgs {
     budget: String,
     /// Requests of the serving workload (uncapped continuous batching, paged and
     /// contiguous, every element type).
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = sized(1, MOST_REQUESTS))]
     requests: usize,
     /// KV memory of the serving runs, in tokens, the same for every type. Default: room
     /// for every request at its longest (prompt and answer at their maximum), so paged and
     /// contiguous admit them alike and run the same schedule, and their ratio is what
     /// reading through pages costs. Under a tighter budget the contiguous cache's
     /// reservations hold some requests back, and the ratio also weighs two schedules.
-    #[arg(long)]
+    #[arg(long, value_parser = sized(1, MOST_KV_TOKENS))]
     kv_tokens: Option<usize>,
     /// Rounds; the median counts. In each, paged and contiguous serve in lock-step, one
     /// iteration of each in turn, and take turns at going first (an even count favours
     /// neither).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = sized(1, MOST_ROUNDS))]
     rounds: usize,
     /// Print one JSON object (snake_case keys) instead of the table.
     #[arg(long)]
@@ -141,15 +143,15 @@ pub struct KvArgs {
 pub struct ServeArgs {
     #[command(flatten)]
     model: ModelArgs,
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = sized(1, MOST_REQUESTS))]
     requests: usize,
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = sized(1, MOST_TOKENS))]
     prompt_min: usize,
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = sized(1, MOST_TOKENS))]
     prompt_max: usize,
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = sized(1, MOST_TOKENS))]
     output_min: usize,
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = sized(1, MOST_TOKENS))]
     output_max: usize,
     /// How max output lengths spread over their range: uniform, or log-uniform (many
     /// short answers and a few long ones, the skew of real chat traffic, which is where
@@ -159,9 +161,9 @@ pub struct ServeArgs {
     /// KV memory, in tokens, for every configuration. The default is below what the
     /// workload's 32 requests need at once, so memory, not the request count, limits
     /// the uncapped pair.
-    #[arg(long, default_value_t = 2560)]
+    #[arg(long, default_value_t = 2560, value_parser = sized(1, MOST_KV_TOKENS))]
     kv_tokens: usize,
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = sized(2, MOST_PAGE))]
     page_size: usize,
     /// What the contiguous cache reserves per request: prompt + max new tokens, or the
     /// model's whole context (as servers sized for the longest request did).
@@ -169,7 +171,7 @@ pub struct ServeArgs {
     reserve: Reserve,
     /// Most requests per iteration in the static vs continuous pair (below the request
     /// count, so static batches must wait); the contiguous vs paged pair has no cap.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = sized(1, MOST_REQUESTS))]
     max_batch: usize,
     #[arg(long, default_value_t = 7)]
     seed: u64,
@@ -177,18 +179,46 @@ pub struct ServeArgs {
     /// which continuous batching is busy about 70% of the time, estimated from this
     /// machine's measured prefill and decode step costs, then corrected by a run of
     /// continuous batching at the estimate (printed with the result).
-    #[arg(long)]
+    #[arg(long, value_parser = rate)]
     rate: Option<f64>,
     /// Prompt tokens per iteration of the arrivals part's chunked-prefill run.
-    #[arg(long, default_value_t = inferlab::bench::arrivals::CHUNK_TOKENS)]
+    #[arg(long, default_value_t = inferlab::bench::arrivals::CHUNK_TOKENS,
+          value_parser = sized(1, MOST_TOKENS))]
     chunk_tokens: usize,
     /// Seeded arrival sequences (from --seed on) the arrivals part runs under every policy
     /// and pools, so its p99s are not one run's slowest request or two.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = sized(1, 64))]
     arrival_seeds: usize,
     /// Print one JSON object (snake_case keys) instead of the table.
     #[arg(long)]
     json: bool,
+}
+
+/// Tokens of one request's prompt or output, a window, or steps before drawing: SmolLM2's
+/// context is 8,192, and a benchmark past it is refused below with the model's own figure.
+const MOST_TOKENS: u64 = 1 << 16;
+/// Requests of a workload, and a batch cap.
+const MOST_REQUESTS: u64 = 4096;
+/// KV memory of a serving run in tokens: 65,536 tokens are 3 GB under GQA in f32 and
+/// 9 GB under MHA, within this kind of machine.
+const MOST_KV_TOKENS: u64 = 1 << 16;
+/// Slots per page.
+const MOST_PAGE: u64 = inferlab::report::limits::PAGE_SIZE as u64;
+const MOST_ROUNDS: u64 = 50;
+
+/// A size flag's parser: refused, with the flag's name and the bound, before anything is
+/// allocated for it.
+fn sized(lo: u64, hi: u64) -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::new().range(lo..=hi)
+}
+
+/// `--rate`: requests per second, positive and finite.
+fn rate(s: &str) -> std::result::Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(r) if r.is_finite() && r > 0.0 && r <= 1e6 => Ok(r),
+        Ok(_) => Err("a rate is a number of requests per second above 0 and at most 1e6".into()),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// Runs a benchmark.
@@ -267,8 +297,8 @@ fn kv_cmd(a: &KvArgs) -> Result<()> {
     let longest = w.requests.saturating_mul(per_request);
     let kv_tokens = a.kv_tokens.unwrap_or(longest);
     anyhow::ensure!(
-        kv_tokens >= kv::PAGE_SIZE,
-        "--kv-tokens must hold at least one page of {}",
+        kv_tokens >= per_request,
+        "--kv-tokens {kv_tokens} cannot hold one request at its longest ({per_request} tokens in pages of {}): no request could complete",
         kv::PAGE_SIZE
     );
     let model = load_model(&a.model)?;
@@ -337,6 +367,7 @@ fn serve_cmd(a: &ServeArgs) -> Result<()> {
         a.seed,
     )?;
     let model = load_model(&a.model)?;
+    serve_fits(a, model.cfg.context)?;
     let r = serve::run(
         &model,
         &w,
@@ -346,7 +377,52 @@ fn serve_cmd(a: &ServeArgs) -> Result<()> {
         a.max_batch,
         arrivals,
     )?;
+    let runs = [
+        ("one request at a time", Some(&r.request_at_a_time)),
+        ("static batching", Some(&r.static_)),
+        ("continuous batching", Some(&r.continuous)),
+        ("the contiguous cache", Some(&r.contiguous)),
+        ("the paged cache", Some(&r.paged)),
+        (
+            "the paged cache of small pages",
+            r.paged_small_pages.as_ref(),
+        ),
+    ];
+    for (name, run) in runs {
+        if let Some(run) = run.filter(|f| f.generated_tokens == 0) {
+            anyhow::bail!(
+                "no request completed under {name} ({} iterations): no ratio can be given",
+                run.iterations
+            );
+        }
+    }
     emit(a.json, &r, r.table())
+}
+
+/// Refuses a `bench serve` workload that could not run: a request past the model's
+/// context, or one whose longest form (or, with `--reserve context`, the context) does not
+/// fit the KV memory at all.
+fn serve_fits(a: &ServeArgs, context: usize) -> Result<()> {
+    let longest = a.prompt_max + a.output_max;
+    anyhow::ensure!(
+        longest <= context,
+        "--prompt-max {} plus --output-max {} is {longest} tokens, past the model's context of {context}",
+        a.prompt_max,
+        a.output_max
+    );
+    let pages = longest.div_ceil(a.page_size) * a.page_size;
+    let reserved = match a.reserve {
+        Reserve::Context => context,
+        _ => longest,
+    };
+    let need = pages.max(reserved);
+    anyhow::ensure!(
+        need <= a.kv_tokens,
+        "--kv-tokens {} cannot hold one request at its longest ({need} tokens{}): no request could complete",
+        a.kv_tokens,
+        if a.reserve == Reserve::Context { ", a whole context reserved" } else { "" }
+    );
+    Ok(())
 }
 
 /// `bench attention`'s tile sizes when both were given (else the SRAM budget sizes them).
