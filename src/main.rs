@@ -90,7 +90,9 @@ fn main() -> std::process::ExitCode {
             cli.record.map(|path| inferlab::ui::Record {
                 path,
                 force: cli.force,
-                inputs: cli.app.model.source.model.iter().cloned().collect(),
+                inputs: inferlab::model::source::possible_inputs(
+                    cli.app.model.source.model.as_deref(),
+                ),
             }),
         ),
         Some(Cmd::Replay { file }) => commands::app::replay(&file),

@@ -947,3 +947,51 @@ fn mutated_model_files_stay_within_the_memory_bound() {
         );
     }
 }
+
+/// A recording never replaces a file the app reads, however the model was named: through
+/// `INFERLAB_MODEL`, through the cache, or as a file inside an HF directory given with
+/// `--model`. Each is refused before the app starts, and the file is left as it was.
+#[test]
+fn a_recording_never_replaces_a_file_the_app_reads() {
+    let d = tempfile::tempdir().unwrap();
+    let (_t, tiny) = tiny_file(&Tiny::default());
+    let model = d.path().join("m.gguf");
+    std::fs::copy(&tiny, &model).unwrap();
+    let cache = d.path().join("cache");
+    std::fs::create_dir(&cache).unwrap();
+    let cached = cache.join(inferlab::model::source::GGUF_NAME);
+    std::fs::copy(&tiny, &cached).unwrap();
+    let hf = hf_dir("", |_| {});
+    let tokenizer = hf.path().join("tokenizer.json");
+    let cases: Vec<(Vec<(&str, &Path)>, Vec<String>, &Path)> = vec![
+        (vec![("INFERLAB_MODEL", &model)], vec![], &model),
+        (vec![("INFERLAB_CACHE_DIR", &cache)], vec![], &cached),
+        (
+            vec![],
+            vec!["--model".into(), hf.path().display().to_string()],
+            &tokenizer,
+        ),
+    ];
+    for (env, args, target) in cases {
+        let before = std::fs::read(target).unwrap();
+        let mut cmd = std::process::Command::new(common::bin());
+        cmd.env_remove("INFERLAB_MODEL")
+            .args(&args)
+            .arg("--record")
+            .arg(target)
+            .arg("--force")
+            .stdin(std::process::Stdio::null());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let o = cmd.output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains("own input"), "{err}");
+        assert_eq!(
+            std::fs::read(target).unwrap(),
+            before,
+            "{}",
+            target.display()
+        );
+    }
+}

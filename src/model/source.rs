@@ -66,6 +66,25 @@ pub fn cached_gguf() -> PathBuf {
     cache_dir().join(GGUF_NAME)
 }
 
+/// Every file the model could be read from for `flag`, found the way [`resolve`] finds
+/// it but without fetching: the flag's path, else `INFERLAB_MODEL`, else the cached file
+/// (where a fetch would put it); for an HF directory, each file in it (config, tokenizer,
+/// shards). A command that writes registers these as its inputs, so its output never
+/// replaces the model it runs, however the model was named.
+pub fn possible_inputs(flag: Option<&Path>) -> Vec<PathBuf> {
+    let env = std::env::var_os("INFERLAB_MODEL").filter(|p| !p.is_empty());
+    let path = match (flag, env) {
+        (Some(p), _) => p.to_path_buf(),
+        (None, Some(p)) => PathBuf::from(p),
+        (None, None) => cached_gguf(),
+    };
+    let mut out = vec![path.clone()];
+    if let Ok(entries) = std::fs::read_dir(&path) {
+        out.extend(entries.flatten().map(|e| e.path()));
+    }
+    out
+}
+
 /// Finds or fetches the model.
 pub fn resolve(
     flag: Option<&Path>,
