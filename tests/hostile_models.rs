@@ -253,7 +253,39 @@ const INTERESTING: [u64; 12] = [
 /// name, a repeated key, or a cut.
 fn mutate(rng: &mut Rng, md: &[(String, Value)], ts: &[RawTensor], header_len: usize) -> Vec<u8> {
     let (mut md, mut ts) = (md.to_vec(), ts.to_vec());
-    match rng.below(9) {
+    match rng.below(11) {
+        9 => {
+            // A key that changes the math, set to anything.
+            const KEYS: [&str; 6] = [
+                "llama.attention.causal",
+                "tokenizer.ggml.add_bos_token",
+                "tokenizer.ggml.add_eos_token",
+                "llama.attention.key_length",
+                "llama.attention.value_length",
+                "llama.vocab_size",
+            ];
+            let key = KEYS[rng.below(KEYS.len())];
+            let v = INTERESTING[rng.below(INTERESTING.len())];
+            let v = match rng.below(3) {
+                0 => Value::Bool(v % 2 == 1),
+                1 => Value::U32(v as u32),
+                _ => Value::String(format!("{v}")),
+            };
+            set_meta(&mut md, key, v);
+            raw_gguf(&md, &ts)
+        }
+        10 => {
+            // A tensor's rank changed: a 1 added or a dimension folded into the next.
+            let i = rng.below(ts.len());
+            let t = &mut ts[i];
+            if rng.below(2) == 0 || t.dims.len() < 2 {
+                t.dims.insert(rng.below(t.dims.len() + 1), 1);
+            } else {
+                let last = t.dims.pop().unwrap();
+                *t.dims.last_mut().unwrap() *= last;
+            }
+            raw_gguf(&md, &ts)
+        }
         6 => {
             // Data offsets: one moved onto another tensor's bytes, or anywhere.
             let mut at = Vec::new();
@@ -994,4 +1026,70 @@ fn a_recording_never_replaces_a_file_the_app_reads() {
             target.display()
         );
     }
+}
+
+/// Every GGUF or HF key that changes the math is honoured or refused, naming the key:
+/// the causal mask switched off, a BOS or EOS token the file asks to add, keys and values
+/// of another width than the heads, a vocabulary size the tokenizer contradicts, RoPE
+/// over part of each head. Each tensor's rank is checked too, norms included, with a
+/// message naming the tensor.
+#[test]
+fn every_key_that_changes_the_math_is_honoured_or_refused() {
+    let (md0, ts0) = tiny_raw(&Tiny::default());
+    let cases: Vec<(&str, Value, &str)> = vec![
+        ("llama.attention.causal", Value::Bool(false), "causal"),
+        (
+            "tokenizer.ggml.add_bos_token",
+            Value::Bool(true),
+            "add_bos_token",
+        ),
+        (
+            "tokenizer.ggml.add_eos_token",
+            Value::Bool(true),
+            "add_eos_token",
+        ),
+        ("llama.attention.key_length", Value::U32(3), "key_length"),
+        (
+            "llama.attention.value_length",
+            Value::U32(3),
+            "value_length",
+        ),
+        ("llama.vocab_size", Value::U32(7), "vocab_size"),
+        ("llama.attention.causal", Value::U32(1), "causal"),
+    ];
+    for (key, v, says) in cases {
+        let mut md = md0.clone();
+        set_meta(&mut md, key, v);
+        let e = refuse(&md, &ts0);
+        assert!(e.contains(says), "{key}: {e}");
+    }
+    // Their ordinary values load.
+    let mut md = md0.clone();
+    set_meta(&mut md, "llama.attention.causal", Value::Bool(true));
+    set_meta(&mut md, "tokenizer.ggml.add_bos_token", Value::Bool(false));
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("ok.gguf");
+    std::fs::write(&p, raw_gguf(&md, &ts0)).unwrap();
+    load(&p).unwrap();
+    // A tensor of the wrong rank, a norm included: refused by name, never a panic. (A
+    // norm stored as (1, h), as some converters write it, is the one other rank allowed.)
+    let ranks: [(&str, fn(&[u64]) -> Vec<u64>); 5] = [
+        ("blk.0.attn_norm.weight", |d| vec![d[0], 1, 1]),
+        ("output_norm.weight", |d| vec![d[0], 1, 1, 1]),
+        ("blk.0.attn_q.weight", |d| vec![d[0] * d[1]]),
+        ("blk.0.ffn_down.weight", |d| vec![d[0], d[1], 1]),
+        ("token_embd.weight", |d| vec![d[0], 1, d[1]]),
+    ];
+    for (name, reshape) in ranks {
+        let mut ts = ts0.clone();
+        let t = ts.iter_mut().find(|t| t.name == name).unwrap();
+        t.dims = reshape(&t.dims);
+        let e = refuse(&md0, &ts);
+        assert!(e.contains(name) && !e.contains("panicked"), "{name}: {e}");
+    }
+    // HF: RoPE over part of each head.
+    let d = hf_dir(r#","partial_rotary_factor":0.5"#, |_| {});
+    let e = refuse_dir(d.path());
+    assert!(e.contains("partial_rotary_factor"), "{e}");
+    load(hf_dir(r#","partial_rotary_factor":1.0"#, |_| {}).path()).unwrap();
 }

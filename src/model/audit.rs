@@ -91,6 +91,35 @@ pub fn check_features(ct: &Content, arch: &str) -> Result<(), Refusal> {
         ("embedding_scale", "a scaled embedding"),
         ("residual_scale", "a scaled residual"),
     ];
+    // Keys whose unusual value is "true", or, for the causal mask, "false".
+    let flags = [
+        (
+            format!("{arch}.attention.causal"),
+            false,
+            "attention without the causal mask",
+        ),
+        (
+            "tokenizer.ggml.add_bos_token".into(),
+            true,
+            "a BOS token added before the text",
+        ),
+        (
+            "tokenizer.ggml.add_eos_token".into(),
+            true,
+            "an EOS token added after the text",
+        ),
+    ];
+    for (key, unusual, feature) in flags {
+        match ct.metadata.get(&key) {
+            Some(Value::Bool(b)) if *b == unusual => {
+                return Err(format!(
+                    "inferlab does not implement {feature} (key `{key}` = {b})"
+                ))
+            }
+            Some(Value::Bool(_)) | None => {}
+            Some(other) => return Err(format!("`{key}` = {other:?}: not true or false")),
+        }
+    }
     for (suffix, feature) in FEATURES {
         let key = format!("{arch}.{suffix}");
         let v = ct.metadata.get(&key);
@@ -266,6 +295,14 @@ pub fn squeeze(dims: &[usize]) -> &[usize] {
     &dims[first..]
 }
 
+/// A tensor's shape as stored against the one the forward pass reads: the same rank and
+/// sizes, except that a vector (a norm) may be stored as `(1, n)`. A rank the forward
+/// pass would index otherwise is refused here, with the tensor's name, not found later.
+pub fn same_shape(got: &[usize], want: &[usize]) -> bool {
+    let rank = got.len() == want.len() || (want.len() == 1 && got.len() == 2 && got[0] == 1);
+    rank && squeeze(got) == squeeze(want)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -321,5 +358,7 @@ mod tests {
         assert_eq!(squeeze(&[1, 576]), &[576]);
         assert_eq!(squeeze(&[1, 1]), &[1]);
         assert_eq!(squeeze(&[576, 1]), &[576, 1]);
+        assert!(same_shape(&[1, 576], &[576]) && same_shape(&[576], &[576]));
+        assert!(!same_shape(&[1, 1, 576], &[576]) && !same_shape(&[1, 8, 8], &[8, 8]));
     }
 }

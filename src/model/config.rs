@@ -77,8 +77,30 @@ impl LlamaConfig {
             // checked_div: a head count of 0 is reported by validate(), not divided by.
             None => hidden.checked_div(n_head).unwrap_or(0),
         };
+        // Keys and values as wide as the heads RoPE turns: another width is another model.
+        for k in ["attention.key_length", "attention.value_length"] {
+            if let Some(n) = get(k).map(|v| gguf_size(&key(k), v)).transpose()? {
+                if n != head_dim {
+                    return Err(invalid(
+                        &key(k),
+                        n,
+                        "inferlab's heads are as wide as rope.dimension_count (or embedding_length / head_count); keys and values of another width are not implemented",
+                    ));
+                }
+            }
+        }
         let vocab = match ct.metadata.get("tokenizer.ggml.tokens") {
-            Some(gguf_file::Value::Array(a)) => a.len(),
+            // A vocabulary size that disagrees with the tokenizer's list is a damaged file.
+            Some(gguf_file::Value::Array(a)) => match get("vocab_size") {
+                Some(v) if gguf_size(&key("vocab_size"), v)? != a.len() => {
+                    return Err(invalid(
+                        &key("vocab_size"),
+                        gguf_size(&key("vocab_size"), v)?,
+                        &format!("the tokenizer lists {} tokens", a.len()),
+                    ))
+                }
+                _ => a.len(),
+            },
             Some(other) => {
                 return Err(invalid(
                     "tokenizer.ggml.tokens",
@@ -247,6 +269,8 @@ struct Hf {
     hidden_act: Option<String>,
     #[serde(default)]
     sliding_window: Option<serde_json::Value>,
+    #[serde(default)]
+    partial_rotary_factor: Option<f64>,
 }
 
 impl Hf {
@@ -269,6 +293,9 @@ impl Hf {
         }
         if self.mlp_bias == Some(true) {
             return lacks("bias terms", "mlp_bias", &true);
+        }
+        if let Some(f) = self.partial_rotary_factor.filter(|&f| f != 1.0) {
+            return lacks("RoPE over part of each head", "partial_rotary_factor", &f);
         }
         if let Some(act) = self.hidden_act.as_ref().filter(|a| a.as_str() != "silu") {
             return lacks("activations other than SiLU", "hidden_act", act);

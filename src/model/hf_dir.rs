@@ -136,7 +136,7 @@ impl Shards {
                     format!("tensor `{name}` is {dtype}; weights must be F32, F16 or BF16"),
                 ));
             }
-            if audit::squeeze(view.shape()) != audit::squeeze(shape) {
+            if !audit::same_shape(view.shape(), shape) {
                 return Err(corrupt(
                     path,
                     format!(

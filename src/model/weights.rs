@@ -89,7 +89,7 @@ fn check_shapes(ct: &gguf_file::Content, cfg: &LlamaConfig) -> std::result::Resu
             .tensor_infos
             .get(&name)
             .ok_or_else(|| format!("missing tensor `{name}`"))?;
-        if super::audit::squeeze(info.shape.dims()) != super::audit::squeeze(&dims) {
+        if !super::audit::same_shape(info.shape.dims(), &dims) {
             return Err(format!(
                 "tensor `{name}` has shape {:?}, but the metadata implies {dims:?}",
                 info.shape.dims()
