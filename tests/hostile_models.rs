@@ -995,7 +995,9 @@ fn a_recording_never_replaces_a_file_the_app_reads() {
     std::fs::copy(&tiny, &cached).unwrap();
     let hf = hf_dir("", |_| {});
     let tokenizer = hf.path().join("tokenizer.json");
-    let cases: Vec<(Vec<(&str, &Path)>, Vec<String>, &Path)> = vec![
+    // (environment, arguments, the file the recording must not replace)
+    type Case<'a> = (Vec<(&'a str, &'a Path)>, Vec<String>, &'a Path);
+    let cases: Vec<Case> = vec![
         (vec![("INFERLAB_MODEL", &model)], vec![], &model),
         (vec![("INFERLAB_CACHE_DIR", &cache)], vec![], &cached),
         (
@@ -1073,7 +1075,8 @@ fn every_key_that_changes_the_math_is_honoured_or_refused() {
     load(&p).unwrap();
     // A tensor of the wrong rank, a norm included: refused by name, never a panic. (A
     // norm stored as (1, h), as some converters write it, is the one other rank allowed.)
-    let ranks: [(&str, fn(&[u64]) -> Vec<u64>); 5] = [
+    type Reshape = fn(&[u64]) -> Vec<u64>;
+    let ranks: [(&str, Reshape); 5] = [
         ("blk.0.attn_norm.weight", |d| vec![d[0], 1, 1]),
         ("output_norm.weight", |d| vec![d[0], 1, 1, 1]),
         ("blk.0.attn_q.weight", |d| vec![d[0] * d[1]]),
