@@ -333,10 +333,7 @@ impl AtomicFile {
     pub fn create(path: &Path, rules: WriteRules) -> Result<Self, FileError> {
         check_target(path, rules)?;
         let dir = parent_of(path);
-        let stem = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let stem = partial_stem(path);
         // The mode a new file would get (0666 less the umask), or the replaced file's own:
         // a temporary file is private by default, and the output should not be.
         let mode = match std::fs::metadata(path) {
@@ -435,6 +432,49 @@ impl AtomicFile {
 /// Partial files to put in place if the process is ended abruptly (a closed terminal,
 /// SIGTERM): a recording made until then is the user's, under the name they gave.
 static ON_EXIT: std::sync::Mutex<Vec<(PathBuf, PathBuf, bool)>> = std::sync::Mutex::new(Vec::new());
+
+/// Bytes a file name may have (NAME_MAX on Linux and macOS).
+const NAME_MAX: usize = 255;
+
+/// What a temporary name for `target` starts with after its dot: the target's name, cut
+/// (on a character boundary) so that `.{stem}.XXXXXX.partial` stays within [`NAME_MAX`]
+/// even when the target's own name is as long as a name may be.
+fn partial_stem(target: &Path) -> String {
+    let name = target
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    // ".", ".", six random characters and ".partial".
+    let room = NAME_MAX - 16;
+    let mut end = name.len().min(room);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    name[..end].to_string()
+}
+
+/// Partial files an earlier run writing `target` left beside it (it was killed before it
+/// could put them in place), for the next run to name: they may hold a session's work.
+pub fn leftover_partials(target: &Path) -> Vec<PathBuf> {
+    let dir = match target.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let prefix = format!(".{}.", partial_stem(target));
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    let mut found: Vec<PathBuf> = entries
+        .flatten()
+        .filter(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n.starts_with(&prefix) && n.ends_with(".partial")
+        })
+        .map(|e| e.path())
+        .collect();
+    found.sort();
+    found
+}
 
 /// Registers `partial` to be renamed to `target` by [`commit_pending`] (over an existing
 /// target only with `force`).
@@ -567,6 +607,22 @@ mod tests {
             .filter(|e| e.file_name().to_string_lossy().ends_with(".partial"))
             .collect();
         assert!(left.is_empty());
+    }
+
+    #[test]
+    fn a_long_name_keeps_its_temporary_within_name_max_and_a_leftover_is_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let long = dir
+            .path()
+            .join(format!("{}é.jsonl", "r".repeat(NAME_MAX - 8)));
+        let f = AtomicFile::create(&long, WriteRules::default()).unwrap();
+        let name = f.partial().file_name().unwrap().len();
+        assert!(name <= NAME_MAX, "{name}");
+        // Left as a crash leaves it: the next run finds it.
+        let partial = f.partial().to_path_buf();
+        std::mem::forget(f);
+        assert_eq!(leftover_partials(&long), vec![partial]);
+        assert!(leftover_partials(&dir.path().join("other.jsonl")).is_empty());
     }
 
     #[test]

@@ -83,6 +83,13 @@ fn main() -> std::process::ExitCode {
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         }
     }
+    // A file-size limit (`ulimit -f`) is a write error like a full disk (EFBIG), said and
+    // survived, not a signal that kills the app with the terminal still taken.
+    #[cfg(unix)]
+    // SAFETY: setting a signal's disposition to ignore, before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
     let _ = ctrlc::set_handler(on_interrupt);
     let result = match cli.command {
         None => commands::app::run(

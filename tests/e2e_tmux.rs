@@ -594,9 +594,10 @@ fn a_recording_that_runs_out_of_room_stays_said_and_fails_the_exit() {
     // its place.
     std::fs::write(&rec, "an earlier, whole recording\n").unwrap();
     let t = Tmux::start(200, 50);
-    // A file size limit stands in for a full disk: writes past 24 KB fail (EFBIG) and,
-    // with SIGXFSZ ignored, the app sees the error as it would see ENOSPC.
-    t.keys(&["trap '' XFSZ; ulimit -f 24", "Enter"]);
+    // A file size limit stands in for a full disk: writes past 24 KB fail (EFBIG). The
+    // shell does not ignore SIGXFSZ for the app: the app must, and see the error as it
+    // would see ENOSPC.
+    t.keys(&["ulimit -f 24", "Enter"]);
     let data = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("e2e-data");
     let cmd = format!(
         "INFERLAB_DATA_DIR={} {} --model {} --record {} --force 2>{}; echo RC=$?",
@@ -625,5 +626,23 @@ fn a_recording_that_runs_out_of_room_stays_said_and_fails_the_exit() {
     assert_eq!(
         std::fs::read_to_string(&rec).unwrap(),
         "an earlier, whole recording\n"
+    );
+    // The next run to record there names what the stopped one left.
+    let again = format!(
+        "ulimit -f unlimited; INFERLAB_DATA_DIR={} {} --model {} --record {} --force 2>{}; echo RC2=$?",
+        data.display(),
+        common::bin().display(),
+        common::real_model().display(),
+        rec.display(),
+        dir.path().join("stderr2.txt").display()
+    );
+    t.keys(&[&again, "Enter"]);
+    t.wait_for("ready: press space", 60);
+    t.keys(&["q"]);
+    t.wait_for("RC2=0", 20);
+    let err = std::fs::read_to_string(dir.path().join("stderr2.txt")).unwrap();
+    assert!(
+        err.contains(".partial") && err.contains("earlier recording"),
+        "{err}"
     );
 }

@@ -32,6 +32,15 @@ pub fn run_with(
 /// an existing recording: the file itself is only created once the model is ready.
 fn check_writable(r: &inferlab::ui::Record) -> Result<()> {
     inferlab::files::check_target(&r.path, r.rules())?;
+    // A recording an earlier run could not finish (killed, or out of room) is named, as
+    // it may be the user's only copy of that session.
+    for p in inferlab::files::leftover_partials(&r.path) {
+        eprintln!(
+            "inferlab: {} is what remains of an earlier recording to {} that stopped before it finished; rename it to keep it (`inferlab replay` reads it)",
+            inferlab::files::printable(&p.display().to_string()),
+            inferlab::files::printable(&r.path.display().to_string())
+        );
+    }
     let dir = match r.path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => std::path::PathBuf::from("."),
