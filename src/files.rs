@@ -529,8 +529,20 @@ pub fn write(path: &Path, bytes: &[u8], rules: WriteRules) -> Result<(), FileErr
 /// can neither move the cursor nor forge a line of output.
 pub fn printable(s: &str) -> String {
     s.chars()
-        .map(|c| if c.is_control() { '?' } else { c })
+        .map(|c| if c.is_control() || bidi(c) { '?' } else { c })
         .collect()
+}
+
+/// [`printable`] for text of several lines (an error and its causes): the line breaks
+/// stay, every other control character and direction override becomes `?`.
+pub fn printable_text(s: &str) -> String {
+    s.lines().map(printable).collect::<Vec<_>>().join("\n")
+}
+
+/// Unicode's direction overrides and isolates, which reorder what follows them on a
+/// terminal line (a name could show as another).
+fn bidi(c: char) -> bool {
+    matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 #[cfg(test)]
@@ -628,5 +640,6 @@ mod tests {
     #[test]
     fn printable_strips_escapes_and_newlines() {
         assert_eq!(printable("a\x1b[31mb\nc"), "a?[31mb?c");
+        assert_eq!(printable_text("a\x1b]0;x\x07\nb\u{202e}c"), "a?]0;x?\nb?c");
     }
 }

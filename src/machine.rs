@@ -123,7 +123,12 @@ pub fn cache_path() -> Option<PathBuf> {
 /// "AMD EPYC" covers machines of any size, and the figures are for all threads.
 pub fn cached() -> Option<Machine> {
     let text = crate::files::read_text(&cache_path()?, crate::files::Kind::Machine).ok()?;
-    let m: Machine = serde_json::from_str(&text).ok()?;
+    let mut m: Machine = serde_json::from_str(&text).ok()?;
+    // The file is read back into tables and the header: no escape reaches the terminal.
+    m.cpu = crate::files::printable(&m.cpu);
+    for f in &mut m.features {
+        *f = crate::files::printable(f);
+    }
     m.fits_here().then_some(m)
 }
 

@@ -127,7 +127,11 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // Paths and file contents reach the message: neutralised as the screen is.
+            eprintln!(
+                "error: {}",
+                inferlab::files::printable_text(&format!("{e:#}"))
+            );
             std::process::ExitCode::FAILURE
         }
     }

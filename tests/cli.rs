@@ -259,3 +259,47 @@ fn bench_serve_refuses_arrival_settings_it_cannot_run_before_it_starts() {
         assert!(!err.contains("nonexistent"), "{flag} {value}: {err}");
     }
 }
+
+/// Text from a file or an argument reaches the terminal neutralised, as the screen's is:
+/// a path or a lesson line holding an escape sequence or a direction override prints
+/// `?` in its place, in errors, warnings and listings alike.
+#[test]
+fn escapes_in_paths_and_files_never_reach_the_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let evil = dir.path().join("x\x1b]0;owned\x07\u{202e}.gguf");
+    let lessons = dir.path().join("lessons");
+    std::fs::create_dir(&lessons).unwrap();
+    std::fs::write(
+        lessons.join("01-x.md"),
+        "# T\x1b[2J\n\n## S\nset: focus=\x1b[31mx\n",
+    )
+    .unwrap();
+    let runs: [Vec<std::ffi::OsString>; 3] = [
+        vec![
+            "--model".into(),
+            evil.clone().into(),
+            "model".into(),
+            "info".into(),
+        ],
+        vec!["replay".into(), evil.into()],
+        vec![
+            "lessons".into(),
+            "--check".into(),
+            "--dir".into(),
+            lessons.into(),
+        ],
+    ];
+    for args in runs {
+        let o = std::process::Command::new(common::bin())
+            .args(&args)
+            .output()
+            .unwrap();
+        let all = [o.stdout, o.stderr].concat();
+        let text = String::from_utf8_lossy(&all);
+        assert!(!o.status.success(), "{args:?}: {text}");
+        assert!(
+            !text.contains('\x1b') && !text.contains('\x07') && !text.contains('\u{202e}'),
+            "{args:?} printed a raw escape: {text:?}"
+        );
+    }
+}

@@ -54,7 +54,7 @@ fn check_writable(r: &inferlab::ui::Record) -> Result<()> {
 pub fn replay(path: &std::path::Path) -> Result<()> {
     let rec = inferlab::worker::recording::read(path)?;
     if let Some(w) = &rec.warning {
-        eprintln!("inferlab: warning: {w}");
+        eprintln!("inferlab: warning: {}", inferlab::files::printable_text(w));
     }
     inferlab::ui::replay(rec).context("running the replay")
 }

@@ -69,7 +69,7 @@ pub fn run(a: &Args) -> Result<()> {
         inputs: &inputs,
     };
     export::write(&app.scene(), a.pane, format, &out, rules).with_context(context)?;
-    println!("{}", out.display());
+    println!("{}", inferlab::files::printable(&out.display().to_string()));
     Ok(())
 }
 

@@ -45,7 +45,7 @@ pub fn list(a: &ListArgs) -> Result<()> {
     }
     let loaded = Progress::load();
     if let Some(n) = &loaded.notice {
-        eprintln!("inferlab: {n}");
+        eprintln!("inferlab: {}", inferlab::files::printable_text(n));
     }
     let progress = loaded.progress;
     let title_w = lessons
@@ -69,7 +69,7 @@ pub fn list(a: &ListArgs) -> Result<()> {
     if !errors.is_empty() {
         // Each problem by file and line; the listing above still shows every good lesson.
         for e in &errors {
-            eprintln!("{e}");
+            eprintln!("{}", inferlab::files::printable_text(&e.to_string()));
         }
         let files: std::collections::BTreeSet<&str> =
             errors.iter().map(|e| e.file.as_str()).collect();
@@ -92,7 +92,7 @@ pub fn list(a: &ListArgs) -> Result<()> {
 /// figures when all are valid.
 fn check(lessons: &[lesson::Lesson], errors: &[lesson::LessonError]) -> Result<()> {
     for e in errors {
-        eprintln!("{e}");
+        eprintln!("{}", inferlab::files::printable_text(&e.to_string()));
     }
     if !errors.is_empty() {
         bail!("{} problem(s) in the lessons", errors.len());
@@ -123,7 +123,7 @@ pub fn open(a: &OpenArgs) -> Result<()> {
     let (lessons, errors) = lesson::load(&src)?;
     if !errors.is_empty() {
         for e in &errors {
-            eprintln!("{e}");
+            eprintln!("{}", inferlab::files::printable_text(&e.to_string()));
         }
         bail!("fix the lessons first ({} problem(s))", errors.len());
     }

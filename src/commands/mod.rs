@@ -200,7 +200,7 @@ pub fn progress_printer() -> impl FnMut(Progress) {
             if let Some(b) = bar.take() {
                 b.finish_and_clear();
             }
-            eprintln!("inferlab: {s}");
+            eprintln!("inferlab: {}", inferlab::files::printable_text(&s));
         }
         Progress::Bytes { done, total } => {
             let b = bar.get_or_insert_with(|| {
@@ -242,7 +242,10 @@ pub fn load_from(path: &Path, args: &ModelArgs) -> Result<Model> {
         .with_context(|| format!("loading model {}", path.display()))?;
     let m = m.with_run(run)?;
     for w in &m.warnings() {
-        eprintln!("inferlab: warning: {}: {w}", path.display());
+        eprintln!(
+            "inferlab: warning: {}",
+            inferlab::files::printable(&format!("{}: {w}", path.display()))
+        );
     }
     if std::env::var_os("INFERLAB_QUIET").is_none() {
         eprintln!(

@@ -130,7 +130,8 @@ pub fn run(cmd: &Cmd) -> Result<()> {
             if *json {
                 println!("{}", serde_json::json!({"path": path, "origin": origin}));
             } else {
-                println!("{} (from {origin:?})", path.display());
+                let path = inferlab::files::printable(&path.display().to_string());
+                println!("{path} (from {origin:?})");
             }
         }
         Cmd::Info { source, json } => {
