@@ -69,7 +69,8 @@ impl KvNumbers {
 /// Parses sizes such as `24GiB`, `80GB`, `512MiB`, `1e9`.
 pub fn parse_bytes(s: &str) -> Result<u64, String> {
     let t = s.trim();
-    let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
+    // The unit is the trailing letters: a number may hold an exponent (`1e30GB`).
+    let split = t.trim_end_matches(|c: char| c.is_ascii_alphabetic()).len();
     let (num, unit) = t.split_at(split);
     let n: f64 = num
         .trim()
@@ -220,5 +221,9 @@ mod tests {
         assert_eq!(parse_bytes("1.5GB").unwrap(), 1_500_000_000);
         assert!(parse_bytes("lots").is_err());
         assert!(parse_bytes("3 parsecs").is_err());
+        assert_eq!(parse_bytes("1e3MB").unwrap(), 1_000_000_000);
+        assert!(parse_bytes("1e30GB")
+            .unwrap_err()
+            .contains("more bytes than any device"));
     }
 }

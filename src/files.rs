@@ -78,7 +78,7 @@ pub enum FileError {
     NotFound { path: PathBuf },
     #[error("{path}: is a directory, not a {what}")]
     Directory { path: PathBuf, what: &'static str },
-    #[error("{path}: is a {found}, not a regular file; inferlab reads a {what} only from a regular file")]
+    #[error("{path}: is a {found}, not a regular file; a {what} must be a regular file")]
     Special {
         path: PathBuf,
         found: &'static str,
@@ -283,7 +283,7 @@ pub fn check_target(path: &Path, rules: WriteRules) -> Result<(), FileError> {
             } else {
                 file_type_name(meta.file_type())
             },
-            what: "output",
+            what: "file inferlab writes",
         });
     }
     if !rules.force {

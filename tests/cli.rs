@@ -276,10 +276,10 @@ fn escapes_in_paths_and_files_never_reach_the_terminal() {
     .unwrap();
     let runs: [Vec<std::ffi::OsString>; 3] = [
         vec![
-            "--model".into(),
-            evil.clone().into(),
             "model".into(),
             "info".into(),
+            "--model".into(),
+            evil.clone().into(),
         ],
         vec!["replay".into(), evil.into()],
         vec![

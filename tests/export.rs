@@ -523,3 +523,144 @@ fn the_traffic_pane_exports_its_bars_crossover_and_roofline() {
     let svg = export::render_svg(&a.scene(), ExportPane::Traffic).unwrap();
     assert!(svg.contains("No roofline") && !svg.contains("int8 peak"));
 }
+
+/// Messages say what is wrong in the user's terms: a file where the export folder should
+/// be, an output named for a format export does not write, a recording too new or saved
+/// with a byte-order mark, a recording cut short (warned as replay warns), a size with an
+/// exponent, a config.json that is not an object, a lesson check that can never hold and
+/// a prompt too long for a lesson, a write target that is a device.
+#[test]
+fn messages_say_what_is_wrong_in_the_users_terms() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("s.jsonl");
+    let mut w =
+        inferlab::worker::recording::Recorder::create(&rec, "fixture.gguf", Default::default())
+            .unwrap();
+    for r in serving_reports(CacheKind::Paged, 3) {
+        w.write(&r).unwrap();
+    }
+    w.finish().unwrap();
+    let text = std::fs::read_to_string(&rec).unwrap();
+    let run = |args: &[&std::ffi::OsStr], env: &[(&str, &std::path::Path)]| {
+        let mut c = Command::new(common::bin());
+        c.args(args).current_dir(dir.path());
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let o = c.output().unwrap();
+        (
+            o.status.success(),
+            String::from_utf8_lossy(&o.stderr).to_string(),
+        )
+    };
+    let os = |s: &str| std::ffi::OsString::from(s);
+    // INFERLAB_EXPORT_DIR naming a file.
+    let file = dir.path().join("not-a-folder");
+    std::fs::write(&file, "x").unwrap();
+    let (ok, err) = run(
+        &[&os("export"), rec.as_os_str()],
+        &[("INFERLAB_EXPORT_DIR", &file)],
+    );
+    assert!(!ok && err.contains("is a file, not a folder"), "{err}");
+    // --out x.gif.
+    let (ok, err) = run(
+        &[&os("export"), rec.as_os_str(), &os("--out"), &os("x.gif")],
+        &[],
+    );
+    assert!(!ok && err.contains("SVG or PNG"), "{err}");
+    assert!(!dir.path().join("x.gif").exists());
+    // A header version past u32, and a byte-order mark.
+    let newer = dir.path().join("newer.jsonl");
+    std::fs::write(
+        &newer,
+        text.replacen("\"version\":2", "\"version\":4294967296", 1),
+    )
+    .unwrap();
+    let (ok, err) = run(&[&os("replay"), newer.as_os_str()], &[]);
+    assert!(!ok && err.contains("version 4294967296"), "{err}");
+    let bom = dir.path().join("bom.jsonl");
+    std::fs::write(&bom, format!("\u{feff}{text}")).unwrap();
+    let out = dir.path().join("bom.svg");
+    let (ok, err) = run(
+        &[
+            &os("export"),
+            bom.as_os_str(),
+            &os("--pane"),
+            &os("kv"),
+            &os("--out"),
+            out.as_os_str(),
+        ],
+        &[],
+    );
+    assert!(ok, "{err}");
+    // Cut short: export warns as replay does.
+    let cut = dir.path().join("cut.jsonl");
+    std::fs::write(&cut, &text[..text.len() - 40]).unwrap();
+    let out = dir.path().join("cut.svg");
+    let (ok, err) = run(
+        &[
+            &os("export"),
+            cut.as_os_str(),
+            &os("--pane"),
+            &os("kv"),
+            &os("--out"),
+            out.as_os_str(),
+        ],
+        &[],
+    );
+    assert!(ok && err.contains("warning"), "{err}");
+    // A size with an exponent is read as one.
+    let (ok, err) = run(&[&os("budget"), &os("--memory"), &os("1e30GB")], &[]);
+    assert!(!ok && err.contains("more bytes than any device"), "{err}");
+    // config.json of [].
+    let hf = dir.path().join("hf");
+    std::fs::create_dir(&hf).unwrap();
+    std::fs::write(hf.join("config.json"), "[]").unwrap();
+    let (ok, err) = run(
+        &[&os("model"), &os("info"), &os("--model"), hf.as_os_str()],
+        &[],
+    );
+    assert!(
+        !ok && err.contains("not a JSON object") && !err.contains("struct Hf"),
+        "{err}"
+    );
+    // Lessons: a check past any count, and a prompt longer than a lesson sends.
+    let lessons = dir.path().join("lessons");
+    std::fs::create_dir(&lessons).unwrap();
+    let long = "word ".repeat(400);
+    std::fs::write(
+        lessons.join("01-x.md"),
+        format!("# T\n\n## S\nshows: x\nprompt: {long}\ntask: t\ncheck: steps >= 1e30\n"),
+    )
+    .unwrap();
+    let (ok, err) = run(
+        &[
+            &os("lessons"),
+            &os("--check"),
+            &os("--dir"),
+            lessons.as_os_str(),
+        ],
+        &[],
+    );
+    assert!(
+        !ok && err.contains("out of reach") && err.contains("over 1000 characters"),
+        "{err}"
+    );
+    // A write target that is a device.
+    let (ok, err) = run(
+        &[
+            &os("export"),
+            rec.as_os_str(),
+            &os("--out"),
+            &os("/dev/null"),
+            &os("--format"),
+            &os("svg"),
+            &os("--force"),
+        ],
+        &[],
+    );
+    assert!(
+        !ok && err.contains("must be a regular file") && !err.contains("reads a"),
+        "{err}"
+    );
+}

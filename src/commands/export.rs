@@ -50,6 +50,11 @@ pub fn run(a: &Args) -> Result<()> {
         inferlab::files::check_target(out, rules)?;
     }
     let rec = inferlab::worker::recording::read(&a.recording)?;
+    // A recording cut short (a crash) is drawn up to its last whole line, as replay
+    // does, and said as replay says it.
+    if let Some(w) = &rec.warning {
+        eprintln!("inferlab: warning: {}", inferlab::files::printable_text(w));
+    }
     let want = chosen_iteration(a, &rec.reports)?;
     let format = format_of(a)?;
     let app = replay_to(a, rec, want);
@@ -119,10 +124,17 @@ fn format_of(a: &Args) -> Result<ImageFormat> {
         .and_then(|p| p.extension())
         .and_then(|e| e.to_str());
     let Some(f) = a.format else {
-        return Ok(match ext {
-            Some(e) if e.eq_ignore_ascii_case("svg") => ImageFormat::Svg,
-            _ => ImageFormat::Png,
-        });
+        return match ext {
+            Some(e) if e.eq_ignore_ascii_case("svg") => Ok(ImageFormat::Svg),
+            Some(e) if e.eq_ignore_ascii_case("png") => Ok(ImageFormat::Png),
+            // PNG bytes under another picture's name would mislead every viewer.
+            Some(e) => bail!(
+                "--out {} ends in .{}: export writes SVG or PNG; name it .svg or .png, or give --format",
+                inferlab::files::printable(&a.out.as_ref().map_or(String::new(), |p| p.display().to_string())),
+                inferlab::files::printable(e)
+            ),
+            None => Ok(ImageFormat::Png),
+        };
     };
     let other = match f {
         ImageFormat::Svg => "png",

@@ -124,6 +124,8 @@ pub enum ExportError {
     Write { path: PathBuf, err: std::io::Error },
     #[error("rasterizing the picture: {0}")]
     Render(String),
+    #[error("{}: is a file, not a folder; point INFERLAB_EXPORT_DIR (or --out) at a folder", .0.display())]
+    NotAFolder(PathBuf),
     #[error(transparent)]
     File(#[from] crate::files::FileError),
 }
@@ -244,6 +246,10 @@ pub fn write(
 /// Makes the folder `path` goes in (`$INFERLAB_EXPORT_DIR` may not exist yet).
 pub fn make_parent(path: &Path) -> Result<(), ExportError> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        // A file where the folder should be: said as such, not as "File exists".
+        if std::fs::metadata(dir).is_ok_and(|m| !m.is_dir()) {
+            return Err(ExportError::NotAFolder(dir.to_path_buf()));
+        }
         std::fs::create_dir_all(dir).map_err(|err| ExportError::Write {
             path: dir.to_path_buf(),
             err,

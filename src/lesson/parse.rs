@@ -292,6 +292,10 @@ impl Parser<'_> {
         match key {
             "set" => self.settings(n, value, &mut s.set),
             "prompt" if value.is_empty() => self.err(n, "the prompt is empty"),
+            "prompt" if value.chars().count() > MOST_PROMPT_CHARS => self.err(
+                n,
+                format!("the prompt is over {MOST_PROMPT_CHARS} characters: the live request needs room in the context for its answer"),
+            ),
             "prompt" => s.prompt = Some(value.to_string()),
             "notice" => s.notice = Some(value.to_string()),
             "shows" => {
@@ -459,6 +463,13 @@ fn index(value: &str, what: &str, count: usize) -> Result<usize, String> {
     }
 }
 
+/// The largest number a check may compare with: far more iterations than a step needs.
+const MOST_COUNT: f64 = 100_000.0;
+
+/// The longest `prompt:` a lesson may send, in characters: the live request must leave
+/// the model's context room for its answer, and a lesson's prompt is a short request.
+pub const MOST_PROMPT_CHARS: usize = 1000;
+
 /// One condition of a `check:` line, `variable op value`.
 fn cond(part: &str) -> Result<Cond, String> {
     let words: Vec<&str> = part.split_whitespace().collect();
@@ -482,7 +493,13 @@ fn cond(part: &str) -> Result<Cond, String> {
     };
     let value = if var.numeric() {
         match val.parse::<f64>() {
-            Ok(x) if x.is_finite() => CondValue::Num(x),
+            Ok(x) if (0.0..=MOST_COUNT).contains(&x) => CondValue::Num(x),
+            // A check that can never hold would leave the step undone for good.
+            Ok(x) if x.is_finite() => {
+                return Err(format!(
+                    "`{val}` is out of reach: the counts a check reads run from 0 to {MOST_COUNT}"
+                ))
+            }
             _ => return Err(format!("`{val}` is not a number")),
         }
     } else {

@@ -134,7 +134,12 @@ impl LlamaConfig {
 
     /// Reads an HF `config.json` (LlamaForCausalLM and friends), validated as GGUF is.
     pub fn from_hf_json(text: &str) -> std::result::Result<Self, String> {
-        let hf: Hf = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let v: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        // serde would describe another shape by its own struct ("expected struct Hf").
+        if !v.is_object() {
+            return Err("not a JSON object: config.json holds the model's sizes as an object (num_hidden_layers, hidden_size, …)".into());
+        }
+        let hf: Hf = serde_json::from_value(v).map_err(|e| e.to_string())?;
         let arch = hf.model_type.clone().unwrap_or_else(|| "llama".into());
         if arch != "llama" {
             return Err(format!(

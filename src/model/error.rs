@@ -7,7 +7,7 @@ use std::path::PathBuf;
 pub enum ModelError {
     #[error("model file not found: {0}")]
     NotFound(PathBuf),
-    #[error("{path}: not a readable GGUF file ({reason})")]
+    #[error("{}: not a readable {} ({reason})", .path.display(), file_kind(.path))]
     CorruptFile { path: PathBuf, reason: String },
     #[error("unsupported architecture `{0}`: inferlab runs Llama-family models (general.architecture = llama)")]
     UnsupportedArchitecture(String),
@@ -72,5 +72,19 @@ impl From<crate::files::FileError> for ModelError {
             crate::files::FileError::NotFound { path } => ModelError::NotFound(path),
             e => ModelError::File(e),
         }
+    }
+}
+
+/// What a model's file is, in words, from its name: errors about a tokenizer or a shard
+/// must not call it a GGUF file.
+fn file_kind(path: &std::path::Path) -> &'static str {
+    let name = path.file_name().map(|n| n.to_string_lossy().to_lowercase());
+    match name.as_deref() {
+        Some("tokenizer.json") => "tokenizer.json",
+        Some("config.json") => "config.json",
+        Some(n) if n.ends_with(".safetensors") => "safetensors file",
+        Some(n) if n.ends_with(".json") => "JSON file",
+        _ if path.is_dir() => "model directory",
+        _ => "GGUF file",
     }
 }

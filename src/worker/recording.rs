@@ -44,7 +44,7 @@ pub enum RecordingError {
     #[error("{path} is not an inferlab recording (its first line is not a recording header)")]
     NotARecording { path: PathBuf },
     #[error("{path} is recording format version {found}; this inferlab reads up to version {VERSION}: update inferlab to replay it")]
-    TooNew { path: PathBuf, found: u32 },
+    TooNew { path: PathBuf, found: u64 },
     #[error("{path}:{line}: not a step report ({reason}); the file is corrupt or truncated")]
     BadLine {
         path: PathBuf,
@@ -296,6 +296,8 @@ pub fn for_screens(r: &StepReport) -> StepReport {
 pub fn read(path: &Path) -> Result<Recording, RecordingError> {
     let text = crate::files::read(path, crate::files::Kind::Recording)?;
     let text = String::from_utf8_lossy(&text);
+    // A byte-order mark, as some editors save one, is accepted here as everywhere else.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
     let complete = text.ends_with('\n');
     let mut lines = text.lines();
     let Some(first) = lines.next() else {
@@ -368,13 +370,12 @@ fn read_header(path: &Path, first: &str) -> Result<Header, RecordingError> {
         Ok(h) if h.format == FORMAT => h,
         _ => {
             // A newer header may have changed shape; its version still tells us.
-            let v: Option<u32> = serde_json::from_str::<serde_json::Value>(first)
+            let v: Option<u64> = serde_json::from_str::<serde_json::Value>(first)
                 .ok()
                 .filter(|v| v["format"] == FORMAT)
-                .and_then(|v| v["version"].as_u64())
-                .map(|v| v as u32);
+                .and_then(|v| v["version"].as_u64());
             return Err(match v {
-                Some(found) if found > VERSION => RecordingError::TooNew {
+                Some(found) if found > u64::from(VERSION) => RecordingError::TooNew {
                     path: path.to_path_buf(),
                     found,
                 },
@@ -392,7 +393,7 @@ fn read_header(path: &Path, first: &str) -> Result<Header, RecordingError> {
     if header.version > VERSION {
         return Err(RecordingError::TooNew {
             path: path.to_path_buf(),
-            found: header.version,
+            found: header.version.into(),
         });
     }
     Ok(header)
