@@ -89,6 +89,40 @@ fn generate_and_trace_speak_json_when_asked_and_tables_otherwise() {
             assert!(v["traffic"][k].as_u64().unwrap() > 0, "{k}: {l}");
         }
     }
+    // Without the cache a decode step recomputes every row, and writes only its newest:
+    // the lines grow with the length, not with its square.
+    let (ok, so, se) = out(&[
+        "trace",
+        "--model",
+        m,
+        "--prompt",
+        "the cat sat on",
+        "--max-tokens",
+        "5",
+        "--json",
+        "--kv-cache",
+        "off",
+    ]);
+    assert!(ok, "{se}");
+    let lines: Vec<serde_json::Value> = so
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let prompt_rows = lines[0]["attention"].as_array().unwrap().len();
+    assert!(prompt_rows > 1 && lines[0]["first_row"] == 0);
+    for (i, v) in lines.iter().enumerate().skip(1) {
+        let rows = v["attention"].as_array().unwrap();
+        assert_eq!(rows.len(), 1, "step {i}");
+        assert_eq!(
+            v["first_row"].as_u64().unwrap() as usize,
+            prompt_rows + i - 1
+        );
+        assert_eq!(
+            rows[0].as_array().unwrap().len(),
+            prompt_rows + i,
+            "step {i}: its keys"
+        );
+    }
 }
 
 #[test]

@@ -36,7 +36,9 @@ pub struct Args {
     #[arg(long)]
     pub json: bool,
     /// `off`: no KV cache, every decode step recomputes the keys and values of the whole
-    /// sequence (the same tokens; watch `traffic.flops` grow with the position).
+    /// sequence (the same tokens; watch `traffic.flops` grow with the position). Its JSON
+    /// lines still hold only the step's newest attention row: the rows before it repeat
+    /// what earlier lines hold, and all of them would grow as the square of the length.
     #[arg(long, value_enum, default_value = "on")]
     pub kv_cache: OnOff,
 }
@@ -54,7 +56,10 @@ struct Line<'a> {
     info: &'a inferlab::model::session::StepInfo,
     layer: usize,
     head: usize,
-    /// One row per query position of this step: weights over keys 0..kv_len.
+    /// The query position of `attention`'s first row.
+    first_row: usize,
+    /// One row per query position this step adds (the prompt's at the prefill, the newest
+    /// after it): weights over keys 0..kv_len.
     attention: Vec<Vec<f32>>,
 }
 
@@ -91,7 +96,14 @@ pub fn run(a: &Args) -> Result<()> {
     for _ in 0..a.max_tokens {
         let mut info = s.step()?;
         let cap = info.captures.pop().context("the probe captured nothing")?;
-        let attention: Vec<Vec<f32>> = (0..cap.t)
+        // A decode step adds one row, cache or not (without it the earlier rows come out
+        // again, the same): only that row is written.
+        let first = if info.step > 0 {
+            cap.t.saturating_sub(1)
+        } else {
+            0
+        };
+        let attention: Vec<Vec<f32>> = (first..cap.t)
             .map(|i| cap.weight_row(a.head, i).to_vec())
             .collect();
         let eos = info.is_eos;
@@ -106,6 +118,7 @@ pub fn run(a: &Args) -> Result<()> {
             info: &info,
             layer: a.layer,
             head: a.head,
+            first_row: cap.pos0 + first,
             attention,
         };
         serde_json::to_writer(&mut out, &line)?;
