@@ -22,6 +22,11 @@ pub struct Args {
     pub max_tokens: usize,
     #[command(flatten)]
     pub sampling: super::SamplingArgs,
+    /// How `<|im_end|>` and other control tokens written in the prompt are read: as text
+    /// (split into ordinary pieces, so the prompt cannot close its own turn) or as the
+    /// control tokens (to write a chat template by hand).
+    #[arg(long, value_enum, default_value = "text")]
+    pub special_tokens: super::Specials,
     /// Print prefill and decode speed to stderr at the end.
     #[arg(long)]
     pub stats: bool,
@@ -59,7 +64,7 @@ fn print_new(out: &mut impl Write, model: &Model, gen: &[u32], printed: usize) -
 /// Runs `generate`.
 pub fn run(a: &Args) -> Result<()> {
     let model = load_model(&a.model)?;
-    let ids = prompt_ids(&model, &a.prompt, a.chat, a.max_tokens)?;
+    let ids = prompt_ids(&model, &a.prompt, (a.chat, a.special_tokens), a.max_tokens)?;
     let mut s = Session::new(&model, ids, a.max_tokens, a.sampling.config());
     let mut out = std::io::stdout().lock();
     let (mut prefill_ms, mut decode_ms, mut decoded) = (0.0, 0.0, 0usize);

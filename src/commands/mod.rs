@@ -147,6 +147,17 @@ pub struct AppArgs {
     pub max_tokens: usize,
 }
 
+/// How control tokens written in a prompt (`<|im_end|>`, `<|im_start|>`) are read.
+#[derive(clap::ValueEnum, Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub enum Specials {
+    /// Split into ordinary pieces, so a prompt cannot close its own turn (HF's
+    /// `split_special_tokens`; the app always reads typed text this way).
+    #[default]
+    Text,
+    /// Read as the control tokens themselves (HF's default), to write a template by hand.
+    Control,
+}
+
 /// Sampling flags shared by `generate` and `trace`.
 #[derive(clap::Args, Clone)]
 pub struct SamplingArgs {
@@ -258,16 +269,21 @@ pub fn load_from(path: &Path, args: &ModelArgs) -> Result<Model> {
 }
 
 /// Tokenizes a prompt for generation, refusing empty and over-long prompts.
-pub fn prompt_ids(model: &Model, prompt: &str, chat: bool, max_new: usize) -> Result<Vec<u32>> {
+pub fn prompt_ids(
+    model: &Model,
+    prompt: &str,
+    (chat, specials): (bool, Specials),
+    max_new: usize,
+) -> Result<Vec<u32>> {
     if prompt.trim().is_empty() {
         return Err(inferlab::model::ModelError::EmptyPrompt.into());
     }
-    let text = if chat {
-        inferlab::model::TextTokenizer::chat_prompt(prompt)
+    let as_text = specials == Specials::Text;
+    let ids = if chat {
+        model.tokenizer.encode_chat(prompt, as_text)?
     } else {
-        prompt.to_string()
+        model.tokenizer.encode_user(prompt, as_text)?
     };
-    let ids = model.tokenizer.encode(&text)?;
     model.cfg.check_fits(ids.len(), max_new)?;
     Ok(ids)
 }

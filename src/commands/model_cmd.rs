@@ -3,7 +3,7 @@
 use super::{load_model, model_path, ModelArgs, SourceArgs};
 use anyhow::{Context, Result};
 use inferlab::kv::KvElem;
-use inferlab::model::{gguf, LlamaConfig, TextTokenizer};
+use inferlab::model::{gguf, LlamaConfig};
 use serde::Serialize;
 
 /// Model subcommands.
@@ -33,6 +33,10 @@ pub enum Cmd {
         /// Wrap TEXT in the chat template first.
         #[arg(long)]
         chat: bool,
+        /// How `<|im_end|>` and other control tokens written in TEXT are read: as text, or
+        /// as the control tokens (HF's default). The listing marks control tokens.
+        #[arg(long, value_enum, default_value = "text")]
+        special_tokens: super::Specials,
         /// Print one JSON object (snake_case keys) instead of the table.
         #[arg(long)]
         json: bool,
@@ -147,21 +151,27 @@ pub fn run(cmd: &Cmd) -> Result<()> {
             source,
             text,
             chat,
+            special_tokens,
             json,
         } => {
             let model = load_model(&ModelArgs::from_source(source))?;
-            let text = if *chat {
-                TextTokenizer::chat_prompt(text)
-            } else {
-                text.clone()
+            let tok = &model.tokenizer;
+            let as_text = *special_tokens == super::Specials::Text;
+            let ids = match chat {
+                true => tok.encode_chat(text, as_text)?,
+                false => tok.encode_user(text, as_text)?,
             };
-            let ids = model.tokenizer.encode(&text)?;
-            let pieces: Vec<String> = ids.iter().map(|&i| model.tokenizer.piece(i)).collect();
+            let pieces: Vec<String> = ids.iter().map(|&i| tok.piece(i)).collect();
+            let control: Vec<bool> = ids.iter().map(|&i| tok.is_control(i)).collect();
             if *json {
-                println!("{}", serde_json::json!({"ids": ids, "pieces": pieces}));
+                println!(
+                    "{}",
+                    serde_json::json!({"ids": ids, "pieces": pieces, "control": control})
+                );
             } else {
-                for (i, p) in ids.iter().zip(&pieces) {
-                    println!("{i:>6}  {p:?}");
+                for ((i, p), c) in ids.iter().zip(&pieces).zip(&control) {
+                    let mark = if *c { "  (control token)" } else { "" };
+                    println!("{i:>6}  {p:?}{mark}");
                 }
                 println!("{} tokens", ids.len());
             }

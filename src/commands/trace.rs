@@ -32,6 +32,11 @@ pub struct Args {
     pub top_k: usize,
     #[command(flatten)]
     pub sampling: super::SamplingArgs,
+    /// How `<|im_end|>` and other control tokens written in the prompt are read: as text
+    /// (split into ordinary pieces, so the prompt cannot close its own turn) or as the
+    /// control tokens (to write a chat template by hand).
+    #[arg(long, value_enum, default_value = "text")]
+    pub special_tokens: super::Specials,
     /// Write one JSON object per step (attention rows, traffic, logit lens) instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -78,7 +83,7 @@ pub fn run(a: &Args) -> Result<()> {
         a.head,
         model.cfg.n_head - 1
     );
-    let ids = prompt_ids(&model, &a.prompt, a.chat, a.max_tokens)?;
+    let ids = prompt_ids(&model, &a.prompt, (a.chat, a.special_tokens), a.max_tokens)?;
     let mut s = Session::new(&model, ids, a.max_tokens, a.sampling.config());
     s.probe.select = LayerSelect::One(a.layer);
     // JSON lines carry the logit lens: every layer's guess for the next token.

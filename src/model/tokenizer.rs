@@ -237,6 +237,43 @@ impl TextTokenizer {
             .to_vec())
     }
 
+    /// A person's text as ids: with `as_text`, control tokens written in it
+    /// (`<|im_end|>`) are split into ordinary pieces, as HF's `split_special_tokens`
+    /// does, so the text cannot close its own turn; without, they become the control
+    /// tokens (HF's default, and [`Self::encode`]'s).
+    pub fn encode_user(&self, text: &str, as_text: bool) -> Result<Vec<u32>> {
+        if !as_text {
+            return self.encode(text);
+        }
+        let mut t = self.inner.clone();
+        t.set_encode_special_tokens(true);
+        Ok(t.encode(text, false).map_err(tok_err)?.get_ids().to_vec())
+    }
+
+    /// A person's message in the chat template: the template's markers are control
+    /// tokens, the message is [`Self::encode_user`]'s.
+    pub fn encode_chat(&self, user: &str, as_text: bool) -> Result<Vec<u32>> {
+        if !as_text {
+            return self.encode(&Self::chat_prompt(user));
+        }
+        // The template splits into separate pieces at its line breaks anyway, so the
+        // parts encoded apart give the ids the whole would.
+        let (head, tail) = Self::chat_parts();
+        let mut ids = self.encode(&head)?;
+        ids.extend(self.encode_user(user, true)?);
+        ids.extend(self.encode(tail)?);
+        Ok(ids)
+    }
+
+    /// Whether `id` is a control token (an added special token such as `<|im_end|>`),
+    /// not a piece of text.
+    pub fn is_control(&self, id: u32) -> bool {
+        self.inner
+            .get_added_tokens_decoder()
+            .get(&id)
+            .is_some_and(|t| t.special)
+    }
+
     /// Ids to text (special tokens kept, so a chat transcript reads as it was).
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
         self.inner.decode(ids, false).map_err(tok_err)
@@ -250,8 +287,15 @@ impl TextTokenizer {
     /// Wraps a user message in SmolLM2's ChatML template with the default system prompt,
     /// ending where the assistant's answer begins.
     pub fn chat_prompt(user: &str) -> String {
-        format!(
-            "<|im_start|>system\n{DEFAULT_SYSTEM}<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
+        let (head, tail) = Self::chat_parts();
+        format!("{head}{user}{tail}")
+    }
+
+    /// The chat template before the user's message and after it.
+    fn chat_parts() -> (String, &'static str) {
+        (
+            format!("<|im_start|>system\n{DEFAULT_SYSTEM}<|im_end|>\n<|im_start|>user\n"),
+            "<|im_end|>\n<|im_start|>assistant\n",
         )
     }
 

@@ -3,7 +3,7 @@
 //! and recordings run it headlessly through [`run_request`].
 
 use crate::model::session::Session;
-use crate::model::{LayerSelect, Model, Probe, SamplerConfig, TextTokenizer};
+use crate::model::{LayerSelect, Model, Probe, SamplerConfig};
 use crate::report::{KvView, StepReport};
 use crate::settings::Settings;
 
@@ -26,9 +26,8 @@ pub(super) fn start(
 ) -> Result<Live, super::WorkerError> {
     let ids = match tokens {
         Some(t) => t,
-        None => model
-            .tokenizer
-            .encode(&TextTokenizer::chat_prompt(prompt))?,
+        // What a person types is text: a `<|im_end|>` in it cannot close the turn.
+        None => model.tokenizer.encode_chat(prompt, true)?,
     };
     model.cfg.check_fits(ids.len(), max_new)?;
     let mut session = Session::new(model, ids, max_new, sampler);
