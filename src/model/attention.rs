@@ -62,6 +62,8 @@ pub struct Setup<'a> {
     pub n_kv_head: usize,
     pub head_dim: usize,
     pub kernel: AttnKernel,
+    /// What the cache stores each number as: the KV bytes a step reads and writes.
+    pub kv_elem: crate::kv::KvElem,
     /// Candle tensor ops only (the reference path the tests compare against).
     pub reference: bool,
     pub rope: &'a Rope,
@@ -130,7 +132,7 @@ fn attend_on_host(
     capture_rows: usize,
 ) -> Result<Attended> {
     let h = HostQkv::new(q, k, v)?;
-    let shape = (s.n_head, s.n_kv_head, s.head_dim);
+    let shape = (s.n_head, s.n_kv_head, s.head_dim, s.kv_elem);
     let (mut io, mut traffic) = (IoCount::default(), Traffic::default());
     let (mut seen, mut observe_ms) = (None, 0.0);
     for (i, &p) in spans.iter().enumerate() {
@@ -177,7 +179,7 @@ fn attend_on_tensors(
     capture_rows: usize,
 ) -> Result<Attended> {
     let width = s.n_head * s.head_dim;
-    let shape = (s.n_head, s.n_kv_head, s.head_dim);
+    let shape = (s.n_head, s.n_kv_head, s.head_dim, s.kv_elem);
     let (mut io, mut traffic) = (IoCount::default(), Traffic::default());
     let (mut seen, mut outs) = (None, Vec::with_capacity(spans.len()));
     for (i, &p) in spans.iter().enumerate() {

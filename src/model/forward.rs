@@ -441,6 +441,7 @@ impl Model {
             n_kv_head: self.kv_heads(),
             head_dim: self.cfg.head_dim,
             kernel: self.run.kernel,
+            kv_elem: self.run.kv_elem,
             reference: self.reference,
             rope: &self.rope,
         }

@@ -42,14 +42,17 @@ impl Traffic {
     }
 
     /// Attention of one sequence in one layer: `t` new rows against `kv_len` keys, with
-    /// `n_head` query heads over `n_kv` KV heads of `d`; `io` is what its kernel moved.
+    /// `n_head` query heads over `n_kv` KV heads of `d`, the cache storing `elem`; `io` is
+    /// what its kernel moved. The cache's bytes are counted in the type it stores (f16
+    /// halves them, int8 with its scales takes about a quarter); the kernel's own traffic
+    /// model counts in f32, the type it computes in.
     pub fn attention(
         t: usize,
         kv_len: usize,
-        (n_head, n_kv, d): (usize, usize, usize),
+        (n_head, n_kv, d, elem): (usize, usize, usize, crate::kv::KvElem),
         io_total: u64,
     ) -> Self {
-        let row = 2 * n_kv * d * 4;
+        let row = 2 * n_kv * elem.row_bytes(d);
         // What any kernel must move per head: Q in, K and V in, the output out.
         let base = 4 * n_head * (2 * t * d + 2 * kv_len * d);
         Self {

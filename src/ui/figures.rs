@@ -70,10 +70,10 @@ pub fn value(app: Sources, name: &str) -> Option<String> {
         "ridge_ops_per_byte" => format!("{:.0}", traffic::Roof::of(machine?).ridge()),
         "batch_weight_mb_per_token" => {
             // Once a batch has run: with one token the batch's share is the whole read.
-            let s = serve.filter(|s| s.step.tokens_generated > 1)?;
+            let s = serve.filter(|s| s.step.tokens_scheduled > 1)?;
             format!(
                 "{:.1}",
-                s.step.traffic.weight_bytes as f64 / 1e6 / s.step.tokens_generated as f64
+                s.step.traffic.weight_bytes as f64 / 1e6 / s.step.tokens_scheduled as f64
             )
         }
         "serve_tokens_per_s" => format!("{:.0}", serve?.tokens_per_s()?),

@@ -131,7 +131,8 @@ pub fn view<'a>(
 ) -> TrafficView {
     let serving = report.serve.as_ref().map(|s| Measured {
         traffic: s.step.traffic,
-        tokens: s.step.tokens_generated,
+        // Every row the matrices ran on, prompt rows included: they share the weight read.
+        tokens: s.step.tokens_scheduled,
         ms: s.step.wall_ms,
     });
     let is_prefill = report.info.step == 0;
@@ -305,7 +306,7 @@ impl TrafficView {
             out.push(Row::Text(kinds("serving batch", &s.traffic, narrow)));
             out.push(Row::Bar(s.traffic));
             out.push(Row::Text(format!(
-                "batch of {} token{} → {} of weights per token",
+                "batch of {} token{} (prompt rows too) → {} of weights per token",
                 s.tokens,
                 if s.tokens == 1 { "" } else { "s" },
                 bytes((s.traffic.weight_bytes / s.tokens as u64) as usize),

@@ -96,10 +96,11 @@ fn attention_row(r: &StepReport) -> String {
         AttnKernel::Tiled { sram_bytes } => format!("tiled for {} KiB on-chip", sram_bytes >> 10),
     };
     format!(
-        "attention {kernel}: {} moved (read {}, wrote {}) per query head",
+        "attention {kernel}: {} moved (read {}, wrote {}) · {} query heads",
         bytes(r.info.attn_io.total() as usize),
         bytes(r.info.attn_io.read as usize),
-        bytes(r.info.attn_io.written as usize)
+        bytes(r.info.attn_io.written as usize),
+        r.cfg.n_head
     )
 }
 
