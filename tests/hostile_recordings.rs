@@ -256,3 +256,27 @@ fn exports_of_mutated_recordings_stay_within_the_memory_bound() {
         }
     }
 }
+
+/// A recording larger than this machine could hold while replaying it is refused before
+/// a byte of it is read, with the figures (a sparse file stands in for a huge one).
+#[test]
+fn a_recording_too_large_to_replay_is_refused_before_it_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("huge.jsonl");
+    let header = recording_header(&path);
+    std::fs::write(&path, header).unwrap();
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    f.set_len(64 << 30).unwrap();
+    drop(f);
+    let t = std::time::Instant::now();
+    let e = recording::read(&path).expect_err("a 64 GiB recording is refused");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("of memory to replay") || msg.contains("more than a recording may hold"),
+        "{msg}"
+    );
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(2),
+        "it was read"
+    );
+}

@@ -145,7 +145,7 @@ pub fn unavailable(kind: Predict, ran: bool) -> &'static str {
         | Predict::NextJoin
         | Predict::DominantBatch
         | Predict::FinishedRowStatic => {
-            "this prediction needs the serving workload running: press space (g, c, b restart it)"
+            "this prediction needs the serving workload running: press space; g, c and b restart it"
         }
         Predict::KvAfterMha => "this prediction starts from GQA or MQA: press m first",
         Predict::KvAfterTiled => "this prediction starts from the naive kernel: press f first",

@@ -45,6 +45,13 @@ pub enum RecordingError {
     NotARecording { path: PathBuf },
     #[error("{path} is recording format version {found}; this inferlab reads up to version {VERSION}: update inferlab to replay it")]
     TooNew { path: PathBuf, found: u64 },
+    #[error("{path}: {size} bytes would take about {need} bytes of memory to replay (reports, screens and history together), and this machine has {available} available; record a shorter session")]
+    TooLargeForMemory {
+        path: PathBuf,
+        size: u64,
+        need: u64,
+        available: u64,
+    },
     #[error("{path}:{line}: not a step report ({reason}); the file is corrupt or truncated")]
     BadLine {
         path: PathBuf,
@@ -294,6 +301,7 @@ pub fn for_screens(r: &StepReport) -> StepReport {
 /// naming `file:line`. The one exception is a last line cut short (what a crash while
 /// writing leaves): everything before it replays, with a warning.
 pub fn read(path: &Path) -> Result<Recording, RecordingError> {
+    fits_in_memory(path)?;
     let text = crate::files::read(path, crate::files::Kind::Recording)?;
     let text = String::from_utf8_lossy(&text);
     // A byte-order mark, as some editors save one, is accepted here as everywhere else.
@@ -363,6 +371,36 @@ fn from_version_1(line: &str) -> serde_json::Result<StepReport> {
         o.insert("settings".into(), serde_json::json!({ "run": run }));
     }
     serde_json::from_value(v)
+}
+
+/// Memory a replay or an export takes, as a multiple of the recording's size: its bytes,
+/// the reports parsed from them, and the app's copies for the screens and the history.
+const MEMORY_MULTIPLE: u64 = 6;
+
+/// Refuses, before reading it, a recording this machine could not hold while replaying
+/// it (a 1.8 GB file once aborted on allocation at 7 GB): said, with the figures.
+fn fits_in_memory(path: &Path) -> Result<(), RecordingError> {
+    let Ok(size) = std::fs::metadata(path).map(|m| m.len()) else {
+        return Ok(()); // The read that follows names what is wrong with the path.
+    };
+    let need = size.saturating_mul(MEMORY_MULTIPLE);
+    match available_memory() {
+        Some(available) if need > available => Err(RecordingError::TooLargeForMemory {
+            path: path.to_path_buf(),
+            size,
+            need,
+            available,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// The memory the system can give a process now (`MemAvailable`), where it says.
+fn available_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kb.checked_mul(1024)
 }
 
 fn read_header(path: &Path, first: &str) -> Result<Header, RecordingError> {

@@ -49,7 +49,8 @@ pub fn draw(v: &TrafficView, keep: &[String], theme: &Theme, inner: Rect, buf: &
                 let lines = units::wrap(&text, width).into_iter().map(Row::Text);
                 (lines.collect(), give)
             }
-            bar => (vec![bar], 2),
+            // A bar gives way with its legend's rank: a later pair goes before an earlier.
+            bar => (vec![bar], 1),
         })
         .collect();
     let used: usize = groups.iter().map(|g| g.0.len()).sum();
@@ -98,7 +99,8 @@ pub fn draw(v: &TrafficView, keep: &[String], theme: &Theme, inner: Rect, buf: &
 }
 
 /// How readily the `i`th text row gives way when rows run short (higher goes first): the
-/// headline never, a bar's legend after the notes, what a step points at never.
+/// headline never, a bar's legend (and its bar) after the notes, what a step points at
+/// never.
 fn give_way(i: usize, text: &str, keep: &[String]) -> u8 {
     if i == 0 || keep.iter().any(|k| text.contains(k.as_str())) {
         0
