@@ -1925,3 +1925,16 @@ fn z_in_a_lesson_gives_the_pane_the_body_then_the_grid_then_the_text() {
     assert!(a.view.zoomed && !a.view.pane_full);
     assert!(screen_text(&a, 80, 24).contains("n next · p back"));
 }
+
+/// The run beside under another layout names it from the moment it is asked for, before
+/// its first iteration (lesson 8's last step says its title does).
+#[test]
+fn the_run_beside_names_its_layout_before_its_first_iteration() {
+    let mut a = app();
+    a.settings.serving.compare = inferlab::ui::app::Compare::Layout;
+    let mut t = Terminal::new(TestBackend::new(40, 12)).unwrap();
+    t.draw(|f| panes::serving::render_compare(&a, &THEME, f.area(), f.buffer_mut()))
+        .unwrap();
+    let text = format!("{}", t.backend());
+    assert!(text.contains("· mha"), "{text}");
+}

@@ -94,6 +94,11 @@ impl ServeEngine {
         &self.scheduler.requests
     }
 
+    /// Whether request `id` has arrived by now.
+    pub fn has_arrived(&self, id: ReqId) -> bool {
+        self.scheduler.has_arrived(id)
+    }
+
     /// True when every request has finished or been rejected.
     pub fn done(&self) -> bool {
         self.scheduler.done()

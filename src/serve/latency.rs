@@ -49,6 +49,31 @@ impl Latency {
     }
 }
 
+impl Latency {
+    /// [`Self::of`] as a run stands at its clock `now_s`: a request that has arrived
+    /// (`arrived`) and still waits for its first token counts its wait so far, a lower
+    /// bound on its TTFT. Mid-run, a run that keeps requests waiting must not look faster
+    /// for it than one that has served them.
+    pub fn so_far(requests: &[Request], now_s: f64, arrived: impl Fn(&Request) -> bool) -> Self {
+        let waits: Vec<f64> = requests
+            .iter()
+            .filter_map(|r| match ttft_s(r) {
+                Some(s) => Some(s),
+                None if arrived(r) && r.reject_reason.is_none() => {
+                    Some((now_s - r.arrival_s).max(0.0))
+                }
+                None => None,
+            })
+            .map(|s| 1e3 * s)
+            .collect();
+        Self {
+            ttft_ms_p50: percentile(&waits, 50.0),
+            ttft_ms_p99: percentile(&waits, 99.0),
+            ..Self::of(requests)
+        }
+    }
+}
+
 /// Seconds from a request's arrival to its first token, once it has one.
 pub fn ttft_s(r: &Request) -> Option<f64> {
     r.token_s.first().map(|t| t - r.arrival_s)
@@ -84,5 +109,16 @@ mod tests {
         assert!((l.ttft_ms_p50 - 750.0).abs() < 1e-6, "{l:?}");
         assert!((l.itl_ms_p50 - 100.0).abs() < 1e-6, "{l:?}");
         assert!(l.itl_ms_p99 > 195.0 && l.itl_ms_p99 <= 200.0, "{l:?}");
+        // Mid-run, the request still waiting since 2.0 s counts its wait at 6.0 s: 4 s.
+        let (mut a, mut b) = (
+            Request::new(0, vec![1], 3, 0),
+            Request::new(1, vec![1], 3, 0),
+        );
+        (a.arrival_s, a.token_s) = (0.0, vec![0.5]);
+        b.arrival_s = 2.0;
+        let l = Latency::so_far(&[a.clone(), b.clone()], 6.0, |_| true);
+        assert!((l.ttft_ms_p99 - 3965.0).abs() < 1.0, "{l:?}");
+        let not_yet = Latency::so_far(&[a, b], 6.0, |r| r.id == 0);
+        assert!((not_yet.ttft_ms_p99 - 500.0).abs() < 1e-6, "{not_yet:?}");
     }
 }

@@ -408,6 +408,11 @@ impl Scheduler {
         )
     }
 
+    /// Whether request `id` has arrived (joined the queue, or been rejected).
+    pub fn has_arrived(&self, id: ReqId) -> bool {
+        self.arrived.get(id as usize).copied().unwrap_or(false)
+    }
+
     /// Requests of the workload that have not arrived yet.
     pub fn not_arrived(&self) -> usize {
         self.arrived.iter().filter(|&&a| !a).count()

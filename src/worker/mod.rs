@@ -600,7 +600,9 @@ impl ServingEngine {
             page_size: e.cfg().page_size,
             requests: e.requests().len(),
             max_batch: e.cfg().max_batch,
-            latency: crate::serve::latency::Latency::of(e.requests()),
+            latency: crate::serve::latency::Latency::so_far(e.requests(), e.clock_s(), |r| {
+                e.has_arrived(r.id)
+            }),
             ttft_ms: e
                 .requests()
                 .iter()

@@ -76,10 +76,16 @@ pub fn render_compare(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
             (None, Some(o)) => (o.describe(), o.one_at_a_time, o.policy, o.cache),
             (None, None) => return,
         };
-    // A run beside under another layout names it even in the short title.
+    // A run beside under another layout names it even in the short title, and before its
+    // first iteration (from the settings, as the worker will choose it).
+    let planned = serving
+        .other()
+        .filter(|o| o.other_layout)
+        .map(|_| crate::settings::other_serving_layout(app.settings.run.layout));
     let layout = view
         .and_then(|v| v.layout)
-        .map_or(String::new(), |l| format!("· {l} "));
+        .or(planned)
+        .map_or(String::new(), |l| format!("· {l} ").to_lowercase());
     let short = if one_at_a_time {
         " one at a time ".to_string()
     } else {
