@@ -36,6 +36,10 @@ pub struct Serving {
     /// Prompts fed in chunks of a small token budget per iteration (chunked prefill), so
     /// a long one no longer holds every decode back for an iteration.
     pub chunked: bool,
+    /// The chat requests arrive a few iterations apart (a burst), rather than at the
+    /// measured rate on the engine's clock: the queue fills within the first iterations,
+    /// so memory, not arrivals, decides how many run (the paging lesson's setting).
+    pub burst: bool,
 }
 
 /// What the side-by-side view varies.

@@ -793,3 +793,49 @@ fn a_session_through_every_setting_records_replays_and_exports() {
         }
     }
 }
+
+/// Lesson 8's side by side as the lesson sets it (the chat requests in a burst): within
+/// the step's thirty iterations, the contiguous cache runs at most 60% of the requests the
+/// paged one runs at once in the same KV memory.
+#[test]
+fn lesson_eights_side_by_side_shows_paging_within_its_thirty_iterations() {
+    use inferlab::serve::{CacheKind, ReqPhase};
+    data_dir();
+    let (lessons, _) = inferlab::lesson::load(&inferlab::lesson::source(None)).unwrap();
+    let li = lessons
+        .iter()
+        .position(|l| l.file.starts_with("08-"))
+        .unwrap();
+    let mut progress = Progress::default();
+    progress.of(lessons[li].id()).step = 3;
+    let mut l = Learner::start();
+    let cmds = l.app.open_lesson(Tutor::new(lessons, li, progress, true));
+    l.send(cmds);
+    assert!(l.app.settings.serving.burst, "the lesson sets a burst");
+    let running = |v: &inferlab::report::ServeView| {
+        v.step
+            .active
+            .iter()
+            .filter(|a| a.phase != ReqPhase::Finished)
+            .count()
+    };
+    let (mut paged, mut contiguous) = (0, 0);
+    for _ in 0..30 {
+        l.space();
+        let r = l.app.report().unwrap();
+        for v in [r.serve.as_ref(), r.serve_compare.as_ref()]
+            .into_iter()
+            .flatten()
+        {
+            match v.cache {
+                CacheKind::Paged => paged = paged.max(running(v)),
+                CacheKind::Contiguous => contiguous = contiguous.max(running(v)),
+            }
+        }
+    }
+    eprintln!("lesson 8 step 4, 30 iterations: paged ran {paged} at once, contiguous {contiguous}");
+    assert!(
+        contiguous * 10 <= paged * 6,
+        "contiguous {contiguous} against paged {paged}"
+    );
+}

@@ -78,6 +78,8 @@ pub struct StepSettings {
     pub kv_cache: Option<bool>,
     /// The serving runs' prompts in chunks (chunked prefill) or whole.
     pub chunked: Option<bool>,
+    /// The chat requests arrive in a burst (`true`) or at the measured rate.
+    pub arrivals: Option<bool>,
     /// What the caches store each number as.
     pub kv_elem: Option<KvElem>,
 }
@@ -102,6 +104,7 @@ impl StepSettings {
             temperature: self.temperature.or(earlier.temperature),
             kv_cache: self.kv_cache.or(earlier.kv_cache),
             chunked: self.chunked.or(earlier.chunked),
+            arrivals: self.arrivals.or(earlier.arrivals),
             kv_elem: self.kv_elem.or(earlier.kv_elem),
         }
     }
@@ -441,6 +444,8 @@ pub const COMPARES: [(&str, Compare); 5] = [
 pub const VALUES: [(&str, Values); 2] = [("weights", Values::Weights), ("scores", Values::Scores)];
 pub const WORKLOADS: [(&str, AppWorkload); 2] =
     [("chat", AppWorkload::Chat), ("long", AppWorkload::Long)];
+/// How the chat requests arrive: at the measured rate, or a few iterations apart.
+pub const ARRIVALS: [(&str, bool); 2] = [("timed", false), ("burst", true)];
 /// The attention-sink experiment.
 pub const SWITCH: [(&str, bool); 2] = [("on", true), ("off", false)];
 /// The caches' element types.

@@ -431,10 +431,11 @@ fn setting(set: &mut StepSettings, key: &str, value: &str) -> Result<(), String>
         "temperature" => set.temperature = Some(temperature(value)?),
         "kv_cache" => set.kv_cache = pick(&SWITCH, "KV cache", value)?,
         "chunked" => set.chunked = pick(&SWITCH, "chunked prefill", value)?,
+        "arrivals" => set.arrivals = pick(&ARRIVALS, "arrivals", value)?,
         "kv_elem" => set.kv_elem = pick(&KV_ELEMS, "KV element type", value)?,
         _ => {
             return Err(format!(
-                "unknown setting `{key}` (known: focus, layout, cache, policy, attention, compare, values, layer, head, sink, workload, view, temperature, kv_cache, chunked, kv_elem)"
+                "unknown setting `{key}` (known: focus, layout, cache, policy, attention, compare, values, layer, head, sink, workload, view, temperature, kv_cache, chunked, kv_elem, arrivals)"
             ))
         }
     }

@@ -269,6 +269,7 @@ fn step_settings(set: &StepSettings, now: Settings) -> Settings {
     }
     request.kv_cache = set.kv_cache.unwrap_or(request.kv_cache);
     serving.chunked = set.chunked.unwrap_or(serving.chunked);
+    serving.burst = set.arrivals.unwrap_or(serving.burst);
     s.run.kv_elem = set.kv_elem.unwrap_or(now.run.kv_elem);
     s
 }

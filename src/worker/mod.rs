@@ -529,6 +529,9 @@ impl Worker {
 /// The status line after the serving settings changed.
 fn serving_restarted(s: &Settings, chat_rate: f64) -> String {
     let w = match s.serving.workload {
+        AppWorkload::Chat if s.serving.burst => {
+            "Chat requests arriving a few iterations apart".into()
+        }
         AppWorkload::Chat => format!("Chat requests arriving {chat_rate:.1}/s"),
         AppWorkload::Long => "Long requests".to_string(),
     };
@@ -625,7 +628,9 @@ fn serving_pair(
     s: &Settings,
     chat_rate: f64,
 ) -> Result<(ServingEngine, Option<ServingEngine>), WorkerError> {
-    let (w, chunked) = ((s.serving.workload, chat_rate), s.serving.chunked);
+    // A burst: the chat requests a few iterations apart (rate 0), whatever the rate.
+    let rate = if s.serving.burst { 0.0 } else { chat_rate };
+    let (w, chunked) = ((s.serving.workload, rate), s.serving.chunked);
     let serve = serving(model, s.serving.main(), w, chunked)?;
     let compare = match s.serving.other() {
         Some(o) => Some(serving(model, o, w, chunked)?),
