@@ -77,39 +77,8 @@ impl LlamaConfig {
             // checked_div: a head count of 0 is reported by validate(), not divided by.
             None => hidden.checked_div(n_head).unwrap_or(0),
         };
-        // Keys and values as wide as the heads RoPE turns: another width is another model.
-        for k in ["attention.key_length", "attention.value_length"] {
-            if let Some(n) = get(k).map(|v| gguf_size(&key(k), v)).transpose()? {
-                if n != head_dim {
-                    return Err(invalid(
-                        &key(k),
-                        n,
-                        "inferlab's heads are as wide as rope.dimension_count (or embedding_length / head_count); keys and values of another width are not implemented",
-                    ));
-                }
-            }
-        }
-        let vocab = match ct.metadata.get("tokenizer.ggml.tokens") {
-            // A vocabulary size that disagrees with the tokenizer's list is a damaged file.
-            Some(gguf_file::Value::Array(a)) => match get("vocab_size") {
-                Some(v) if gguf_size(&key("vocab_size"), v)? != a.len() => {
-                    return Err(invalid(
-                        &key("vocab_size"),
-                        gguf_size(&key("vocab_size"), v)?,
-                        &format!("the tokenizer lists {} tokens", a.len()),
-                    ))
-                }
-                _ => a.len(),
-            },
-            Some(other) => {
-                return Err(invalid(
-                    "tokenizer.ggml.tokens",
-                    super::tokenizer::brief(other),
-                    "not an array of token strings",
-                ))
-            }
-            None => u("vocab_size")?,
-        };
+        check_kv_width(ct, &arch, head_dim)?;
+        let vocab = gguf_vocab(ct, &arch)?;
         let float = |k: &str, default: f64| match get(k) {
             Some(v) => gguf_number(&key(k), v),
             None => Ok(default),
@@ -306,6 +275,52 @@ impl Hf {
             return lacks("activations other than SiLU", "hidden_act", act);
         }
         Ok(())
+    }
+}
+
+/// Keys and values as wide as the heads RoPE turns (`head_dim`): a file whose
+/// `attention.key_length` or `value_length` says otherwise is another model.
+fn check_kv_width(ct: &gguf_file::Content, arch: &str, head_dim: usize) -> Result<()> {
+    for k in ["attention.key_length", "attention.value_length"] {
+        let key = format!("{arch}.{k}");
+        let Some(v) = ct.metadata.get(&key) else {
+            continue;
+        };
+        let n = gguf_size(&key, v)?;
+        if n != head_dim {
+            return Err(invalid(
+                &key,
+                n,
+                "inferlab's heads are as wide as rope.dimension_count (or embedding_length / head_count); keys and values of another width are not implemented",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The vocabulary: the tokenizer's list of tokens, which a `vocab_size` key must agree
+/// with (a disagreement is a damaged file), or that key alone.
+fn gguf_vocab(ct: &gguf_file::Content, arch: &str) -> Result<usize> {
+    let key = format!("{arch}.vocab_size");
+    let size = ct
+        .metadata
+        .get(&key)
+        .map(|v| gguf_size(&key, v))
+        .transpose()?;
+    match (ct.metadata.get("tokenizer.ggml.tokens"), size) {
+        (Some(gguf_file::Value::Array(a)), Some(n)) if n != a.len() => Err(invalid(
+            &key,
+            n,
+            &format!("the tokenizer lists {} tokens", a.len()),
+        )),
+        (Some(gguf_file::Value::Array(a)), _) => Ok(a.len()),
+        (Some(other), _) => Err(invalid(
+            "tokenizer.ggml.tokens",
+            super::tokenizer::brief(other),
+            "not an array of token strings",
+        )),
+        (None, Some(n)) => Ok(n),
+        (None, None) => Err(ModelError::MissingMetadata(key)),
     }
 }
 

@@ -521,15 +521,7 @@ impl App {
                 v.focus_on(Pane::ALL[(i + 1) % Pane::ALL.len()]);
             }
             Action::Set(Setting::Focus(p)) => v.focus_on(p),
-            // In a lesson: the text and the pane → the pane with the body → every pane.
-            Action::ToggleZoom if lesson => {
-                (v.zoomed, v.pane_full) = match (v.zoomed, v.pane_full) {
-                    (true, false) => (true, true),
-                    (true, true) => (false, false),
-                    (false, _) => (true, false),
-                }
-            }
-            Action::ToggleZoom => v.zoomed = !v.zoomed,
+            Action::ToggleZoom => v.toggle_zoom(lesson),
             Action::Set(Setting::Zoom(z)) => (v.zoomed, v.pane_full) = (z, false),
             Action::ZoomPane(p) => {
                 v.zoomed = !(v.zoomed && v.focus == p);

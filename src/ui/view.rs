@@ -60,6 +60,17 @@ impl Default for View {
 }
 
 impl View {
+    /// `z`: zoomed ↔ every pane; in a lesson, the text and the pane → the pane with the
+    /// body → every pane → the text and the pane again.
+    pub fn toggle_zoom(&mut self, lesson: bool) {
+        (self.zoomed, self.pane_full) = match (lesson, self.zoomed, self.pane_full) {
+            (false, z, _) => (!z, false),
+            (true, true, false) => (true, true),
+            (true, true, true) => (false, false),
+            (true, false, _) => (true, false),
+        }
+    }
+
     /// Focuses `p`; the forward and traffic panes share a place, and so do the attention
     /// pane and the lens: focusing one shows it.
     pub fn focus_on(&mut self, p: Pane) {

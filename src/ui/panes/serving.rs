@@ -180,17 +180,7 @@ fn render_view(
     let inner = b.inner(area);
     b.render(area, buf);
     let Some(sv) = view else {
-        let line = match app.report() {
-            Some(_) => "this run starts at the next iteration (space)",
-            None => "a 10-request workload runs here, one iteration per step",
-        };
-        put(buf, inner, 0, inner.y, line, theme.dim());
-        if let Some(text) = before.and_then(|(v, chunked)| run_before(v, chunked)) {
-            for (i, row) in units::wrap(&text, inner.width as usize).iter().enumerate() {
-                put(buf, inner, 0, inner.y + 2 + i as u16, row, theme.accent());
-            }
-        }
-        return;
+        return draw_waiting(app, before, theme, inner, buf);
     };
     // A step about the timeline gives it the rows the block tables and notes would take.
     let timeline_first = app
@@ -225,17 +215,14 @@ fn render_view(
             .or_else(|| pages::describe_gaps(sv))
             .filter(|_| !timeline_first),
     ];
-    // A note a lesson step points at wraps rather than being cut.
-    for line in notes.into_iter().flatten() {
-        let rows = match app.points_at().iter().any(|k| line.contains(k.as_str())) {
-            true => units::wrap(&line, inner.width as usize),
-            false => vec![line],
-        };
-        for row in rows {
-            put_text(buf, inner, 0, y, row, theme.accent());
-            y += 1;
-        }
-    }
+    y = draw_notes(
+        app.points_at(),
+        notes.into_iter().flatten(),
+        theme,
+        inner,
+        y,
+        buf,
+    );
     let rest = Rect {
         y,
         height: (inner.y + inner.height).saturating_sub(y),
@@ -252,6 +239,49 @@ fn render_view(
         Rect { y, ..inner }.intersection(inner),
         buf,
     );
+}
+
+/// A run not started yet: what starts it, and what the run before it came to.
+fn draw_waiting(
+    app: &App,
+    before: Option<(&crate::report::ServeView, bool)>,
+    theme: &Theme,
+    inner: Rect,
+    buf: &mut Buffer,
+) {
+    let line = match app.report() {
+        Some(_) => "this run starts at the next iteration (space)",
+        None => "a 10-request workload runs here, one iteration per step",
+    };
+    put(buf, inner, 0, inner.y, line, theme.dim());
+    if let Some(text) = before.and_then(|(v, chunked)| run_before(v, chunked)) {
+        for (i, row) in units::wrap(&text, inner.width as usize).iter().enumerate() {
+            put(buf, inner, 0, inner.y + 2 + i as u16, row, theme.accent());
+        }
+    }
+}
+
+/// The notes under the grid from row `y`, one row each, but a note a lesson step points at
+/// (`keep`) wraps rather than being cut. Returns the row after them.
+fn draw_notes(
+    keep: &[String],
+    notes: impl Iterator<Item = String>,
+    theme: &Theme,
+    inner: Rect,
+    mut y: u16,
+    buf: &mut Buffer,
+) -> u16 {
+    for line in notes {
+        let rows = match keep.iter().any(|k| line.contains(k.as_str())) {
+            true => units::wrap(&line, inner.width as usize),
+            false => vec![line],
+        };
+        for row in rows {
+            put_text(buf, inner, 0, y, row, theme.accent());
+            y += 1;
+        }
+    }
+    y
 }
 
 /// The run a serving pane draws, and, until its first iteration, the one before it.
