@@ -663,20 +663,13 @@ fn the_same_tokens_run_beside_under_another_layout() {
 #[test]
 fn side_by_side_layouts_run_more_requests_under_gqa_in_the_same_kv_bytes() {
     use inferlab::model::HeadLayout;
-    use inferlab::serve::ReqPhase;
     use inferlab::ui::app::Compare;
     let mut l = Learner::start();
     l.press(Action::ToggleWorkload);
     while l.app.settings.serving.compare != Compare::Layout {
         l.press(Action::CycleCompare);
     }
-    let running = |v: &inferlab::report::ServeView| {
-        v.step
-            .active
-            .iter()
-            .filter(|a| a.phase != ReqPhase::Finished)
-            .count()
-    };
+    let running = |v: &inferlab::report::ServeView| v.step.running();
     let (mut gqa, mut mha) = (0, 0);
     for _ in 0..40 {
         l.space();
@@ -799,7 +792,7 @@ fn a_session_through_every_setting_records_replays_and_exports() {
 /// paged one runs at once in the same KV memory.
 #[test]
 fn lesson_eights_side_by_side_shows_paging_within_its_thirty_iterations() {
-    use inferlab::serve::{CacheKind, ReqPhase};
+    use inferlab::serve::CacheKind;
     data_dir();
     let (lessons, _) = inferlab::lesson::load(&inferlab::lesson::source(None)).unwrap();
     let li = lessons
@@ -812,13 +805,7 @@ fn lesson_eights_side_by_side_shows_paging_within_its_thirty_iterations() {
     let cmds = l.app.open_lesson(Tutor::new(lessons, li, progress, true));
     l.send(cmds);
     assert!(l.app.settings.serving.burst, "the lesson sets a burst");
-    let running = |v: &inferlab::report::ServeView| {
-        v.step
-            .active
-            .iter()
-            .filter(|a| a.phase != ReqPhase::Finished)
-            .count()
-    };
+    let running = |v: &inferlab::report::ServeView| v.step.running();
     let (mut paged, mut contiguous) = (0, 0);
     for _ in 0..30 {
         l.space();

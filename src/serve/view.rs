@@ -106,6 +106,17 @@ pub struct ServeStep {
     pub traffic: crate::model::traffic::Traffic,
 }
 
+impl ServeStep {
+    /// Requests in the active set that have not finished: what runs against the batch
+    /// limit.
+    pub fn running(&self) -> usize {
+        self.active
+            .iter()
+            .filter(|a| a.phase != ReqPhase::Finished)
+            .count()
+    }
+}
+
 /// The report of the iteration `plan` ran; `finished` are the requests `postprocess`
 /// ended, `bytes_per_token` the KV bytes of one token under the model's layout.
 pub fn step(

@@ -343,11 +343,7 @@ fn other_tables(
 /// and what its utilization divides. Returns the rows drawn.
 fn header(sv: &crate::report::ServeView, keep: &[String], inner: Rect, buf: &mut Buffer) -> u16 {
     let s = &sv.step;
-    let running = s
-        .active
-        .iter()
-        .filter(|a| a.phase != ReqPhase::Finished)
-        .count();
+    let running = s.running();
     // Running against its cap first, since a narrow pane cuts what comes after; short
     // enough that a pane side by side at 80 columns keeps why the queue waits.
     let cap = if sv.max_batch > 0 {
