@@ -372,11 +372,14 @@ fn mha_choices(r: &StepReport) -> Option<LiveChoices> {
         return None;
     }
     let k = mha / now;
+    // Bytes, not ratios: a label reading "3× now" would hand over the factor the
+    // learner should work out from the heads.
+    let per_token = |b: u64| format!("{} bytes", crate::views::units::thousands(b as usize));
     let labels = vec![
-        format!("1/{k} of now"),
-        "the same as now".into(),
-        format!("{k}× now"),
-        format!("{}× now", k * k),
+        per_token(now / k),
+        per_token(now),
+        per_token(now * k),
+        per_token(now * k * k),
     ];
     Some(LiveChoices::new(
         labels,

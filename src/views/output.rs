@@ -47,15 +47,20 @@ impl OutputView {
     /// The output of report `r`.
     pub fn new(r: &StepReport) -> Self {
         let sampling = r.info.sampler.temperature > 0.0;
+        // A prefill (the prompt's, or a toggle's recompute of the whole sequence) is
+        // named as one, not as "step 0".
+        let step = match r.info.phase {
+            crate::model::session::Phase::Prefill => "prefill".to_string(),
+            crate::model::session::Phase::Decode => format!("step {}", r.info.step),
+        };
         let head = if sampling {
             format!(
-                "step {} drew {:?} · model % → drawn % ({})",
-                r.info.step,
+                "{step} drew {:?} · model % → drawn % ({})",
                 r.info.token,
                 r.info.sampler.describe()
             )
         } else {
-            format!("step {} took {:?} (greedy)", r.info.step, r.info.token)
+            format!("{step} took {:?} (greedy)", r.info.token)
         };
         let unit = |p: f32| {
             if p.is_finite() {

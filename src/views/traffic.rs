@@ -358,7 +358,7 @@ fn headline(v: &TrafficView, narrow: bool) -> String {
     // The probe's looking is timed apart (the figures are the model's), and said last:
     // a narrow pane cuts it before the figures.
     let looking = if v.observe_ms >= 0.05 {
-        format!(" · +{:.1} ms looking", v.observe_ms)
+        format!(" · +{:.1} ms capturing for the panes", v.observe_ms)
     } else {
         String::new()
     };

@@ -386,7 +386,7 @@ fn verdict<'a>(a: &tutor::Answer, live: &Live, theme: &Theme) -> Line<'a> {
 
 /// Prose as the panel wraps it: the file's line breaks inside a paragraph become spaces,
 /// blank lines stay paragraph breaks, and table rows (lines starting with `|`) keep their
-/// own lines.
+/// own lines, indented where the file has the pipe.
 fn paragraphs<'a>(text: &str) -> Vec<Line<'a>> {
     let mut out = Vec::new();
     for (i, para) in text.split("\n\n").enumerate() {
@@ -400,7 +400,8 @@ fn paragraphs<'a>(text: &str) -> Vec<Line<'a>> {
                     out.push(Line::raw(joined.join(" ")));
                     joined.clear();
                 }
-                out.push(Line::raw(line.to_string()));
+                // The pipe marks a row in the file; on screen an indent says it.
+                out.push(Line::raw(format!(" {}", &line[1..])));
             } else {
                 joined.push(line);
             }

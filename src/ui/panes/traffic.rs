@@ -12,7 +12,6 @@ use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::{Color, Style};
 use ratatui::symbols::Marker;
-use ratatui::text::Span;
 use ratatui::widgets::canvas::{Canvas, Line as CanvasLine};
 use ratatui::widgets::Widget;
 
@@ -198,14 +197,63 @@ fn roofline(v: &TrafficView, roof: &Roof, theme: &Theme, area: Rect, buf: &mut B
             for ((ax, ay), (bx, by)) in [(start, ridge), (ridge, (x1, ridge.1))] {
                 ctx.draw(&CanvasLine::new(ax, ay, bx, by, line_color));
             }
-            ctx.layer();
-            for p in &v.points {
-                let (x, y) = (p.at.intensity().log10(), p.at.gops().log10());
-                let style = if p.now { theme.accent() } else { theme.warm() };
-                ctx.print(x, y, Span::styled(format!("● {}", p.label), style));
-            }
         })
         .render(plot, buf);
+    point_labels(v, plot, ((x0, x1), (y0, y1)), theme, buf);
+}
+
+/// Each measured point as a dot with its label beside it. Points close together would
+/// print over each other's labels, so a label that would overlap one already placed
+/// moves to the nearest free row (the dot stays where the point is).
+fn point_labels(
+    v: &TrafficView,
+    plot: Rect,
+    ((x0, x1), (y0, y1)): ((f64, f64), (f64, f64)),
+    theme: &Theme,
+    buf: &mut Buffer,
+) {
+    // The same cell mapping as the canvas's own labels.
+    let cell = |x: f64, y: f64| {
+        let col = (x - x0) * f64::from(plot.width.saturating_sub(1)) / (x1 - x0);
+        let row = (y1 - y) * f64::from(plot.height.saturating_sub(1)) / (y1 - y0);
+        (plot.x + col as u16, plot.y + row as u16)
+    };
+    let mut taken: Vec<(u16, u16, u16)> = Vec::new(); // (row, first col, past last col)
+    let free = |taken: &[(u16, u16, u16)], row: u16, a: u16, b: u16| {
+        taken.iter().all(|&(r, s, e)| r != row || b <= s || a >= e)
+    };
+    for p in &v.points {
+        let (x, y) = (p.at.intensity().log10(), p.at.gops().log10());
+        if !(x0..=x1).contains(&x) || !(y0..=y1).contains(&y) {
+            continue;
+        }
+        let style = if p.now { theme.accent() } else { theme.warm() };
+        let (col, row) = cell(x, y);
+        buf.set_string(col, row, "●", style);
+        taken.push((row, col, col + 1));
+        let len = p.label.chars().count() as u16;
+        let right = plot.x + plot.width;
+        // Right of the dot where the label fits, else ending just left of it.
+        let start = if col + 2 + len <= right {
+            col + 2
+        } else {
+            col.saturating_sub(len + 1).max(plot.x)
+        };
+        let rows = [
+            row,
+            row.wrapping_sub(1),
+            row + 1,
+            row.wrapping_sub(2),
+            row + 2,
+        ];
+        let Some(&r) = rows.iter().find(|&&r| {
+            r >= plot.y && r < plot.y + plot.height && free(&taken, r, start, start + len)
+        }) else {
+            continue;
+        };
+        buf.set_stringn(start, r, &p.label, (right - start) as usize, style);
+        taken.push((r, start, start + len));
+    }
 }
 
 /// Decade labels: G op/s down the left of `plot`, op/byte along the row below it.
@@ -245,5 +293,56 @@ fn power_label(e: i32) -> String {
         i32::MIN..=-1 => format!("{}", 10f64.powi(e)),
         0..=2 => format!("{}", 10i64.pow(e as u32)),
         _ => format!("{}k", 10i64.pow(e as u32 - 3)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::traffic::Traffic;
+    use crate::views::traffic::{Measured, Point};
+
+    /// Two iterations that land on the same cell keep both labels whole.
+    #[test]
+    fn labels_of_points_close_together_do_not_overwrite_each_other() {
+        let at = Measured {
+            traffic: Traffic {
+                flops: 2_000_000_000,
+                weight_bytes: 1_000_000_000,
+                ..Traffic::default()
+            },
+            tokens: 1,
+            ms: 100.0,
+        };
+        let point = |label, now| Point { label, at, now };
+        let v = TrafficView {
+            what: String::new(),
+            now: at,
+            serving: None,
+            roof: None,
+            points: vec![point("B=1 decode", false), point("serving batch", true)],
+            crossover: None,
+            observe_ms: 0.0,
+        };
+        let roof = Roof {
+            read_gb_per_s: 20.0,
+            peak_gops: 1600.0,
+        };
+        let area = Rect::new(0, 0, 60, 14);
+        let mut buf = Buffer::empty(area);
+        let theme = Theme {
+            mode: crate::ui::theme::ColorMode::None,
+        };
+        roofline(&v, &roof, &theme, area, &mut buf);
+        let text: String = (0..area.height)
+            .map(|y| {
+                (0..area.width)
+                    .map(|x| buf[(x, y)].symbol())
+                    .collect::<String>()
+                    + "\n"
+            })
+            .collect();
+        assert!(text.contains("B=1 decode"), "{text}");
+        assert!(text.contains("serving batch"), "{text}");
     }
 }
