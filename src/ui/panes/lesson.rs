@@ -395,13 +395,13 @@ fn paragraphs<'a>(text: &str) -> Vec<Line<'a>> {
         }
         let mut joined: Vec<&str> = Vec::new();
         for line in para.lines().map(str::trim) {
-            if line.starts_with('|') {
+            if let Some(row) = line.strip_prefix('|') {
                 if !joined.is_empty() {
                     out.push(Line::raw(joined.join(" ")));
                     joined.clear();
                 }
                 // The pipe marks a row in the file; on screen an indent says it.
-                out.push(Line::raw(format!(" {}", &line[1..])));
+                out.push(Line::raw(format!(" {row}")));
             } else {
                 joined.push(line);
             }

@@ -251,7 +251,7 @@ fn point_labels(
         }) else {
             continue;
         };
-        buf.set_stringn(start, r, &p.label, (right - start) as usize, style);
+        buf.set_stringn(start, r, p.label, (right - start) as usize, style);
         taken.push((r, start, start + len));
     }
 }
