@@ -664,3 +664,60 @@ fn messages_say_what_is_wrong_in_the_users_terms() {
         "{err}"
     );
 }
+
+/// The most memory (bytes) child `c` held at once, waited for with its resource usage.
+fn max_rss_of(c: std::process::Child) -> (i32, u64) {
+    let mut status = 0;
+    // SAFETY: a zeroed rusage is a valid value for wait4 to fill in.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: the pid is our own unwaited child; the pointers are to live locals.
+    let pid = unsafe { libc::wait4(c.id() as i32, &mut status, 0, &mut usage) };
+    assert_eq!(pid, c.id() as i32, "wait4");
+    // ru_maxrss is in KiB on Linux.
+    (status, usage.ru_maxrss as u64 * 1024)
+}
+
+/// Export reads a recording as a stream and the app keeps a bounded history, so a long
+/// session exports in far less memory than its file takes (it used to read the whole
+/// file and every report into memory, about five times the file).
+#[cfg(target_os = "linux")]
+#[test]
+fn export_of_a_long_recording_takes_less_memory_than_the_file() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("long.jsonl");
+    let reports = serving_reports(CacheKind::Paged, 4);
+    let mut w =
+        inferlab::worker::recording::Recorder::create(&rec, "fixture.gguf", Default::default())
+            .unwrap();
+    w.write(&reports[0]).unwrap();
+    w.finish().unwrap();
+    let mut f =
+        std::io::BufWriter::new(std::fs::OpenOptions::new().append(true).open(&rec).unwrap());
+    let mut r = reports.last().unwrap().clone();
+    let mut size = std::fs::metadata(&rec).unwrap().len();
+    const FILE: u64 = 400 << 20;
+    while size < FILE {
+        r.iteration += 1;
+        let line = serde_json::to_string(&r).unwrap();
+        writeln!(f, "{line}").unwrap();
+        size += line.len() as u64 + 1;
+    }
+    drop(f);
+    let out = dir.path().join("t.svg");
+    let child = Command::new(common::bin())
+        .args(["export", "--pane", "batch", "--out"])
+        .arg(&out)
+        .arg(&rec)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let (status, rss) = max_rss_of(child);
+    assert_eq!(status, 0, "export failed");
+    assert!(out.exists());
+    assert!(
+        rss < size / 2,
+        "export of a {size}-byte recording held {rss} bytes at its peak"
+    );
+}

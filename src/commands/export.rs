@@ -2,9 +2,8 @@
 
 use anyhow::{bail, Context, Result};
 use inferlab::export::{self, ExportPane, ImageFormat};
-use inferlab::report::StepReport;
 use inferlab::ui::app::App;
-use inferlab::worker::recording::Recording;
+use inferlab::worker::recording::Lines;
 use inferlab::worker::Event;
 use std::path::PathBuf;
 
@@ -49,15 +48,16 @@ pub fn run(a: &Args) -> Result<()> {
         };
         inferlab::files::check_target(out, rules)?;
     }
-    let rec = inferlab::worker::recording::read(&a.recording)?;
+    // Read as a stream: the app keeps only the history its screens draw, bounded, so a
+    // long session exports in the memory of its last screens, not of the whole file.
+    let mut lines = inferlab::worker::recording::Lines::open(&a.recording)?;
+    let format = format_of(a)?;
+    let (app, want) = replay_to(a, &mut lines)?;
     // A recording cut short (a crash) is drawn up to its last whole line, as replay
     // does, and said as replay says it.
-    if let Some(w) = &rec.warning {
+    if let Some(w) = &lines.warning {
         eprintln!("inferlab: warning: {}", inferlab::files::printable_text(w));
     }
-    let want = chosen_iteration(a, &rec.reports)?;
-    let format = format_of(a)?;
-    let app = replay_to(a, rec, want);
     let context = || format!("exporting {} at iteration {want}", a.pane.name());
     // As the app's `e` does: `$INFERLAB_EXPORT_DIR` (made if missing), else here.
     let out = match &a.out {
@@ -78,19 +78,28 @@ pub fn run(a: &Args) -> Result<()> {
     Ok(())
 }
 
-/// The iteration to draw, after checking that the recording holds it, and holds the
-/// layer and head asked for.
-fn chosen_iteration(a: &Args, reports: &[StepReport]) -> Result<usize> {
-    let first = reports[0].iteration;
-    let last = reports[reports.len() - 1].iteration;
-    let want = a.step.unwrap_or(last);
-    if !reports.iter().any(|r| r.iteration == want) {
+/// What the replay saw, for the checks that follow it.
+struct Seen {
+    first: usize,
+    last: usize,
+    /// The layers the recording captured.
+    layers: std::collections::BTreeSet<usize>,
+}
+
+/// Checks that the recording held the iteration, the layer and the head asked for.
+fn check_choice(
+    a: &Args,
+    seen: &Seen,
+    cfg: &inferlab::model::LlamaConfig,
+    want: usize,
+) -> Result<()> {
+    let Seen { first, last, .. } = seen;
+    if want != *last {
         bail!(
             "{}: iteration {want} is not in the recording (it holds iterations {first}..={last})",
             a.recording.display()
         );
     }
-    let cfg = &reports[0].cfg;
     if a.layer >= cfg.n_layer || a.head >= cfg.n_head {
         bail!(
             "layer {} / head {} out of range: the recorded model has {} layers and {} heads",
@@ -100,19 +109,15 @@ fn chosen_iteration(a: &Args, reports: &[StepReport]) -> Result<usize> {
             cfg.n_head
         );
     }
-    let recorded: std::collections::BTreeSet<usize> = reports
-        .iter()
-        .flat_map(|r| r.info.captures.iter().map(|c| c.layer))
-        .collect();
-    if a.pane == inferlab::export::ExportPane::Attention && !recorded.contains(&a.layer) {
+    if a.pane == inferlab::export::ExportPane::Attention && !seen.layers.contains(&a.layer) {
         bail!(
             "{}: layer {} was not recorded (a recording keeps the layer on screen; it holds layer(s) {:?}): pass --layer",
             a.recording.display(),
             a.layer,
-            recorded
+            seen.layers
         );
     }
-    Ok(want)
+    Ok(())
 }
 
 /// The picture's format: `--format`, else `--out`'s extension, else PNG. The bytes and
@@ -152,26 +157,41 @@ fn format_of(a: &Args) -> Result<ImageFormat> {
     Ok(f)
 }
 
-/// The same state the app would have reached at iteration `want`, built by the app's own
-/// event handling, with the layer, head and values asked for.
-fn replay_to(a: &Args, rec: Recording, want: usize) -> App {
-    let mut app = App::new(rec.reports[0].settings.run);
-    app.settings = rec.reports[0].settings;
+/// The same state the app would have reached at the iteration asked for (the last
+/// recorded by default), built by the app's own event handling, one report at a time,
+/// with the layer, head and values asked for.
+fn replay_to(a: &Args, lines: &mut Lines) -> Result<(App, usize)> {
+    let Some(r) = lines.next_report()? else {
+        unreachable!("Lines refuses a recording without iterations")
+    };
+    let cfg = r.cfg.clone();
+    let mut app = App::new(r.settings.run);
+    app.settings = r.settings;
     app.on_event(Event::Ready {
-        model: rec.header.model,
+        model: lines.header.model.clone(),
     });
-    if let Some(m) = rec.header.machine {
+    if let Some(m) = lines.header.machine.clone() {
         app.on_event(Event::Machine(m));
     }
-    for r in rec.reports {
-        let done = r.iteration == want;
+    let mut seen = Seen {
+        first: r.iteration,
+        last: r.iteration,
+        layers: Default::default(),
+    };
+    let mut next = Some(r);
+    while let Some(r) = next {
+        seen.last = r.iteration;
+        seen.layers.extend(r.info.captures.iter().map(|c| c.layer));
         app.on_event(Event::Report(Box::new(r)));
-        if done {
+        if a.step == Some(seen.last) {
             break;
         }
+        next = lines.next_report()?;
     }
+    let want = a.step.unwrap_or(seen.last);
+    check_choice(a, &seen, &cfg, want)?;
     app.view.layer = a.layer;
     app.view.head = a.head;
     app.view.show_scores = a.scores;
-    app
+    Ok((app, want))
 }

@@ -213,7 +213,28 @@ fn report_bytes(r: &StepReport) -> usize {
             c.q.len() + c.k.len() + c.v.len() + c.scores.len() + c.weights.len() + c.head_out.len()
         })
         .sum();
-    4 * floats + 4096
+    // The parts that grow with the session besides the captures: every token's piece,
+    // the text, and the serving views' per-request and per-page lists. An estimate on the
+    // generous side, so that the cap holds for long sessions whose captures are small.
+    let text =
+        r.prompt.len() + r.generated.len() + r.pieces.iter().map(|p| p.len() + 24).sum::<usize>();
+    let serving: usize = [&r.serve, &r.serve_compare]
+        .into_iter()
+        .flatten()
+        .map(|v| serve_bytes(&v.step) + 16 * v.ttft_ms.len())
+        .sum();
+    4 * floats + text + serving + 4096
+}
+
+/// Heap bytes of one serving iteration's lists, roughly.
+fn serve_bytes(s: &crate::serve::ServeStep) -> usize {
+    let ids = s.queue.len() + s.finished.len() + s.preempted.len();
+    let tables: usize = s.block_tables.iter().map(|(_, t)| 32 + 4 * t.len()).sum();
+    128 * s.active.len()
+        + 8 * ids
+        + 48 * s.pages.len()
+        + tables
+        + 24 * (s.reservations.len() + s.copies.len() + s.gaps.len())
 }
 
 /// Adds one step's attention rows to the request's history (a prefill starts it again).

@@ -302,65 +302,148 @@ pub fn for_screens(r: &StepReport) -> StepReport {
 /// writing leaves): everything before it replays, with a warning.
 pub fn read(path: &Path) -> Result<Recording, RecordingError> {
     fits_in_memory(path)?;
-    let text = crate::files::read(path, crate::files::Kind::Recording)?;
-    let text = String::from_utf8_lossy(&text);
-    // A byte-order mark, as some editors save one, is accepted here as everywhere else.
-    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
-    let complete = text.ends_with('\n');
-    let mut lines = text.lines();
-    let Some(first) = lines.next() else {
-        return Err(RecordingError::NotARecording {
-            path: path.to_path_buf(),
-        });
-    };
-    let header = read_header(path, first)?;
-    let body: Vec<(usize, &str)> = lines
-        .enumerate()
-        .map(|(i, l)| (i + 2, l))
-        .filter(|(_, l)| !l.trim().is_empty())
-        .collect();
+    let mut lines = Lines::open(path)?;
     let mut reports = Vec::new();
-    let mut warning = None;
-    for (k, &(line, l)) in body.iter().enumerate() {
-        let parsed = match header.version {
-            1 => from_version_1(l),
-            _ => serde_json::from_str::<StepReport>(l),
-        };
-        let r = match parsed {
-            Ok(r) => r,
-            Err(e) if k + 1 == body.len() && !complete && !reports.is_empty() => {
-                warning = Some(format!(
-                    "{}:{line}: the last line is cut short ({e}); replaying the {} iterations before it",
-                    path.display(),
-                    reports.len()
-                ));
-                break;
-            }
-            Err(e) => {
-                return Err(RecordingError::BadLine {
-                    path: path.to_path_buf(),
-                    line,
-                    reason: e.to_string(),
-                })
-            }
-        };
-        r.check().map_err(|reason| RecordingError::BadValue {
-            path: path.to_path_buf(),
-            line,
-            reason,
-        })?;
+    while let Some(r) = lines.next_report()? {
         reports.push(r);
     }
-    if reports.is_empty() {
-        return Err(RecordingError::Empty {
-            path: path.to_path_buf(),
-        });
-    }
     Ok(Recording {
-        header,
+        header: lines.header,
         reports,
-        warning,
+        warning: lines.warning,
     })
+}
+
+/// A recording read one report at a time, so that a reader that keeps only what it
+/// draws (export) holds one line in memory, however long the session was. The same
+/// checks as [`read`]: every line parsed and checked, a last line cut short skipped with
+/// a [`Lines::warning`].
+pub struct Lines {
+    pub header: Header,
+    /// Set once a last line cut short was skipped.
+    pub warning: Option<String>,
+    path: PathBuf,
+    file: std::io::BufReader<std::io::Take<std::fs::File>>,
+    /// The file's line number of the next line.
+    line: usize,
+    reports: usize,
+}
+
+impl Lines {
+    /// Opens `path` and reads its header.
+    pub fn open(path: &Path) -> Result<Self, RecordingError> {
+        use std::io::Read;
+        let kind = crate::files::Kind::Recording;
+        let (file, _) = crate::files::open(path, kind)?;
+        let mut lines = Self {
+            header: Header {
+                format: String::new(),
+                version: 0,
+                inferlab: String::new(),
+                model: String::new(),
+                machine: None,
+            },
+            warning: None,
+            path: path.to_path_buf(),
+            // One byte past the limit, so that a file that grows past it is caught.
+            file: std::io::BufReader::new(file.take(kind.limit() + 1)),
+            line: 0,
+            reports: 0,
+        };
+        let not_one = || RecordingError::NotARecording {
+            path: path.to_path_buf(),
+        };
+        let (first, _) = lines.raw_line()?.ok_or_else(not_one)?;
+        // A byte-order mark, as some editors save one, is accepted here as everywhere else.
+        let first = first.strip_prefix('\u{feff}').unwrap_or(&first);
+        lines.header = read_header(path, first)?;
+        Ok(lines)
+    }
+
+    /// The next report, `None` at the end of the file (or after a last line cut short).
+    pub fn next_report(&mut self) -> Result<Option<StepReport>, RecordingError> {
+        loop {
+            let Some((l, complete)) = self.raw_line()? else {
+                return self.end();
+            };
+            if l.trim().is_empty() {
+                continue;
+            }
+            let parsed = match self.header.version {
+                1 => from_version_1(&l),
+                _ => serde_json::from_str::<StepReport>(&l),
+            };
+            let r = match parsed {
+                Ok(r) => r,
+                // A crash while writing leaves a last line without its newline.
+                Err(e) if !complete && self.reports > 0 => {
+                    self.warning = Some(format!(
+                        "{}:{}: the last line is cut short ({e}); replaying the {} iterations before it",
+                        self.path.display(),
+                        self.line,
+                        self.reports
+                    ));
+                    return Ok(None);
+                }
+                Err(e) => {
+                    return Err(RecordingError::BadLine {
+                        path: self.path.clone(),
+                        line: self.line,
+                        reason: e.to_string(),
+                    })
+                }
+            };
+            r.check().map_err(|reason| RecordingError::BadValue {
+                path: self.path.clone(),
+                line: self.line,
+                reason,
+            })?;
+            self.reports += 1;
+            return Ok(Some(r));
+        }
+    }
+
+    /// The end of the file: an error if it held no iterations.
+    fn end(&self) -> Result<Option<StepReport>, RecordingError> {
+        if self.reports == 0 {
+            return Err(RecordingError::Empty {
+                path: self.path.clone(),
+            });
+        }
+        Ok(None)
+    }
+
+    /// The next line (lossy UTF-8) and whether it ended in a newline; `None` at the end.
+    fn raw_line(&mut self) -> Result<Option<(String, bool)>, RecordingError> {
+        use std::io::BufRead;
+        let mut bytes = Vec::new();
+        let n = self
+            .file
+            .read_until(b'\n', &mut bytes)
+            .map_err(|err| RecordingError::Io {
+                path: self.path.clone(),
+                err,
+            })?;
+        if n == 0 {
+            return Ok(None);
+        }
+        if self.file.get_ref().limit() == 0 {
+            let kind = crate::files::Kind::Recording;
+            return Err(RecordingError::File(crate::files::FileError::TooLarge {
+                path: self.path.clone(),
+                size: kind.limit() + 1,
+                limit: kind.limit(),
+                what: kind.name(),
+            }));
+        }
+        self.line += 1;
+        let complete = bytes.last() == Some(&b'\n');
+        let text = String::from_utf8_lossy(&bytes);
+        Ok(Some((
+            text.trim_end_matches(['\n', '\r']).to_string(),
+            complete,
+        )))
+    }
 }
 
 /// A version 1 report line: its `run` becomes the settings' run.
