@@ -236,3 +236,95 @@ fn pictures_and_lessons_read_reports_not_the_worker_thread() {
         "the walk sees `report`"
     );
 }
+
+/// ARCHITECTURE.md's module map as (the top-level modules of a row, the ones its
+/// "depends on" column names); `None` for "everything above" and "the library", which
+/// allow any module of the rows above.
+fn module_map(doc: &str) -> Vec<(Vec<String>, Option<BTreeSet<String>>)> {
+    let names = |cell: &str| -> Vec<String> {
+        cell.split('`')
+            .skip(1)
+            .step_by(2)
+            .map(|n| n.trim_end_matches('/').trim_end_matches(".rs").to_string())
+            .collect()
+    };
+    let table = doc
+        .split("## Module map")
+        .nth(1)
+        .expect("ARCHITECTURE.md has a module map");
+    table
+        .lines()
+        .skip_while(|l| !l.starts_with("| module"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| {
+            let cells: Vec<&str> = l.split(" | ").collect();
+            let (module, deps) = (cells[0].trim_start_matches("| "), cells[cells.len() - 1]);
+            let open = deps.contains("everything above") || deps.contains("the library");
+            // The column may add words in parentheses; only the module names count.
+            let named = names(deps.split(" (").next().unwrap_or(deps))
+                .into_iter()
+                .collect();
+            (names(module), (!open).then_some(named))
+        })
+        .collect()
+}
+
+/// The graph with every module folded into its top-level one (`ui::panes::kv` is `ui`).
+fn top_level(g: &Graph) -> Graph {
+    let top = |m: &str| m.split("::").next().unwrap_or(m).to_string();
+    let mut out = Graph::new();
+    for (m, deps) in g {
+        let t = top(m);
+        let entry = out.entry(t.clone()).or_default();
+        entry.extend(
+            deps.iter()
+                .map(|d| top(d))
+                .filter(|d| d != &t && !d.is_empty()),
+        );
+    }
+    out
+}
+
+#[test]
+fn the_module_map_in_architecture_md_is_the_import_graph() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc = std::fs::read_to_string(root.join("ARCHITECTURE.md")).unwrap();
+    let map = module_map(&doc);
+    let g = top_level(&graph(&root.join("src")));
+    let mut wrong = Vec::new();
+    let mut above: BTreeSet<String> = BTreeSet::new();
+    let mut seen: BTreeSet<String> = BTreeSet::new();
+    for (modules, listed) in &map {
+        for m in modules.iter().filter(|m| m.as_str() != "main") {
+            seen.insert(m.clone());
+            let actual = g.get(m).cloned().unwrap_or_default();
+            match listed {
+                Some(listed) if &actual != listed => wrong.push(format!(
+                    "{m}: the map says {listed:?}, the code imports {actual:?}"
+                )),
+                None => {
+                    let beyond: Vec<_> = actual.difference(&above).collect();
+                    if !beyond.is_empty() {
+                        wrong.push(format!("{m}: imports {beyond:?}, which no row above holds"));
+                    }
+                }
+                _ => {}
+            }
+        }
+        above.extend(modules.iter().cloned());
+    }
+    let unmapped: Vec<_> = g
+        .keys()
+        .filter(|m| !m.is_empty() && !seen.contains(*m))
+        .collect();
+    assert!(
+        unmapped.is_empty(),
+        "modules missing from the map: {unmapped:?}"
+    );
+    assert!(
+        wrong.is_empty(),
+        "ARCHITECTURE.md's module map has drifted:\n{}",
+        wrong.join("\n")
+    );
+}
