@@ -1,9 +1,10 @@
 //! The paged KV cache on real tensors: per layer one pool of `n_pages × page_size` slots;
 //! each request's keys and values are scattered over its pages and read back through its
 //! block table, as PagedAttention does. Which page belongs to whom is the allocator's
-//! business ([`PagePool`], owned by the scheduler); this store holds the bytes.
+//! business ([`PagePool`](super::pool::PagePool), owned by the scheduler); this store holds
+//! the bytes.
 
-use super::pool::{KvError, PagePool, ReqId};
+use super::pool::KvError;
 use super::{page_row, BatchKv, KvElem, KvRows, RowBuf, RowLayout};
 use candle_core::{DType, Device, Result, Tensor};
 
@@ -38,8 +39,8 @@ impl PagedKv {
         elem: KvElem,
         device: &Device,
     ) -> std::result::Result<Self, KvError> {
-        // The same checks the allocator makes, so a store never exists without its pool.
-        PagePool::new(n_pages, page_size)?;
+        // The allocator's rule, so that every store has a pool that could own it.
+        super::pool::check_shape(n_pages, page_size)?;
         let shape = (n_pages * page_size, n_kv_head * head_dim);
         let elem = if device.is_cpu() { elem } else { KvElem::F32 };
         let store = if device.is_cpu() {
@@ -147,17 +148,6 @@ impl PagedKv {
                 vp[layer].put(at, &v[from..from + d]);
             }
         }
-    }
-
-    /// The K/V of `req` for `layer`, each `(n_kv_head, len, head_dim)`, read through its
-    /// block table in `pool`.
-    pub fn read(&self, pool: &PagePool, req: ReqId, layer: usize) -> Result<(Tensor, Tensor)> {
-        if pool.table(req).is_none() {
-            return Err(candle_core::Error::Msg(format!(
-                "request {req} has no pages"
-            )));
-        }
-        self.gather(layer, &pool.slots(req))
     }
 
     /// K and V of `slots` as `(n_kv_head, len, head_dim)` tensors (prefill attention and

@@ -79,6 +79,22 @@ pub fn page_hash(parent: u64, tokens: &[u32]) -> u64 {
     h
 }
 
+/// The shape every page pool and paged store must have: at least one page of at least
+/// one token. The allocator and the bytes of a paged store check the same rule.
+pub fn check_shape(n_pages: usize, page_size: usize) -> Result<(), KvError> {
+    if page_size == 0 {
+        return Err(KvError::BadSettings(
+            "page size must be at least 1 token".into(),
+        ));
+    }
+    if n_pages == 0 {
+        return Err(KvError::BadSettings(
+            "the budget is smaller than one page".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// The allocator.
 #[derive(Debug, Clone)]
 pub struct PagePool {
@@ -111,16 +127,7 @@ pub struct PagePool {
 impl PagePool {
     /// A pool of `n_pages` pages of `page_size` tokens.
     pub fn new(n_pages: usize, page_size: usize) -> Result<Self, KvError> {
-        if page_size == 0 {
-            return Err(KvError::BadSettings(
-                "page size must be at least 1 token".into(),
-            ));
-        }
-        if n_pages == 0 {
-            return Err(KvError::BadSettings(
-                "the budget is smaller than one page".into(),
-            ));
-        }
+        check_shape(n_pages, page_size)?;
         Ok(Self {
             page_size,
             ref_count: vec![0; n_pages],

@@ -5,6 +5,7 @@
 
 pub mod engine;
 pub mod latency;
+pub mod memory;
 pub mod rate;
 pub mod runner;
 pub mod scheduler;

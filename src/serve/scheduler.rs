@@ -5,9 +5,10 @@
 //! token budget, preemption), the runner's forward pass, then `postprocess` (tokens in,
 //! finished requests out), as in nano-vllm.
 
+pub use super::memory::Placement;
+use super::memory::{Memory, Pending};
 use super::ServeError;
-use crate::kv::pool::{KvError, PagePool, ReqId};
-use crate::kv::Arena;
+use crate::kv::pool::{KvError, ReqId};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 
@@ -246,14 +247,6 @@ impl Request {
     }
 }
 
-/// The KV memory as the scheduler plans with it: bookkeeping only, no tensors.
-pub enum Memory {
-    /// The page allocator: block tables, free list, ref counts, prefix hashes.
-    Paged(Box<PagePool>),
-    /// Contiguous reservations: one run of slots per running request, placed in an arena.
-    Reserved(Arena),
-}
-
 /// One request's share of an iteration, as the token budget deals it out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Share {
@@ -261,16 +254,6 @@ struct Share {
     from: usize,
     n: usize,
     sample: bool,
-}
-
-/// Where a work item's keys and values are, as the runner writes and reads them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Placement {
-    /// The page slot of every token of the sequence once this pass has run, in order:
-    /// the pass writes the last `n`, attention reads them all.
-    Pages(Vec<u32>),
-    /// A contiguous reservation of this many slots: the pass writes from `from` on.
-    Reserved(usize),
 }
 
 /// One request's share of an iteration: tokens `from..from + n` run through the model.
@@ -343,12 +326,12 @@ impl Scheduler {
             )));
         }
         let memory = match cfg.cache {
-            CacheKind::Paged => {
-                let mut pool = PagePool::new(cfg.kv_budget_tokens / cfg.page_size, cfg.page_size)?;
-                pool.prefix_sharing = cfg.prefix_sharing;
-                Memory::Paged(Box::new(pool))
-            }
-            CacheKind::Contiguous => Memory::Reserved(Arena::new(cfg.capacity_tokens())),
+            CacheKind::Paged => Memory::paged(
+                cfg.kv_budget_tokens / cfg.page_size,
+                cfg.page_size,
+                cfg.prefix_sharing,
+            )?,
+            CacheKind::Contiguous => Memory::reserved(cfg.capacity_tokens()),
         };
         Ok(Self {
             cfg,
@@ -426,27 +409,18 @@ impl Scheduler {
 
     /// Slots reserved by contiguous requests (0 for pages).
     pub fn reserved(&self) -> usize {
-        match &self.memory {
-            Memory::Reserved(a) => a.reserved(),
-            Memory::Paged(_) => 0,
-        }
+        self.memory.reserved_slots()
     }
 
     /// Free pages (paged) or unreserved slots (contiguous).
     pub fn free_capacity(&self) -> usize {
-        match &self.memory {
-            Memory::Paged(p) => p.free_pages(),
-            Memory::Reserved(a) => a.free(),
-        }
+        self.memory.free_capacity()
     }
 
     /// Checks the memory's invariants: the allocator's own, or reservations within budget.
     #[cfg(any(test, feature = "testing"))]
     pub fn check_memory(&self) -> Result<(), KvError> {
-        match &self.memory {
-            Memory::Paged(p) => p.check(),
-            Memory::Reserved(a) => a.check(),
-        }
+        self.memory.check()
     }
 
     /// Decides this iteration: arrivals, admission, padding rewinds, the work that fits
@@ -462,14 +436,8 @@ impl Scheduler {
         };
         let shares = loop {
             let work = self.fill_budget();
-            let Memory::Paged(p) = &self.memory else {
-                break work;
-            };
-            let need: usize = work
-                .iter()
-                .map(|w| p.pages_needed(w.id, w.n).unwrap_or(0))
-                .sum();
-            if need <= p.free_pages() {
+            let wants: Vec<(ReqId, usize)> = work.iter().map(|w| (w.id, w.n)).collect();
+            if !self.memory.short_for(&wants) {
                 break work;
             }
             // A padding row's answer is complete: end it before preempting anyone.
@@ -490,19 +458,10 @@ impl Scheduler {
         Ok(plan)
     }
 
-    /// A share with its tokens and their place: on pages, the allocator appends them now
-    /// (new pages, and a copy of a shared last page first, noted in `copies`); a
-    /// contiguous reservation is where admission placed it.
+    /// A share with its tokens and their place in memory (see [`Memory::place`]).
     fn place(&mut self, sh: Share, copies: &mut Vec<(ReqId, u32, u32)>) -> Result<Work, KvError> {
         let tokens = self.requests[sh.id as usize].tokens(sh.from, sh.n);
-        let place = match &mut self.memory {
-            Memory::Paged(p) => {
-                let a = p.append(sh.id, &tokens)?;
-                copies.extend(a.copies.iter().map(|&(from, to)| (sh.id, from, to)));
-                Placement::Pages(p.slots(sh.id))
-            }
-            Memory::Reserved(a) => Placement::Reserved(a.get(sh.id).map_or(0, |run| run.len)),
-        };
+        let place = self.memory.place(sh.id, &tokens, copies)?;
         Ok(Work {
             id: sh.id,
             from: sh.from,
@@ -619,10 +578,8 @@ impl Scheduler {
             };
             let r = &self.requests[head as usize];
             if !self.can_admit(r) {
-                if let Memory::Reserved(a) = &self.memory {
-                    if a.free() >= self.reservation(r) {
-                        self.fragmentation_waits += 1;
-                    }
+                if self.memory.fragmented(self.reservation(r)) {
+                    self.fragmentation_waits += 1;
                 }
                 break;
             }
@@ -650,52 +607,26 @@ impl Scheduler {
     }
 
     fn can_admit(&self, r: &Request) -> bool {
-        let p = match &self.memory {
-            // One free run as long as the whole reservation, not just enough free slots.
-            Memory::Reserved(a) => return a.largest_gap() >= self.reservation(r),
-            Memory::Paged(p) => p,
-        };
-        // Room for the tokens to recompute, less the full prompt pages it will share with
-        // requests already running (as vLLM counts only the blocks not cached), one page
-        // to grow into, and one page of headroom per running request: admitting into the
-        // last free pages only to preempt on the next page boundary would thrash (each
-        // preemption recomputes the victim's whole prompt).
-        let shared = p.shared_on_admit(&r.tokens(0, r.len()));
-        let need = p.pages_for(r.len()).saturating_sub(shared) + 1 + self.running.len();
-        // Pages already promised: admitted requests whose prompt (or recompute) has not
-        // run yet hold none so far, but will on their next iteration.
-        let promised: usize = self
+        let running: Vec<Pending> = self
             .running
             .iter()
             .map(|&id| {
                 let q = &self.requests[id as usize];
-                p.pages_needed(id, q.len() - q.computed).unwrap_or(0)
+                Pending {
+                    id,
+                    to_compute: q.len() - q.computed,
+                }
             })
-            .sum();
-        // Alone in the pool a request may start even if its whole prompt plus headroom
-        // exceeds the pool: it has nobody to preempt.
-        if self.running.is_empty() {
-            p.free_pages() >= need.min(p.total_pages())
-        } else {
-            p.free_pages() >= need + promised
-        }
+            .collect();
+        self.memory
+            .can_admit(&r.tokens(0, r.len()), self.reservation(r), &running)
     }
 
     fn admit(&mut self, id: ReqId) -> Result<(), KvError> {
         let r = &self.requests[id as usize];
-        let reserve = self.reservation(r);
-        let computed = match &mut self.memory {
-            // A prefix already in the pool counts as computed.
-            Memory::Paged(p) => p.admit(id, &r.tokens(0, r.len()))?,
-            Memory::Reserved(a) => {
-                // The longest gap is looked up only when placing fails.
-                a.place(id, reserve).ok_or_else(|| KvError::OutOfPages {
-                    need: reserve,
-                    free: a.largest_gap(),
-                })?;
-                0
-            }
-        };
+        let (tokens, reserve) = (r.tokens(0, r.len()), self.reservation(r));
+        // A prefix already in the pool counts as computed.
+        let computed = self.memory.admit(id, &tokens, reserve)?;
         let it = self.iteration;
         let r = &mut self.requests[id as usize];
         r.computed = computed;
@@ -707,12 +638,7 @@ impl Scheduler {
 
     /// Frees a request's memory and takes it out of the running set.
     fn release(&mut self, id: ReqId) {
-        match &mut self.memory {
-            Memory::Paged(p) => {
-                let _ = p.free(id);
-            }
-            Memory::Reserved(a) => a.free_run(id),
-        }
+        self.memory.release(id);
         self.running.retain(|&r| r != id);
     }
 
@@ -735,9 +661,7 @@ impl Scheduler {
                 continue;
             }
             r.computed -= 1;
-            if let Memory::Paged(p) = &mut self.memory {
-                p.truncate(id, 1)?;
-            }
+            self.memory.drop_last(id)?;
         }
         Ok(())
     }

@@ -2,7 +2,8 @@
 //! benchmarks: the active set, the queue, and the KV memory page by page — read from the
 //! scheduler's own state, never recomputed beside it.
 
-use super::scheduler::{Memory, Plan, ReqPhase, Scheduler, Wait};
+use super::memory::Memory;
+use super::scheduler::{Plan, ReqPhase, Scheduler, Wait};
 use crate::kv::pool::ReqId;
 use serde::{Deserialize, Serialize};
 
