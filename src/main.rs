@@ -72,12 +72,12 @@ fn on_interrupt() {
     unsafe { libc::_exit(130) }
 }
 
-fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+/// Signal dispositions, set before any thread starts.
+fn set_signals(prints: bool) {
     // Commands that print: a closed pipe (`inferlab trace | head`) ends the process
     // quietly, as it does for Unix tools, instead of a panic inside `println!`.
     #[cfg(unix)]
-    if cli.command.is_some() {
+    if prints {
         // SAFETY: restoring a signal's default disposition, before any thread starts.
         unsafe {
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
@@ -90,6 +90,13 @@ fn main() -> std::process::ExitCode {
     unsafe {
         libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
     }
+    #[cfg(not(unix))]
+    let _ = prints;
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    set_signals(cli.command.is_some());
     let _ = ctrlc::set_handler(on_interrupt);
     let result = match cli.command {
         None => commands::app::run(

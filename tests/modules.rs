@@ -328,3 +328,68 @@ fn the_module_map_in_architecture_md_is_the_import_graph() {
         wrong.join("\n")
     );
 }
+
+/// Functions of `text` as (name, first line, lines from `fn` to its closing brace). A
+/// function ends at the first line that is its own indentation and `}`.
+fn function_lengths(text: &str) -> Vec<(String, usize, usize)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        let body = l.trim_start();
+        let indent = &l[..l.len() - body.len()];
+        let rest = [
+            "pub ",
+            "pub(crate) ",
+            "pub(super) ",
+            "const ",
+            "unsafe ",
+            "async ",
+        ]
+        .iter()
+        .fold(body, |b, p| b.strip_prefix(p).unwrap_or(b));
+        let Some(sig) = rest.strip_prefix("fn ") else {
+            continue;
+        };
+        // A declaration without a body, or a body on the same line.
+        if l.trim_end().ends_with(';') || l.trim_end().ends_with('}') {
+            continue;
+        }
+        let name: String = sig
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        let close = format!("{indent}}}");
+        if let Some(end) = lines[i..].iter().position(|x| *x == close) {
+            out.push((name, i + 1, end + 1));
+        }
+    }
+    out
+}
+
+#[test]
+fn no_function_is_longer_than_sixty_lines() {
+    let mut files = Vec::new();
+    rust_files(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &mut files,
+    );
+    let mut long = Vec::new();
+    let mut seen = 0;
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap();
+        for (name, at, n) in function_lengths(&text) {
+            seen += 1;
+            if n > 60 {
+                long.push(format!("{}:{at} {name}: {n} lines", f.display()));
+            }
+        }
+    }
+    assert!(seen > 500, "the walk found the functions: {seen}");
+    let t = "fn a() {\n    x;\n}\n    pub fn b(&self) -> u8 { 1 }\n";
+    assert_eq!(function_lengths(t), vec![("a".to_string(), 1, 3)]);
+    assert!(
+        long.is_empty(),
+        "functions over 60 lines:\n{}",
+        long.join("\n")
+    );
+}

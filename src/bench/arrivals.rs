@@ -264,6 +264,21 @@ fn choose_rate(
     Ok((rate, why, Some(first)))
 }
 
+/// A paged cache of `kv_budget_tokens` in pages of `page_size`, prefixes shared; the
+/// policy and batch limits are each run's own.
+fn paged(kv_budget_tokens: usize, page_size: usize) -> ServeConfig {
+    ServeConfig {
+        policy: Policy::Continuous,
+        cache: CacheKind::Paged,
+        kv_budget_tokens,
+        page_size,
+        max_batch: 1,
+        token_budget: WHOLE_PROMPT,
+        prefix_sharing: true,
+        reserve: Default::default(),
+    }
+}
+
 /// Runs every policy on the same timed arrivals (`args.seeds` sequences of them, pooled).
 pub fn run(
     model: &Model,
@@ -282,13 +297,9 @@ pub fn run(
     let kv_budget_tokens = kv_budget_tokens.max(MIN_KV_TOKENS);
     let cfg = |policy, max_batch, token_budget| ServeConfig {
         policy,
-        cache: CacheKind::Paged,
-        kv_budget_tokens,
-        page_size,
         max_batch,
         token_budget,
-        prefix_sharing: true,
-        reserve: Default::default(),
+        ..paged(kv_budget_tokens, page_size)
     };
     let seqs = Sequences {
         base: workload(seed),

@@ -164,6 +164,15 @@ fn candle_model(path: &Path, dev: &Device) -> Result<ModelWeights> {
     Ok(ModelWeights::from_gguf(ct, &mut f, dev)?)
 }
 
+/// Each configuration's median prefill and decode speeds over the rounds.
+fn medians(samples: BTreeMap<String, (Vec<f64>, Vec<f64>)>) -> BTreeMap<String, Speed> {
+    let speed = |(pf, dc): (Vec<f64>, Vec<f64>)| Speed {
+        prefill_tok_per_s: median(pf),
+        decode_tok_per_s: median(dc),
+    };
+    samples.into_iter().map(|(k, v)| (k, speed(v))).collect()
+}
+
 /// Loads every configuration and measures them round-robin.
 pub fn run(
     path: &Path,
@@ -204,12 +213,7 @@ pub fn run(
             e.1.push(n as f64 / dc);
         }
     }
-    let speed = |(pf, dc): (Vec<f64>, Vec<f64>)| Speed {
-        prefill_tok_per_s: median(pf),
-        decode_tok_per_s: median(dc),
-    };
-    let configs: BTreeMap<String, Speed> =
-        samples.into_iter().map(|(k, v)| (k, speed(v))).collect();
+    let configs = medians(samples);
     let weight_bytes_per_token = q8.matrix_cost().0;
     let machine = crate::machine::get()?;
     let read_gb_per_s = machine.read_gb_per_s;

@@ -145,6 +145,21 @@ pub(crate) fn quality(
     }
 }
 
+/// The model under each head layout, naive kernel and f32 cache.
+fn layout_models(base: &Model) -> Result<Vec<(HeadLayout, Model)>> {
+    HeadLayout::ALL
+        .iter()
+        .map(|&l| {
+            let m = base.with_run(RunOptions {
+                layout: l,
+                kernel: AttnKernel::Naive,
+                kv_elem: KvElem::F32,
+            })?;
+            Ok((l, m))
+        })
+        .collect()
+}
+
 /// Runs the comparison with a KV budget of `budget_bytes`.
 pub fn run(base: &Model, budget_bytes: usize, decode_tokens: usize) -> Result<HeadsReport> {
     let tok = &base.tokenizer;
@@ -160,17 +175,7 @@ pub fn run(base: &Model, budget_bytes: usize, decode_tokens: usize) -> Result<He
     );
     let eval_tokens: usize = seqs.iter().map(|s| s.len() - 1).sum();
     let v = base.cfg.vocab;
-    let models: Vec<(HeadLayout, Model)> = HeadLayout::ALL
-        .iter()
-        .map(|&l| {
-            let m = base.with_run(RunOptions {
-                layout: l,
-                kernel: AttnKernel::Naive,
-                kv_elem: KvElem::F32,
-            })?;
-            Ok((l, m))
-        })
-        .collect::<Result<_>>()?;
+    let models = layout_models(base)?;
     let gqa = &models
         .iter()
         .find(|(l, _)| *l == HeadLayout::Gqa)

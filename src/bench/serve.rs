@@ -331,6 +331,25 @@ fn single_step_ms(model: &Model, source: &[u32]) -> Result<f64> {
     Ok(super::median(times))
 }
 
+/// The batching runs' settings: continuous batching on pages, under the batch cap.
+fn capped_config(
+    kv_budget_tokens: usize,
+    page_size: usize,
+    reserve: Reserve,
+    max_batch: usize,
+) -> ServeConfig {
+    ServeConfig {
+        policy: Policy::Continuous,
+        cache: CacheKind::Paged,
+        kv_budget_tokens,
+        page_size,
+        max_batch,
+        token_budget: 512,
+        prefix_sharing: true,
+        reserve,
+    }
+}
+
 /// Runs the comparison.
 pub fn run(
     model: &Model,
@@ -346,16 +365,7 @@ pub fn run(
         source.len() > 200,
         "the shipped text is too short for the workload"
     );
-    let capped = ServeConfig {
-        policy: Policy::Continuous,
-        cache: CacheKind::Paged,
-        kv_budget_tokens,
-        page_size,
-        max_batch,
-        token_budget: 512,
-        prefix_sharing: true,
-        reserve,
-    };
+    let capped = capped_config(kv_budget_tokens, page_size, reserve, max_batch);
     let (static_, continuous, request_at_a_time) = batching_runs(model, &capped, w, &source)?;
     // The cache pair runs without a batch cap: KV memory alone decides how many requests
     // run at once, which is what the layouts differ in.

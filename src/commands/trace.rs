@@ -68,21 +68,27 @@ struct Line<'a> {
     attention: Vec<Vec<f32>>,
 }
 
+/// `--layer` and `--head` within the model's.
+fn check_layer_and_head(a: &Args, cfg: &inferlab::model::LlamaConfig) -> Result<()> {
+    anyhow::ensure!(
+        a.layer < cfg.n_layer,
+        "--layer {} is out of range: the model has layers 0..{}",
+        a.layer,
+        cfg.n_layer - 1
+    );
+    anyhow::ensure!(
+        a.head < cfg.n_head,
+        "--head {} is out of range: the model has heads 0..{}",
+        a.head,
+        cfg.n_head - 1
+    );
+    Ok(())
+}
+
 /// Runs `trace`.
 pub fn run(a: &Args) -> Result<()> {
     let model = load_model(&a.model)?;
-    anyhow::ensure!(
-        a.layer < model.cfg.n_layer,
-        "--layer {} is out of range: the model has layers 0..{}",
-        a.layer,
-        model.cfg.n_layer - 1
-    );
-    anyhow::ensure!(
-        a.head < model.cfg.n_head,
-        "--head {} is out of range: the model has heads 0..{}",
-        a.head,
-        model.cfg.n_head - 1
-    );
+    check_layer_and_head(a, &model.cfg)?;
     let ids = prompt_ids(&model, &a.prompt, (a.chat, a.special_tokens), a.max_tokens)?;
     let mut s = Session::new(&model, ids, a.max_tokens, a.sampling.config());
     s.probe.select = LayerSelect::One(a.layer);

@@ -65,9 +65,7 @@ pub fn value(app: Sources, name: &str) -> Option<String> {
         "crossover_tokens" => crossover(r.info.layout)?,
         "crossover_tokens_mha" => crossover(HeadLayout::Mha)?,
         "crossover_tokens_gqa" => crossover(HeadLayout::Gqa)?,
-        "read_gb_per_s" => format!("{:.1}", machine?.read_gb_per_s),
-        "int8_gops" => format!("{:.0}", 2.0 * machine?.int8_gmac_per_s),
-        "ridge_ops_per_byte" => format!("{:.0}", traffic::Roof::of(machine?).ridge()),
+        "read_gb_per_s" | "int8_gops" | "ridge_ops_per_byte" => machine_figure(machine?, name),
         "batch_weight_mb_per_token" => {
             // Once a batch has run: with one token the batch's share is the whole read.
             let s = serve.filter(|s| s.step.tokens_scheduled > 1)?;
@@ -86,6 +84,15 @@ pub fn value(app: Sources, name: &str) -> Option<String> {
         }
         _ => return None,
     })
+}
+
+/// A figure of this machine's measured limits.
+fn machine_figure(m: &crate::machine::Machine, name: &str) -> String {
+    match name {
+        "read_gb_per_s" => format!("{:.1}", m.read_gb_per_s),
+        "int8_gops" => format!("{:.0}", 2.0 * m.int8_gmac_per_s),
+        _ => format!("{:.0}", traffic::Roof::of(m).ridge()),
+    }
 }
 
 /// A serving run's p99 time to first token so far, once a request has had its first.

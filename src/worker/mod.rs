@@ -141,21 +141,30 @@ fn run(cfg: EngineConfig, rx: Receiver<Command>, tx: &Sender<Event>) -> Result<(
     Ok(())
 }
 
+/// Finds the model (fetching it with progress where it must) and loads it.
+fn find_and_load(
+    cfg: &EngineConfig,
+    send: &dyn Fn(Event),
+) -> Result<(std::path::PathBuf, Model), WorkerError> {
+    send(Event::Status("finding the model".into()));
+    let mut progress = |p: Progress| match p {
+        Progress::Stage(s) => send(Event::Status(s)),
+        Progress::Bytes { done, total } => send(Event::Progress { done, total }),
+    };
+    let (path, _) = source::resolve(cfg.model.as_deref(), &mut progress)?;
+    send(Event::Status(format!("loading {}", path.display())));
+    let base = Model::load(&path, &cfg.load).map_err(|err| WorkerError::Load {
+        path: path.clone(),
+        err,
+    })?;
+    Ok((path, base))
+}
+
 impl Worker {
     /// Finds and loads the model (saying so as it goes), starts the live request and the
     /// serving run, measures the machine once, and says the app is ready.
     fn start(cfg: &EngineConfig, send: &dyn Fn(Event)) -> Result<Self, WorkerError> {
-        send(Event::Status("finding the model".into()));
-        let mut progress = |p: Progress| match p {
-            Progress::Stage(s) => send(Event::Status(s)),
-            Progress::Bytes { done, total } => send(Event::Progress { done, total }),
-        };
-        let (path, _) = source::resolve(cfg.model.as_deref(), &mut progress)?;
-        send(Event::Status(format!("loading {}", path.display())));
-        let base = Model::load(&path, &cfg.load).map_err(|err| WorkerError::Load {
-            path: path.clone(),
-            err,
-        })?;
+        let (path, base) = find_and_load(cfg, send)?;
         let settings = Settings {
             run: cfg.run,
             ..Settings::default()

@@ -105,10 +105,14 @@ pub fn render_compare(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         &app.frames.shown().timeline_compare,
     );
     // The two runs see the same requests: the ratio of their speeds is the lesson.
-    // On the bottom rows, two where the pane is too narrow for one.
+    draw_ratio(&ratio_line(app, serving, current, view), theme, area, buf);
+}
+
+/// The ratio line on the pane's bottom rows, two where the pane is too narrow for one.
+fn draw_ratio(line: &str, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let inner = ratatui::widgets::Block::bordered().inner(area);
     let w = inner.width as usize;
-    let rows = units::wrap(&ratio_line(app, serving, current, view), w);
+    let rows = units::wrap(line, w);
     let rows = &rows[..rows.len().min(2)];
     let top = (inner.y + inner.height).saturating_sub(rows.len() as u16);
     for (i, line) in rows.iter().enumerate() {
@@ -188,6 +192,44 @@ fn render_view(
         .iter()
         .any(|k| timeline::PHASES.iter().any(|p| p.2 == k.as_str()));
     let rows = header(sv, app.points_at(), inner, buf);
+    // The grid starts on the row after the header's last.
+    let below = Rect {
+        y: inner.y + rows - 1,
+        height: inner.height.saturating_sub(rows - 1),
+        ..inner
+    };
+    let (y, req) = draw_memory(app, sv, timeline_first, theme, (inner, below), buf);
+    let rest = Rect {
+        y,
+        height: (inner.y + inner.height).saturating_sub(y),
+        ..inner
+    };
+    let y = if timeline_first {
+        y
+    } else {
+        other_tables(sv, req, theme, rest, buf)
+    };
+    draw_timeline(
+        sv.requests,
+        timeline,
+        &sv.ttft_ms,
+        theme,
+        Rect { y, ..inner }.intersection(inner),
+        buf,
+    );
+}
+
+/// The page grid (or reservations) in `below`, then the notes under it: latency, this
+/// run's copies on write, and the chosen request's block table (pages) or the free gaps
+/// (contiguous). Returns the row after them and the chosen request.
+fn draw_memory(
+    app: &App,
+    sv: &crate::report::ServeView,
+    timeline_first: bool,
+    theme: &Theme,
+    (inner, below): (Rect, Rect),
+    buf: &mut Buffer,
+) -> (u16, Option<u64>) {
     // The chosen request's pages stand out, and its block table maps its logical blocks
     // to them (paged cache only).
     let req = app
@@ -197,16 +239,8 @@ fn render_view(
         .or_else(|| sv.step.block_tables.first().map(|t| t.0));
     let blocks = req.map(|r| pages::block_table(sv, r)).unwrap_or_default();
     let marked: Vec<u32> = blocks.iter().map(|b| b.page).collect();
-    // The grid starts on the row after the header's last.
-    let below = Rect {
-        y: inner.y + rows - 1,
-        height: inner.height.saturating_sub(rows - 1),
-        ..inner
-    };
     let legend = if timeline_first { Some(1) } else { None };
-    let mut y = draw_grid_with(&Grid::of(sv), &marked, legend, theme, below, buf);
-    // Under the grid: this run's copies on write, then the chosen request's block table
-    // (pages) or the free gaps (a contiguous cache).
+    let y = draw_grid_with(&Grid::of(sv), &marked, legend, theme, below, buf);
     let table = req.map(|r| pages::describe_table(r, &blocks, sv.page_size));
     let notes = [
         sv.describe_latency(),
@@ -215,7 +249,7 @@ fn render_view(
             .or_else(|| pages::describe_gaps(sv))
             .filter(|_| !timeline_first),
     ];
-    y = draw_notes(
+    let y = draw_notes(
         app.points_at(),
         notes.into_iter().flatten(),
         theme,
@@ -223,22 +257,7 @@ fn render_view(
         y,
         buf,
     );
-    let rest = Rect {
-        y,
-        height: (inner.y + inner.height).saturating_sub(y),
-        ..inner
-    };
-    if !timeline_first {
-        y = other_tables(sv, req, theme, rest, buf);
-    }
-    draw_timeline(
-        sv.requests,
-        timeline,
-        &sv.ttft_ms,
-        theme,
-        Rect { y, ..inner }.intersection(inner),
-        buf,
-    );
+    (y, req)
 }
 
 /// A run not started yet: what starts it, and what the run before it came to.
@@ -449,15 +468,27 @@ fn draw_grid_with(
     } else {
         g.legend().to_string()
     };
-    // The legend wraps onto more rows where the pane has room to spare below the grid (a
-    // third of it, two rows from five), else the one row is cut.
+    draw_legend(&legend, legend_rows, theme, inner, y, buf)
+}
+
+/// The grid's legend from row `y`: it wraps onto more rows where the pane has room to
+/// spare below the grid (a third of it, two rows from five), else the one row is cut.
+/// Returns the row after it.
+fn draw_legend(
+    legend: &str,
+    legend_rows: Option<usize>,
+    theme: &Theme,
+    inner: Rect,
+    y: u16,
+    buf: &mut Buffer,
+) -> u16 {
     let spare = (inner.y + inner.height).saturating_sub(y) as usize;
     let most = match legend_rows {
         Some(n) => n,
         None if spare >= 5 => (spare / 3).max(2),
         None => 1,
     };
-    let rows = wrap_items(&legend, width, most);
+    let rows = wrap_items(legend, (inner.width as usize).max(1), most);
     for (i, row) in rows.iter().enumerate() {
         put_text(buf, inner, 0, y + i as u16, row, theme.dim());
     }
