@@ -342,10 +342,15 @@ fn a_lesson_opens_beside_the_panes_moves_with_n_and_saves_progress() {
     t.wait_for("[x] Task:", 10);
     t.keys(&["n"]);
     t.wait_for("Switch to MHA", 10);
-    // The step predicts before it switches: answering "3× now" switches to MHA (the
-    // step's task), and the recomputed request grades the answer.
-    t.wait_for("3× now", 10);
-    t.keys(&["3"]);
+    // The step predicts before it switches: answering MHA's bytes per token (3× GQA's
+    // 46,080) switches to MHA (the step's task), and the recomputed request grades the
+    // answer. The choices are shuffled: the key is the digit before the figure.
+    let screen = t.wait_for("138,240 bytes", 10);
+    let line = screen.lines().find(|l| l.contains("138,240 bytes")).unwrap();
+    let at = line.find("138,240 bytes").unwrap();
+    let key = line[..at].trim_end().trim_end_matches('.').chars().last().unwrap();
+    assert!(key.is_ascii_digit(), "{line}");
+    t.keys(&[&key.to_string()]);
     t.wait_for("9 query heads read 9 KV head(s)", 30);
     t.wait_for_all(&["[x] Task: Switch to MHA", "Right: under MHA"], 30);
     // The lesson list overlay.

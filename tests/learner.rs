@@ -445,6 +445,15 @@ impl Learner {
             if a.right {
                 return;
             }
+            // A whole run's outcome is graded once: the next question opens, wrong or not.
+            if predict::graded_once(kind) {
+                assert_ne!(
+                    self.tutor().open_question(),
+                    Some(qi),
+                    "{at}: {kind:?} graded wrong but still open"
+                );
+                return;
+            }
             assert!(attempt < 11, "{at}: {kind:?} never graded right");
             pick = rights.first().copied().unwrap_or(pick + 1);
         }

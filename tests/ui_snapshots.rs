@@ -1032,11 +1032,21 @@ fn the_lesson_pane_draws_a_tutor_and_what_the_app_says_of_it() {
             figures: Vec::new(),
             ran: true,
         };
-        let mut term = Terminal::new(TestBackend::new(60, 30)).unwrap();
+        let mut term = Terminal::new(TestBackend::new(60, 40)).unwrap();
         term.draw(|f| panes::lesson::draw(&t, &live, &THEME, f.area(), f.buffer_mut()))
             .unwrap();
         let text = format!("{}", term.backend());
         assert!(text.contains(mark), "{text}");
+        assert!(!text.contains("more below"), "{text}");
+        // Where the task is below the fold, the footer says there is more.
+        let mut term = Terminal::new(TestBackend::new(60, 14)).unwrap();
+        term.draw(|f| panes::lesson::draw(&t, &live, &THEME, f.area(), f.buffer_mut()))
+            .unwrap();
+        let text = format!("{}", term.backend());
+        assert!(
+            !text.contains(mark) && text.contains("↓ more below"),
+            "{text}"
+        );
     }
 }
 

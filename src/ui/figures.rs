@@ -67,8 +67,12 @@ pub fn value(app: Sources, name: &str) -> Option<String> {
         "crossover_tokens_gqa" => crossover(HeadLayout::Gqa)?,
         "read_gb_per_s" | "int8_gops" | "ridge_ops_per_byte" => machine_figure(machine?, name),
         "batch_weight_mb_per_token" => {
-            // Once a batch has run: with one token the batch's share is the whole read.
-            let s = serve.filter(|s| s.step.tokens_scheduled > 1)?;
+            // Once a batch of decodes has run: with one token the batch's share is the
+            // whole read, and an iteration with prompt rows is a prefill's figure, not the
+            // decode batch's the lessons quote.
+            let s = serve.filter(|s| {
+                s.step.tokens_scheduled > 1 && s.step.tokens_scheduled <= s.step.active.len()
+            })?;
             format!(
                 "{:.1}",
                 s.step.traffic.weight_bytes as f64 / 1e6 / s.step.tokens_scheduled as f64

@@ -90,7 +90,7 @@ pub const BINDINGS: &[Binding] = &[
     },
     Binding {
         keys: "j k h l",
-        help: "layer down / up, head left / right (wheel; click a head)",
+        help: "next / previous layer, head left / right (wheel; click a head)",
         rank: 3,
         hint: "layer/head",
         on: &[

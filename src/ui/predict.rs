@@ -141,8 +141,10 @@ pub fn unavailable(kind: Predict, ran: bool) -> &'static str {
         return "this prediction needs an iteration first: press space";
     }
     match kind {
+        Predict::NextJoin => {
+            "this prediction needs a request waiting in the queue: press space until the header's queue is above 0 (b restarts the run)"
+        }
         Predict::PagesNext
-        | Predict::NextJoin
         | Predict::DominantBatch
         | Predict::FinishedRowStatic => {
             "this prediction needs the serving workload running: press space; g, c and b restart it"
@@ -331,11 +333,9 @@ fn pages_choices(sv: &ServeView) -> Option<LiveChoices> {
 /// The first three waiting requests, a request not among them (a new arrival admitted at
 /// once, or one further back), or none. Asked only while a request can still join.
 fn join_choices(sv: &ServeView) -> Option<LiveChoices> {
-    let seen = sv.step.active.iter().map(|a| a.id);
-    let newest = seen.chain(sv.step.queue.iter().copied()).max();
-    // Requests get their ids in arrival order, so a higher id has yet to arrive.
-    let arrivals_left = newest.map_or(sv.requests > 0, |m| (m as usize) + 1 < sv.requests);
-    if sv.done || (sv.step.queue.is_empty() && !arrivals_left) {
+    // With nobody waiting the answer would be a guess at the next random arrival: the
+    // question waits until the queue holds someone.
+    if sv.done || sv.step.queue.is_empty() {
         return None;
     }
     let mut values: Vec<u64> = sv.step.queue.iter().take(3).copied().collect();
@@ -433,6 +433,12 @@ pub fn waits_for_event(kind: Predict) -> bool {
         kind,
         Predict::FinishedRowStatic | Predict::DominantBatch | Predict::TtftRatio
     )
+}
+
+/// Predictions graded once, right or wrong: their outcome takes a whole serving run, and
+/// measures timing that varies from run to run, so asking again would only measure noise.
+pub fn graded_once(kind: Predict) -> bool {
+    matches!(kind, Predict::TtftRatio)
 }
 
 /// Whether prediction `p` (offered as `live`) came true in report `new`, and what
@@ -710,10 +716,11 @@ fn flops_outcome(live: &LiveChoices, chosen: u64, new: &StepReport) -> (bool, St
     let ratio = new.info.traffic.flops as f64 / live.subject.max(1) as f64;
     let right = nearest_with_edge(&live.values, ratio);
     let why = format!(
-        "without the cache the step ran all {} tokens again: {:.1} GFLOP, {ratio:.0}× the cached step's {:.2}{}",
+        "without the cache the step ran all {} tokens again: {:.1} GFLOP, {ratio:.0}× the cached step's {:.2} (under {}×, since the LM head still scores only the newest position){}",
         new.info.input_len,
         new.info.traffic.flops as f64 / 1e9,
         live.subject as f64 / 1e9,
+        new.info.input_len,
         both_said(right.len())
     );
     (right.contains(&chosen), why)

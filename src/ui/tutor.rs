@@ -132,9 +132,22 @@ impl Tutor {
         }
     }
 
-    /// The first question not yet answered right, if any.
+    /// The first question not yet settled, if any.
     pub fn open_question(&self) -> Option<usize> {
-        (0..self.answers.len()).find(|&i| !self.answers[i].as_ref().is_some_and(|a| a.right))
+        (0..self.answers.len()).find(|&i| !self.settled(i))
+    }
+
+    /// Whether question `qi` needs no more answers: it was answered right, or it is a
+    /// prediction about a whole run's outcome that was graded (right or wrong). Predicting
+    /// such a run again would mean serving it all again, to measure noise.
+    fn settled(&self, qi: usize) -> bool {
+        let Some(a) = self.answers.get(qi).and_then(Option::as_ref) else {
+            return false;
+        };
+        let whole_run = self.step().and_then(|s| s.questions.get(qi)).is_some_and(|q| {
+            matches!(q.kind, QuestionKind::Predict(k) if super::predict::graded_once(k))
+        });
+        a.right || whole_run
     }
 }
 
@@ -356,13 +369,10 @@ impl Tutor {
     }
 
     /// Records a finished step in the progress file, once: its task holds (if it has one)
-    /// and every question is answered right. A step with neither is done once shown, so
+    /// and every question is settled (answered right, or a whole run predicted). A step with neither is done once shown, so
     /// the last step of a lesson counts without pressing `n` past it.
     pub fn note_progress(&mut self, app: &LiveState) {
-        let answered = self
-            .answers
-            .iter()
-            .all(|a| a.as_ref().is_some_and(|a| a.right));
+        let answered = (0..self.answers.len()).all(|i| self.settled(i));
         if !(self.task_done(app) && answered) {
             return;
         }

@@ -129,7 +129,8 @@ pub fn draw(t: &Tutor, live: &Live, theme: &Theme, area: Rect, buf: &mut Buffer)
     let text = Paragraph::new(lines(t, live, theme)).wrap(Wrap { trim: false });
     // Never past the text's last row, whatever the scroll asked (the app clamps it too,
     // but the pane may have narrowed since).
-    let scroll = t.scroll.min(last_scroll(&text, inner));
+    let last = last_scroll(&text, inner);
+    let scroll = t.scroll.min(last);
     text.scroll((scroll, 0)).render(
         Rect {
             height: inner.height.saturating_sub(1),
@@ -137,13 +138,25 @@ pub fn draw(t: &Tutor, live: &Live, theme: &Theme, area: Rect, buf: &mut Buffer)
         },
         buf,
     );
+    // Text below the fold (a task, a question) says so where the eye ends up.
+    let (footer, style) = if scroll < last {
+        (
+            "↓ more below: J or the wheel scrolls · n next · p back",
+            theme.accent(),
+        )
+    } else {
+        (
+            "n next · p back · 1-9 answer · L lessons · wheel scrolls",
+            theme.dim(),
+        )
+    };
     super::put(
         buf,
         inner,
         0,
         inner.y + inner.height.saturating_sub(1),
-        "n next · p back · 1-9 answer · L lessons · wheel scrolls",
-        theme.dim(),
+        footer,
+        style,
     );
 }
 
@@ -309,6 +322,13 @@ fn question_lines<'a>(
     if let (Some(a), QuestionKind::Predict(kind)) = (answer, &q.kind) {
         out.push(verdict(a, live, theme));
         if a.right {
+            return out;
+        }
+        if predict::graded_once(*kind) {
+            out.push(Line::styled(
+                "  (graded once: the next question is open)",
+                theme.dim(),
+            ));
             return out;
         }
         out.push(Line::styled(predict_again(*kind), theme.dim()));

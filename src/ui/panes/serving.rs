@@ -330,10 +330,12 @@ fn run_before(v: &crate::report::ServeView, chunked: bool) -> Option<String> {
         .map(|t| format!(" · {t:.0} tok/s"))
         .unwrap_or_default();
     let chunks = if chunked { " · chunked prefill" } else { "" };
+    // A step's iteration counts from 0: the run had one more than its last index.
+    let n = v.step.iteration + 1;
+    let s = if n == 1 { "" } else { "s" };
     Some(format!(
-        "the run before ({}{chunks}, {} iterations{tps}): {latency}",
+        "the run before ({}{chunks}, {n} iteration{s}{tps}): {latency}",
         v.describe(),
-        v.step.iteration
     ))
 }
 
