@@ -346,9 +346,17 @@ fn a_lesson_opens_beside_the_panes_moves_with_n_and_saves_progress() {
     // 46,080) switches to MHA (the step's task), and the recomputed request grades the
     // answer. The choices are shuffled: the key is the digit before the figure.
     let screen = t.wait_for("138,240 bytes", 10);
-    let line = screen.lines().find(|l| l.contains("138,240 bytes")).unwrap();
+    let line = screen
+        .lines()
+        .find(|l| l.contains("138,240 bytes"))
+        .unwrap();
     let at = line.find("138,240 bytes").unwrap();
-    let key = line[..at].trim_end().trim_end_matches('.').chars().last().unwrap();
+    let key = line[..at]
+        .trim_end()
+        .trim_end_matches('.')
+        .chars()
+        .last()
+        .unwrap();
     assert!(key.is_ascii_digit(), "{line}");
     t.keys(&[&key.to_string()]);
     t.wait_for("9 query heads read 9 KV head(s)", 30);

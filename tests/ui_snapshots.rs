@@ -1948,3 +1948,19 @@ fn the_run_beside_names_its_layout_before_its_first_iteration() {
     let text = format!("{}", t.backend());
     assert!(text.contains("· mha"), "{text}");
 }
+
+#[test]
+fn tab_and_shift_tab_move_the_focus_both_ways() {
+    let mut a = common::fixture::app();
+    let start = a.view.focus;
+    a.update(Action::FocusNext);
+    assert_ne!(a.view.focus, start);
+    a.update(Action::FocusPrev);
+    assert_eq!(a.view.focus, start);
+    // Back from the first pane is the last.
+    a.update(Action::Set(inferlab::ui::live::Setting::Focus(
+        inferlab::screen::Pane::ALL[0],
+    )));
+    a.update(Action::FocusPrev);
+    assert_eq!(a.view.focus, *inferlab::screen::Pane::ALL.last().unwrap());
+}

@@ -35,6 +35,7 @@ pub enum Action {
     ScrollBack,
     ScrollForward,
     FocusNext,
+    FocusPrev,
     ToggleHelp,
     CycleCompare,
     /// Lessons: next / previous step, the lesson list, an answer (1-based), Enter.
@@ -516,10 +517,8 @@ impl App {
                 self.engine.running = false;
                 self.input = Some(String::new());
             }
-            Action::FocusNext => {
-                let i = Pane::ALL.iter().position(|p| *p == v.focus).unwrap_or(0);
-                v.focus_on(Pane::ALL[(i + 1) % Pane::ALL.len()]);
-            }
+            Action::FocusNext => v.focus_by(1),
+            Action::FocusPrev => v.focus_by(Pane::ALL.len() - 1),
             Action::Set(Setting::Focus(p)) => v.focus_on(p),
             Action::ToggleZoom => v.toggle_zoom(lesson),
             Action::Set(Setting::Zoom(z)) => (v.zoomed, v.pane_full) = (z, false),

@@ -66,18 +66,7 @@ pub fn value(app: Sources, name: &str) -> Option<String> {
         "crossover_tokens_mha" => crossover(HeadLayout::Mha)?,
         "crossover_tokens_gqa" => crossover(HeadLayout::Gqa)?,
         "read_gb_per_s" | "int8_gops" | "ridge_ops_per_byte" => machine_figure(machine?, name),
-        "batch_weight_mb_per_token" => {
-            // Once a batch of decodes has run: with one token the batch's share is the
-            // whole read, and an iteration with prompt rows is a prefill's figure, not the
-            // decode batch's the lessons quote.
-            let s = serve.filter(|s| {
-                s.step.tokens_scheduled > 1 && s.step.tokens_scheduled <= s.step.active.len()
-            })?;
-            format!(
-                "{:.1}",
-                s.step.traffic.weight_bytes as f64 / 1e6 / s.step.tokens_scheduled as f64
-            )
-        }
+        "batch_weight_mb_per_token" => batch_weight_mb(serve?)?,
         "serve_tokens_per_s" => format!("{:.0}", serve?.tokens_per_s()?),
         "serve_ratio" => format!("{:.2}", serve.and(r.serve_ratio())?),
         "continuous_ttft_p99_ms" => ttft_p99(serve.and(r.serving_run(Policy::Continuous)))?,
@@ -88,6 +77,15 @@ pub fn value(app: Sources, name: &str) -> Option<String> {
         }
         _ => return None,
     })
+}
+
+/// The serving batch's weight megabytes per token, once a batch of decodes has run: with
+/// one token the batch's share is the whole read, and an iteration with prompt rows is a
+/// prefill's figure, not the decode batch's the lessons quote.
+fn batch_weight_mb(s: &crate::report::ServeView) -> Option<String> {
+    let n = s.step.tokens_scheduled;
+    (n > 1 && n <= s.step.active.len())
+        .then(|| format!("{:.1}", s.step.traffic.weight_bytes as f64 / 1e6 / n as f64))
 }
 
 /// A figure of this machine's measured limits.

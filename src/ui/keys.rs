@@ -164,12 +164,13 @@ pub const BINDINGS: &[Binding] = &[
     },
     Binding {
         keys: "z tab e",
-        help: "zoom (lesson: pane over text, all panes, text) · tab next · e export",
+        help: "zoom (lesson: pane, all, text) · tab/⇧tab next/back pane · e export",
         rank: 8,
         hint: "zoom/focus/export",
         on: &[
             (KeyCode::Char('z'), Action::ToggleZoom),
             (KeyCode::Tab, Action::FocusNext),
+            (KeyCode::BackTab, Action::FocusPrev),
             (KeyCode::Char('e'), Action::Export),
         ],
     },

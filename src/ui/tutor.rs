@@ -144,9 +144,9 @@ impl Tutor {
         let Some(a) = self.answers.get(qi).and_then(Option::as_ref) else {
             return false;
         };
-        let whole_run = self.step().and_then(|s| s.questions.get(qi)).is_some_and(|q| {
-            matches!(q.kind, QuestionKind::Predict(k) if super::predict::graded_once(k))
-        });
+        let whole_run = self.step().and_then(|s| s.questions.get(qi)).is_some_and(
+            |q| matches!(q.kind, QuestionKind::Predict(k) if super::predict::graded_once(k)),
+        );
         a.right || whole_run
     }
 }

@@ -71,6 +71,14 @@ impl View {
         }
     }
 
+    /// Focuses the pane `by` places on from the focused one in [`Pane::ALL`]'s order
+    /// (`ALL.len() - 1` goes one back).
+    pub fn focus_by(&mut self, by: usize) {
+        let n = Pane::ALL.len();
+        let i = Pane::ALL.iter().position(|p| *p == self.focus).unwrap_or(0);
+        self.focus_on(Pane::ALL[(i + by) % n]);
+    }
+
     /// Focuses `p`; the forward and traffic panes share a place, and so do the attention
     /// pane and the lens: focusing one shows it.
     pub fn focus_on(&mut self, p: Pane) {

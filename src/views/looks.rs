@@ -60,8 +60,9 @@ impl Looks {
             generated: q >= r.prompt_len,
             layer,
             head,
-            on_prompt: row.iter().take(r.prompt_len).sum(),
-            on_generated: row.iter().skip(r.prompt_len).sum(),
+            // Folded from +0.0: a float `sum` of nothing is -0.0, printed "-0.00".
+            on_prompt: row.iter().take(r.prompt_len).fold(0.0, |a, w| a + w),
+            on_generated: row.iter().skip(r.prompt_len).fold(0.0, |a, w| a + w),
             on_first: row.first().copied().unwrap_or(0.0),
             keys: ranked(row).into_iter().map(|(j, w)| key(j, w)).collect(),
             per_head: heads
