@@ -157,7 +157,7 @@ fn the_traffic_view_takes_its_figures_from_the_reports() {
     assert!((v.now.gb_per_s() - bytes / 1e9 / (ms / 1e3)).abs() < 1e-9);
     let head = v.rows(false).into_iter().next();
     assert!(
-        matches!(&head, Some(traffic::Row::Text(t)) if t.contains("looking")),
+        matches!(&head, Some(traffic::Row::Text(t)) if t.contains("capturing for the panes")),
         "the probe's time is shown apart"
     );
     let roof = v.roof.unwrap();

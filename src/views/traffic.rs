@@ -321,12 +321,9 @@ impl TrafficView {
 fn kinds(who: &str, t: &Traffic, narrow: bool) -> String {
     let b = |n: u64| bytes(n as usize);
     if narrow {
+        // ▓ is the KV read, as in the wide legend: the reads the lessons compare.
         let who = who.split(' ').next_back().unwrap_or(who);
-        format!(
-            "{who} █ {} ▓ {}",
-            b(t.weight_bytes),
-            b(t.kv_read_bytes + t.kv_write_bytes)
-        )
+        format!("{who} █ {} ▓ {}", b(t.weight_bytes), b(t.kv_read_bytes))
     } else {
         format!(
             "{who} █ weights {} ▓ KV read {} ▒ KV write {} ░ scores {}",
