@@ -29,6 +29,24 @@ impl KvView {
     }
 }
 
+/// Why a report read from a file cannot be drawn: a count, index or length the screens
+/// would trust is out of range, said in words (which iteration's which part).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub struct Inconsistent(pub String);
+
+impl From<&str> for Inconsistent {
+    fn from(s: &str) -> Self {
+        Self(s.to_string())
+    }
+}
+
+impl From<String> for Inconsistent {
+    fn from(s: String) -> Self {
+        Self(s)
+    }
+}
+
 /// One iteration of the engine.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StepReport {
@@ -113,19 +131,19 @@ impl StepReport {
 
     /// Checks every index and length the screens will trust, for a report read from a
     /// file: a recording is untrusted input.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), Inconsistent> {
         self.cfg
             .validate()
-            .map_err(|e| format!("model shape: {e}"))?;
+            .map_err(|e| Inconsistent::from(format!("model shape: {e}")))?;
         self.check_request()?;
         // Heads as this report ran them: MHA and MQA are built from the trained GQA model.
         let kv_heads = self.info.layout.kv_heads(&self.cfg);
         for c in &self.info.captures {
             check_capture(c, &self.cfg, kv_heads)
-                .map_err(|e| format!("layer {} capture: {e}", c.layer))?;
+                .map_err(|e| Inconsistent::from(format!("layer {} capture: {e}", c.layer)))?;
         }
         if let Some(s) = &self.sink {
-            check_sink(s).map_err(|e| format!("sink experiment: {e}"))?;
+            check_sink(s).map_err(|e| Inconsistent::from(format!("sink experiment: {e}")))?;
         }
         for (name, v) in [
             ("serve", &self.serve),
@@ -133,12 +151,12 @@ impl StepReport {
         ] {
             if let Some(v) = v {
                 v.check(self.cfg.context)
-                    .map_err(|e| format!("serving run `{name}`: {e}"))?;
+                    .map_err(|e| Inconsistent::from(format!("serving run `{name}`: {e}")))?;
             }
         }
         if let Some(b) = &self.beside {
             if b.agreed > b.compared || b.top_k.iter().any(|t| t.id as usize >= self.cfg.vocab) {
-                return Err("the layout beside names a token or agreement it cannot have".into());
+                return Err(Inconsistent::from("the layout beside names a token or agreement it cannot have"));
             }
         }
         Ok(())
@@ -146,21 +164,21 @@ impl StepReport {
 
     /// The live request's own figures: tokens, heads, top tokens, timings, captures and
     /// the lens within what the model has.
-    fn check_request(&self) -> Result<(), String> {
+    fn check_request(&self) -> Result<(), Inconsistent> {
         let (cfg, info) = (&self.cfg, &self.info);
         if self.prompt_len > self.pieces.len() + 1 {
-            return Err(format!(
+            return Err(Inconsistent(format!(
                 "prompt_len {} but only {} tokens",
                 self.prompt_len,
                 self.pieces.len()
-            ));
+            )));
         }
         let kv_heads = info.layout.kv_heads(cfg);
         if info.query_to_kv.iter().any(|&k| k >= kv_heads) || info.query_to_kv.len() > cfg.n_head {
-            return Err(format!(
+            return Err(Inconsistent(format!(
                 "query_to_kv names a KV head the model has not got under {}",
                 info.layout
-            ));
+            )));
         }
         let prob = |p: f32| (0.0..=1.0).contains(&p);
         if info
@@ -168,19 +186,19 @@ impl StepReport {
             .iter()
             .any(|t| !prob(t.prob) || t.id as usize >= cfg.vocab)
         {
-            return Err("a top-k entry is not a probability of a vocabulary token".into());
+            return Err(Inconsistent::from("a top-k entry is not a probability of a vocabulary token"));
         }
         if info.timing.layers_ms.len() > cfg.n_layer {
-            return Err("timing lists more layers than the model has".into());
+            return Err(Inconsistent::from("timing lists more layers than the model has"));
         }
         if info.captures.len() > cfg.n_layer || self.pieces.len() > cfg.context + 1 {
-            return Err(format!(
+            return Err(Inconsistent(format!(
                 "{} captures and {} tokens for a model of {} layers and {} positions",
                 info.captures.len(),
                 self.pieces.len(),
                 cfg.n_layer,
                 cfg.context
-            ));
+            )));
         }
         let lens_ok = |l: &crate::model::session::LensRow| {
             l.layer < cfg.n_layer
@@ -189,9 +207,9 @@ impl StepReport {
                 && prob(l.chosen_prob)
         };
         if info.logit_lens.len() > cfg.n_layer || !info.logit_lens.iter().all(lens_ok) {
-            return Err(
+            return Err(Inconsistent(
                 "the logit lens names a layer, token or probability the model cannot have".into(),
-            );
+            ));
         }
         Ok(())
     }
@@ -199,7 +217,7 @@ impl StepReport {
 
 /// The sink experiment's sizes: the pane and picture draw one cell per page of the text
 /// for each lane.
-fn check_sink(s: &crate::sink::SinkView) -> Result<(), String> {
+fn check_sink(s: &crate::sink::SinkView) -> Result<(), Inconsistent> {
     // Far beyond any shipped text (the experiment reads about 2,000 tokens in pages of
     // 16, three lanes); small enough to draw.
     const MOST_PAGES: usize = 1 << 14;
@@ -211,10 +229,10 @@ fn check_sink(s: &crate::sink::SinkView) -> Result<(), String> {
         || pages.is_none_or(|p| p > MOST_PAGES)
         || s.pos > s.text_tokens
     {
-        return Err(format!(
+        return Err(Inconsistent(format!(
             "{} of {} tokens read in pages of {} (at most {MOST_PAGES} pages)",
             s.pos, s.text_tokens, s.page_size
-        ));
+        )));
     }
     let pages = s.text_tokens.div_ceil(s.page_size);
     if s.lanes.len() > MOST_LANES
@@ -224,10 +242,10 @@ fn check_sink(s: &crate::sink::SinkView) -> Result<(), String> {
                 || l.kept_pages.iter().any(|&p| p >= pages.max(1))
         })
     {
-        return Err(format!(
+        return Err(Inconsistent(format!(
             "{} lanes, or a lane keeping pages beyond the text's {pages}",
             s.lanes.len()
-        ));
+        )));
     }
     Ok(())
 }
@@ -237,32 +255,32 @@ fn check_capture(
     c: &crate::model::LayerCapture,
     cfg: &LlamaConfig,
     kv_heads: usize,
-) -> Result<(), String> {
+) -> Result<(), Inconsistent> {
     if c.layer >= cfg.n_layer {
-        return Err(format!("the model has {} layers", cfg.n_layer));
+        return Err(Inconsistent(format!("the model has {} layers", cfg.n_layer)));
     }
     if c.n_head != cfg.n_head || c.n_kv_head != kv_heads || c.head_dim != cfg.head_dim {
-        return Err(format!(
+        return Err(Inconsistent(format!(
             "{} query and {} KV heads of {}, where the report's layout has {} and {kv_heads} of {}",
             c.n_head, c.n_kv_head, c.head_dim, cfg.n_head, cfg.head_dim
-        ));
+        )));
     }
     if c.t == 0
         || c.kv_len > cfg.context
         || c.pos0.checked_add(c.t).is_none_or(|end| end > c.kv_len)
     {
-        return Err(format!(
+        return Err(Inconsistent(format!(
             "rows {}..{} do not fit {} keys",
             c.pos0,
             c.pos0.saturating_add(c.t),
             c.kv_len
-        ));
+        )));
     }
     // kv_len ≤ context and t ≤ kv_len keep this product far from overflow.
     let grid = c.n_head * c.t * c.kv_len;
     for (name, v) in [("weights", &c.weights), ("scores", &c.scores)] {
         if v.len() != grid {
-            return Err(format!("{name} hold {} values, not {grid}", v.len()));
+            return Err(Inconsistent(format!("{name} hold {} values, not {grid}", v.len())));
         }
     }
     for (name, v) in [
@@ -271,7 +289,7 @@ fn check_capture(
         ("resid_norm_out", &c.resid_norm_out),
     ] {
         if !v.is_empty() && v.len() != c.t {
-            return Err(format!("{name} holds {} values for {} rows", v.len(), c.t));
+            return Err(Inconsistent(format!("{name} holds {} values for {} rows", v.len(), c.t)));
         }
     }
     Ok(())
@@ -356,21 +374,21 @@ impl ServeView {
     }
 
     /// The run's counts against themselves, for a view read from a recording.
-    pub fn check(&self, context: usize) -> Result<(), String> {
+    pub fn check(&self, context: usize) -> Result<(), Inconsistent> {
         if !(self.elapsed_ms.is_finite() && self.elapsed_ms >= 0.0) {
-            return Err(format!("elapsed {} ms", self.elapsed_ms));
+            return Err(Inconsistent(format!("elapsed {} ms", self.elapsed_ms)));
         }
         if let Some((_, id, a, b)) = self.last_copy {
             let n = self.step.pages.len();
             if id as usize >= self.requests || a as usize >= n || b as usize >= n {
-                return Err("the last copy names a page or request the run does not have".into());
+                return Err(Inconsistent::from("the last copy names a page or request the run does not have"));
             }
         }
         let ttft_ok = |&(id, ms): &(crate::kv::pool::ReqId, f64)| {
             (id as usize) < self.requests && ms.is_finite() && ms >= 0.0
         };
         if self.ttft_ms.len() > self.requests || !self.ttft_ms.iter().all(ttft_ok) {
-            return Err("a time to first token for no request of the run, or not a time".into());
+            return Err(Inconsistent::from("a time to first token for no request of the run, or not a time"));
         }
         check_step(&self.step, self.requests, self.page_size, context)
     }
@@ -398,25 +416,25 @@ fn check_step(
     requests: usize,
     page_size: usize,
     context: usize,
-) -> Result<(), String> {
+) -> Result<(), Inconsistent> {
     use limits::*;
     if requests > REQUESTS || page_size == 0 || page_size > PAGE_SIZE {
-        return Err(format!(
+        return Err(Inconsistent(format!(
             "{requests} requests in pages of {page_size} (at most {REQUESTS} requests, pages of 1 to {PAGE_SIZE})"
-        ));
+        )));
     }
     check_memory_counts(&s.memory)?;
     check_requests(s, requests, context)?;
     check_pages(s, requests, page_size)?;
     check_arena(s, requests)?;
     if !(s.wall_ms.is_finite() && s.wall_ms >= 0.0) {
-        return Err(format!("wall time {} ms", s.wall_ms));
+        return Err(Inconsistent(format!("wall time {} ms", s.wall_ms)));
     }
     Ok(())
 }
 
 /// The memory statistics against each other and the capacity bound.
-fn check_memory_counts(m: &crate::serve::view::MemoryStats) -> Result<(), String> {
+fn check_memory_counts(m: &crate::serve::view::MemoryStats) -> Result<(), Inconsistent> {
     let cap = limits::CAPACITY_TOKENS;
     if m.capacity_tokens > cap
         || m.allocated_slots > m.capacity_tokens
@@ -424,44 +442,44 @@ fn check_memory_counts(m: &crate::serve::view::MemoryStats) -> Result<(), String
         || m.largest_gap > m.capacity_tokens
         || m.head_need > cap
     {
-        return Err(format!(
+        return Err(Inconsistent(format!(
             "memory of {} tokens ({} allocated, {} used, gap {}) is impossible or over {cap}",
             m.capacity_tokens, m.allocated_slots, m.token_slots, m.largest_gap
-        ));
+        )));
     }
     Ok(())
 }
 
 /// Every request id the step names is one of the run's, and no request is longer than
 /// the model's context.
-fn check_requests(s: &ServeStep, requests: usize, context: usize) -> Result<(), String> {
+fn check_requests(s: &ServeStep, requests: usize, context: usize) -> Result<(), Inconsistent> {
     let known = |id: crate::kv::pool::ReqId| (id as usize) < requests;
     let mut ids = (s.active.iter().map(|a| a.id))
         .chain(s.queue.iter().copied())
         .chain(s.finished.iter().copied())
         .chain(s.preempted.iter().copied());
     if s.active.len() > requests || s.queue.len() > requests || !ids.all(known) {
-        return Err(format!("a request id beyond the run's {requests} requests"));
+        return Err(Inconsistent(format!("a request id beyond the run's {requests} requests")));
     }
     if (s.active.iter()).any(|a| a.len > context || a.scheduled > context) {
-        return Err(format!(
+        return Err(Inconsistent(format!(
             "a request longer than the model's {context} tokens"
-        ));
+        )));
     }
     Ok(())
 }
 
 /// The page grid (one cell per page, for a contiguous arena too), block tables and
 /// copies name only pages and requests the run has.
-fn check_pages(s: &ServeStep, requests: usize, page_size: usize) -> Result<(), String> {
+fn check_pages(s: &ServeStep, requests: usize, page_size: usize) -> Result<(), Inconsistent> {
     let (n_pages, capacity) = (s.pages.len(), s.memory.capacity_tokens);
     if n_pages > limits::PAGES
         || capacity / page_size > limits::PAGES
         || (n_pages > 0 && n_pages * page_size != capacity)
     {
-        return Err(format!(
+        return Err(Inconsistent(format!(
             "{n_pages} pages of {page_size} for {capacity} tokens"
-        ));
+        )));
     }
     let known = |id: crate::kv::pool::ReqId| (id as usize) < requests;
     let page = |p: u32| (p as usize) < n_pages;
@@ -481,15 +499,15 @@ fn check_pages(s: &ServeStep, requests: usize, page_size: usize) -> Result<(), S
         || s.copies.len() > n_pages
         || !s.copies.iter().all(copy_ok)
     {
-        return Err(
+        return Err(Inconsistent(
             "a page, block table or copy names a page or request the run does not have".into(),
-        );
+        ));
     }
     Ok(())
 }
 
 /// A contiguous arena's reservations and gaps fit inside it.
-fn check_arena(s: &ServeStep, requests: usize) -> Result<(), String> {
+fn check_arena(s: &ServeStep, requests: usize) -> Result<(), Inconsistent> {
     let capacity = s.memory.capacity_tokens;
     let reserved = (s.reservations.iter()).try_fold(0usize, |sum, &(id, len, used)| {
         ((id as usize) < requests && used <= len)
@@ -497,12 +515,12 @@ fn check_arena(s: &ServeStep, requests: usize) -> Result<(), String> {
             .flatten()
     });
     if s.reservations.len() > requests || reserved.is_none_or(|r| r > capacity) {
-        return Err("reservations exceed the arena or name an unknown request".into());
+        return Err(Inconsistent::from("reservations exceed the arena or name an unknown request"));
     }
     let gap_ok =
         |&(start, len): &(usize, usize)| start.checked_add(len).is_some_and(|end| end <= capacity);
     if s.gaps.len() > capacity || !s.gaps.iter().all(gap_ok) {
-        return Err("a gap lies outside the arena".into());
+        return Err(Inconsistent::from("a gap lies outside the arena"));
     }
     Ok(())
 }

@@ -588,3 +588,10 @@ fn every_step_declares_what_it_points_at() {
     let e = parse("t.md", "# T\n\n## S\nshows: ridge ; \nText.\n").unwrap_err();
     assert!(e.iter().any(|e| e.line == 4), "{e:?}");
 }
+
+#[test]
+fn the_lesson_words_of_element_types_are_their_names() {
+    for (word, elem) in inferlab::lesson::format::KV_ELEMS {
+        assert_eq!(word, elem.name());
+    }
+}

@@ -405,55 +405,79 @@ pub fn figure_names(line: &str) -> Vec<&str> {
     out
 }
 
-/// Names of panes, for settings and checks.
-pub const PANES: [(&str, Pane); 8] = [
-    ("attention", Pane::Attention),
-    ("heads", Pane::Heads),
-    ("output", Pane::Output),
-    ("kv", Pane::Kv),
-    ("serving", Pane::Serving),
-    ("forward", Pane::Forward),
-    ("traffic", Pane::Traffic),
-    ("lens", Pane::Lens),
-];
+/// A table of lesson words for the variants of an enum, with a guard: a variant added to
+/// the enum fails to compile at the table until it has its word, so no setting is ever
+/// silently missing from what lessons can write.
+macro_rules! words {
+    ($(#[$doc:meta])* $name:ident: $ty:ident { $($word:literal => $variant:ident),* $(,)? }) => {
+        $(#[$doc])*
+        pub const $name: [(&str, $ty); [$($word),*].len()] = [$(($word, $ty::$variant)),*];
+        const _: fn($ty) = |x| match x {
+            $($ty::$variant)|* => {}
+        };
+    };
+}
 
-/// The words of the settings that take a word, as lesson files write them. `set:` lines,
-/// `check:` values and the tutor's reading of the live app all go through these lists, so
-/// a word means the same thing in all three.
-pub const LAYOUTS: [(&str, HeadLayout); 3] = [
-    ("mha", HeadLayout::Mha),
-    ("gqa", HeadLayout::Gqa),
-    ("mqa", HeadLayout::Mqa),
-];
-pub const CACHES: [(&str, CacheKind); 2] = [
-    ("paged", CacheKind::Paged),
-    ("contiguous", CacheKind::Contiguous),
-];
-pub const POLICIES: [(&str, Policy); 2] = [
-    ("continuous", Policy::Continuous),
-    ("static", Policy::Static),
-];
-pub const KERNELS: [(&str, Kernel); 2] = [("naive", Kernel::Naive), ("tiled", Kernel::Tiled)];
-pub const COMPARES: [(&str, Compare); 5] = [
-    ("off", Compare::Off),
-    ("cache", Compare::Cache),
-    ("policy", Compare::Policy),
-    ("one_at_a_time", Compare::OneAtATime),
-    ("layout", Compare::Layout),
-];
-pub const VALUES: [(&str, Values); 2] = [("weights", Values::Weights), ("scores", Values::Scores)];
-pub const WORKLOADS: [(&str, AppWorkload); 2] =
-    [("chat", AppWorkload::Chat), ("long", AppWorkload::Long)];
+words!(
+    /// Names of panes, for settings and checks.
+    PANES: Pane {
+        "attention" => Attention,
+        "heads" => Heads,
+        "output" => Output,
+        "kv" => Kv,
+        "serving" => Serving,
+        "forward" => Forward,
+        "traffic" => Traffic,
+        "lens" => Lens,
+    }
+);
+
+// The words of the settings that take a word, as lesson files write them. `set:` lines,
+// `check:` values and the tutor's reading of the live app all go through these lists, so
+// a word means the same thing in all three.
+words!(
+    /// Head layouts.
+    LAYOUTS: HeadLayout { "mha" => Mha, "gqa" => Gqa, "mqa" => Mqa }
+);
+words!(
+    /// The serving cache.
+    CACHES: CacheKind { "paged" => Paged, "contiguous" => Contiguous }
+);
+words!(
+    /// Batching policies.
+    POLICIES: Policy { "continuous" => Continuous, "static" => Static }
+);
+words!(
+    /// Attention kernels.
+    KERNELS: Kernel { "naive" => Naive, "tiled" => Tiled }
+);
+words!(
+    /// What the run beside differs in.
+    COMPARES: Compare {
+        "off" => Off,
+        "cache" => Cache,
+        "policy" => Policy,
+        "one_at_a_time" => OneAtATime,
+        "layout" => Layout,
+    }
+);
+words!(
+    /// What the heatmap draws.
+    VALUES: Values { "weights" => Weights, "scores" => Scores }
+);
+words!(
+    /// The serving workload.
+    WORKLOADS: AppWorkload { "chat" => Chat, "long" => Long }
+);
 /// How the chat requests arrive: at the measured rate, or a few iterations apart.
 pub const ARRIVALS: [(&str, bool); 2] = [("timed", false), ("burst", true)];
 /// The attention-sink experiment.
 pub const SWITCH: [(&str, bool); 2] = [("on", true), ("off", false)];
-/// The caches' element types.
-pub const KV_ELEMS: [(&str, KvElem); 3] = [
-    (KvElem::F32.name(), KvElem::F32),
-    (KvElem::F16.name(), KvElem::F16),
-    (KvElem::Int8.name(), KvElem::Int8),
-];
+words!(
+    /// The caches' element types (their words are [`KvElem::name`], which a test holds
+    /// them to).
+    KV_ELEMS: KvElem { "f32" => F32, "f16" => F16, "int8" => Int8 }
+);
 /// The screen: the focused pane with the room, or the grid.
 pub const VIEWS: [(&str, bool); 2] = [("focus", true), ("grid", false)];
 

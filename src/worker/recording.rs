@@ -396,7 +396,7 @@ impl Lines {
             r.check().map_err(|reason| RecordingError::BadValue {
                 path: self.path.clone(),
                 line: self.line,
-                reason,
+                reason: reason.0,
             })?;
             self.reports += 1;
             return Ok(Some(r));
