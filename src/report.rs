@@ -156,7 +156,9 @@ impl StepReport {
         }
         if let Some(b) = &self.beside {
             if b.agreed > b.compared || b.top_k.iter().any(|t| t.id as usize >= self.cfg.vocab) {
-                return Err(Inconsistent::from("the layout beside names a token or agreement it cannot have"));
+                return Err(Inconsistent::from(
+                    "the layout beside names a token or agreement it cannot have",
+                ));
             }
         }
         Ok(())
@@ -186,10 +188,14 @@ impl StepReport {
             .iter()
             .any(|t| !prob(t.prob) || t.id as usize >= cfg.vocab)
         {
-            return Err(Inconsistent::from("a top-k entry is not a probability of a vocabulary token"));
+            return Err(Inconsistent::from(
+                "a top-k entry is not a probability of a vocabulary token",
+            ));
         }
         if info.timing.layers_ms.len() > cfg.n_layer {
-            return Err(Inconsistent::from("timing lists more layers than the model has"));
+            return Err(Inconsistent::from(
+                "timing lists more layers than the model has",
+            ));
         }
         if info.captures.len() > cfg.n_layer || self.pieces.len() > cfg.context + 1 {
             return Err(Inconsistent(format!(
@@ -257,7 +263,10 @@ fn check_capture(
     kv_heads: usize,
 ) -> Result<(), Inconsistent> {
     if c.layer >= cfg.n_layer {
-        return Err(Inconsistent(format!("the model has {} layers", cfg.n_layer)));
+        return Err(Inconsistent(format!(
+            "the model has {} layers",
+            cfg.n_layer
+        )));
     }
     if c.n_head != cfg.n_head || c.n_kv_head != kv_heads || c.head_dim != cfg.head_dim {
         return Err(Inconsistent(format!(
@@ -280,7 +289,10 @@ fn check_capture(
     let grid = c.n_head * c.t * c.kv_len;
     for (name, v) in [("weights", &c.weights), ("scores", &c.scores)] {
         if v.len() != grid {
-            return Err(Inconsistent(format!("{name} hold {} values, not {grid}", v.len())));
+            return Err(Inconsistent(format!(
+                "{name} hold {} values, not {grid}",
+                v.len()
+            )));
         }
     }
     for (name, v) in [
@@ -289,7 +301,11 @@ fn check_capture(
         ("resid_norm_out", &c.resid_norm_out),
     ] {
         if !v.is_empty() && v.len() != c.t {
-            return Err(Inconsistent(format!("{name} holds {} values for {} rows", v.len(), c.t)));
+            return Err(Inconsistent(format!(
+                "{name} holds {} values for {} rows",
+                v.len(),
+                c.t
+            )));
         }
     }
     Ok(())
@@ -381,14 +397,18 @@ impl ServeView {
         if let Some((_, id, a, b)) = self.last_copy {
             let n = self.step.pages.len();
             if id as usize >= self.requests || a as usize >= n || b as usize >= n {
-                return Err(Inconsistent::from("the last copy names a page or request the run does not have"));
+                return Err(Inconsistent::from(
+                    "the last copy names a page or request the run does not have",
+                ));
             }
         }
         let ttft_ok = |&(id, ms): &(crate::kv::pool::ReqId, f64)| {
             (id as usize) < self.requests && ms.is_finite() && ms >= 0.0
         };
         if self.ttft_ms.len() > self.requests || !self.ttft_ms.iter().all(ttft_ok) {
-            return Err(Inconsistent::from("a time to first token for no request of the run, or not a time"));
+            return Err(Inconsistent::from(
+                "a time to first token for no request of the run, or not a time",
+            ));
         }
         check_step(&self.step, self.requests, self.page_size, context)
     }
@@ -459,7 +479,9 @@ fn check_requests(s: &ServeStep, requests: usize, context: usize) -> Result<(), 
         .chain(s.finished.iter().copied())
         .chain(s.preempted.iter().copied());
     if s.active.len() > requests || s.queue.len() > requests || !ids.all(known) {
-        return Err(Inconsistent(format!("a request id beyond the run's {requests} requests")));
+        return Err(Inconsistent(format!(
+            "a request id beyond the run's {requests} requests"
+        )));
     }
     if (s.active.iter()).any(|a| a.len > context || a.scheduled > context) {
         return Err(Inconsistent(format!(
@@ -515,7 +537,9 @@ fn check_arena(s: &ServeStep, requests: usize) -> Result<(), Inconsistent> {
             .flatten()
     });
     if s.reservations.len() > requests || reserved.is_none_or(|r| r > capacity) {
-        return Err(Inconsistent::from("reservations exceed the arena or name an unknown request"));
+        return Err(Inconsistent::from(
+            "reservations exceed the arena or name an unknown request",
+        ));
     }
     let gap_ok =
         |&(start, len): &(usize, usize)| start.checked_add(len).is_some_and(|end| end <= capacity);

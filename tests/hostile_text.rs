@@ -204,8 +204,8 @@ fn generating_zero_tokens_reports_no_rate_rather_than_billions() {
 
 #[test]
 fn a_lesson_layer_the_model_lacks_is_clamped_and_said() {
+    use inferlab::lesson::live::Setting;
     use inferlab::ui::app::{Action, App};
-    use inferlab::ui::live::Setting;
     use inferlab::worker::Event;
     let r = common::fixture::report();
     let mut app = App::new(r.settings.run);

@@ -10,11 +10,12 @@
 mod common;
 
 use inferlab::lesson::format::{Cond, CondValue, Op, Predict, QuestionKind, Var};
+use inferlab::lesson::predict;
 use inferlab::lesson::progress::Progress;
+use inferlab::lesson::tutor::Tutor;
 use inferlab::ui::app::{Action, App, Pane};
+use inferlab::ui::draw;
 use inferlab::ui::theme::{ColorMode, Theme};
-use inferlab::ui::tutor::Tutor;
-use inferlab::ui::{draw, predict};
 use inferlab::worker::{self, Command, EngineConfig, Event};
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
@@ -265,7 +266,7 @@ impl Learner {
     }
 
     fn holds(&self, c: &Cond) -> bool {
-        inferlab::ui::tutor::holds(&self.app.live(), self.tutor(), c)
+        inferlab::lesson::tutor::holds(&self.app.live(), self.tutor(), c)
     }
 
     /// The key a learner presses to move `c` towards holding.

@@ -221,12 +221,15 @@ fn open_at(a: &mut App, id: &str, step: usize) {
     let l = lessons.iter().position(|l| l.id() == id).unwrap();
     let mut progress = inferlab::lesson::progress::Progress::default();
     progress.of(id).step = step;
-    a.open_lesson(inferlab::ui::tutor::Tutor::new(lessons, l, progress, false));
+    a.open_lesson(inferlab::lesson::tutor::Tutor::new(
+        lessons, l, progress, false,
+    ));
 }
 
 fn tutor_app(lesson: usize) -> App {
     let mut a = app();
-    let t = inferlab::ui::tutor::Tutor::new(shipped_lessons(), lesson, Default::default(), false);
+    let t =
+        inferlab::lesson::tutor::Tutor::new(shipped_lessons(), lesson, Default::default(), false);
     a.open_lesson(t);
     a
 }
@@ -376,7 +379,7 @@ fn a_prediction_runs_the_next_step_and_is_graded_by_what_the_model_did() {
     a.engine.prompt_queued = false;
     // Choice 1 is position 0, the first token.
     let live =
-        inferlab::ui::predict::live_choices(&a.live(), inferlab::lesson::Predict::TopAttended)
+        inferlab::lesson::predict::live_choices(&a.live(), inferlab::lesson::Predict::TopAttended)
             .unwrap();
     assert_eq!(live.values[0], 0);
     assert!(matches!(
@@ -1024,7 +1027,7 @@ fn panes_draw_a_small_view_without_an_app() {
 #[test]
 fn the_lesson_pane_draws_a_tutor_and_what_the_app_says_of_it() {
     // Lesson 1, step 1 has a task; the live side says whether it holds.
-    let t = inferlab::ui::tutor::Tutor::new(shipped_lessons(), 0, Default::default(), false);
+    let t = inferlab::lesson::tutor::Tutor::new(shipped_lessons(), 0, Default::default(), false);
     for (done, mark) in [(false, "[ ] Task"), (true, "[x] Task")] {
         let live = panes::lesson::Live {
             task_done: done,
@@ -1092,14 +1095,14 @@ fn lesson_app(questions: &str) -> App {
     let text = format!("# L\n\n## S\nProse.\n{questions}\n");
     let lesson = inferlab::lesson::parse("l.md", &text).unwrap();
     let mut a = common::fixture::traffic_app();
-    let t = inferlab::ui::tutor::Tutor::new(vec![lesson], 0, Default::default(), false);
+    let t = inferlab::lesson::tutor::Tutor::new(vec![lesson], 0, Default::default(), false);
     a.open_lesson(t);
     a
 }
 
 #[test]
 fn lessons_quote_live_figures_from_what_the_app_shows() {
-    use inferlab::ui::figures::{fill, value, PENDING};
+    use inferlab::lesson::figures::{fill, value, PENDING};
     let a = common::fixture::traffic_app();
     let r = a.report().unwrap();
     let kv = r.info.kv_bytes_per_token[&r.info.layout];
@@ -1160,7 +1163,7 @@ fn a_traffic_prediction_is_graded_by_the_bytes_of_the_next_step() {
     use inferlab::worker::Command;
     let mut a = lesson_app("?predict dominant_live: Which read is larger?");
     let live =
-        inferlab::ui::predict::live_choices(&a.live(), inferlab::lesson::Predict::DominantLive)
+        inferlab::lesson::predict::live_choices(&a.live(), inferlab::lesson::Predict::DominantLive)
             .unwrap();
     assert_eq!(live.labels[0], "the weights");
     // Answer "the KV cache": the app runs the next iteration to grade it.
@@ -1188,7 +1191,7 @@ fn a_prediction_before_a_toggle_applies_the_toggle_and_grades_what_follows() {
     use inferlab::worker::Command;
     let mut a = lesson_app("?predict kv_after_mha: How many KV bytes per token under MHA?");
     let live =
-        inferlab::ui::predict::live_choices(&a.live(), inferlab::lesson::Predict::KvAfterMha)
+        inferlab::lesson::predict::live_choices(&a.live(), inferlab::lesson::Predict::KvAfterMha)
             .unwrap();
     // The fixture's tiny model: 4 query heads over 2 KV heads, so MHA doubles the cache.
     // The labels are bytes, so that the factor is the learner's to work out.
@@ -1271,7 +1274,7 @@ fn the_main_screen_a_zoomed_pane_and_a_lesson_layout_at_80x24_and_200x60() {
     // A lesson gives its step's pane the room: at 80×24 the text above one full-width
     // pane, at 200×60 the text beside it with the others as summaries.
     let mut a = common::fixture::traffic_app();
-    a.open_lesson(inferlab::ui::tutor::Tutor::new(
+    a.open_lesson(inferlab::lesson::tutor::Tutor::new(
         shipped_lessons(),
         3,
         Default::default(),
@@ -1454,7 +1457,7 @@ fn space_pressed_while_an_iteration_runs_is_kept_and_a_restart_drops_the_old_run
 
 #[test]
 fn a_step_s_bytes_are_quoted_from_a_decode_step_never_from_the_prefill() {
-    use inferlab::ui::figures::value;
+    use inferlab::lesson::figures::value;
     let mut a = common::fixture::traffic_app();
     for name in ["step_mb", "kv_read_mb", "step_gb_per_s"] {
         assert!(value(a.figure_sources(), name).is_some(), "{name}");
@@ -1472,7 +1475,7 @@ fn a_step_s_bytes_are_quoted_from_a_decode_step_never_from_the_prefill() {
 
 #[test]
 fn serving_figures_come_only_from_the_runs_the_settings_ask_for() {
-    use inferlab::ui::figures::value;
+    use inferlab::lesson::figures::value;
     let mut a = app();
     for r in common::fixture::serving_reports(inferlab::serve::CacheKind::Paged, 3) {
         a.on_event(Event::Report(Box::new(r)));
@@ -1489,7 +1492,7 @@ fn serving_figures_come_only_from_the_runs_the_settings_ask_for() {
 fn a_question_keeps_the_figures_it_was_answered_with() {
     let mut a = common::fixture::traffic_app();
     open_at(&mut a, "kv-cache", 1);
-    let mb = inferlab::ui::figures::value(a.figure_sources(), "step_mb").unwrap();
+    let mb = inferlab::lesson::figures::value(a.figure_sources(), "step_mb").unwrap();
     a.update(Action::Answer(1));
     let asked = a.tutor.as_ref().unwrap().asked[&0].clone();
     assert!(asked.contains(&format!("moved {mb} MB")), "{asked}");
@@ -1500,7 +1503,7 @@ fn a_question_keeps_the_figures_it_was_answered_with() {
     r.info.traffic.weight_bytes *= 3;
     a.on_event(Event::Report(Box::new(r)));
     assert_ne!(
-        inferlab::ui::figures::value(a.figure_sources(), "step_mb").unwrap(),
+        inferlab::lesson::figures::value(a.figure_sources(), "step_mb").unwrap(),
         mb
     );
     let mut term = Terminal::new(TestBackend::new(80, 60)).unwrap();
@@ -1853,7 +1856,7 @@ fn the_lesson_pane_scrolls_no_further_than_its_text() {
     );
     let lesson = inferlab::lesson::parse("l.md", &text).unwrap();
     let mut a = common::fixture::traffic_app();
-    a.open_lesson(inferlab::ui::tutor::Tutor::new(
+    a.open_lesson(inferlab::lesson::tutor::Tutor::new(
         vec![lesson],
         0,
         Default::default(),
@@ -1958,7 +1961,7 @@ fn tab_and_shift_tab_move_the_focus_both_ways() {
     a.update(Action::FocusPrev);
     assert_eq!(a.view.focus, start);
     // Back from the first pane is the last.
-    a.update(Action::Set(inferlab::ui::live::Setting::Focus(
+    a.update(Action::Set(inferlab::lesson::live::Setting::Focus(
         inferlab::screen::Pane::ALL[0],
     )));
     a.update(Action::FocusPrev);

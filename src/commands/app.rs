@@ -12,7 +12,7 @@ pub fn run(app: &AppArgs, record: Option<inferlab::ui::Record>) -> Result<()> {
 /// Opens the app, with a lesson beside the panes when `tutor` is given.
 pub fn run_with(
     app: &AppArgs,
-    tutor: Option<inferlab::ui::tutor::Tutor>,
+    tutor: Option<inferlab::lesson::tutor::Tutor>,
     record: Option<inferlab::ui::Record>,
 ) -> Result<()> {
     if let Some(r) = &record {

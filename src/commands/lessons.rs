@@ -144,7 +144,7 @@ pub fn open(a: &OpenArgs) -> Result<()> {
         progress.of(l.id()).step = s - 1;
     }
     let mut tutor =
-        inferlab::ui::tutor::Tutor::new(lessons, a.number - 1, progress, loaded.may_save);
+        inferlab::lesson::tutor::Tutor::new(lessons, a.number - 1, progress, loaded.may_save);
     tutor.notice = loaded.notice;
     super::app::run_with(&a.app, Some(tutor), None).context("running the lesson")
 }

@@ -1,10 +1,14 @@
 //! Guided lessons: Markdown files under `lessons/` that walk the chapter with the live
 //! app. The format is documented in `lessons/README.md`; adding a lesson is adding a file.
 
+pub mod figures;
 pub mod format;
+pub mod live;
 pub mod parse;
+pub mod predict;
 pub mod progress;
 pub mod quiz;
+pub mod tutor;
 
 pub use format::*;
 pub use parse::{parse, LessonError};

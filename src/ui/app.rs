@@ -4,8 +4,8 @@
 use super::effect::{FileWrite, Written};
 use super::engine::EngineState;
 use super::frames::Frames;
-use super::tutor::{Reply, Tutor};
 use super::view::View;
+use crate::lesson::tutor::{Reply, Tutor};
 use crate::model::sampler::{TEMPERATURES, TOP_PS};
 use crate::model::RunOptions;
 use crate::report::StepReport;
@@ -124,7 +124,7 @@ fn needs_model(a: Action) -> bool {
 }
 
 pub use super::frames::{LayerHistory, HISTORY_BYTES, MAX_PAST_BYTES, TIMELINE};
-pub use super::live::{LiveState, Pane, Setting};
+pub use crate::lesson::live::{LiveState, Pane, Setting};
 pub use crate::settings::Compare;
 
 /// Most space presses kept while an iteration runs.
@@ -185,8 +185,8 @@ impl App {
     }
 
     /// What lesson text's live figures are read from.
-    pub fn figure_sources(&self) -> super::figures::Sources<'_> {
-        super::figures::Sources {
+    pub fn figure_sources(&self) -> crate::lesson::figures::Sources<'_> {
+        crate::lesson::figures::Sources {
             report: self.report(),
             past: self.frames.past(),
             machine: self.engine.machine.as_ref(),
@@ -286,8 +286,12 @@ impl App {
             let qi = t.open_question()?;
             Some((qi, t.step()?.questions.get(qi)?.text.clone()))
         });
-        let filled =
-            asked.map(|(qi, text)| (qi, super::figures::fill(self.figure_sources(), &text)));
+        let filled = asked.map(|(qi, text)| {
+            (
+                qi,
+                crate::lesson::figures::fill(self.figure_sources(), &text),
+            )
+        });
         let before = self
             .tutor
             .as_ref()
@@ -834,7 +838,7 @@ impl App {
                 report: None,
                 ..self.live()
             };
-            super::tutor::grade(&mut t, &live, &r);
+            crate::lesson::tutor::grade(&mut t, &live, &r);
             self.tutor = Some(t);
         }
         self.status = report_status(&r);

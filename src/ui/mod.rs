@@ -5,14 +5,10 @@ pub mod app;
 pub mod draw;
 pub mod effect;
 pub mod engine;
-pub mod figures;
 pub mod frames;
 pub mod keys;
-pub mod live;
 pub mod panes;
-pub mod predict;
 pub mod theme;
-pub mod tutor;
 pub mod view;
 
 use crate::worker::{self, Command, EngineConfig};
@@ -28,7 +24,7 @@ use std::time::{Duration, Instant};
 /// panics included.
 pub fn run(
     cfg: EngineConfig,
-    tutor: Option<tutor::Tutor>,
+    tutor: Option<crate::lesson::tutor::Tutor>,
     record: Option<Record>,
 ) -> std::io::Result<()> {
     let settings = crate::settings::Settings {
@@ -105,7 +101,7 @@ fn event_loop(
     settings: crate::settings::Settings,
     tx: std::sync::mpsc::Sender<Command>,
     rx: std::sync::mpsc::Receiver<worker::Event>,
-    tutor: Option<tutor::Tutor>,
+    tutor: Option<crate::lesson::tutor::Tutor>,
     record: Option<Record>,
     replaying: bool,
 ) -> std::io::Result<()> {

@@ -1,11 +1,11 @@
 //! The lesson panel beside the live panes, and the lesson list overlay.
 
+use crate::lesson::figures;
+use crate::lesson::predict::{self, LiveChoices};
+use crate::lesson::tutor::{self, Tutor};
 use crate::lesson::{Predict, Question, QuestionKind};
 use crate::ui::app::App;
-use crate::ui::figures;
-use crate::ui::predict::{self, LiveChoices};
 use crate::ui::theme::Theme;
-use crate::ui::tutor::{self, Tutor};
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::Style;
