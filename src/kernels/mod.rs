@@ -6,6 +6,7 @@
 pub mod decode;
 pub mod elementwise;
 pub mod peak;
+pub mod q4;
 pub mod q8_0;
 
 /// How many rows ahead the decode loops ask for the cache's rows with [`prefetch`]. One

@@ -21,7 +21,7 @@ mod avxvnni;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 
-const QK: usize = 32;
+pub(crate) const QK: usize = 32;
 
 /// Rows per panel of the widest layout (one per 32-bit lane of a 512-bit vector).
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
@@ -246,11 +246,11 @@ struct ActTile<'a> {
 type TileOut<const R: usize, const G: usize> = [[[f32; MAX_LANES]; G]; R];
 
 /// Activations quantized to Q8_0 row by row, as candle does for its own dot products.
-struct QActs {
-    scales: Vec<f32>,
-    qs: Vec<i8>,
+pub(crate) struct QActs {
+    pub(crate) scales: Vec<f32>,
+    pub(crate) qs: Vec<i8>,
     /// Per row and block `-128 · Σq`: what the AVX-512 kernel's unsigned weights add.
-    neg_corr: Vec<i32>,
+    pub(crate) neg_corr: Vec<i32>,
 }
 
 /// One block of 32 activations to int8 with scale `max|x| / 127`; returns the scale, NaN
@@ -278,7 +278,7 @@ fn quantize_block(chunk: &[f32], out: &mut [i8]) -> f32 {
 
 /// Quantizes `m` rows of `k` activations. A big batch is split over the threads: done on
 /// one, it was an eighth of a 32-row step while the other core waited.
-fn quantize_rows(x: &[f32], m: usize, k: usize, kernel: Kernel) -> QActs {
+pub(crate) fn quantize_rows(x: &[f32], m: usize, k: usize, kernel: Kernel) -> QActs {
     const PER_TASK: usize = 256;
     let blocks = m * (k / QK);
     let mut a = QActs {
@@ -486,12 +486,12 @@ impl BatchedQ8 {
 }
 
 /// The result buffer shared by the matmul's tasks; each writes only its own columns.
-struct OutPtr(*mut f32);
+pub(crate) struct OutPtr(pub(crate) *mut f32);
 // SAFETY: tasks write disjoint elements and the buffer outlives the parallel loop.
 unsafe impl Sync for OutPtr {}
 impl OutPtr {
     /// A method (not field access) so closures capture the whole Sync wrapper.
-    fn at(&self, i: usize) -> *mut f32 {
+    pub(crate) fn at(&self, i: usize) -> *mut f32 {
         // SAFETY: callers index inside the buffer.
         unsafe { self.0.add(i) }
     }

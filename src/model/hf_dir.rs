@@ -184,6 +184,14 @@ pub fn load(dir: &Path, cfg: &LlamaConfig, opts: &LoadOptions, tied: bool) -> Re
         let q = match opts.requant {
             Requant::F32 | Requant::Keep => QMatMul::Tensor(t),
             Requant::Q8_0 => QMatMul::from_qtensor(QTensor::quantize(&t, GgmlDType::Q8_0)?)?,
+            Requant::Q4 => {
+                let dtype = if dev.is_cpu() {
+                    GgmlDType::Q4_1
+                } else {
+                    GgmlDType::Q8_0
+                };
+                QMatMul::from_qtensor(QTensor::quantize(&t, dtype)?)?
+            }
         };
         Ok(Linear::new(q)?)
     };

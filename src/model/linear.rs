@@ -1,8 +1,10 @@
 //! Linear layers: `y = x Wᵀ`. A Q8_0 matrix runs on our kernel ([`crate::kernels::q8_0`]),
 //! which reads each weight block once for every row of the batch, so B rows cost far less
-//! than B single steps: the reason batching raises throughput. Other stored types, and
-//! the reference path, run on candle's quantized matmul.
+//! than B single steps: the reason batching raises throughput. A Q4_1 matrix runs on our
+//! 4-bit kernel ([`crate::kernels::q4`]), which reads about 0.6 bytes a weight where Q8_0
+//! reads 1.06. Other stored types, and the reference path, run on candle's quantized matmul.
 
+use crate::kernels::q4::BatchedQ4;
 use crate::kernels::q8_0::BatchedQ8;
 use candle_core::quantized::{GgmlDType, QMatMul};
 use candle_core::{Module, Result, Tensor};
@@ -11,13 +13,19 @@ use std::sync::Arc;
 /// Most rows candle's CUDA matmul gets at once for quantized weights (see `on_candle`).
 pub const GPU_ROWS: usize = 8;
 
-/// A linear layer: the stored matrix, and for Q8_0 the same bytes laid out for our kernel.
-/// Measured here our kernel beats candle's Q8_0 matmul already at one row (0.047 vs
-/// 0.101 ms for 1536×576), so it runs for every row count on the CPU.
+/// A matrix laid out for one of our kernels.
+pub enum Fast {
+    Q8(BatchedQ8),
+    Q4(BatchedQ4),
+}
+
+/// A linear layer: the stored matrix, and for Q8_0 and Q4_1 the same bytes laid out for
+/// our kernel. Measured here our kernel beats candle's Q8_0 matmul already at one row
+/// (0.047 vs 0.101 ms for 1536×576), so it runs for every row count on the CPU.
 #[derive(Clone)]
 pub struct Linear {
     pub q: QMatMul,
-    pub fast: Option<Arc<BatchedQ8>>,
+    pub fast: Option<Arc<Fast>>,
 }
 
 impl Linear {
@@ -26,23 +34,36 @@ impl Linear {
         Self { q, fast: None }
     }
 
-    /// Wraps a matmul; Q8_0 matrices also get our kernel's layout.
+    /// Wraps a matmul; Q8_0 and Q4_1 matrices also get our kernels' layouts.
     pub fn new(q: QMatMul) -> Result<Self> {
         let fast = match &q {
-            QMatMul::QTensor(t) if t.dtype() == GgmlDType::Q8_0 => {
+            QMatMul::QTensor(t) if matches!(t.dtype(), GgmlDType::Q8_0 | GgmlDType::Q4_1) => {
                 let (n, k) = t.shape().dims2()?;
                 let data = t.data()?;
-                Some(Arc::new(BatchedQ8::for_this_cpu(&data, n, k)?))
+                Some(Arc::new(if t.dtype() == GgmlDType::Q8_0 {
+                    Fast::Q8(BatchedQ8::for_this_cpu(&data, n, k)?)
+                } else {
+                    Fast::Q4(BatchedQ4::for_this_cpu(&data, n, k)?)
+                }))
             }
             _ => None,
         };
         Ok(Self { q, fast })
     }
 
+    /// The Q8_0 layout, where this matrix has it.
+    fn q8(&self) -> Option<&BatchedQ8> {
+        match self.fast.as_deref() {
+            Some(Fast::Q8(w)) => Some(w),
+            _ => None,
+        }
+    }
+
     /// `x` is `(m, k)`; returns `(m, n)`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        match &self.fast {
-            Some(w) if x.device().is_cpu() => Ok(on_kernel(&[w], x)?.remove(0)),
+        match self.fast.as_deref() {
+            Some(Fast::Q8(w)) if x.device().is_cpu() => Ok(on_kernel(&[w], x)?.remove(0)),
+            Some(Fast::Q4(w)) if x.device().is_cpu() => on_q4(w, x),
             _ => self.on_candle(x),
         }
     }
@@ -69,7 +90,7 @@ impl Linear {
     /// kernel when every one runs on it (the input quantized once, the cores woken once),
     /// else one by one.
     pub fn forward_many<const N: usize>(ls: [&Linear; N], x: &Tensor) -> Result<[Tensor; N]> {
-        let fast: Vec<&BatchedQ8> = ls.iter().filter_map(|l| l.fast.as_deref()).collect();
+        let fast: Vec<&BatchedQ8> = ls.iter().filter_map(|l| l.q8()).collect();
         let outs = if fast.len() != N || !x.device().is_cpu() {
             ls.iter()
                 .map(|l| l.forward(x))
@@ -83,24 +104,40 @@ impl Linear {
 
     /// `(out, in)`: the matrix's shape.
     pub fn dims(&self) -> (usize, usize) {
-        match (&self.fast, &self.q) {
-            (Some(w), _) => (w.n, w.k),
+        match (self.fast.as_deref(), &self.q) {
+            (Some(Fast::Q8(w)), _) => (w.n, w.k),
+            (Some(Fast::Q4(w)), _) => (w.n, w.k),
             (None, QMatMul::QTensor(t)) => t.shape().dims2().unwrap_or((0, 0)),
             (None, QMatMul::Tensor(t) | QMatMul::TensorF16(t)) => t.dims2().unwrap_or((0, 0)),
         }
     }
 
     /// Bytes one pass over the matrix reads, as stored for the kernel that runs it (our
-    /// Q8_0 layouts: 32 int8 and a scale per block of 32 weights).
+    /// Q8_0 layouts: 32 int8 and a scale per block of 32 weights; Q4_1: 16 bytes of
+    /// nibbles, a scale and a minimum).
     pub fn bytes(&self) -> usize {
-        match (&self.fast, &self.q) {
-            (Some(w), _) => w.bytes(),
+        match (self.fast.as_deref(), &self.q) {
+            (Some(Fast::Q8(w)), _) => w.bytes(),
+            (Some(Fast::Q4(w)), _) => w.bytes(),
             (None, QMatMul::QTensor(t)) => t.storage_size_in_bytes(),
             (None, QMatMul::Tensor(t) | QMatMul::TensorF16(t)) => {
                 t.elem_count() * t.dtype().size_in_bytes()
             }
         }
     }
+}
+
+/// `x` `(m, k)` through our 4-bit kernel; `(m, n)`.
+fn on_q4(w: &BatchedQ4, x: &Tensor) -> Result<Tensor> {
+    let (m, k) = x.dims2()?;
+    if w.k != k {
+        candle_core::bail!("linear: input has {k} columns, the weight expects {}", w.k);
+    }
+    let xs = x
+        .to_dtype(candle_core::DType::F32)?
+        .flatten_all()?
+        .to_vec1::<f32>()?;
+    Tensor::from_vec(w.matmul(&xs, m)?, (m, w.n), x.device())
 }
 
 /// `x` `(m, k)` through our kernel's matrices, all in one pass; each result `(m, n)`.

@@ -20,6 +20,9 @@ pub enum Requant {
     Q8_0,
     /// Dequantize to f32 (slow, exact reference for tests).
     F32,
+    /// Keep (or make) 4-bit Q4_1 blocks, on our 4-bit kernel: 20 bytes per 32 weights
+    /// where Q8_0 takes 34, so decode at batch one reads about 40% fewer bytes.
+    Q4,
 }
 
 impl Requant {
@@ -28,6 +31,7 @@ impl Requant {
         match self {
             Requant::Keep => stored,
             Requant::Q8_0 => elems / 32 * 34,
+            Requant::Q4 => elems / 32 * 20,
             Requant::F32 => elems.saturating_mul(4),
         }
     }
@@ -187,6 +191,19 @@ fn to_matmul(t: QTensor, requant: Requant, device: &Device) -> Result<Linear> {
             QTensor::quantize(&f, GgmlDType::Q8_0)?
         }
         (Requant::F32, _) => return Ok(Linear::new(QMatMul::Tensor(t.dequantize(device)?))?),
+        // On the CPU our 4-bit kernel; a device keeps the Q8_0 it runs fastest.
+        (Requant::Q4, GgmlDType::Q4_1) if device.is_cpu() => t,
+        (Requant::Q4, _)
+            if device.is_cpu() && t.shape().dims().last().is_some_and(|k| k % 32 == 0) =>
+        {
+            let f = t.dequantize(device)?;
+            QTensor::quantize(&f, GgmlDType::Q4_1)?
+        }
+        (Requant::Q4, GgmlDType::Q8_0) => t,
+        (Requant::Q4, _) => {
+            let f = t.dequantize(device)?;
+            QTensor::quantize(&f, GgmlDType::Q8_0)?
+        }
     };
     Ok(Linear::new(QMatMul::from_qtensor(t)?)?)
 }
