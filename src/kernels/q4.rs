@@ -149,8 +149,9 @@ impl BatchedQ4 {
         }
     }
 
-    /// `(m, k) × (n, k)ᵀ → (m, n)`.
-    pub fn matmul(&self, x: &[f32], m: usize) -> Result<Vec<f32>> {
+    /// Whether `x` is `m` rows of this matrix's width and the `(m, n)` result fits: the
+    /// kernels' unchecked writes rely on it.
+    fn check_input(&self, x: &[f32], m: usize) -> Result<()> {
         if m.checked_mul(self.k) != Some(x.len()) || m.checked_mul(self.n).is_none() {
             candle_core::bail!(
                 "4-bit matmul: {} inputs are not {m} rows of {} (weight {}×{})",
@@ -160,15 +161,40 @@ impl BatchedQ4 {
                 self.k
             );
         }
-        let a = quantize_rows(x, m, self.k, self.kernel);
-        let sums: Vec<f32> = a.neg_corr.iter().map(|&c| (-c / 128) as f32).collect();
-        let mut out = vec![0.0f32; m * self.n];
-        let dst = OutPtr(out.as_mut_ptr());
-        match &self.layout {
-            Layout::Rows(blocks) => self.by_rows(blocks, &a, &sums, m, &dst),
-            Layout::Panels(p) => by_panels(p, &a, &sums, m, self.n, &dst),
+        Ok(())
+    }
+
+    /// `(m, k) × (n, k)ᵀ → (m, n)`.
+    pub fn matmul(&self, x: &[f32], m: usize) -> Result<Vec<f32>> {
+        Ok(Self::matmul_many(&[self], x, m)?.remove(0))
+    }
+
+    /// Several matrices of the same input width on the same activations (Q, K and V; the
+    /// MLP's gate and up): the rows quantized once, and on panels the cores work through
+    /// all the matrices in one parallel pass. Each result as [`Self::matmul`].
+    pub fn matmul_many(ws: &[&BatchedQ4], x: &[f32], m: usize) -> Result<Vec<Vec<f32>>> {
+        let Some(first) = ws.first() else {
+            return Ok(Vec::new());
+        };
+        for w in ws {
+            w.check_input(x, m)?;
         }
-        Ok(out)
+        if ws.iter().any(|w| w.k != first.k || w.kernel != first.kernel) {
+            return ws.iter().map(|w| w.matmul(x, m)).collect();
+        }
+        let a = quantize_rows(x, m, first.k, first.kernel);
+        let sums: Vec<f32> = a.neg_corr.iter().map(|&c| (-c / 128) as f32).collect();
+        let mut outs: Vec<Vec<f32>> = ws.iter().map(|w| vec![0.0f32; m * w.n]).collect();
+        let dsts: Vec<OutPtr> = outs.iter_mut().map(|o| OutPtr(o.as_mut_ptr())).collect();
+        let mut panels = Vec::new();
+        for (w, dst) in ws.iter().zip(&dsts) {
+            match &w.layout {
+                Layout::Rows(blocks) => w.by_rows(blocks, &a, &sums, m, dst),
+                Layout::Panels(p) => panels.push((p, w.n, dst)),
+            }
+        }
+        by_panels(&panels, &a, &sums, m);
+        Ok(outs)
     }
 
     /// The reference, in tasks of 64 weight rows.
@@ -216,39 +242,59 @@ pub fn scalar_row(w: &[u8], aq: &[i8], a_s: &[f32], sums: &[f32], s0: usize) -> 
     acc
 }
 
-/// The AVX-512 kernel over all panels: tasks of a few panels, in each register tiles of
-/// up to 2 panels × 6 activation rows.
-fn by_panels(p: &Panels, a: &QActs, sums: &[f32], m: usize, n: usize, dst: &OutPtr) {
-    let per_task = (p.count.div_ceil(16).clamp(2, 8) + 1) & !1;
-    (0..p.count.div_ceil(per_task))
-        .into_par_iter()
-        .for_each(|t| {
-            let (start, end) = (t * per_task, ((t + 1) * per_task).min(p.count));
-            let mut at = start;
-            while at < end {
-                let r = if end - at >= 2 { 2 } else { 1 };
-                let mut j0 = 0;
-                while j0 < m {
-                    let g = (m - j0).min(6);
-                    match (r, g) {
-                        (2, 1) => tile::<2, 1>(p, at, a, sums, j0, n, dst),
-                        (2, 2) => tile::<2, 2>(p, at, a, sums, j0, n, dst),
-                        (2, 3) => tile::<2, 3>(p, at, a, sums, j0, n, dst),
-                        (2, 4) => tile::<2, 4>(p, at, a, sums, j0, n, dst),
-                        (2, 5) => tile::<2, 5>(p, at, a, sums, j0, n, dst),
-                        (2, _) => tile::<2, 6>(p, at, a, sums, j0, n, dst),
-                        (_, 1) => tile::<1, 1>(p, at, a, sums, j0, n, dst),
-                        (_, 2) => tile::<1, 2>(p, at, a, sums, j0, n, dst),
-                        (_, 3) => tile::<1, 3>(p, at, a, sums, j0, n, dst),
-                        (_, 4) => tile::<1, 4>(p, at, a, sums, j0, n, dst),
-                        (_, 5) => tile::<1, 5>(p, at, a, sums, j0, n, dst),
-                        _ => tile::<1, 6>(p, at, a, sums, j0, n, dst),
-                    }
-                    j0 += g;
-                }
-                at += r;
+/// The AVX-512 kernel over all panels of one or more matrices, each `(panels, n,
+/// result)`, in tasks of a few panels each.
+fn by_panels(jobs: &[(&Panels, usize, &OutPtr)], a: &QActs, sums: &[f32], m: usize) {
+    let tasks: Vec<(usize, usize, usize)> = jobs
+        .iter()
+        .enumerate()
+        .flat_map(|(i, (p, _, _))| {
+            let per_task = (p.count.div_ceil(16).clamp(2, 8) + 1) & !1;
+            (0..p.count.div_ceil(per_task))
+                .map(move |t| (i, t * per_task, ((t + 1) * per_task).min(p.count)))
+        })
+        .collect();
+    tasks.into_par_iter().for_each(|(i, start, end)| {
+        let (p, n, dst) = jobs[i];
+        panel_range(p, (start, end), a, sums, m, n, dst);
+    });
+}
+
+/// Panels `start..end` against every activation row, in register tiles of up to 2
+/// panels × 6 activation rows.
+fn panel_range(
+    p: &Panels,
+    (start, end): (usize, usize),
+    a: &QActs,
+    sums: &[f32],
+    m: usize,
+    n: usize,
+    dst: &OutPtr,
+) {
+    let mut at = start;
+    while at < end {
+        let r = if end - at >= 2 { 2 } else { 1 };
+        let mut j0 = 0;
+        while j0 < m {
+            let g = (m - j0).min(6);
+            match (r, g) {
+                (2, 1) => tile::<2, 1>(p, at, a, sums, j0, n, dst),
+                (2, 2) => tile::<2, 2>(p, at, a, sums, j0, n, dst),
+                (2, 3) => tile::<2, 3>(p, at, a, sums, j0, n, dst),
+                (2, 4) => tile::<2, 4>(p, at, a, sums, j0, n, dst),
+                (2, 5) => tile::<2, 5>(p, at, a, sums, j0, n, dst),
+                (2, _) => tile::<2, 6>(p, at, a, sums, j0, n, dst),
+                (_, 1) => tile::<1, 1>(p, at, a, sums, j0, n, dst),
+                (_, 2) => tile::<1, 2>(p, at, a, sums, j0, n, dst),
+                (_, 3) => tile::<1, 3>(p, at, a, sums, j0, n, dst),
+                (_, 4) => tile::<1, 4>(p, at, a, sums, j0, n, dst),
+                (_, 5) => tile::<1, 5>(p, at, a, sums, j0, n, dst),
+                _ => tile::<1, 6>(p, at, a, sums, j0, n, dst),
             }
-        });
+            j0 += g;
+        }
+        at += r;
+    }
 }
 
 /// Panels `at..at + R` × activation rows `j0..j0 + G`, written into the tile's own columns

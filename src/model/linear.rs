@@ -59,11 +59,19 @@ impl Linear {
         }
     }
 
+    /// The Q4_1 layout, where this matrix has it.
+    fn q4(&self) -> Option<&BatchedQ4> {
+        match self.fast.as_deref() {
+            Some(Fast::Q4(w)) => Some(w),
+            _ => None,
+        }
+    }
+
     /// `x` is `(m, k)`; returns `(m, n)`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         match self.fast.as_deref() {
             Some(Fast::Q8(w)) if x.device().is_cpu() => Ok(on_kernel(&[w], x)?.remove(0)),
-            Some(Fast::Q4(w)) if x.device().is_cpu() => on_q4(w, x),
+            Some(Fast::Q4(w)) if x.device().is_cpu() => Ok(on_q4(&[w], x)?.remove(0)),
             _ => self.on_candle(x),
         }
     }
@@ -91,12 +99,15 @@ impl Linear {
     /// else one by one.
     pub fn forward_many<const N: usize>(ls: [&Linear; N], x: &Tensor) -> Result<[Tensor; N]> {
         let fast: Vec<&BatchedQ8> = ls.iter().filter_map(|l| l.q8()).collect();
-        let outs = if fast.len() != N || !x.device().is_cpu() {
+        let four: Vec<&BatchedQ4> = ls.iter().filter_map(|l| l.q4()).collect();
+        let outs = if x.device().is_cpu() && fast.len() == N {
+            on_kernel(&fast, x)?
+        } else if x.device().is_cpu() && four.len() == N {
+            on_q4(&four, x)?
+        } else {
             ls.iter()
                 .map(|l| l.forward(x))
                 .collect::<Result<Vec<_>>>()?
-        } else {
-            on_kernel(&fast, x)?
         };
         outs.try_into()
             .map_err(|_| candle_core::Error::Msg(format!("{N} layers in, another count out")))
@@ -127,17 +138,21 @@ impl Linear {
     }
 }
 
-/// `x` `(m, k)` through our 4-bit kernel; `(m, n)`.
-fn on_q4(w: &BatchedQ4, x: &Tensor) -> Result<Tensor> {
+/// `x` `(m, k)` through our 4-bit kernel's matrices, all in one pass; each `(m, n)`.
+fn on_q4(ws: &[&BatchedQ4], x: &Tensor) -> Result<Vec<Tensor>> {
     let (m, k) = x.dims2()?;
-    if w.k != k {
+    if let Some(w) = ws.iter().find(|w| w.k != k) {
         candle_core::bail!("linear: input has {k} columns, the weight expects {}", w.k);
     }
     let xs = x
         .to_dtype(candle_core::DType::F32)?
         .flatten_all()?
         .to_vec1::<f32>()?;
-    Tensor::from_vec(w.matmul(&xs, m)?, (m, w.n), x.device())
+    BatchedQ4::matmul_many(ws, &xs, m)?
+        .into_iter()
+        .zip(ws)
+        .map(|(out, w)| Tensor::from_vec(out, (m, w.n), x.device()))
+        .collect()
 }
 
 /// `x` `(m, k)` through our kernel's matrices, all in one pass; each result `(m, n)`.
