@@ -57,6 +57,26 @@ fn bench_decode_json() {
     let f = v["decode_read_bandwidth_fraction"].as_f64().unwrap();
     assert!(f > 0.0 && f < 1.5, "{f}");
     assert!(v["read_gb_per_s"].as_f64().unwrap() > 0.0);
+    // Per weight type, the decode lever: fewer bytes, faster steps, and what it costs.
+    let w = &v["weights"];
+    for k in ["f32", "q8_0", "q4"] {
+        for key in [
+            "weight_bytes_per_token",
+            "tok_per_s",
+            "fraction_of_bandwidth",
+            "perplexity",
+            "top1_agreement_vs_f32",
+        ] {
+            assert!(w[k][key].as_f64().unwrap() > 0.0, "{k}.{key}");
+        }
+    }
+    let bytes = |k: &str| w[k]["weight_bytes_per_token"].as_u64().unwrap();
+    assert!(bytes("q4") < bytes("q8_0") && bytes("q8_0") < bytes("f32"));
+    assert_eq!(w["f32"]["top1_agreement_vs_f32"].as_f64(), Some(1.0));
+    // The app's weights are 4-bit in the file: Q4 on our kernel is as good as Q8_0.
+    assert!(
+        w["q4"]["perplexity"].as_f64().unwrap() < 1.05 * w["f32"]["perplexity"].as_f64().unwrap()
+    );
 }
 
 #[test]
@@ -374,6 +394,7 @@ fn decode_report_on_a_gpu_gives_no_fraction_of_the_cpus_bandwidth() {
         read_gb_per_s: 30.0,
         machine_age_s: Some(1),
         decode_read_bandwidth_fraction: fraction,
+        weights: Default::default(),
     };
     let cpu = report(Some(0.48));
     assert!(cpu.table().contains("48% of this machine's 30.0 GB/s"));

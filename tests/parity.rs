@@ -172,3 +172,44 @@ fn every_prompt_position_on_the_host_matches_the_tensor_kernels() {
         assert!(d < 1e-4, "position {pos}: max abs logit diff {d}");
     }
 }
+
+/// The 4-bit path runs the file's own Q4_1 blocks on our kernel: its logits stay close to
+/// the same weights in f32 (the activations' int8 rounding is the only difference), it
+/// reads fewer weight bytes than Q8_0, and the file's 8-bit matrix (the tied LM head)
+/// stays 8-bit.
+#[test]
+fn the_four_bit_path_matches_f32_weights_and_reads_fewer_bytes() {
+    let p = real_model();
+    let (q4, q8, f) = (
+        ours(&p, Requant::Q4),
+        ours(&p, Requant::Q8_0),
+        ours(&p, Requant::F32),
+    );
+    let prompt = q4
+        .tokenizer
+        .encode(&inferlab::model::TextTokenizer::chat_prompt(
+            "Name three colours of the rainbow.",
+        ))
+        .unwrap();
+    let logits = |m: &Model| {
+        Model::last_logits(
+            &m.forward(&prompt, &mut m.new_cache(prompt.len()), Logits::Last)
+                .unwrap(),
+        )
+        .unwrap()
+    };
+    let (a, b) = (logits(&q4), logits(&f));
+    let top = b.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+    let diff = a
+        .iter()
+        .zip(&b)
+        .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+    assert!(diff < 5e-2 * top, "max |Δlogit| {diff} of {top}");
+    assert_eq!(argmax(&a), argmax(&b));
+    let (bytes4, bytes8) = (q4.matrix_cost().0, q8.matrix_cost().0);
+    assert!(
+        (bytes4 as f64) < 0.75 * bytes8 as f64,
+        "q4 reads {bytes4} bytes a token, q8_0 {bytes8}"
+    );
+    assert_eq!(q4.weights.lm_head.bytes(), q8.weights.lm_head.bytes());
+}

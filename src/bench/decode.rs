@@ -43,6 +43,24 @@ pub struct DecodeReport {
     /// on a GPU: `bench machine` measures the CPU's memory, not the GPU's.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub decode_read_bandwidth_fraction: Option<f64>,
+    /// Per weight type (`f32`, `q8_0`, `q4`): the decode lever, bytes against speed and
+    /// quality.
+    pub weights: BTreeMap<String, WeightFigures>,
+}
+
+/// One weight type: the bytes a decode token reads, the speed that gives, and what the
+/// rounding costs against f32 weights on the shipped evaluation text.
+#[derive(Debug, Clone, Serialize)]
+pub struct WeightFigures {
+    pub weight_bytes_per_token: usize,
+    /// Decode, median over the rounds.
+    pub tok_per_s: f64,
+    /// Weight bytes × tok/s ÷ this machine's read bandwidth (absent on a GPU).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fraction_of_bandwidth: Option<f64>,
+    pub perplexity: f64,
+    /// How often its next token is f32's, over every position of the text.
+    pub top1_agreement_vs_f32: f64,
 }
 
 impl DecodeReport {
@@ -84,8 +102,39 @@ impl DecodeReport {
                 "a decode token reads {mb:.1} MB of weights: at {ours:.1} tok/s that is {gb:.1} GB/s from the GPU's memory (`bench machine` measures the CPU's, so no fraction is given)\n"
             ),
         };
+        s += &self.weights_table();
         s += &crate::machine::cached_note(self.machine_age_s);
         s
+    }
+
+    /// The weight types side by side, and which limit each runs into.
+    fn weights_table(&self) -> String {
+        if self.weights.is_empty() {
+            return String::new();
+        }
+        let mut s = format!(
+            "\n{:<8} {:>12} {:>10} {:>12} {:>11} {:>13}  limit\n",
+            "weights", "MB/token", "decode t/s", "of read bw", "perplexity", "top-1 vs f32"
+        );
+        for (name, w) in &self.weights {
+            let of = w
+                .fraction_of_bandwidth
+                .map_or("-".to_string(), |f| format!("{:.0}%", 100.0 * f));
+            // Half the bandwidth or more: the bytes set the pace, not the arithmetic.
+            let limit = match w.fraction_of_bandwidth {
+                Some(f) if f >= 0.5 => "memory: fewer bytes, faster steps",
+                Some(_) => "below the bandwidth: work beside the weight read",
+                None => "",
+            };
+            s += &format!(
+                "{name:<8} {:>12.1} {:>10.1} {of:>12} {:>11.2} {:>12.1}%  {limit}\n",
+                w.weight_bytes_per_token as f64 / 1e6,
+                w.tok_per_s,
+                w.perplexity,
+                100.0 * w.top1_agreement_vs_f32
+            );
+        }
+        s + "(f32 is the file's weights dequantized; q4 runs its 4-bit blocks as stored and its 8-bit LM head as Q8_0; q8_0 rounds the 4-bit blocks again to 8 bits)\n"
     }
 }
 
@@ -93,6 +142,7 @@ impl DecodeReport {
 /// hits them alike: (name, (prefill s, decode s)).
 fn one_round(
     q8: &Model,
+    q4: &Model,
     native: &Model,
     candle: &mut ModelWeights,
     prompt: &[u32],
@@ -114,6 +164,7 @@ fn one_round(
             "ours_file_quant",
             time_ours(native, prompt, n, LayerSelect::None)?,
         ),
+        ("ours_q4", time_ours(q4, prompt, n, LayerSelect::None)?),
         (
             "candle_quantized_llama",
             time_candle(candle, prompt, n, dev)?,
@@ -192,6 +243,7 @@ pub fn run(
         .with_context(|| format!("loading {}", path.display()))
     };
     let q8 = load(Requant::Q8_0)?;
+    let q4 = load(Requant::Q4)?;
     let native = load(Requant::Keep)?;
     let mut candle = candle_model(path, dev)?;
     let prompt = q8.tokenizer.encode(PROMPT)?;
@@ -206,7 +258,7 @@ pub fn run(
         if verbose {
             eprintln!("round {}/{rounds}", round + 1);
         }
-        let runs = one_round(&q8, &native, &mut candle, &prompt, n, dev)?;
+        let runs = one_round(&q8, &q4, &native, &mut candle, &prompt, n, dev)?;
         for (name, (pf, dc)) in runs {
             let e = samples.entry(name.to_string()).or_default();
             e.0.push(prompt.len() as f64 / pf);
@@ -217,6 +269,13 @@ pub fn run(
     let weight_bytes_per_token = q8.matrix_cost().0;
     let machine = crate::machine::get()?;
     let read_gb_per_s = machine.read_gb_per_s;
+    let f32 = load(Requant::F32)?;
+    let weights = weight_figures(
+        [("f32", &f32), ("q8_0", &q8), ("q4", &q4)],
+        &configs,
+        (&prompt, n),
+        dev.is_cpu().then_some(read_gb_per_s),
+    )?;
     let ours = configs.get("ours").map_or(0.0, |s| s.decode_tok_per_s);
     Ok(DecodeReport {
         prompt_tokens: prompt.len(),
@@ -229,5 +288,46 @@ pub fn run(
         decode_read_bandwidth_fraction: dev
             .is_cpu()
             .then(|| weight_bytes_per_token as f64 * ours / (read_gb_per_s * 1e9).max(1.0)),
+        weights,
     })
+}
+
+/// Each weight type's bytes, decode speed (the rounds' median where it ran in them; f32,
+/// slow, is timed once here) and quality against f32 on the evaluation text.
+fn weight_figures(
+    models: [(&str, &Model); 3],
+    configs: &BTreeMap<String, Speed>,
+    (prompt, n): (&[u32], usize),
+    read_gb_per_s: Option<f64>,
+) -> Result<BTreeMap<String, WeightFigures>> {
+    let f32 = models[0].1;
+    let seqs = vec![f32.tokenizer.encode(crate::assets::EVAL_TEXT.trim())?];
+    let reference = super::heads::all_logits(f32, &seqs)?;
+    let mut out = BTreeMap::new();
+    for (name, m) in models {
+        let tok_per_s = match name {
+            "q8_0" => configs.get("ours").map(|s| s.decode_tok_per_s),
+            "q4" => configs.get("ours_q4").map(|s| s.decode_tok_per_s),
+            _ => None,
+        };
+        let tok_per_s = match tok_per_s {
+            Some(t) => t,
+            None => n as f64 / time_ours(m, prompt, n, LayerSelect::None)?.1,
+        };
+        let logits = super::heads::all_logits(m, &seqs)?;
+        let q = super::heads::quality(&seqs, &logits, &reference, m.cfg.vocab);
+        let bytes = m.matrix_cost().0;
+        out.insert(
+            name.to_string(),
+            WeightFigures {
+                weight_bytes_per_token: bytes,
+                tok_per_s,
+                fraction_of_bandwidth: read_gb_per_s
+                    .map(|bw| bytes as f64 * tok_per_s / (bw * 1e9).max(1.0)),
+                perplexity: q.perplexity,
+                top1_agreement_vs_f32: q.top1_agreement,
+            },
+        );
+    }
+    Ok(out)
 }

@@ -179,7 +179,10 @@ impl BatchedQ4 {
         for w in ws {
             w.check_input(x, m)?;
         }
-        if ws.iter().any(|w| w.k != first.k || w.kernel != first.kernel) {
+        if ws
+            .iter()
+            .any(|w| w.k != first.k || w.kernel != first.kernel)
+        {
             return ws.iter().map(|w| w.matmul(x, m)).collect();
         }
         let a = quantize_rows(x, m, first.k, first.kernel);
