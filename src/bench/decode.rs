@@ -141,9 +141,7 @@ impl DecodeReport {
 /// Every configuration once, one after another, so a burst of noise from the machine
 /// hits them alike: (name, (prefill s, decode s)).
 fn one_round(
-    q8: &Model,
-    q4: &Model,
-    native: &Model,
+    [q8, q4, native]: [&Model; 3],
     candle: &mut ModelWeights,
     prompt: &[u32],
     n: usize,
@@ -224,6 +222,18 @@ fn medians(samples: BTreeMap<String, (Vec<f64>, Vec<f64>)>) -> BTreeMap<String, 
     samples.into_iter().map(|(k, v)| (k, speed(v))).collect()
 }
 
+/// The model at `path` with its matrices as `requant` asks.
+fn load(path: &Path, dev: &Device, requant: Requant) -> Result<Model> {
+    Model::load(
+        path,
+        &LoadOptions {
+            requant,
+            device: dev.clone(),
+        },
+    )
+    .with_context(|| format!("loading {}", path.display()))
+}
+
 /// Loads every configuration and measures them round-robin.
 pub fn run(
     path: &Path,
@@ -232,16 +242,7 @@ pub fn run(
     rounds: usize,
     verbose: bool,
 ) -> Result<DecodeReport> {
-    let load = |requant| {
-        Model::load(
-            path,
-            &LoadOptions {
-                requant,
-                device: dev.clone(),
-            },
-        )
-        .with_context(|| format!("loading {}", path.display()))
-    };
+    let load = |requant| load(path, dev, requant);
     let q8 = load(Requant::Q8_0)?;
     let q4 = load(Requant::Q4)?;
     let native = load(Requant::Keep)?;
@@ -258,7 +259,7 @@ pub fn run(
         if verbose {
             eprintln!("round {}/{rounds}", round + 1);
         }
-        let runs = one_round(&q8, &q4, &native, &mut candle, &prompt, n, dev)?;
+        let runs = one_round([&q8, &q4, &native], &mut candle, &prompt, n, dev)?;
         for (name, (pf, dc)) in runs {
             let e = samples.entry(name.to_string()).or_default();
             e.0.push(prompt.len() as f64 / pf);
