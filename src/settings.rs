@@ -23,6 +23,8 @@ pub struct Settings {
     pub request: RequestSettings,
     /// What the screen shows that costs the worker work.
     pub watch: Watch,
+    /// The matrices' stored type (the model is loaded again when it changes).
+    pub weights: crate::model::Requant,
 }
 
 /// How the app's serving workload runs, and what runs beside it.

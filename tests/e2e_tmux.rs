@@ -205,12 +205,14 @@ fn app_steps_toggles_resizes_and_quits_cleanly() {
     // Both runs are on screen.
     t.wait_for_all(&["batching · contiguous kv", "batching · paged kv"], 30);
     t.keys(&["s", "s"]);
+    // W loads the 4-bit weights and recomputes the request: the header names them.
+    t.keys(&["W"]);
+    t.wait_for("Q4 weights in", 30);
+    t.keys(&["W", "W"]);
+    t.wait_for("Q8_0 weights in", 60);
     // Help lists the keys.
     t.keys(&["?"]);
-    t.wait_for_all(
-        &["help · keys", "head layout", "quit", "attention kernel"],
-        10,
-    );
+    t.wait_for_all(&["help · keys", "head layout", "quit", "kernel naive"], 10);
     t.keys(&["Escape"]);
     t.wait_gone("help · keys", 10);
     // Resize small, then back.

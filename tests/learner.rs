@@ -284,6 +284,7 @@ impl Learner {
             Var::KvCache => Action::ToggleKvCache,
             Var::Chunked => Action::ToggleChunked,
             Var::KvElem => Action::CycleKvElem,
+            Var::Weights => Action::CycleWeights,
             Var::Focus if word("lens") => Action::ToggleLens,
             Var::Focus if word("traffic") => Action::ToggleTraffic,
             Var::Focus => Action::FocusNext,

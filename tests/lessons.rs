@@ -595,3 +595,10 @@ fn the_lesson_words_of_element_types_are_their_names() {
         assert_eq!(word, elem.name());
     }
 }
+
+#[test]
+fn the_lesson_words_of_weight_types_are_their_names() {
+    for (word, w) in inferlab::lesson::format::WEIGHTS {
+        assert_eq!(word, w.name());
+    }
+}

@@ -1,7 +1,7 @@
 //! What a lesson is, as plain data: the parser builds it, the app walks it.
 
 use crate::kv::KvElem;
-use crate::model::HeadLayout;
+use crate::model::{HeadLayout, Requant};
 pub use crate::screen::Pane;
 use crate::serve::workload::AppWorkload;
 use crate::serve::{CacheKind, Policy};
@@ -82,6 +82,8 @@ pub struct StepSettings {
     pub arrivals: Option<bool>,
     /// What the caches store each number as.
     pub kv_elem: Option<KvElem>,
+    /// The matrices' stored type: q8_0, q4 or f32.
+    pub weights: Option<Requant>,
 }
 
 impl StepSettings {
@@ -106,6 +108,7 @@ impl StepSettings {
             chunked: self.chunked.or(earlier.chunked),
             arrivals: self.arrivals.or(earlier.arrivals),
             kv_elem: self.kv_elem.or(earlier.kv_elem),
+            weights: self.weights.or(earlier.weights),
         }
     }
 }
@@ -177,11 +180,13 @@ pub enum Var {
     Chunked,
     /// The caches' element type: f32, f16 or int8.
     KvElem,
+    /// The matrices' stored type: q8_0, q4 or f32.
+    Weights,
 }
 
 impl Var {
     /// Every variable with its name in lesson files.
-    pub const ALL: [(&'static str, Var); 20] = [
+    pub const ALL: [(&'static str, Var); 21] = [
         ("steps", Var::Steps),
         ("decode_steps", Var::DecodeSteps),
         ("generated", Var::Generated),
@@ -202,6 +207,7 @@ impl Var {
         ("kv_cache", Var::KvCache),
         ("chunked", Var::Chunked),
         ("kv_elem", Var::KvElem),
+        ("weights", Var::Weights),
     ];
 
     /// True for variables compared as numbers.
@@ -477,6 +483,11 @@ words!(
     /// The caches' element types (their words are [`KvElem::name`], which a test holds
     /// them to).
     KV_ELEMS: KvElem { "f32" => F32, "f16" => F16, "int8" => Int8 }
+);
+words!(
+    /// The matrices' stored type (their words are [`Requant::name`], which a test holds
+    /// them to).
+    WEIGHTS: Requant { "q8_0" => Q8_0, "q4" => Q4, "f32" => F32, "keep" => Keep }
 );
 /// The screen: the focused pane with the room, or the grid.
 pub const VIEWS: [(&str, bool); 2] = [("focus", true), ("grid", false)];

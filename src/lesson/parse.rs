@@ -433,9 +433,10 @@ fn setting(set: &mut StepSettings, key: &str, value: &str) -> Result<(), String>
         "chunked" => set.chunked = pick(&SWITCH, "chunked prefill", value)?,
         "arrivals" => set.arrivals = pick(&ARRIVALS, "arrivals", value)?,
         "kv_elem" => set.kv_elem = pick(&KV_ELEMS, "KV element type", value)?,
+        "weights" => set.weights = pick(&WEIGHTS, "weight type", value)?,
         _ => {
             return Err(format!(
-                "unknown setting `{key}` (known: focus, layout, cache, policy, attention, compare, values, layer, head, sink, workload, view, temperature, kv_cache, chunked, kv_elem, arrivals)"
+                "unknown setting `{key}` (known: focus, layout, cache, policy, attention, compare, values, layer, head, sink, workload, view, temperature, kv_cache, chunked, kv_elem, arrivals, weights)"
             ))
         }
     }
@@ -534,6 +535,7 @@ fn words_of(var: Var) -> Vec<&'static str> {
         Var::Values => all(&VALUES),
         Var::Sink | Var::KvCache | Var::Chunked => all(&SWITCH),
         Var::KvElem => all(&KV_ELEMS),
+        Var::Weights => all(&WEIGHTS),
         Var::Focus => all(&PANES),
         _ => vec!["true", "false"],
     }

@@ -284,6 +284,7 @@ fn step_settings(set: &StepSettings, now: Settings) -> Settings {
     serving.chunked = set.chunked.unwrap_or(serving.chunked);
     serving.burst = set.arrivals.unwrap_or(serving.burst);
     s.run.kv_elem = set.kv_elem.unwrap_or(now.run.kv_elem);
+    s.weights = set.weights.unwrap_or(now.weights);
     s
 }
 
@@ -350,6 +351,7 @@ fn live_word(app: &LiveState, var: Var) -> Option<&'static str> {
         Var::KvCache => word_for(&SWITCH, s.request.kv_cache),
         Var::Chunked => word_for(&SWITCH, serving.chunked),
         Var::KvElem => word_for(&KV_ELEMS, s.run.kv_elem),
+        Var::Weights => word_for(&WEIGHTS, s.weights),
         Var::Workload => word_for(&WORKLOADS, serving.workload),
         Var::Focus => word_for(&PANES, app.focus),
         _ => return None,
@@ -557,6 +559,7 @@ mod tests {
         });
         each(Var::Chunked, &SWITCH, |on| with(|s| s.serving.chunked = on));
         each(Var::KvElem, &KV_ELEMS, |e| with(|s| s.run.kv_elem = e));
+        each(Var::Weights, &WEIGHTS, |w| with(|s| s.weights = w));
         each(Var::Focus, &PANES, |focus| LiveState { focus, ..base() });
         // The app holds these in its own types; the lesson's words name the same choices.
         let show_scores = |v| v == Values::Scores;

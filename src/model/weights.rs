@@ -9,7 +9,8 @@ use candle_core::{Device, Tensor};
 use std::path::Path;
 
 /// Whether to re-quantize matrices at load time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Requant {
     /// Keep the file's own quant types (needed for bit-exact parity with candle).
     Keep,
@@ -26,6 +27,25 @@ pub enum Requant {
 }
 
 impl Requant {
+    /// The weights the app's `W` cycles through: 8-bit, 4-bit, and the f32 reference.
+    pub const LIVE: [Requant; 3] = [Requant::Q8_0, Requant::Q4, Requant::F32];
+
+    /// The name flags, lessons and the header use.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Requant::Keep => "keep",
+            Requant::Q8_0 => "q8_0",
+            Requant::Q4 => "q4",
+            Requant::F32 => "f32",
+        }
+    }
+
+    /// The next of [`Self::LIVE`] (the file's own types go to Q8_0).
+    pub fn next_live(self) -> Self {
+        let i = Self::LIVE.iter().position(|&w| w == self);
+        i.map_or(Requant::Q8_0, |i| Self::LIVE[(i + 1) % Self::LIVE.len()])
+    }
+
     /// Bytes a matrix of `elems` elements, `stored` bytes in the file, takes once loaded.
     pub fn held_bytes(self, elems: u64, stored: u64) -> u64 {
         match self {

@@ -23,6 +23,7 @@ pub enum Action {
     ToggleKernel,
     /// What the KV cache stores each number as: f32 → f16 → int8.
     CycleKvElem,
+    CycleWeights,
     ToggleCache,
     TogglePolicy,
     StartInput,
@@ -108,6 +109,7 @@ fn needs_model(a: Action) -> bool {
         Action::CycleLayout
             | Action::ToggleKernel
             | Action::CycleKvElem
+            | Action::CycleWeights
             | Action::ToggleCache
             | Action::TogglePolicy
             | Action::CycleCompare
@@ -441,6 +443,7 @@ impl App {
             Action::CycleLayout => s.run.layout = next_layout(s.run.layout),
             Action::ToggleKernel => s.run.kernel = other_kernel(s.run.kernel),
             Action::CycleKvElem => s.run.kv_elem = s.run.kv_elem.next(),
+            Action::CycleWeights => s.weights = s.weights.next_live(),
             Action::ToggleCache => serving.cache = serving.cache.other(),
             Action::TogglePolicy => serving.policy = serving.policy.other(),
             Action::CycleCompare => serving.compare = serving.compare.next(),
@@ -885,8 +888,12 @@ fn report_status(r: &StepReport) -> String {
         "request finished (a: new prompt) · serving and sink go on".to_string()
     } else if r.recomputed {
         format!(
-            "recomputed {} token(s) under {} · {} KV in {:.1} ms: the same next position",
-            r.info.input_len, r.info.layout, r.settings.run.kv_elem, r.info.wall_ms
+            "recomputed {} token(s) under {} · {} KV · {} weights in {:.1} ms: the same next position",
+            r.info.input_len,
+            r.info.layout,
+            r.settings.run.kv_elem,
+            r.settings.weights.name().to_uppercase(),
+            r.info.wall_ms
         )
     } else {
         format!(

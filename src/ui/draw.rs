@@ -295,6 +295,10 @@ fn shown_settings(app: &App) -> Shown {
             !app.settings.request.kv_cache,
         ),
     };
+    // The weights the report on screen ran with, as the layout and kernel are.
+    let weights = app
+        .report()
+        .map_or(app.settings.weights, |r| r.settings.weights);
     let kernel = match run.kernel {
         crate::model::AttnKernel::Naive => "naive",
         crate::model::AttnKernel::Tiled { .. } => "tiled",
@@ -305,6 +309,7 @@ fn shown_settings(app: &App) -> Shown {
         kv_elem: run.kv_elem,
         sampler,
         no_cache,
+        weights,
     }
 }
 
@@ -315,6 +320,7 @@ struct Shown {
     kv_elem: crate::kv::KvElem,
     sampler: crate::model::SamplerConfig,
     no_cache: bool,
+    weights: crate::model::Requant,
 }
 
 /// The run on screen: the iteration, its phase, its decode speed, and whether the app
@@ -349,28 +355,44 @@ fn run_state(app: &App) -> (usize, &'static str, f64, String) {
     (iter, phase, tps, run)
 }
 
-fn header(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
-    let (iter, phase, tps, run) = run_state(app);
+/// The header's fixed facts (weights, layout, kernel, KV type, sampler), with the
+/// weights, layout and kernel apart for the short line.
+fn header_facts(app: &App) -> (String, String, crate::model::HeadLayout, &'static str) {
     let Shown {
         layout,
         kernel,
         kv_elem,
         sampler,
         no_cache,
+        weights,
     } = shown_settings(app);
     let cache = match (no_cache, kv_elem) {
         (true, _) => " · NO KV CACHE".to_string(),
         (false, crate::kv::KvElem::F32) => String::new(),
         (false, e) => format!(" · {e} KV"),
     };
+    let facts = format!(
+        "{} weights · {layout} · {kernel} attention{cache} · {}",
+        weights.name().to_uppercase(),
+        sampler.describe()
+    );
+    (facts, weights.name().to_uppercase(), layout, kernel)
+}
+
+fn header(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
+    let (iter, phase, tps, run) = run_state(app);
+    let (facts, weights, layout, kernel) = header_facts(app);
     let full = format!(
-        " inferlab · {} · {layout} · {kernel} attention{cache} · {} · iteration {iter} · {phase} · {tps:.1} tok/s · {run} · ",
+        " inferlab · {} · {facts} · iteration {iter} · {phase} · {tps:.1} tok/s · {run} · ",
         app.engine.model_name,
-        sampler.describe(),
     );
     // The status (an export path, an error) matters more than the fixed facts: when the
     // line is too narrow those shrink first, and only then is the status cut, with "…".
-    let short = format!(" inferlab · {layout} · {kernel} · iteration {iter} · {phase} · {run} · ");
+    let shorter =
+        format!(" inferlab · {layout} · {kernel} · iteration {iter} · {phase} · {run} · ");
+    let short = format!(
+        " inferlab · {weights} · {layout} · {kernel} · iteration {iter} · {phase} · {run} · "
+    );
     let width = area.width as usize;
     let status = header_status(app);
     // A report's status opens with its iteration and phase, which the full and short
@@ -391,7 +413,7 @@ fn header(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         rest
     };
     let fits = |f: &String| f.chars().count() + rest.chars().count() <= width;
-    let (fixed, status) = match [full, short].into_iter().find(fits) {
+    let (fixed, status) = match [full, short, shorter].into_iter().find(fits) {
         Some(f) => (f, rest.to_string()),
         None => (
             format!(" inferlab · {layout} · {kernel} · "),

@@ -53,13 +53,14 @@ pub const BINDINGS: &[Binding] = &[
         on: &[(KeyCode::Char('m'), Action::CycleLayout)],
     },
     Binding {
-        keys: "f i",
-        help: "f attention kernel naive ↔ tiled · i KV as f32 → f16 → int8",
+        keys: "f i W",
+        help: "f kernel naive↔tiled · i KV f32→f16→int8 · W weights q8_0→q4→f32",
         rank: 5,
-        hint: "kernel/KV type",
+        hint: "kernel/KV/weights",
         on: &[
             (KeyCode::Char('f'), Action::ToggleKernel),
             (KeyCode::Char('i'), Action::CycleKvElem),
+            (KeyCode::Char('W'), Action::CycleWeights),
         ],
     },
     Binding {

@@ -167,6 +167,7 @@ impl Worker {
         let (path, base) = find_and_load(cfg, send)?;
         let settings = Settings {
             run: cfg.run,
+            weights: cfg.load.requant,
             ..Settings::default()
         };
         let model = base.with_run(cfg.run)?;
@@ -202,6 +203,7 @@ impl Worker {
         }
         Ok(Self {
             base,
+            source: (path.clone(), cfg.load.device.clone()),
             model,
             max_new: cfg.max_new,
             live,
@@ -221,6 +223,8 @@ impl Worker {
 struct Worker {
     /// The model as loaded; `model` is it under `settings.run`.
     base: Model,
+    /// Where it was loaded from and onto what, to load it again with other weights.
+    source: (PathBuf, candle_core::Device),
     model: Model,
     max_new: usize,
     live: Live,
@@ -284,7 +288,7 @@ impl Worker {
     fn apply(&mut self, new: Settings, send: &dyn Fn(Event)) -> Result<(), WorkerError> {
         let new = new.settled();
         self.settings.watch = new.watch;
-        if new.run != self.settings.run {
+        if new.run != self.settings.run || new.weights != self.settings.weights {
             return self.set_run(new, send);
         }
         if new.serving != self.settings.serving {
@@ -354,7 +358,8 @@ impl Worker {
     fn set_run(&mut self, s: Settings, send: &dyn Fn(Event)) -> Result<(), WorkerError> {
         // Everything is built before anything is replaced: a failure to build leaves all
         // as it ran.
-        let model = self.base.with_run(s.run)?;
+        let base = self.load_weights(s.weights, send)?;
+        let model = base.as_ref().unwrap_or(&self.base).with_run(s.run)?;
         let sink = match s.sink {
             true => Some(sink_run(&model)?),
             false => None,
@@ -364,6 +369,9 @@ impl Worker {
         let (serve, compare) = serving_pair(&model, &s, self.chat_rate)?;
         (self.serve, self.compare) = (serve, compare);
         (self.model, self.sink, self.live) = (model, sink, live);
+        if let Some(b) = base {
+            self.base = b;
+        }
         // The layout beside followed the old model's session: it starts again below.
         self.beside = None;
         self.settings = s;
@@ -395,6 +403,33 @@ impl Worker {
         self.keep_last(&mut report);
         send(Event::Report(Box::new(report)));
         Ok(())
+    }
+
+    /// The model loaded again with `weights`, where they differ from what runs (`None`
+    /// where they do not). What is held stays bounded: the old copy goes once the new one
+    /// runs, so at most one f32 copy (540 MB) besides it while switching.
+    fn load_weights(
+        &self,
+        weights: crate::model::Requant,
+        send: &dyn Fn(Event),
+    ) -> Result<Option<Model>, WorkerError> {
+        if weights == self.settings.weights {
+            return Ok(None);
+        }
+        let (path, device) = &self.source;
+        send(Event::Status(format!(
+            "loading the weights as {}",
+            weights.name()
+        )));
+        let load = LoadOptions {
+            requant: weights,
+            device: device.clone(),
+        };
+        let m = Model::load(path, &load).map_err(|err| WorkerError::Load {
+            path: path.clone(),
+            err,
+        })?;
+        Ok(Some(m))
     }
 
     /// The live request again under `model`: the tokens it fed so far, less the one it
