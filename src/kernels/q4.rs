@@ -13,7 +13,7 @@
 //! time) and AVX-512 VNNI on panels of 16 rows (`q4/avx512.rs`). Other CPUs run the
 //! reference: correct, and slower than their Q8_0 kernel.
 
-use super::q8_0::{quantize_rows, Kernel, OutPtr, QActs, QK};
+use super::q8_0::{check_blocks, quantize_rows, Kernel, OutPtr, QActs, QK};
 use candle_core::Result;
 use rayon::prelude::*;
 
@@ -112,17 +112,7 @@ impl BatchedQ4 {
         {
             candle_core::bail!("the 4-bit matmul has no {kernel:?} kernel on this CPU");
         }
-        if n == 0 || k == 0 || !k.is_multiple_of(QK) {
-            candle_core::bail!("Q4_1 matrix ({n}, {k}): rows must be whole blocks of {QK}");
-        }
-        n.checked_mul(k / QK)
-            .filter(|b| b.checked_mul(BLOCK_BYTES) == Some(data.len()))
-            .ok_or_else(|| {
-                candle_core::Error::Msg(format!(
-                    "Q4_1 matrix ({n}, {k}) does not match its {} bytes",
-                    data.len()
-                ))
-            })?;
+        check_blocks("Q4_1", BLOCK_BYTES, data.len(), (n, k))?;
         let layout = match kernel {
             Kernel::Avx512Vnni => Layout::Panels(Panels::new(data, n, k / QK)),
             _ => Layout::Rows(data.to_vec()),

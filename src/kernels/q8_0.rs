@@ -328,6 +328,27 @@ fn quantize_blocks(
     }
 }
 
+/// An `(n, k)` matrix of `name` blocks, `block_bytes` each per 32 weights, against the
+/// `len` bytes it came with. Sizes come from a model file: checked, not trusted.
+pub(crate) fn check_blocks(
+    name: &str,
+    block_bytes: usize,
+    len: usize,
+    (n, k): (usize, usize),
+) -> Result<()> {
+    if n == 0 || k == 0 || !k.is_multiple_of(QK) {
+        candle_core::bail!("{name} matrix ({n}, {k}): rows must be whole blocks of {QK}");
+    }
+    n.checked_mul(k / QK)
+        .filter(|b| b.checked_mul(block_bytes) == Some(len))
+        .ok_or_else(|| {
+            candle_core::Error::Msg(format!(
+                "{name} matrix ({n}, {k}) does not match its {len} bytes"
+            ))
+        })?;
+    Ok(())
+}
+
 impl BatchedQ8 {
     /// From GGUF Q8_0 bytes, laid out for the fastest kernel this CPU runs.
     pub fn for_this_cpu(data: &[u8], n: usize, k: usize) -> Result<Self> {
@@ -341,17 +362,7 @@ impl BatchedQ8 {
         if !Kernel::available().contains(&kernel) {
             candle_core::bail!("this CPU cannot run the {kernel:?} kernel");
         }
-        if n == 0 || k == 0 || !k.is_multiple_of(QK) {
-            candle_core::bail!("Q8_0 matrix ({n}, {k}): rows must be whole blocks of {QK}");
-        }
-        n.checked_mul(k / QK)
-            .filter(|b| b.checked_mul(34) == Some(data.len()))
-            .ok_or_else(|| {
-                candle_core::Error::Msg(format!(
-                    "Q8_0 matrix ({n}, {k}) does not match its {} bytes",
-                    data.len()
-                ))
-            })?;
+        check_blocks("Q8_0", 34, data.len(), (n, k))?;
         let layout = if kernel != Kernel::Scalar {
             Layout::Panels(Panels::new(data, n, k / QK, kernel))
         } else {
