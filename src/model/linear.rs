@@ -71,7 +71,7 @@ impl Linear {
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         match self.fast.as_deref() {
             Some(Fast::Q8(w)) if x.device().is_cpu() => Ok(on_kernel(&[w], x)?.remove(0)),
-            Some(Fast::Q4(w)) if x.device().is_cpu() => Ok(on_q4(&[w], x)?.remove(0)),
+            Some(Fast::Q4(w)) if x.device().is_cpu() => Ok(on_kernel(&[w], x)?.remove(0)),
             _ => self.on_candle(x),
         }
     }
@@ -103,7 +103,7 @@ impl Linear {
         let outs = if x.device().is_cpu() && fast.len() == N {
             on_kernel(&fast, x)?
         } else if x.device().is_cpu() && four.len() == N {
-            on_q4(&four, x)?
+            on_kernel(&four, x)?
         } else {
             ls.iter()
                 .map(|l| l.forward(x))
@@ -116,8 +116,8 @@ impl Linear {
     /// `(out, in)`: the matrix's shape.
     pub fn dims(&self) -> (usize, usize) {
         match (self.fast.as_deref(), &self.q) {
-            (Some(Fast::Q8(w)), _) => (w.n, w.k),
-            (Some(Fast::Q4(w)), _) => (w.n, w.k),
+            (Some(Fast::Q8(w)), _) => w.shape(),
+            (Some(Fast::Q4(w)), _) => w.shape(),
             (None, QMatMul::QTensor(t)) => t.shape().dims2().unwrap_or((0, 0)),
             (None, QMatMul::Tensor(t) | QMatMul::TensorF16(t)) => t.dims2().unwrap_or((0, 0)),
         }
@@ -138,36 +138,48 @@ impl Linear {
     }
 }
 
-/// `x` `(m, k)` through our 4-bit kernel's matrices, all in one pass; each `(m, n)`.
-fn on_q4(ws: &[&BatchedQ4], x: &Tensor) -> Result<Vec<Tensor>> {
-    let (m, k) = x.dims2()?;
-    if let Some(w) = ws.iter().find(|w| w.k != k) {
-        candle_core::bail!("linear: input has {k} columns, the weight expects {}", w.k);
-    }
-    let xs = x
-        .to_dtype(candle_core::DType::F32)?
-        .flatten_all()?
-        .to_vec1::<f32>()?;
-    BatchedQ4::matmul_many(ws, &xs, m)?
-        .into_iter()
-        .zip(ws)
-        .map(|(out, w)| Tensor::from_vec(out, (m, w.n), x.device()))
-        .collect()
+/// What [`on_kernel`] needs of a layout of ours: its shape, and several matrices on the
+/// same activations in one pass.
+trait Batched: Sized {
+    fn shape(&self) -> (usize, usize);
+    fn matmul_many(ws: &[&Self], x: &[f32], m: usize) -> Result<Vec<Vec<f32>>>;
 }
 
-/// `x` `(m, k)` through our kernel's matrices, all in one pass; each result `(m, n)`.
-fn on_kernel(ws: &[&BatchedQ8], x: &Tensor) -> Result<Vec<Tensor>> {
+impl Batched for BatchedQ8 {
+    fn shape(&self) -> (usize, usize) {
+        (self.n, self.k)
+    }
+    fn matmul_many(ws: &[&Self], x: &[f32], m: usize) -> Result<Vec<Vec<f32>>> {
+        BatchedQ8::matmul_many(ws, x, m)
+    }
+}
+
+impl Batched for BatchedQ4 {
+    fn shape(&self) -> (usize, usize) {
+        (self.n, self.k)
+    }
+    fn matmul_many(ws: &[&Self], x: &[f32], m: usize) -> Result<Vec<Vec<f32>>> {
+        BatchedQ4::matmul_many(ws, x, m)
+    }
+}
+
+/// `x` `(m, k)` through our kernel's matrices (all Q8_0 or all Q4_1), all in one pass;
+/// each result `(m, n)`.
+fn on_kernel<W: Batched>(ws: &[&W], x: &Tensor) -> Result<Vec<Tensor>> {
     let (m, k) = x.dims2()?;
-    if let Some(w) = ws.iter().find(|w| w.k != k) {
-        candle_core::bail!("linear: input has {k} columns, the weight expects {}", w.k);
+    if let Some(w) = ws.iter().find(|w| w.shape().1 != k) {
+        candle_core::bail!(
+            "linear: input has {k} columns, the weight expects {}",
+            w.shape().1
+        );
     }
     let xs = x
         .to_dtype(candle_core::DType::F32)?
         .flatten_all()?
         .to_vec1::<f32>()?;
-    BatchedQ8::matmul_many(ws, &xs, m)?
+    W::matmul_many(ws, &xs, m)?
         .into_iter()
         .zip(ws)
-        .map(|(out, w)| Tensor::from_vec(out, (m, w.n), x.device()))
+        .map(|(out, w)| Tensor::from_vec(out, (m, w.shape().0), x.device()))
         .collect()
 }
