@@ -4,6 +4,7 @@
 //! instrumented forward pass (`model`), the KV cache (`kv`) and the benchmarks (`bench`).
 
 pub mod assets;
+pub mod attach;
 pub mod bench;
 pub mod budget;
 pub mod export;

@@ -46,6 +46,9 @@ enum Cmd {
     },
     /// Write a picture (SVG or PNG) of one pane at one iteration of a recording.
     Export(commands::export::Args),
+    /// Attach to a running llama.cpp, vLLM or SGLang server: its serving figures in the
+    /// app's words, and optionally our seeded load sent to it.
+    Attach(commands::attach::Args),
     /// Measure speed side by side.
     Bench {
         #[command(subcommand)]
@@ -118,6 +121,7 @@ fn main() -> std::process::ExitCode {
         Some(Cmd::Lessons(a)) => commands::lessons::list(&a),
         Some(Cmd::Lesson(a)) => commands::lessons::open(&a),
         Some(Cmd::Bench { cmd }) => commands::bench_cmd::run(&cmd),
+        Some(Cmd::Attach(a)) => commands::attach::run(&a),
     };
     // Quitting the app while it still fetches the model leaves no pip or temp files.
     inferlab::model::source::abort_fetch();

@@ -149,6 +149,17 @@ fn requests(w: &Workload, source: &[u32], long: &[u32]) -> Vec<Request> {
     reqs
 }
 
+/// `n` requests of the chat workload (the short prompts alone) from `source`, arriving at
+/// `rate_per_s`: what `inferlab attach --rate` sends a real server.
+pub fn chat_requests(source: &[u32], rate_per_s: f64, n: usize, seed: u64) -> Vec<Request> {
+    Workload {
+        requests: n,
+        rate_per_s,
+        ..workload(seed)
+    }
+    .generate(source)
+}
+
 /// The arrivals workload's lengths (its rate is set once chosen).
 fn workload(seed: u64) -> Workload {
     Workload {

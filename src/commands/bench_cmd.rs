@@ -213,7 +213,7 @@ fn sized(lo: u64, hi: u64) -> clap::builder::RangedU64ValueParser<usize> {
 }
 
 /// `--rate`: requests per second, positive and finite.
-fn rate(s: &str) -> std::result::Result<f64, String> {
+pub(crate) fn rate(s: &str) -> std::result::Result<f64, String> {
     match s.parse::<f64>() {
         Ok(r) if r.is_finite() && r > 0.0 && r <= 1e6 => Ok(r),
         Ok(_) => Err("a rate is a number of requests per second above 0 and at most 1e6".into()),

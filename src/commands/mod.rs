@@ -1,6 +1,7 @@
 //! Subcommands of the binary, and what they share: finding and loading the model.
 
 pub mod app;
+pub mod attach;
 pub mod bench_cmd;
 pub mod budget;
 pub mod export;

@@ -194,6 +194,17 @@ impl TextTokenizer {
         })
     }
 
+    /// The tokenizer alone of the model at `path` (a GGUF file, or a folder with
+    /// `tokenizer.json`), without its weights: for the prompts sent to a server.
+    pub fn of_model(path: &Path) -> Result<Self> {
+        if path.is_dir() {
+            return Self::from_file(&path.join("tokenizer.json"));
+        }
+        let (ct, _) = super::gguf::open(path)?;
+        let cfg = super::LlamaConfig::from_gguf(&ct)?;
+        Self::from_gguf(&ct, cfg.vocab)
+    }
+
     /// Loads a `tokenizer.json`.
     pub fn from_file(path: &Path) -> Result<Self> {
         let bytes = crate::files::read(path, crate::files::Kind::Tokenizer)?;

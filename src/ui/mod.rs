@@ -2,6 +2,7 @@
 //! owns the model.
 
 pub mod app;
+pub mod attach;
 pub mod draw;
 pub mod effect;
 pub mod engine;
@@ -73,7 +74,9 @@ pub fn restore_terminal() {
     }
 }
 
-fn with_terminal(
+/// Runs `f` with the terminal taken (raw mode, alternate screen, mouse), giving it back
+/// on every exit, panics of this thread included.
+pub(crate) fn with_terminal(
     f: impl FnOnce(&mut ratatui::DefaultTerminal) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
     let mut terminal = ratatui::try_init()?;
