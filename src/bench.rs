@@ -5,6 +5,7 @@ pub mod attention;
 pub mod decode;
 pub mod heads;
 pub mod kv;
+pub mod peer;
 pub mod render;
 pub mod serve;
 pub mod sink;

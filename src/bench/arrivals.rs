@@ -36,7 +36,7 @@ const WHOLE_PROMPT: usize = 4096;
 const MIN_KV_TOKENS: usize = 4096;
 
 /// What the arrivals part is asked for.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ArrivalsArgs {
     /// Requests per second, or None for the default from this machine's costs.
     pub rate: Option<f64>,
@@ -45,6 +45,8 @@ pub struct ArrivalsArgs {
     pub seeds: usize,
     /// Prompt tokens per iteration of the chunked run.
     pub chunk_tokens: usize,
+    /// A real server to run the same arrivals on, and its slot count (`--peer`).
+    pub peer: Option<(crate::attach::http::Base, usize)>,
 }
 
 impl ArrivalsArgs {
@@ -122,6 +124,44 @@ pub struct ArrivalsReport {
     /// The same requests without the long prompts, at their own default rate: the chat
     /// traffic where a newcomer's wait is all queueing, not a long prefill.
     pub chat_mix: ChatMix,
+    /// A real server under the same arrivals (`--peer`), sent in real time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peer: Option<PeerRun>,
+}
+
+/// A real server's row beside ours (`--peer`).
+#[derive(Debug, Clone, Serialize)]
+pub struct PeerRun {
+    #[serde(flatten)]
+    pub run: ArrivalRun,
+    /// What the server is.
+    pub server: String,
+    /// Its slots: requests it decodes together (ours ran with this as its batch cap).
+    pub max_batch: usize,
+}
+
+impl PeerRun {
+    /// The server under `sequences`, measured as [`timed`] measures our engine.
+    fn measure(
+        (base, slots): &(crate::attach::http::Base, usize),
+        sequences: &[Vec<Request>],
+    ) -> Result<Self> {
+        let s = super::peer::run(base, sequences)?;
+        let generated: usize = s.requests.iter().map(|r| r.generated.len()).sum();
+        let wall = s.wall_s.max(1e-9);
+        Ok(Self {
+            run: ArrivalRun {
+                latency: Latency::of(&s.requests),
+                tok_per_s: generated as f64 / wall,
+                iterations: s.iterations,
+                wall_s: s.wall_s,
+                busy_pct: 100.0 * s.busy_s / wall,
+                work_ms_per_request: 1e3 * s.busy_s / s.requests.len().max(1) as f64,
+            },
+            server: s.server,
+            max_batch: *slots,
+        })
+    }
 }
 
 /// Static and continuous batching on the short prompts alone.
@@ -300,11 +340,7 @@ pub fn run(
     seed: u64,
 ) -> Result<ArrivalsReport> {
     args.check()?;
-    let long = model.tokenizer.encode(crate::assets::LONG_TEXT)?;
-    anyhow::ensure!(
-        long.len() > LONG_PROMPT,
-        "the shipped long story is too short"
-    );
+    let long = long_tokens(model)?;
     let kv_budget_tokens = kv_budget_tokens.max(MIN_KV_TOKENS);
     let cfg = |policy, max_batch, token_budget| ServeConfig {
         policy,
@@ -342,12 +378,26 @@ pub fn run(
     let chat = seqs.at(chat_rate, Prompts::Chat);
     let static_cfg = cfg(Policy::Static, max_batch, WHOLE_PROMPT);
     let chat_mix = ChatMix::run(model, (chat_rate, &chat), static_cfg)?;
-    Ok(ArrivalsReport::of(
-        (rate_per_s, rate_basis, first_estimate),
-        (count_long(&mix), max_batch, kv_budget_tokens),
-        (args, runs),
-        chat_mix,
-    ))
+    let peer = args.peer.as_ref().map(|p| PeerRun::measure(p, &mix));
+    Ok(ArrivalsReport {
+        peer: peer.transpose()?,
+        ..ArrivalsReport::of(
+            (rate_per_s, rate_basis, first_estimate),
+            (count_long(&mix), max_batch, kv_budget_tokens),
+            (args, runs),
+            chat_mix,
+        )
+    })
+}
+
+/// The shipped long story's tokens, which the long prompts are cut from.
+fn long_tokens(model: &Model) -> Result<Vec<u32>> {
+    let long = model.tokenizer.encode(crate::assets::LONG_TEXT)?;
+    anyhow::ensure!(
+        long.len() > LONG_PROMPT,
+        "the shipped long story is too short"
+    );
+    Ok(long)
 }
 
 /// How many of the sequences' prompts are long.
@@ -417,6 +467,7 @@ impl ArrivalsReport {
             continuous_chunked,
             request_at_a_time,
             chat_mix,
+            peer: None,
         }
     }
 }
@@ -468,16 +519,26 @@ impl ArrivalsReport {
             "busy"
         );
         let chunked = format!("continuous, chunks of {}", self.chunk_tokens);
-        for (name, r) in [
-            ("static", &self.static_),
-            ("continuous, whole prompts", &self.continuous),
-            (chunked.as_str(), &self.continuous_chunked),
-            ("one request at a time", &self.request_at_a_time),
-        ] {
+        let mut rows = vec![
+            ("static".to_string(), &self.static_),
+            ("continuous, whole prompts".into(), &self.continuous),
+            (chunked, &self.continuous_chunked),
+            ("one request at a time".into(), &self.request_at_a_time),
+        ];
+        if let Some(p) = &self.peer {
+            rows.push((format!("{} (peer)", p.server), &p.run));
+        }
+        for (name, r) in rows {
             let l = &r.latency;
             s += &format!(
                 "{name:<28}{:>14.1}{:>14.1}{:>13.1}{:>13.1}{:>10.1}{:>6.0}%\n",
                 l.ttft_ms_p50, l.ttft_ms_p99, l.itl_ms_p50, l.itl_ms_p99, r.tok_per_s, r.busy_pct
+            );
+        }
+        if let Some(p) = &self.peer {
+            s += &format!(
+                "the peer ran the same requests in real time with {} slots; ours ran with a batch cap of {} (its slot count, so the two decode as many at once)\n",
+                p.max_batch, self.max_batch
             );
         }
         let c = &self.chat_mix;

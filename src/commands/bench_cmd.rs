@@ -189,6 +189,11 @@ pub struct ServeArgs {
     /// and pools, so its p99s are not one run's slowest request or two.
     #[arg(long, default_value_t = 3, value_parser = sized(1, 64))]
     arrival_seeds: usize,
+    /// A running server (llama.cpp's, from scripts/llamacpp-server.py) to run the arrivals
+    /// on beside ours: the same requests sent in real time, streamed and timed by us. Ours
+    /// then runs with the server's slot count as its batch cap.
+    #[arg(long, value_name = "URL")]
+    peer: Option<String>,
     /// Print one JSON object (snake_case keys) instead of the table.
     #[arg(long)]
     json: bool,
@@ -353,10 +358,21 @@ fn attention_cmd(cmd: &Cmd) -> Result<()> {
 
 /// `bench serve`: the seeded workload under every policy and cache.
 fn serve_cmd(a: &ServeArgs) -> Result<()> {
+    // The peer first: a server that does not answer fails the bench before it runs.
+    let peer = match &a.peer {
+        Some(url) => {
+            let base = inferlab::attach::http::Base::parse(url)?;
+            let slots = inferlab::bench::peer::slots(&base)?;
+            Some((base, slots))
+        }
+        None => None,
+    };
+    let max_batch = peer.as_ref().map_or(a.max_batch, |(_, n)| *n);
     let arrivals = inferlab::bench::arrivals::ArrivalsArgs {
         rate: a.rate,
         seeds: a.arrival_seeds,
         chunk_tokens: a.chunk_tokens,
+        peer,
     };
     arrivals.check()?;
     let w = workload(
@@ -374,7 +390,7 @@ fn serve_cmd(a: &ServeArgs) -> Result<()> {
         a.kv_tokens,
         a.page_size,
         a.reserve,
-        a.max_batch,
+        max_batch,
         arrivals,
     )?;
     let runs = [
