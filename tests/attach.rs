@@ -348,3 +348,113 @@ fn attached_to_the_real_llama_cpp_server_our_load_batches_and_its_counters_agree
     assert!(load["ttft_ms_p99"].as_f64().unwrap() >= load["ttft_ms_p50"].as_f64().unwrap());
     assert!(load["itl_ms_p50"].as_f64().unwrap() > 0.0);
 }
+
+/// The attach screen drawn from two polls of the llama.cpp fixture and a load in progress.
+fn attach_screen(w: u16, h: u16) -> ratatui::backend::TestBackend {
+    use inferlab::ui::attach::{draw, AttachView};
+    let text = fixture("llamacpp-b11549.txt");
+    let mut p = Poller::new("http://127.0.0.1:8080");
+    for (k, t) in [0.0, 0.25, 0.5, 0.75, 1.0].into_iter().enumerate() {
+        // The counters move between polls: 10 more decode calls at 4 busy slots each.
+        let calls = 46.0 + 10.0 * k as f64;
+        let busy = (3.76087 * 46.0 + 40.0 * k as f64) / calls;
+        let moved = text
+            .replace(
+                "llamacpp:n_decode_total 46",
+                &format!("llamacpp:n_decode_total {calls}"),
+            )
+            .replace(
+                "llamacpp:n_busy_slots_per_decode 3.76087",
+                &format!("llamacpp:n_busy_slots_per_decode {busy}"),
+            )
+            .replace(
+                "llamacpp:tokens_predicted_total 56",
+                &format!("llamacpp:tokens_predicted_total {}", 56 + 40 * k),
+            );
+        p.read(t, &moved);
+    }
+    p.snap.slots = vec![true, true, true, false];
+    p.snap.version = Some("build b0-unknown".into());
+    let mut done = inferlab::serve::Request::new(0, vec![1; 20], 3, 0);
+    (done.arrival_s, done.token_s, done.generated) = (0.0, vec![0.05, 0.07, 0.09], vec![0; 3]);
+    let view = AttachView {
+        snap: p.snap,
+        load: Some((
+            12,
+            3.0,
+            vec![inferlab::attach::load::Outcome {
+                request: done,
+                error: None,
+            }],
+        )),
+        help: false,
+    };
+    let theme = inferlab::ui::theme::Theme {
+        mode: inferlab::ui::theme::ColorMode::None,
+    };
+    let mut term = ratatui::Terminal::new(ratatui::backend::TestBackend::new(w, h)).unwrap();
+    term.draw(|f| draw(&view, &theme, f.area(), f.buffer_mut()))
+        .unwrap();
+    term.backend().clone()
+}
+
+#[test]
+fn the_attach_screen_at_80x24_and_200x60() {
+    let small = attach_screen(80, 24);
+    let text = format!("{}", small);
+    for want in [
+        "running requests      4",
+        "waiting (queue)       2",
+        "batch per decode step 4.0",
+        "3 of 4",
+        "llamacpp:requests_processing",
+        "1/12 done",
+    ] {
+        assert!(text.contains(want), "{want} missing:\n{text}");
+    }
+    insta::assert_snapshot!("attach_80x24", small);
+    insta::assert_snapshot!("attach_200x60", attach_screen(200, 60));
+}
+
+#[test]
+fn q_quits_the_attach_screen_at_once_while_the_host_never_answers() {
+    // A server that accepts and never answers: every poll waits out its deadline.
+    let silent = serve(|_| std::thread::sleep(Duration::from_secs(60)));
+    let name = format!("inferlab-attach-{}", std::process::id());
+    let cmd = format!("{} attach {silent}", common::bin().display());
+    let tmux = |args: &[&str]| {
+        Command::new("tmux")
+            .args(args)
+            .output()
+            .expect("tmux must be installed (.ci/run installs it)")
+    };
+    assert!(tmux(&[
+        "new-session",
+        "-d",
+        "-s",
+        &name,
+        "-x",
+        "80",
+        "-y",
+        "24",
+        &cmd
+    ])
+    .status
+    .success());
+    std::thread::sleep(Duration::from_millis(1500));
+    let screen =
+        String::from_utf8_lossy(&tmux(&["capture-pane", "-p", "-t", &name]).stdout).into_owned();
+    assert!(
+        screen.contains("attached:") && screen.contains("q quit"),
+        "{screen}"
+    );
+    let t = Instant::now();
+    tmux(&["send-keys", "-t", &name, "q"]);
+    while tmux(&["has-session", "-t", &name]).status.success() {
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "still running 2 s after q"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

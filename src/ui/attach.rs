@@ -37,7 +37,7 @@ pub fn draw(v: &AttachView, theme: &Theme, area: Rect, buf: &mut Buffer) {
         Constraint::Length(1),
     ])
     .areas(area);
-    header(v, theme).render(head, buf);
+    header(v, theme, head.width as usize).render(head, buf);
     let wide = body.width >= 120;
     let (charts, figs) = if wide {
         let [a, b] = Layout::horizontal([Constraint::Percentage(55), Constraint::Percentage(45)])
@@ -56,7 +56,7 @@ pub fn draw(v: &AttachView, theme: &Theme, area: Rect, buf: &mut Buffer) {
 }
 
 /// The server, its version, the URL, and whether the last poll answered.
-fn header<'a>(v: &'a AttachView, theme: &Theme) -> Paragraph<'a> {
+fn header<'a>(v: &'a AttachView, theme: &Theme, width: usize) -> Paragraph<'a> {
     let s = &v.snap;
     let name = s.server.map_or("server", Server::name);
     let version = s
@@ -73,10 +73,13 @@ fn header<'a>(v: &'a AttachView, theme: &Theme) -> Paragraph<'a> {
         Link::Down { .. } => theme.warm(),
         _ => theme.dim(),
     };
+    let lead = format!("attached: {name}{version} ");
+    let url = format!("{} · ", s.url);
+    let room = width.saturating_sub(lead.chars().count() + url.chars().count());
     Paragraph::new(Line::from(vec![
-        Span::styled(format!("attached: {name}{version} "), theme.accent()),
-        Span::raw(format!("{} · ", s.url)),
-        Span::styled(link, style),
+        Span::styled(lead, theme.accent()),
+        Span::raw(url),
+        Span::styled(clip(&link, room), style),
     ]))
 }
 
@@ -308,7 +311,7 @@ fn what_was_not_read(s: &Snapshot, g: &crate::attach::engines::Gauges) -> Vec<Ro
 /// Batch per decode step, and how it was worked out.
 fn batch_row(server: Server, batch: Option<f64>) -> (String, String, String) {
     let from = match server {
-        Server::LlamaCpp => "llamacpp:n_busy_slots_per_decode, this interval's calls",
+        Server::LlamaCpp => "llamacpp:n_busy_slots_per_decode (interval)",
         Server::Vllm => "mean of vllm:iteration_tokens_total over the interval",
         _ => "not exposed by this server",
     };
@@ -322,7 +325,7 @@ fn rate_row(tok_per_s: Option<f64>, total: Option<Reading>) -> (String, String, 
         (Some(t), Some(r)) => (
             "tokens/s generated".into(),
             format!("{t:.0}"),
-            format!("{} over the last {RATE_WINDOW_S:.0} s", r.metric),
+            format!("{}, last {RATE_WINDOW_S:.0} s", r.metric),
         ),
         _ => (
             "tokens/s generated".into(),
