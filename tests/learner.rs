@@ -373,6 +373,12 @@ impl Learner {
                     {
                         self.press(Action::ToggleCache)
                     }
+                    // Asked from 8-bit weights: W cycles q4 → f32 → q8_0.
+                    Predict::StepAfterQ4
+                        if self.app.settings.weights != inferlab::model::Requant::Q8_0 =>
+                    {
+                        self.press(Action::CycleWeights)
+                    }
                     // Both runs done: b swaps the policies and runs both again.
                     Predict::TtftRatio
                         if self.app.report().is_some_and(|r| {

@@ -312,11 +312,14 @@ pub enum Predict {
     /// Static and continuous batching side by side: how static's p99 time to first token
     /// will compare with continuous's once both runs have served every request.
     TtftRatio,
+    /// Switched from 8-bit to 4-bit weights (by the answer): the next decode step's model
+    /// time against the 8-bit step's now.
+    StepAfterQ4,
 }
 
 impl Predict {
     /// Every kind with its name in lesson files.
-    pub const ALL: [(&'static str, Predict); 14] = [
+    pub const ALL: [(&'static str, Predict); 15] = [
         ("top_attended", Predict::TopAttended),
         ("pages_next", Predict::PagesNext),
         ("next_join", Predict::NextJoin),
@@ -331,6 +334,7 @@ impl Predict {
         ("top_after_temperature", Predict::TopAfterTemperature),
         ("flops_without_cache", Predict::FlopsWithoutCache),
         ("ttft_ratio", Predict::TtftRatio),
+        ("step_after_q4", Predict::StepAfterQ4),
     ];
 }
 

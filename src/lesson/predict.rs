@@ -163,6 +163,9 @@ pub fn unavailable(kind: Predict, ran: bool) -> &'static str {
         Predict::TtftRatio => {
             "this prediction needs static and continuous batching side by side, still serving: press s until the right pane compares the policy, or b to run both again"
         }
+        Predict::StepAfterQ4 => {
+            "this prediction starts from a decode step with 8-bit weights: press W until the header says Q8_0, then space (a for a new prompt)"
+        }
         _ => "this prediction needs a running request: press space first",
     }
 }
@@ -198,6 +201,10 @@ pub fn action(kind: Predict, app: &LiveState) -> (Option<Settings>, bool) {
             s.request.kv_cache = false;
             true
         }
+        Predict::StepAfterQ4 => {
+            s.weights = crate::model::Requant::Q4;
+            true
+        }
         _ => return (None, true),
     };
     (Some(s), step)
@@ -215,6 +222,7 @@ pub fn live_choices(app: &LiveState, kind: Predict) -> Option<LiveChoices> {
             | Predict::LensLayer
             | Predict::TopAfterTemperature
             | Predict::FlopsWithoutCache
+            | Predict::StepAfterQ4
     );
     if about_live && app.prompt_queued {
         return None;
@@ -269,6 +277,7 @@ pub fn choices_for(r: &StepReport, kind: Predict) -> Option<LiveChoices> {
         Predict::TtftRatio => static_and_continuous(r)
             .filter(|(s, c)| !(s.done && c.done))
             .map(|_| labelled(&TTFT_RATIO, 0)),
+        Predict::StepAfterQ4 => q4_choices(r),
     }
 }
 
@@ -431,7 +440,10 @@ pub fn pages_of(sv: &ServeView, id: u64) -> usize {
 pub fn waits_for_event(kind: Predict) -> bool {
     matches!(
         kind,
-        Predict::FinishedRowStatic | Predict::DominantBatch | Predict::TtftRatio
+        Predict::FinishedRowStatic
+            | Predict::DominantBatch
+            | Predict::TtftRatio
+            | Predict::StepAfterQ4
     )
 }
 
@@ -464,6 +476,10 @@ pub fn outcome(
         Predict::KvAfterTiled => matches!(new.settings.run.kernel, AttnKernel::Tiled { .. }),
         Predict::TopAfterTemperature => tenths(new.info.sampler.temperature) == PREDICT_TEMPERATURE,
         Predict::FlopsWithoutCache => new.info.no_cache,
+        // The switch recomputes the sequence first; a decode step after it grades.
+        Predict::StepAfterQ4 => {
+            new.settings.weights == crate::model::Requant::Q4 && new.info.input_len == 1
+        }
         Predict::UtilAfterContiguous => new
             .serve
             .as_ref()
@@ -493,6 +509,7 @@ pub fn outcome(
         Predict::TopAfterTemperature => top_after_t_outcome(chosen, new),
         Predict::FlopsWithoutCache => flops_outcome(live, chosen, new),
         Predict::TtftRatio => return ttft_outcome(chosen, new),
+        Predict::StepAfterQ4 => q4_outcome(live, chosen, new),
     })
 }
 
@@ -835,6 +852,57 @@ fn ttft_outcome(chosen: u64, new: &StepReport) -> Option<(bool, String)> {
         named.join(" or ")
     );
     Some((bands.contains(&chosen), why))
+}
+
+/// Shares of the 8-bit decode step's time the 4-bit one may take, by index; the edges
+/// between them in [`Q4_EDGES`].
+const Q4_STEP: [&str; 4] = [
+    "under half of the 8-bit step's time",
+    "between half and three quarters of it",
+    "between three quarters and nine tenths",
+    "about the same: above nine tenths of it",
+];
+const Q4_EDGES: [f64; 3] = [0.5, 0.75, 0.9];
+
+/// Asked after an 8-bit decode step: its model time (µs) is the subject, its weight bytes
+/// the state before.
+fn q4_choices(r: &StepReport) -> Option<LiveChoices> {
+    let decoding = !r.finished && r.info.step > 0 && r.info.input_len == 1 && !r.info.no_cache;
+    if !(decoding && r.settings.weights == crate::model::Requant::Q8_0) {
+        return None;
+    }
+    let us = (1e3 * crate::views::traffic::model_ms(r)).round() as u64;
+    let mut c = labelled(&Q4_STEP, us.max(1));
+    c.before = vec![r.info.traffic.weight_bytes];
+    Some(c)
+}
+
+/// The band of the 4-bit step's model time over the 8-bit one's, and its neighbour when
+/// within 10% of the edge between them (one step's time scatters by about that much).
+fn q4_outcome(live: &LiveChoices, chosen: u64, new: &StepReport) -> (bool, String) {
+    let ms = crate::views::traffic::model_ms(new);
+    let ratio = 1e3 * ms / live.subject.max(1) as f64;
+    let own = Q4_EDGES.iter().filter(|&&e| ratio > e).count() as u64;
+    let mut right = vec![own];
+    if let Some(i) = Q4_EDGES.iter().position(|&e| near_edge(ratio, e)) {
+        right = vec![i as u64, i as u64 + 1];
+    }
+    let bytes_before = live.before.first().copied().unwrap_or(0).max(1) as f64;
+    let bytes = new.info.traffic.weight_bytes as f64;
+    let shrink = bytes / bytes_before;
+    let reading = if ratio > shrink + 0.05 {
+        "unpacking 4-bit numbers is arithmetic the 8-bit kernel does not do, which keeps the gain below the bytes'"
+    } else {
+        "the time shrank with the bytes, as a step that waits on memory does"
+    };
+    let why = format!(
+        "the 4-bit step took {ms:.1} ms of model time against {:.1} ms with 8-bit weights ({ratio:.2}×), while its weight bytes fell from {:.1} to {:.1} MB ({shrink:.2}×): {reading}{}",
+        live.subject as f64 / 1e3,
+        bytes_before / 1e6,
+        bytes / 1e6,
+        both_said(right.len())
+    );
+    (right.contains(&chosen), why)
 }
 
 #[cfg(test)]
