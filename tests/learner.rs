@@ -1,4 +1,4 @@
-//! The scripted learner: all twelve lessons walked start to end on the real model, through
+//! The scripted learner: all thirteen lessons walked start to end on the real model, through
 //! the app's own update and event code (the worker thread as the app runs it, the screen
 //! drawn on ratatui's TestBackend at 80×24 and 200×60). For every step it does the task
 //! with the keys a learner would press, answers every question (a wrong answer first,
@@ -530,7 +530,7 @@ fn a_scripted_learner_walks_every_lesson_to_the_end() {
     let (lessons, errors) =
         inferlab::lesson::load(&inferlab::lesson::source(None)).expect("the shipped lessons");
     assert!(errors.is_empty(), "{errors:?}");
-    assert_eq!(lessons.len(), 12);
+    assert_eq!(lessons.len(), 13);
     let mut l = Learner::start();
     let tutor = Tutor::new(lessons.clone(), 0, Progress::default(), true);
     let cmds = l.app.open_lesson(tutor);
