@@ -106,6 +106,8 @@ pub struct SinkRun {
     full: crate::kv::Contiguous,
     windows: [Windowed; 2],
     nll: [Nll; 3],
+    /// The last step's view: a finished run keeps showing its results.
+    last: Option<SinkView>,
 }
 
 /// Lane names, in order.
@@ -154,7 +156,13 @@ impl SinkRun {
             window,
             page_size,
             nll: [Nll::default(); 3],
+            last: None,
         })
+    }
+
+    /// The newest step's view, if a step has run: what a finished run goes on showing.
+    pub fn last(&self) -> Option<&SinkView> {
+        self.last.as_ref()
     }
 
     /// The text has been read to its last prediction.
@@ -212,7 +220,7 @@ impl SinkRun {
             });
         }
         self.pos += 1;
-        Ok(SinkView {
+        let view = SinkView {
             pos: self.pos,
             text_tokens: self.tokens.len(),
             window: self.window,
@@ -221,7 +229,9 @@ impl SinkRun {
             next: model.tokenizer.piece(next as u32),
             lanes,
             done: self.done(),
-        })
+        };
+        self.last = Some(view.clone());
+        Ok(view)
     }
 }
 

@@ -296,6 +296,7 @@ impl Learner {
             | Var::Generated
             | Var::Finished
             | Var::Copies
+            | Var::SinkTokens
             | Var::PastCrossover => Action::Step,
         }
     }

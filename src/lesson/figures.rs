@@ -71,9 +71,13 @@ pub fn value(app: Sources, name: &str) -> Option<String> {
         "serve_ratio" => format!("{:.2}", serve.and(r.serve_ratio())?),
         "continuous_ttft_p99_ms" => ttft_p99(serve.and(r.serving_run(Policy::Continuous)))?,
         "static_ttft_p99_ms" => ttft_p99(serve.and(r.serving_run(Policy::Static)))?,
+        // Timed chat arrivals come at one rate all session (measured at start), so the
+        // runs a step just replaced already give it.
         "serve_arrivals_per_s" => {
-            let rate = serve?.rate_per_s;
-            (rate > 0.0).then(|| format!("{rate:.1}"))?
+            let timed_chat = app.serving.workload == crate::serve::workload::AppWorkload::Chat
+                && !app.serving.burst;
+            let rate = r.serve.as_ref()?.rate_per_s;
+            (timed_chat && rate > 0.0).then(|| format!("{rate:.1}"))?
         }
         _ => return None,
     })

@@ -182,11 +182,13 @@ pub enum Var {
     KvElem,
     /// The matrices' stored type: q8_0, q4 or f32.
     Weights,
+    /// Tokens of the eval text the attention-sink experiment on screen has read.
+    SinkTokens,
 }
 
 impl Var {
     /// Every variable with its name in lesson files.
-    pub const ALL: [(&'static str, Var); 21] = [
+    pub const ALL: [(&'static str, Var); 22] = [
         ("steps", Var::Steps),
         ("decode_steps", Var::DecodeSteps),
         ("generated", Var::Generated),
@@ -208,13 +210,20 @@ impl Var {
         ("chunked", Var::Chunked),
         ("kv_elem", Var::KvElem),
         ("weights", Var::Weights),
+        ("sink_tokens", Var::SinkTokens),
     ];
 
     /// True for variables compared as numbers.
     pub fn numeric(self) -> bool {
         matches!(
             self,
-            Var::Steps | Var::DecodeSteps | Var::Generated | Var::Layer | Var::Head | Var::Copies
+            Var::Steps
+                | Var::DecodeSteps
+                | Var::Generated
+                | Var::Layer
+                | Var::Head
+                | Var::Copies
+                | Var::SinkTokens
         )
     }
 }

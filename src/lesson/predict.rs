@@ -147,7 +147,7 @@ pub fn unavailable(kind: Predict, ran: bool) -> &'static str {
         Predict::PagesNext
         | Predict::DominantBatch
         | Predict::FinishedRowStatic => {
-            "this prediction needs the serving workload running: press space; g, c and b restart it"
+            "this prediction needs the serving workload running: press space (a finished run starts again when g, c or b switches its workload, cache or policy)"
         }
         Predict::KvAfterMha => "this prediction starts from GQA or MQA: press m first",
         Predict::KvAfterTiled => "this prediction starts from the naive kernel: press f first",
@@ -362,7 +362,9 @@ fn join_choices(sv: &ServeView) -> Option<LiveChoices> {
 /// Around what this step moved: the right one is a question of what changes.
 fn read_mb_choices(r: &StepReport) -> Option<LiveChoices> {
     let mb = traffic_mb(&r.info.traffic);
-    if r.finished || mb <= 0.0 {
+    // Built from a decode step, as the question's {step_mb} is: a prefill moves a
+    // different amount, and choices from it would change under the learner's eyes.
+    if r.finished || mb <= 0.0 || r.info.step == 0 {
         return None;
     }
     let values: Vec<u64> = [0.1, 0.3, 1.0, 3.0]

@@ -315,6 +315,7 @@ fn live_number(app: &LiveState, t: &Tutor, var: Var) -> Option<f64> {
             .and_then(|r| r.serve.as_ref())
             .map_or(0, |s| s.copies_total),
         Var::Head => app.head,
+        Var::SinkTokens => r.and_then(|r| r.sink.as_ref()).map_or(0, |s| s.pos),
         _ => return None,
     };
     Some(n as f64)

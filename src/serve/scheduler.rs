@@ -146,7 +146,7 @@ impl Wait {
     /// A few words for the screen.
     pub fn describe(self) -> &'static str {
         match self {
-            Wait::Batch => "static batch",
+            Wait::Batch => "batch still running",
             Wait::BatchLimit => "batch limit",
             Wait::Memory => "KV memory",
         }

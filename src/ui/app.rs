@@ -325,7 +325,7 @@ impl App {
                 _ => 0,
             };
             if step != 0 {
-                let last = super::panes::glossary::entries().len().saturating_sub(1);
+                let last = super::panes::glossary::max_scroll();
                 v.glossary_scroll = v.glossary_scroll.saturating_add_signed(step).min(last);
                 return true;
             }

@@ -165,7 +165,7 @@ pub const BINDINGS: &[Binding] = &[
     },
     Binding {
         keys: "z tab e",
-        help: "zoom (lesson: pane, all, text) · tab/⇧tab next/back pane · e export",
+        help: "zoom (lesson: pane → whole screen → back) · tab/⇧tab pane · e export",
         rank: 8,
         hint: "zoom/focus/export",
         on: &[

@@ -563,8 +563,12 @@ impl Worker {
         if let Some(c) = self.compare.as_mut() {
             report.serve_compare = c.step()?;
         }
-        if let Some(s) = self.sink.as_mut().filter(|s| !s.done()) {
-            report.sink = Some(s.step(&self.model).map_err(WorkerError::Sink)?);
+        // A finished experiment keeps its results on screen, as a finished serving run does.
+        if let Some(s) = self.sink.as_mut() {
+            report.sink = match s.done() {
+                true => s.last().cloned(),
+                false => Some(s.step(&self.model).map_err(WorkerError::Sink)?),
+            };
         }
         Ok(())
     }
@@ -636,7 +640,8 @@ impl ServingEngine {
         let last_copy = step
             .copies
             .last()
-            .map(|&(id, from, to)| (step.iteration, id, from, to));
+            // Iterations are counted from 1 on screen (the summary line, the run before).
+            .map(|&(id, from, to)| (step.iteration + 1, id, from, to));
         let view = ServeView {
             copies_total: prev.map_or(0, |v| v.copies_total) + step.copies.len(),
             last_copy: last_copy.or(prev.and_then(|v| v.last_copy)),
@@ -683,6 +688,13 @@ fn serving_pair(
     Ok((serve, compare))
 }
 
+/// The same memory in bytes as `tokens` at `from` bytes per token: as many tokens as fit
+/// at `to` bytes per token, in whole pages of `page` (at least one).
+fn same_bytes(tokens: usize, page: usize, (from, to): (usize, usize)) -> usize {
+    let fit = tokens.saturating_mul(from) / to.max(1);
+    (fit / page.max(1)).max(1) * page.max(1)
+}
+
 /// The app's serving engine over one of its workloads.
 fn serving(
     model: &Model,
@@ -693,6 +705,15 @@ fn serving(
     let how = (run.policy, run.cache);
     let (mut cfg, reqs) =
         crate::serve::workload::app_serving(model, how, w, run.one_at_a_time, chunked)?;
+    // A workload's budget is tokens under the file's own heads: another live layout gets
+    // the same bytes (MHA a third of the tokens, MQA three times as many).
+    let native =
+        crate::model::HeadLayout::Gqa.kv_bytes_per_token(&model.cfg, model.run_options().kv_elem);
+    cfg.kv_budget_tokens = same_bytes(
+        cfg.kv_budget_tokens,
+        cfg.page_size,
+        (native, model.kv_bytes_per_token()),
+    );
     let timed = reqs.iter().any(|r| r.due_s.is_some());
     let (model, layout) = if run.other_layout {
         let mut opts = model.run_options();
@@ -703,11 +724,8 @@ fn serving(
                 opts.layout
             )))
         })?;
-        // The same memory in bytes: as many tokens as fit at the other layout's bytes per
-        // token, in whole pages.
-        let bytes = cfg.kv_budget_tokens * model.kv_bytes_per_token();
-        let tokens = bytes / other.kv_bytes_per_token().max(1);
-        cfg.kv_budget_tokens = (tokens / cfg.page_size).max(1) * cfg.page_size;
+        let bpt = (model.kv_bytes_per_token(), other.kv_bytes_per_token());
+        cfg.kv_budget_tokens = same_bytes(cfg.kv_budget_tokens, cfg.page_size, bpt);
         (other, Some(opts.layout))
     } else {
         (model.clone(), None)

@@ -17,7 +17,13 @@ const SPARK: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'
 
 /// Draws the pane.
 pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
-    let b = block(app, theme, Pane::Forward, " forward pass ".into());
+    let b = block(
+        app,
+        theme,
+        Pane::Forward,
+        " forward pass ".into(),
+        area.width,
+    );
     let inner = b.inner(area);
     b.render(area, buf);
     if let Some(r) = app.report() {
@@ -115,7 +121,8 @@ fn shapes_rows(r: &StepReport) -> [String; 2] {
             c.hidden,
             c.n_head,
             d,
-            c.n_kv_head,
+            // The layout the pass ran: MHA expands the file's KV heads, MQA merges them.
+            r.info.layout.kv_heads(c),
             d,
             c.n_head * d,
             c.hidden

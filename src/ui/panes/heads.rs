@@ -43,6 +43,7 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
             app.report()
                 .map_or(app.settings.run.layout, |r| r.settings.run.layout)
         ),
+        area.width,
     );
     let inner = b.inner(area);
     b.render(area, buf);

@@ -2,7 +2,7 @@
 //! head, two query rows per terminal cell with half blocks, the causal mask visible, the
 //! newest query row marked.
 
-use super::{block, label, put};
+use super::{block, label, put, put_text};
 use crate::report::StepReport;
 use crate::ui::app::{App, Pane};
 use crate::ui::theme::{ColorMode, Theme};
@@ -16,7 +16,7 @@ const LABEL_W: u16 = 10;
 
 /// Draws the pane.
 pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
-    let b = block(app, theme, Pane::Attention, title(app));
+    let b = block(app, theme, Pane::Attention, title(app), area.width);
     let inner = b.inner(area);
     b.render(area, buf);
     let hist = app
@@ -76,6 +76,13 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
 /// The pane's title: where it looks (layer, query head and the KV head it reads) and
 /// which values it shows.
 fn title(app: &App) -> String {
+    // Before the first pass the model's shape is not known: no "/max" to give.
+    if app.report().is_none() {
+        return format!(
+            " attention · layer {} · head {} · waiting for a first pass ",
+            app.view.layer, app.view.head
+        );
+    }
     let kv_of = app
         .report()
         .and_then(|r| r.info.query_to_kv.get(app.view.head).copied())
@@ -142,7 +149,7 @@ pub fn draw(v: &Heatmap, looks: &[String], theme: &Theme, inner: Rect, buf: &mut
         }
     }
     let keys = format!("keys {}..{}", v.k0, v.end - 1);
-    put(
+    put_text(
         buf,
         inner,
         9 + ramp + 1,
@@ -152,7 +159,7 @@ pub fn draw(v: &Heatmap, looks: &[String], theme: &Theme, inner: Rect, buf: &mut
     );
     if !looks.is_empty() {
         let text = format!("newest row looks at  {}", looks.join("  "));
-        put(buf, inner, 0, ly + 1, text, theme.dim());
+        put_text(buf, inner, 0, ly + 1, text, theme.dim());
     }
 }
 

@@ -20,6 +20,7 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         theme,
         Pane::Kv,
         format!(" {} ", request_kv::title(elem)),
+        area.width,
     );
     let inner = b.inner(area);
     b.render(area, buf);

@@ -17,6 +17,7 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         theme,
         Pane::Lens,
         " logit lens · what each layer would predict ".into(),
+        area.width,
     );
     let inner = b.inner(area);
     b.render(area, buf);

@@ -138,26 +138,35 @@ pub fn draw(t: &Tutor, live: &Live, theme: &Theme, area: Rect, buf: &mut Buffer)
         },
         buf,
     );
-    // Text below the fold (a task, a question) says so where the eye ends up.
-    let (footer, style) = if scroll < last {
-        (
-            "↓ more below: J or the wheel scrolls · n next · p back",
+    footer(scroll < last, theme, inner, buf);
+}
+
+/// The key line at the pane's foot: text below the fold (a task, a question) says so where
+/// the eye ends up. The longest wording that fits; the shortest ends in "…" where even it
+/// does not.
+fn footer(more: bool, theme: &Theme, inner: Rect, buf: &mut Buffer) {
+    let (footers, style) = match more {
+        true => (
+            [
+                "↓ more below: J or the wheel scrolls · n next · p back",
+                "↓ more below: J scrolls · n next · p back",
+                "↓ more below: J scrolls",
+            ],
             theme.accent(),
-        )
-    } else {
-        (
-            "n next · p back · 1-9 answer · L lessons · wheel scrolls",
+        ),
+        false => (
+            [
+                "n next · p back · 1-9 answer · L lessons · wheel scrolls",
+                "n next · p back · 1-9 answer · L lessons",
+                "n next · p back · 1-9 answer",
+            ],
             theme.dim(),
-        )
+        ),
     };
-    super::put(
-        buf,
-        inner,
-        0,
-        inner.y + inner.height.saturating_sub(1),
-        footer,
-        style,
-    );
+    let fits = |f: &&&str| f.chars().count() <= inner.width as usize;
+    let text = footers.iter().find(fits).unwrap_or(&footers[2]);
+    let y = inner.y + inner.height.saturating_sub(1);
+    super::put_text(buf, inner, 0, y, text, style);
 }
 
 /// The furthest `text` can scroll in a pane whose inside is `inner`: its rows wrapped to

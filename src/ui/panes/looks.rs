@@ -49,7 +49,7 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         ),
         None => " what does it look at ".into(),
     };
-    let b = block(app, theme, Pane::Attention, title);
+    let b = block(app, theme, Pane::Attention, title, area.width);
     let inner = b.inner(area);
     b.render(area, buf);
     match &view {

@@ -17,6 +17,7 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         theme,
         Pane::Output,
         " output · next-token distribution ".into(),
+        area.width,
     );
     let inner = b.inner(area);
     b.render(area, buf);

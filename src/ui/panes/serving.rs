@@ -180,7 +180,7 @@ fn render_view(
     timeline: &std::collections::VecDeque<Vec<(u64, ReqPhase)>>,
 ) {
     let (view, before) = (runs.now, runs.before);
-    let b = block(app, theme, Pane::Serving, title);
+    let b = block(app, theme, Pane::Serving, title, area.width);
     let inner = b.inner(area);
     b.render(area, buf);
     let Some(sv) = view else {
@@ -272,7 +272,7 @@ fn draw_waiting(
         Some(_) => "this run starts at the next iteration (space)",
         None => "a 10-request workload runs here, one iteration per step",
     };
-    put(buf, inner, 0, inner.y, line, theme.dim());
+    put_text(buf, inner, 0, inner.y, line, theme.dim());
     if let Some(text) = before.and_then(|(v, chunked)| run_before(v, chunked)) {
         for (i, row) in units::wrap(&text, inner.width as usize).iter().enumerate() {
             put(buf, inner, 0, inner.y + 2 + i as u16, row, theme.accent());
@@ -317,7 +317,13 @@ fn before(
     current: bool,
     run: impl Fn(&crate::report::StepReport) -> Option<&crate::report::ServeView>,
 ) -> Option<(&crate::report::ServeView, bool)> {
-    let r = app.report().filter(|_| !current)?;
+    // Only a run of the same requests is worth setting beside the new one: after a
+    // switch of workload (chat to the long story, or a burst) it would compare nothing.
+    let same = |r: &&crate::report::StepReport| {
+        let (was, now) = (r.settings.serving, app.settings.serving);
+        was.workload == now.workload && was.burst == now.burst
+    };
+    let r = app.report().filter(|_| !current).filter(same)?;
     run(r).map(|v| (v, r.settings.serving.chunked))
 }
 

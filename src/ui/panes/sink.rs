@@ -26,7 +26,7 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         ),
         None => " attention sink ".into(),
     };
-    let b = block(app, theme, Pane::Serving, head);
+    let b = block(app, theme, Pane::Serving, head, area.width);
     let inner = b.inner(area);
     b.render(area, buf);
     match view {

@@ -42,7 +42,7 @@ pub fn line(app: &App, pane: Pane) -> String {
         Pane::Serving => match r.serve.as_ref() {
             Some(s) => format!(
                 "iteration {} · {} active · {} queued{} · KV {}",
-                s.step.iteration,
+                s.step.iteration + 1,
                 s.step.active.len(),
                 s.step.queue.len(),
                 s.tokens_per_s()

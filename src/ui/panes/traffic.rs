@@ -17,7 +17,13 @@ use ratatui::widgets::Widget;
 
 /// Draws the pane.
 pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
-    let b = block(app, theme, Pane::Traffic, " memory traffic ".into());
+    let b = block(
+        app,
+        theme,
+        Pane::Traffic,
+        " memory traffic ".into(),
+        area.width,
+    );
     let inner = b.inner(area);
     b.render(area, buf);
     if let Some(r) = app.report() {
