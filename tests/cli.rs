@@ -130,7 +130,7 @@ fn lessons_speak_json_with_and_without_check() {
     let (ok, so, se) = out(&["lessons", "--json"]);
     assert!(ok, "{se}");
     let v: serde_json::Value = serde_json::from_str(so.trim()).unwrap();
-    assert_eq!(v["lessons"].as_array().unwrap().len(), 12);
+    assert_eq!(v["lessons"].as_array().unwrap().len(), 13);
     // The quiz's figures travel with the list.
     assert!(v["quiz"]["predictions"].as_u64().unwrap() >= 12, "{v}");
     assert_eq!(v["valid"], true);

@@ -334,7 +334,7 @@ fn a_lesson_opens_beside_the_panes_moves_with_n_and_saves_progress() {
         model.display()
     );
     t.keys(&[&cmd, "Enter"]);
-    t.wait_for_all(&["lesson 5/12 · step 1/5", "How SmolLM2 shares heads"], 60);
+    t.wait_for_all(&["lesson 5/13 · step 1/5", "How SmolLM2 shares heads"], 60);
     // The step's task: prefill and three decode steps; space four times.
     t.wait_for("press space", 60);
     for i in 1..=4 {

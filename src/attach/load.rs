@@ -50,7 +50,10 @@ pub fn spawn(
                 if stop.load(Ordering::Relaxed) {
                     return;
                 }
-                std::thread::sleep((due - start.elapsed()).min(Duration::from_millis(20)));
+                std::thread::sleep(
+                    due.saturating_sub(start.elapsed())
+                        .min(Duration::from_millis(20)),
+                );
             }
             if in_flight.load(Ordering::SeqCst) >= MOST_IN_FLIGHT {
                 let error = Some(format!(
