@@ -79,16 +79,26 @@ pub fn argmax(logits: &[f32]) -> u32 {
 
 /// The `k` most likely ids with their logits and probabilities, most likely first.
 pub fn top_k(logits: &[f32], k: usize) -> Vec<(u32, f32, f32)> {
-    let p = softmax(logits, 1.0);
-    let mut idx: Vec<usize> = (0..logits.len()).collect();
-    let k = k.min(idx.len());
-    idx.select_nth_unstable_by(k.saturating_sub(1), |&a, &b| {
-        logits[b].total_cmp(&logits[a])
-    });
-    idx.truncate(k);
-    idx.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
-    idx.into_iter()
-        .map(|i| (i as u32, logits[i], p[i]))
+    let k = k.min(logits.len());
+    if k == 0 {
+        return Vec::new();
+    }
+    // Runs every decode step over the whole vocabulary: one pass keeps the k largest in a
+    // short sorted list (first index first on ties), one sums the exps for the
+    // probabilities, and nothing the vocabulary's size is allocated.
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f32 = logits.iter().map(|&l| (l - max).exp()).sum();
+    let mut best: Vec<usize> = Vec::with_capacity(k + 1);
+    for (i, &l) in logits.iter().enumerate() {
+        if best.len() == k && l <= logits[best[k - 1]] {
+            continue;
+        }
+        let at = best.partition_point(|&j| logits[j] >= l);
+        best.insert(at, i);
+        best.truncate(k);
+    }
+    best.into_iter()
+        .map(|i| (i as u32, logits[i], (logits[i] - max).exp() / sum))
         .collect()
 }
 
@@ -225,6 +235,33 @@ mod tests {
         assert_eq!(nucleus.iter().filter(|&&x| x > 0.0).count(), 2);
         assert!((nucleus.iter().sum::<f32>() - 1.0).abs() < 1e-6);
         assert!((nucleus[0] - own[0] / (own[0] + own[1])).abs() < 1e-6);
+    }
+
+    #[test]
+    fn top_k_equals_a_full_sort_ties_included() {
+        // Values on a coarse grid, so many logits tie.
+        let mut x = 7u64;
+        let logits: Vec<f32> = (0..5000)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((x >> 40) % 200) as f32 / 8.0 - 12.0
+            })
+            .collect();
+        let p = softmax(&logits, 1.0);
+        let mut all: Vec<usize> = (0..logits.len()).collect();
+        all.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
+        for k in [1, 3, 10, 64] {
+            let tk = top_k(&logits, k);
+            let ids: Vec<usize> = tk.iter().map(|t| t.0 as usize).collect();
+            assert_eq!(ids, all[..k], "k = {k}");
+            for (id, l, prob) in tk {
+                assert_eq!(l, logits[id as usize]);
+                assert!((prob - p[id as usize]).abs() < 1e-6);
+            }
+        }
+        assert!(top_k(&logits, 0).is_empty());
     }
 
     #[test]
