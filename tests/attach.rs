@@ -458,3 +458,43 @@ fn q_quits_the_attach_screen_at_once_while_the_host_never_answers() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+#[test]
+fn a_server_that_dies_mid_run_is_said_and_polled_again() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{mpsc, Arc};
+    // Answers three polls with metrics, then closes its socket for good.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for mut s in l.incoming().flatten().take(3) {
+            let mut req = [0u8; 4096];
+            let _ = s.read(&mut req);
+            let body = "llamacpp:requests_processing 1\nllamacpp:requests_deferred 0\n";
+            let _ = write!(s, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+        }
+    });
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = mpsc::channel();
+    let poller = inferlab::attach::poll::spawn(
+        Base::parse(&url).unwrap(),
+        Duration::from_millis(50),
+        stop.clone(),
+        tx,
+    );
+    let t = Instant::now();
+    let (mut up, mut down) = (false, 0);
+    while t.elapsed() < Duration::from_secs(10) && down < 2 {
+        let s = rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("a snapshot per poll");
+        match s.link {
+            Link::Up => up = true,
+            Link::Down { tries, .. } if up => down = tries,
+            _ => {}
+        }
+    }
+    assert!(up && down >= 2, "up {up}, failed polls after it {down}");
+    stop.store(true, Ordering::Relaxed);
+    poller.join().unwrap();
+}
