@@ -66,6 +66,13 @@ pub fn value(app: Sources, name: &str) -> Option<String> {
         "crossover_tokens_mha" => crossover(HeadLayout::Mha)?,
         "crossover_tokens_gqa" => crossover(HeadLayout::Gqa)?,
         "read_gb_per_s" | "int8_gops" | "ridge_ops_per_byte" => machine_figure(machine?, name),
+        "step_ops_per_byte" if decoded => format!("{:.1}", view().now.intensity()),
+        // One decode row's operations per byte, against the ridge: about how many rows
+        // could share a weight read before arithmetic sets the pace (KV reads aside).
+        "requests_per_weight_read" if decoded => {
+            let ridge = traffic::Roof::of(machine?).ridge();
+            format!("{:.0}", ridge / view().now.intensity().max(1e-9))
+        }
         "batch_weight_mb_per_token" => batch_weight_mb(serve?)?,
         "serve_tokens_per_s" => format!("{:.0}", serve?.tokens_per_s()?),
         "serve_ratio" => format!("{:.2}", serve.and(r.serve_ratio())?),

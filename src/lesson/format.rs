@@ -349,7 +349,7 @@ impl Predict {
 
 /// Live figures a lesson may quote as `{name}`: the app fills them in from what it shows
 /// now (the newest report, the serving runs, this machine's limits).
-pub const FIGURES: [(&str, &str); 22] = [
+pub const FIGURES: [(&str, &str); 24] = [
     (
         "kv_bytes_per_token",
         "KV bytes per token under the current layout",
@@ -380,6 +380,14 @@ pub const FIGURES: [(&str, &str); 22] = [
     (
         "ridge_ops_per_byte",
         "operations per byte where the int8 peak is reached",
+    ),
+    (
+        "step_ops_per_byte",
+        "operations per byte of the live request's last decode step",
+    ),
+    (
+        "requests_per_weight_read",
+        "the ridge over that: about how many requests one weight read could serve",
     ),
     (
         "batch_weight_mb_per_token",
