@@ -37,4 +37,7 @@ pub struct LiveState<'a> {
     /// A new prompt waits for its prefill: the report on screen is the old request's,
     /// and the next iteration will be a prefill, not a decode step.
     pub prompt_queued: bool,
+    /// The reports kept before the newest, oldest first: a prediction about timing reads
+    /// several steps, not one.
+    pub past: &'a std::collections::VecDeque<Box<StepReport>>,
 }

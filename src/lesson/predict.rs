@@ -511,7 +511,7 @@ pub fn outcome(
         Predict::TopAfterTemperature => top_after_t_outcome(chosen, new),
         Predict::FlopsWithoutCache => flops_outcome(live, chosen, new),
         Predict::TtftRatio => return ttft_outcome(chosen, new),
-        Predict::StepAfterQ4 => q4_outcome(live, chosen, new),
+        Predict::StepAfterQ4 => return q4_outcome(live, chosen, app, new),
     })
 }
 
@@ -866,8 +866,8 @@ const Q4_STEP: [&str; 4] = [
 ];
 const Q4_EDGES: [f64; 3] = [0.5, 0.75, 0.9];
 
-/// Asked after an 8-bit decode step: its model time (µs) is the subject, its weight bytes
-/// the state before.
+/// Asked after an 8-bit decode step: its model time (µs) is the subject; its weight bytes
+/// and its iteration are the state before.
 fn q4_choices(r: &StepReport) -> Option<LiveChoices> {
     let decoding = !r.finished && r.info.step > 0 && r.info.input_len == 1 && !r.info.no_cache;
     if !(decoding && r.settings.weights == crate::model::Requant::Q8_0) {
@@ -875,15 +875,55 @@ fn q4_choices(r: &StepReport) -> Option<LiveChoices> {
     }
     let us = (1e3 * crate::views::traffic::model_ms(r)).round() as u64;
     let mut c = labelled(&Q4_STEP, us.max(1));
-    c.before = vec![r.info.traffic.weight_bytes];
+    c.before = vec![r.info.traffic.weight_bytes, r.iteration as u64];
     Some(c)
 }
 
-/// The band of the 4-bit step's model time over the 8-bit one's, and its neighbour when
-/// within 10% of the edge between them (one step's time scatters by about that much).
-fn q4_outcome(live: &LiveChoices, chosen: u64, new: &StepReport) -> (bool, String) {
-    let ms = crate::views::traffic::model_ms(new);
-    let ratio = 1e3 * ms / live.subject.max(1) as f64;
+/// 4-bit decode steps graded together: one step's time scatters too much on a shared
+/// machine to grade alone.
+const Q4_STEPS: usize = 3;
+
+/// The median model time of the 8-bit decode steps up to the question (the last five) and
+/// of the first [`Q4_STEPS`] 4-bit ones after it; `None` until those have run.
+fn q4_medians(asked_at: u64, app: &LiveState, new: &StepReport) -> Option<(f64, f64)> {
+    let decode = |r: &&StepReport, w| {
+        r.settings.weights == w && r.info.step > 0 && r.info.input_len == 1 && !r.info.no_cache
+    };
+    let reports: Vec<&StepReport> = app
+        .past
+        .iter()
+        .map(|b| &**b)
+        .filter(|r| r.iteration != new.iteration)
+        .chain([new])
+        .collect();
+    let before: Vec<f64> = reports
+        .iter()
+        .filter(|r| r.iteration as u64 <= asked_at && decode(r, crate::model::Requant::Q8_0))
+        .map(|r| crate::views::traffic::model_ms(r))
+        .collect();
+    let after: Vec<f64> = reports
+        .iter()
+        .filter(|r| r.iteration as u64 > asked_at && decode(r, crate::model::Requant::Q4))
+        .take(Q4_STEPS)
+        .map(|r| crate::views::traffic::model_ms(r))
+        .collect();
+    let median = crate::serve::latency::percentile;
+    let last5 = &before[before.len().saturating_sub(5)..];
+    (after.len() >= Q4_STEPS && !last5.is_empty())
+        .then(|| (median(last5, 50.0), median(&after, 50.0)))
+}
+
+/// The band of the 4-bit steps' median model time over the 8-bit ones', and its neighbour
+/// when within 10% of the edge between them.
+fn q4_outcome(
+    live: &LiveChoices,
+    chosen: u64,
+    app: &LiveState,
+    new: &StepReport,
+) -> Option<(bool, String)> {
+    let asked_at = live.before.get(1).copied().unwrap_or(0);
+    let (q8, q4) = q4_medians(asked_at, app, new)?;
+    let ratio = q4 / q8.max(1e-9);
     let own = Q4_EDGES.iter().filter(|&&e| ratio > e).count() as u64;
     let mut right = vec![own];
     if let Some(i) = Q4_EDGES.iter().position(|&e| near_edge(ratio, e)) {
@@ -898,13 +938,12 @@ fn q4_outcome(live: &LiveChoices, chosen: u64, new: &StepReport) -> (bool, Strin
         "the time shrank with the bytes, as a step that waits on memory does"
     };
     let why = format!(
-        "the 4-bit step took {ms:.1} ms of model time against {:.1} ms with 8-bit weights ({ratio:.2}×), while its weight bytes fell from {:.1} to {:.1} MB ({shrink:.2}×): {reading}{}",
-        live.subject as f64 / 1e3,
+        "the 4-bit steps took {q4:.1} ms of model time (the median of {Q4_STEPS}) against {q8:.1} ms with 8-bit weights ({ratio:.2}×), while the weight bytes fell from {:.1} to {:.1} MB ({shrink:.2}×): {reading}{}",
         bytes_before / 1e6,
         bytes / 1e6,
         both_said(right.len())
     );
-    (right.contains(&chosen), why)
+    Some((right.contains(&chosen), why))
 }
 
 #[cfg(test)]

@@ -508,8 +508,12 @@ mod tests {
             focus: Pane::Attention,
             show_scores: false,
             prompt_queued: false,
+            past: &NO_PAST,
         }
     }
+
+    static NO_PAST: std::collections::VecDeque<Box<crate::report::StepReport>> =
+        std::collections::VecDeque::new();
 
     /// The base state with its settings changed by `f`.
     fn with(f: impl Fn(&mut Settings)) -> LiveState<'static> {

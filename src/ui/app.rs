@@ -206,6 +206,7 @@ impl App {
             focus: self.view.focus,
             show_scores: self.view.show_scores,
             prompt_queued: self.engine.prompt_queued,
+            past: self.frames.past(),
         }
     }
 

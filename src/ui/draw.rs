@@ -388,8 +388,10 @@ fn header(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     );
     // The status (an export path, an error) matters more than the fixed facts: when the
     // line is too narrow those shrink first, and only then is the status cut, with "…".
+    // The narrowest lines drop the app's name before the weights, layout and kernel a
+    // lesson may be switching.
     let shorter =
-        format!(" inferlab · {layout} · {kernel} · iteration {iter} · {phase} · {run} · ");
+        format!(" {weights} · {layout} · {kernel} · iteration {iter} · {phase} · {run} · ");
     let short = format!(
         " inferlab · {weights} · {layout} · {kernel} · iteration {iter} · {phase} · {run} · "
     );
@@ -416,7 +418,7 @@ fn header(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let (fixed, status) = match [full, short, shorter].into_iter().find(fits) {
         Some(f) => (f, rest.to_string()),
         None => (
-            format!(" inferlab · {layout} · {kernel} · "),
+            format!(" {weights} · {layout} · {kernel} · "),
             status.clone(),
         ),
     };
