@@ -142,7 +142,7 @@ pub fn unavailable(kind: Predict, ran: bool) -> &'static str {
     }
     match kind {
         Predict::NextJoin => {
-            "this prediction needs a request waiting in the queue: press space until the header's queue is above 0 (b restarts the run)"
+            "this prediction needs a request waiting in the queue: press space until the header's queue is above 0 (g, c or b start a new run as they switch workload, cache or policy)"
         }
         Predict::PagesNext
         | Predict::DominantBatch

@@ -104,11 +104,15 @@ fn help(theme: &Theme, area: Rect, buf: &mut Buffer) {
         .map(|(k, what)| Line::from(format!("{k:>5}  {what}")))
         .collect();
     lines.push(Line::from(""));
-    lines.push(Line::from(
-        "Every figure names the metric it was read from. Counters become rates between two polls; histograms count from when you attached.",
-    ));
-    let w = area.width.min(64);
-    let h = area.height.min(10);
+    for text in [
+        "Upper chart: running (█) and waiting (░) requests at each poll, newest at the right.",
+        "Lower chart: requests advanced per decode call between two polls (vLLM: tokens per engine step).",
+        "Every figure names the metric it was read from. Counters become rates between polls; histograms count from when you attached.",
+    ] {
+        lines.push(Line::from(text));
+    }
+    let w = area.width.min(70);
+    let h = area.height.min(16);
     let r = Rect::new(
         area.x + (area.width - w) / 2,
         area.y + (area.height - h) / 2,
@@ -132,7 +136,7 @@ fn charts_pane(s: &Snapshot, theme: &Theme, area: Rect, buf: &mut Buffer) {
         .iter()
         .map(|p| (p.running.unwrap_or(0.0), p.waiting.unwrap_or(0.0)))
         .collect();
-    let title = " requests over time: █ running  ░ waiting ";
+    let title = " requests, a column per poll (¼ s): █ running  ░ waiting ";
     columns(&reqs, (title, theme), top, buf);
     let batch: Vec<(f64, f64)> = s
         .history

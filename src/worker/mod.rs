@@ -581,7 +581,7 @@ fn serving_restarted(s: &Settings, chat_rate: f64) -> String {
             "Chat requests arriving a few iterations apart".into()
         }
         AppWorkload::Chat => format!("Chat requests arriving {chat_rate:.1}/s"),
-        AppWorkload::Long => "Long requests".to_string(),
+        AppWorkload::Long => "The long story's eight parts as requests".to_string(),
     };
     let chunks = match s.serving.chunked {
         true => format!(
