@@ -296,7 +296,17 @@ fn push_timeline(t: &mut VecDeque<TimelineColumn>, v: Option<&ServeView>) {
             p => (a.id, p),
         })
         .collect();
-    col.extend(sv.step.queue.iter().map(|&q| (q, ReqPhase::Waiting)));
+    // A request preempted in this iteration waits again, but its column says what
+    // happened to it: the x the legend promises.
+    col.extend(
+        sv.step
+            .queue
+            .iter()
+            .map(|&q| match sv.step.preempted.contains(&q) {
+                true => (q, ReqPhase::Preempted),
+                false => (q, ReqPhase::Waiting),
+            }),
+    );
     // A finished run's view comes again with every step; it is one column, not many.
     if sv.done && t.back() == Some(&col) {
         return;
