@@ -255,13 +255,16 @@ impl Recorder {
         let Some(out) = self.out.take() else {
             return Ok(());
         };
-        crate::files::forget_on_exit(out.partial());
-        if self.failed {
-            out.commit_if_new()?;
-        } else {
-            out.commit()?;
-        }
-        Ok(())
+        // Taken off the exit list only once it is in place: a closed terminal ends the
+        // process from its signal handler, which may come while this commit is syncing,
+        // and must then still find the partial file to put under its name.
+        let partial = out.partial().to_path_buf();
+        let done = match self.failed {
+            true => out.commit_if_new(),
+            false => out.commit(),
+        };
+        crate::files::forget_on_exit(&partial);
+        Ok(done?)
     }
 }
 

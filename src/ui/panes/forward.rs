@@ -61,11 +61,24 @@ fn draw(
             *give = 0;
         }
     }
-    while rows.len() > inner.height as usize {
+    let all = rows.len();
+    // Rows that give way leave a last line saying so, when there is room for one.
+    let room = match all > inner.height as usize && inner.height >= 3 {
+        true => inner.height as usize - 1,
+        false => inner.height as usize,
+    };
+    while rows.len() > room {
         let Some(i) = (0..rows.len()).max_by_key(|&i| (rows[i].1, i)) else {
             break;
         };
         rows.remove(i);
+    }
+    if rows.len() < all {
+        let more = format!(
+            "+{} more line(s): z gives the pane its room",
+            all - rows.len()
+        );
+        rows.push(((more, theme.dim()), 0));
     }
     for (y, ((text, style), _)) in rows.into_iter().enumerate() {
         put_text(buf, inner, 0, inner.y + y as u16, text, style);
