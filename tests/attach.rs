@@ -193,6 +193,23 @@ fn hostile_servers_get_a_clear_error_and_nothing_hangs() {
 
 #[test]
 fn the_command_refuses_bad_urls_and_says_when_a_host_never_answers() {
+    // A time no `Duration` can hold is refused by the parser, not a panic.
+    for bad in ["1e300", "NaN", "0", "inf"] {
+        let o = Command::new(common::bin())
+            .args([
+                "attach",
+                "http://127.0.0.1:9",
+                "--headless",
+                &format!("--seconds={bad}"),
+            ])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            o.status.code() == Some(2) && !err.contains("panicked"),
+            "{bad}: {err}"
+        );
+    }
     let bin = common::bin();
     let o = Command::new(&bin)
         .args(["attach", "file:///etc/passwd", "--headless"])
@@ -224,8 +241,9 @@ fn the_command_refuses_bad_urls_and_says_when_a_host_never_answers() {
     // A billion-sample answer is cut at the sample limit, not held whole.
     let big = serve(|s| {
         let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n");
+        let mut w = std::io::BufWriter::new(s);
         for i in 0..300_000 {
-            if writeln!(s, "m{{i=\"{i}\"}} 1").is_err() {
+            if writeln!(w, "m{{i=\"{i}\"}} 1").is_err() {
                 return;
             }
         }

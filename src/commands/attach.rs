@@ -28,7 +28,7 @@ pub struct Args {
     #[arg(long)]
     headless: bool,
     /// With --headless: stop after this many seconds (default: when the load is done, or 5 s).
-    #[arg(long)]
+    #[arg(long, value_parser = seconds)]
     seconds: Option<f64>,
     /// With --headless: print one JSON object (snake_case keys) instead of lines for people.
     #[arg(long)]
@@ -36,6 +36,15 @@ pub struct Args {
     /// Where the prompts' tokenizer comes from (the model the server runs, for real text).
     #[command(flatten)]
     source: SourceArgs,
+}
+
+/// A duration in seconds: above 0 and at most a day (a time a `Duration` can hold).
+fn seconds(s: &str) -> std::result::Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 && x <= 86_400.0 => Ok(x),
+        Ok(_) => Err("seconds above 0 and at most 86400 (a day)".into()),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// Runs `attach`.
@@ -96,9 +105,14 @@ fn headless(
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    // One more poll after the last request, so the counters include it.
+    // One more poll after the last request, so the counters include it (and, where no
+    // poll has finished yet, the first one's answer or its 3 s deadline).
     let after = start.elapsed();
-    while start.elapsed() < after + Duration::from_secs(2) {
+    let wait = |last: &Option<poll::Snapshot>| match last {
+        Some(_) => Duration::from_secs(2),
+        None => Duration::from_secs(5),
+    };
+    while start.elapsed() < after + wait(&last) {
         if let Some(s) = srx.try_iter().last() {
             last = Some(s.clone());
             if s.since.seconds > after.as_secs_f64() {
