@@ -69,25 +69,27 @@ pub fn value(app: Sources, name: &str) -> Option<String> {
         "step_ops_per_byte" if decoded => format!("{:.1}", view().now.intensity()),
         // One decode row's operations per byte, against the ridge: about how many rows
         // could share a weight read before arithmetic sets the pace (KV reads aside).
-        "requests_per_weight_read" if decoded => {
-            let ridge = traffic::Roof::of(machine?).ridge();
-            format!("{:.0}", ridge / view().now.intensity().max(1e-9))
-        }
+        "requests_per_weight_read" if decoded => format!(
+            "{:.0}",
+            traffic::Roof::of(machine?).ridge() / view().now.intensity().max(1e-9)
+        ),
         "batch_weight_mb_per_token" => batch_weight_mb(serve?)?,
         "serve_tokens_per_s" => format!("{:.0}", serve?.tokens_per_s()?),
         "serve_ratio" => format!("{:.2}", serve.and(r.serve_ratio())?),
         "continuous_ttft_p99_ms" => ttft_p99(serve.and(r.serving_run(Policy::Continuous)))?,
         "static_ttft_p99_ms" => ttft_p99(serve.and(r.serving_run(Policy::Static)))?,
-        // Timed chat arrivals come at one rate all session (measured at start), so the
-        // runs a step just replaced already give it.
-        "serve_arrivals_per_s" => {
-            let timed_chat = app.serving.workload == crate::serve::workload::AppWorkload::Chat
-                && !app.serving.burst;
-            let rate = r.serve.as_ref()?.rate_per_s;
-            (timed_chat && rate > 0.0).then(|| format!("{rate:.1}"))?
-        }
+        "serve_arrivals_per_s" => arrivals_per_s(&app, r)?,
         _ => return None,
     })
+}
+
+/// Timed chat arrivals come at one rate all session (measured at start), so the runs a
+/// step just replaced already give it.
+fn arrivals_per_s(app: &Sources, r: &StepReport) -> Option<String> {
+    let timed_chat =
+        app.serving.workload == crate::serve::workload::AppWorkload::Chat && !app.serving.burst;
+    let rate = r.serve.as_ref()?.rate_per_s;
+    (timed_chat && rate > 0.0).then(|| format!("{rate:.1}"))
 }
 
 /// The serving batch's weight megabytes per token, once a batch of decodes has run: with
