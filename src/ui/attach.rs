@@ -8,6 +8,7 @@ use crate::attach::http::Base;
 use crate::attach::poll::{Link, Point, Snapshot, RATE_WINDOW_S};
 use crate::attach::{load, poll, LoadSummary};
 use crate::ui::theme::Theme;
+use crate::views::units::fit;
 use ratatui::buffer::Buffer;
 use ratatui::crossterm::event::{self, Event as TermEvent, KeyCode, KeyEventKind, KeyModifiers};
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -79,7 +80,7 @@ fn header<'a>(v: &'a AttachView, theme: &Theme, width: usize) -> Paragraph<'a> {
     Paragraph::new(Line::from(vec![
         Span::styled(lead, theme.accent()),
         Span::raw(url),
-        Span::styled(clip(&link, room), style),
+        Span::styled(fit(&link, room), style),
     ]))
 }
 
@@ -192,7 +193,7 @@ fn figures_pane(v: &AttachView, theme: &Theme, area: Rect, buf: &mut Buffer) {
             Line::from(vec![
                 Span::raw(format!("{label:<22}")),
                 Span::styled(format!("{value:<14}"), theme.accent()),
-                Span::styled(clip(&from, room), theme.dim()),
+                Span::styled(fit(&from, room), theme.dim()),
             ])
         })
         .collect();
@@ -202,16 +203,6 @@ fn figures_pane(v: &AttachView, theme: &Theme, area: Rect, buf: &mut Buffer) {
             theme.focused(),
         )))
         .render(area, buf);
-}
-
-/// `s` in at most `room` characters, ending in "…" when cut.
-fn clip(s: &str, room: usize) -> String {
-    if s.chars().count() <= room {
-        return s.to_string();
-    }
-    let mut out: String = s.chars().take(room.saturating_sub(1)).collect();
-    out.push('…');
-    out
 }
 
 /// A figure, its value, and where it came from.

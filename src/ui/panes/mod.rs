@@ -22,17 +22,7 @@ use ratatui::widgets::{Block, Borders};
 /// The bordered block of a pane `width` columns wide, its title highlighted when focused
 /// and ending in `…` where the border has no room for all of it.
 pub fn block<'a>(app: &App, theme: &Theme, pane: Pane, title: String, width: u16) -> Block<'a> {
-    let room = (width as usize).saturating_sub(2);
-    let title = match title.chars().count() > room {
-        true => format!(
-            "{}…",
-            title
-                .chars()
-                .take(room.saturating_sub(1))
-                .collect::<String>()
-        ),
-        false => title,
-    };
+    let title = crate::views::units::fit(&title, (width as usize).saturating_sub(2));
     let b = Block::default().borders(Borders::ALL).title(title);
     if app.view.focus == pane {
         b.title_style(theme.focused()).border_style(theme.focused())
