@@ -154,6 +154,7 @@ fn layout_models(base: &Model) -> Result<Vec<(HeadLayout, Model)>> {
                 layout: l,
                 kernel: AttnKernel::Naive,
                 kv_elem: KvElem::F32,
+                route: base.run_options().route,
             })?;
             Ok((l, m))
         })

@@ -16,7 +16,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use inferlab::kv::KvElem;
 use inferlab::model::flash::Tiles;
 use inferlab::model::source::{self, Origin, Progress};
-use inferlab::model::{AttnKernel, HeadLayout, LoadOptions, Model, Requant, RunOptions};
+use inferlab::model::{AttnKernel, AttnRoute, HeadLayout, LoadOptions, Model, Requant, RunOptions};
 use std::path::{Path, PathBuf};
 
 /// Where the model comes from.
@@ -85,6 +85,10 @@ pub struct ModelArgs {
     /// int8 (a scale per token and KV head).
     #[arg(long, value_enum, default_value_t = KvElem::F32)]
     pub kv_elem: KvElem,
+    /// Attention route: host (each request on its own; the CPU's default) or batched
+    /// (the whole step at once through slot indexes; a GPU's default, slower on a CPU).
+    #[arg(long, value_enum, value_name = "ROUTE")]
+    pub attention_route: Option<AttnRoute>,
 }
 
 impl ModelArgs {
@@ -98,6 +102,7 @@ impl ModelArgs {
             attention: "naive".into(),
             sram_bytes: inferlab::model::flash::A100_SRAM_BYTES,
             kv_elem: KvElem::F32,
+            attention_route: None,
         }
     }
 
@@ -115,10 +120,15 @@ impl ModelArgs {
             },
             _ => AttnKernel::Naive,
         };
+        let route = match self.attention_route {
+            Some(r) => r,
+            None => AttnRoute::default_for(&self.device()?),
+        };
         Ok(RunOptions {
             layout,
             kernel,
             kv_elem: self.kv_elem,
+            route,
         })
     }
 

@@ -1,7 +1,7 @@
 //! Contiguous KV cache: each request reserves room for its maximum length up front,
 //! as engines before PagedAttention did.
 
-use super::{KvElem, KvRows, RowBuf, RowLayout};
+use super::{KvElem, KvRows, RowBuf, RowLayout, SlotStep, SlotTensors};
 use candle_core::{DType, Device, Result, Tensor};
 
 /// One layer's keys and values, each laid out `(n_kv_head, capacity, head_dim)`.
@@ -24,6 +24,9 @@ pub struct Contiguous {
     /// What each number is stored as (host memory only; a device keeps f32).
     elem: KvElem,
     device: Device,
+    /// The batched route's store: every layer's slots `0..capacity` as tensors (then
+    /// `layers` stays empty).
+    slots: Option<SlotTensors>,
 }
 
 impl Contiguous {
@@ -47,7 +50,43 @@ impl Contiguous {
             pending: 0,
             elem,
             device: device.clone(),
+            slots: None,
         }
+    }
+
+    /// A reservation of `capacity` slots held as slot tensors on `device` (f32 or f16),
+    /// allocated now: the batched route's store for one sequence.
+    pub fn on_slots(
+        n_layer: usize,
+        (n_kv_head, head_dim): (usize, usize),
+        capacity: usize,
+        elem: KvElem,
+        device: &Device,
+    ) -> Result<Self> {
+        let dtype = elem.tensor_dtype().ok_or_else(|| {
+            candle_core::Error::Msg(format!("{elem:?} KV is kept on the host route only"))
+        })?;
+        let store = SlotTensors::zeros(n_layer, capacity, (n_kv_head, head_dim), dtype, device)?;
+        let mut c = Self::new(n_layer, n_kv_head, head_dim, capacity, elem, device);
+        c.elem = elem;
+        c.slots = Some(store);
+        Ok(c)
+    }
+
+    /// The batched route's step: slots `0..` the sequence's length after it, the new
+    /// ones counted as pending (`None` without slot tensors, or past the reservation).
+    pub fn slot_step(&mut self, lens_after: &[usize]) -> Option<SlotStep> {
+        let store = self.slots.clone()?;
+        let &after = lens_after.first()?;
+        if lens_after.len() != 1 || after > self.capacity || after < self.len {
+            return None;
+        }
+        self.pending = after - self.len;
+        let table = (0..after as u32).collect();
+        Some(SlotStep {
+            store,
+            tables: vec![table],
+        })
     }
 
     /// Slots reserved per layer.
@@ -124,6 +163,14 @@ impl Contiguous {
         if layer == 0 {
             self.pending = t;
         }
+        if let Some(store) = &self.slots {
+            let rows = |x: &Tensor| x.transpose(0, 1)?.reshape((t, n_kv * d));
+            store.write_run(layer, len, &rows(k)?, &rows(v)?)?;
+            let idx = Tensor::arange(0u32, n as u32, &device)?;
+            let (ka, va) = store.gather(layer, &idx)?;
+            let heads = |x: Tensor| x.reshape((n, n_kv, d))?.transpose(0, 1)?.contiguous();
+            return Ok((heads(ka)?, heads(va)?));
+        }
         match self.slab(layer)? {
             Slab::Device(kc, vc) => {
                 kc.slice_set(&k.contiguous()?, 1, len)?;
@@ -156,7 +203,7 @@ impl Contiguous {
     /// Stores the new tokens' K and V rows (token-major, one row of `n_kv_head ×
     /// head_dim` per token, RoPE applied) in host memory: the host route.
     pub fn append_rows(&mut self, layer: usize, k: &[f32], v: &[f32]) -> Result<()> {
-        if !self.device.is_cpu() {
+        if !self.device.is_cpu() || self.slots.is_some() {
             return Err(super::no_host_rows());
         }
         let (len, cap, d) = (self.len, self.capacity, self.head_dim);

@@ -38,6 +38,16 @@ impl KvElem {
         }
     }
 
+    /// The tensor element type that holds it on the batched route, where there is one
+    /// (int8 needs a scale per row, which a plain tensor does not carry).
+    pub fn tensor_dtype(self) -> Option<candle_core::DType> {
+        match self {
+            Self::F32 => Some(candle_core::DType::F32),
+            Self::F16 => Some(candle_core::DType::F16),
+            Self::Int8 => None,
+        }
+    }
+
     /// Bytes of the scale each row carries: int8's f32 step; none for the float types.
     pub fn scale_bytes(self) -> usize {
         match self {

@@ -36,6 +36,9 @@ macro_rules! batch_of_one {
             fn rows(&self, _s: usize, layer: usize) -> Option<$crate::kv::KvRows<'_>> {
                 <$store>::rows(self, layer)
             }
+            fn slot_step(&mut self, lens_after: &[usize]) -> Option<$crate::kv::SlotStep> {
+                <$store>::slot_step(self, lens_after)
+            }
         }
     };
 }
@@ -45,6 +48,7 @@ pub mod contiguous;
 pub mod elem;
 pub mod paged;
 pub mod pool;
+pub mod slots;
 pub mod window;
 
 pub use arena::Arena;
@@ -52,6 +56,7 @@ pub use contiguous::Contiguous;
 pub use elem::{KvElem, RowBuf, RowData};
 pub use paged::PagedKv;
 pub use pool::{KvError, PagePool, PoolStats, ReqId};
+pub use slots::{SlotStep, SlotTensors};
 
 use candle_core::{Result, Tensor};
 
@@ -86,6 +91,12 @@ pub trait BatchKv: Send {
     fn append_rows(&mut self, s: usize, layer: usize, k: &[f32], v: &[f32]) -> Result<()>;
     /// Sequence `s`'s keys and values for `layer`, read in place (`None` on a device).
     fn rows(&self, s: usize, layer: usize) -> Option<KvRows<'_>>;
+    /// The batched route's view of the coming step, given each sequence's length once
+    /// it has run: the store's slot tensors and every sequence's slots (`None` for a store
+    /// that keeps no slot tensors; the pass then runs the host or per-sequence route).
+    fn slot_step(&mut self, _lens_after: &[usize]) -> Option<SlotStep> {
+        None
+    }
 }
 
 /// The error of a store whose rows live on a device, asked for host rows.

@@ -5,8 +5,8 @@
 //! the bytes.
 
 use super::pool::KvError;
-use super::{page_row, BatchKv, KvElem, KvRows, RowBuf, RowLayout};
-use candle_core::{DType, Device, Result, Tensor};
+use super::{page_row, BatchKv, KvElem, KvRows, RowBuf, RowLayout, SlotStep, SlotTensors};
+use candle_core::{Device, Result, Tensor};
 
 /// Where the pages live.
 enum Buffers {
@@ -15,8 +15,9 @@ enum Buffers {
     /// (decode attention reads it through the block table, no gather): a KV head's rows
     /// of a page are one run of memory.
     Host { k: Vec<RowBuf>, v: Vec<RowBuf> },
-    /// Accelerators: one token-major tensor `(slot, n_kv_head × head_dim)` per layer.
-    Device { k: Vec<Tensor>, v: Vec<Tensor> },
+    /// Slot tensors (accelerators, and the batched route anywhere): one token-major
+    /// tensor `(slot, n_kv_head × head_dim)` per layer.
+    Device(SlotTensors),
 }
 
 /// Pages of K and V for every layer.
@@ -30,7 +31,7 @@ pub struct PagedKv {
 
 impl PagedKv {
     /// A pool of `n_pages` pages of `page_size` tokens for a model's KV shape, each
-    /// number stored as `elem` in host memory (a device keeps f32).
+    /// number stored as `elem` in host memory (a device keeps f32 slot tensors).
     pub fn new(
         n_layer: usize,
         n_kv_head: usize,
@@ -39,31 +40,45 @@ impl PagedKv {
         elem: KvElem,
         device: &Device,
     ) -> std::result::Result<Self, KvError> {
+        if !device.is_cpu() {
+            let shape = (n_pages, page_size);
+            return Self::on_slots(n_layer, (n_kv_head, head_dim), shape, KvElem::F32, device);
+        }
         // The allocator's rule, so that every store has a pool that could own it.
         super::pool::check_shape(n_pages, page_size)?;
-        let shape = (n_pages * page_size, n_kv_head * head_dim);
-        let elem = if device.is_cpu() { elem } else { KvElem::F32 };
-        let store = if device.is_cpu() {
-            let buf = || RowBuf::zeros(elem, shape.0 * n_kv_head, head_dim);
-            Buffers::Host {
+        let rows = n_pages * page_size * n_kv_head;
+        let buf = || RowBuf::zeros(elem, rows, head_dim);
+        Ok(Self {
+            store: Buffers::Host {
                 k: (0..n_layer).map(|_| buf()).collect(),
                 v: (0..n_layer).map(|_| buf()).collect(),
-            }
-        } else {
-            let zeros = || {
-                Tensor::zeros(shape, DType::F32, device)
-                    .map_err(|e| KvError::BadSettings(e.to_string()))
-            };
-            let mut k = Vec::with_capacity(n_layer);
-            let mut v = Vec::with_capacity(n_layer);
-            for _ in 0..n_layer {
-                k.push(zeros()?);
-                v.push(zeros()?);
-            }
-            Buffers::Device { k, v }
-        };
+            },
+            page_size,
+            n_kv_head,
+            head_dim,
+            device: device.clone(),
+        })
+    }
+
+    /// The same pool held as slot tensors on `device` (f32 or f16): the batched route's
+    /// store, which one indexed write and one gather per layer serve for the whole batch.
+    pub fn on_slots(
+        n_layer: usize,
+        (n_kv_head, head_dim): (usize, usize),
+        (n_pages, page_size): (usize, usize),
+        elem: KvElem,
+        device: &Device,
+    ) -> std::result::Result<Self, KvError> {
+        super::pool::check_shape(n_pages, page_size)?;
+        let bad = |e: String| KvError::BadSettings(e);
+        let dtype = elem
+            .tensor_dtype()
+            .ok_or_else(|| bad(format!("{elem:?} KV is kept on the host route only")))?;
+        let slots = n_pages * page_size;
+        let store = SlotTensors::zeros(n_layer, slots, (n_kv_head, head_dim), dtype, device)
+            .map_err(|e| bad(e.to_string()))?;
         Ok(Self {
-            store,
+            store: Buffers::Device(store),
             page_size,
             n_kv_head,
             head_dim,
@@ -96,11 +111,8 @@ impl PagedKv {
                     buf.copy_within(from as usize * n..(from as usize + 1) * n, to as usize * n);
                 }
             }
-            Buffers::Device { k, v } => {
-                for t in k.iter().chain(v.iter()) {
-                    let src = t.narrow(0, from as usize * ps, ps)?.contiguous()?;
-                    t.slice_set(&src, 0, to as usize * ps)?;
-                }
+            Buffers::Device(store) => {
+                store.copy_slots(from as usize * ps, to as usize * ps, ps)?;
             }
         }
         Ok(())
@@ -117,7 +129,7 @@ impl PagedKv {
                 let vr = rows_v.flatten_all()?.to_vec1::<f32>()?;
                 self.write_rows(layer, slots, &kr, &vr);
             }
-            Buffers::Device { k: kp, v: vp } => {
+            Buffers::Device(store) => {
                 // Each run of consecutive slots (a run never crosses a page) in one go.
                 let mut i = 0;
                 while i < t {
@@ -126,8 +138,8 @@ impl PagedKv {
                         j += 1;
                     }
                     let at = slots[i] as usize;
-                    kp[layer].slice_set(&rows_k.narrow(0, i, j - i)?.contiguous()?, 0, at)?;
-                    vp[layer].slice_set(&rows_v.narrow(0, i, j - i)?.contiguous()?, 0, at)?;
+                    let (kr, vr) = (rows_k.narrow(0, i, j - i)?, rows_v.narrow(0, i, j - i)?);
+                    store.write_run(layer, at, &kr, &vr)?;
                     i = j;
                 }
             }
@@ -172,16 +184,11 @@ impl PagedKv {
                 };
                 Ok((split(&k[layer])?, split(&v[layer])?))
             }
-            Buffers::Device { k, v } => {
+            Buffers::Device(store) => {
                 let idx = Tensor::new(slots, &self.device)?;
-                let shape = (l, hn, d);
-                let pick = |t: &Tensor| -> Result<Tensor> {
-                    t.index_select(&idx, 0)?
-                        .reshape(shape)?
-                        .transpose(0, 1)?
-                        .contiguous()
-                };
-                Ok((pick(&k[layer])?, pick(&v[layer])?))
+                let (k, v) = store.gather(layer, &idx)?;
+                let heads = |t: Tensor| t.reshape((l, hn, d))?.transpose(0, 1)?.contiguous();
+                Ok((heads(k)?, heads(v)?))
             }
         }
     }
@@ -254,8 +261,25 @@ impl BatchKv for PagedBatch<'_> {
                     page_size: self.kv.page_size,
                 },
             }),
-            Buffers::Device { .. } => None,
+            Buffers::Device(_) => None,
         }
+    }
+
+    fn slot_step(&mut self, lens_after: &[usize]) -> Option<SlotStep> {
+        let Buffers::Device(store) = &self.kv.store else {
+            return None;
+        };
+        // The allocator has already given every sequence its slots for this step.
+        let fits = lens_after.len() == self.seqs.len()
+            && self
+                .seqs
+                .iter()
+                .zip(lens_after)
+                .all(|(s, &n)| s.all.len() == n);
+        fits.then(|| SlotStep {
+            store: store.clone(),
+            tables: self.seqs.iter().map(|s| s.all.clone()).collect(),
+        })
     }
 
     fn advance(&mut self) {

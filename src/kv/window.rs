@@ -165,6 +165,11 @@ impl Windowed {
             },
         })
     }
+
+    /// A window keeps its rows in host memory only: the batched route does not run on it.
+    pub fn slot_step(&mut self, _lens_after: &[usize]) -> Option<super::SlotStep> {
+        None
+    }
 }
 
 // A single store is a batch of one.

@@ -30,6 +30,16 @@ pub enum AttnKernel {
     Tiled { sram_bytes: usize },
 }
 
+impl AttnKernel {
+    /// The kernel's name, as the flag spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Naive => "naive",
+            Self::Tiled { .. } => "tiled",
+        }
+    }
+}
+
 /// What one attention call produced.
 #[derive(Debug, Clone)]
 pub struct AttnOut {
@@ -67,6 +77,8 @@ pub struct Setup<'a> {
     /// Candle tensor ops only (the reference path the tests compare against).
     pub reference: bool,
     pub rope: &'a Rope,
+    /// The batched route's indexes for this step, when it runs.
+    pub step: Option<&'a super::batched::Step>,
 }
 
 /// Sequence 0's attention kept for the probe: queries before and after RoPE, the new keys
@@ -115,7 +127,9 @@ pub fn attend(
     // Rows on the CPU skip the tensor plumbing: at one row the fixed cost of a tensor op
     // is larger than the arithmetic, and a batch pays it per request per layer; a prompt's
     // rows each attend like a decode row over the keys up to their own.
-    if !s.reference && s.kernel == AttnKernel::Naive && q.device().is_cpu() {
+    if let Some(step) = s.step {
+        super::batched::attend(s, step, (q, k, v), spans, capture_rows)
+    } else if !s.reference && s.kernel == AttnKernel::Naive && q.device().is_cpu() {
         attend_on_host(s, (q, k, v), spans, kv, capture_rows)
     } else {
         attend_on_tensors(s, (q, k, v), spans, kv, capture_rows)
@@ -132,17 +146,12 @@ fn attend_on_host(
     capture_rows: usize,
 ) -> Result<Attended> {
     let h = HostQkv::new(q, k, v)?;
-    let shape = (s.n_head, s.n_kv_head, s.head_dim, s.kv_elem);
-    let (mut io, mut traffic) = (IoCount::default(), Traffic::default());
+    // The traffic of the naive kernel, whose math this is.
+    let (io, traffic) = naive_counts(s, spans);
     let (mut seen, mut observe_ms) = (None, 0.0);
     for (i, &p) in spans.iter().enumerate() {
         let (k_rows, v_rows) = h.new_kv(s, p);
         kv.append_rows(i, s.layer, &k_rows, &v_rows)?;
-        // The traffic of the naive kernel, whose math this is.
-        let kv_len = p.pos0 + p.len;
-        let rows_io = naive_chunks_io(p.len, kv_len, s.n_head, s.head_dim);
-        io.add(rows_io);
-        traffic.add(Traffic::attention(p.len, kv_len, shape, rows_io.total()));
         if i == 0 && capture_rows > 0 {
             let t0 = std::time::Instant::now();
             let (k_all, v_all) = cache_of(s, kv, i, q.device())?;
@@ -201,6 +210,20 @@ fn attend_on_tensors(
         seen,
         observe_ms: 0.0,
     })
+}
+
+/// What the naive kernel's math moves and computes for every sequence of `spans`: the
+/// routes that run that math report it alike.
+pub(crate) fn naive_counts(s: &Setup, spans: &[Span]) -> (IoCount, Traffic) {
+    let shape = (s.n_head, s.n_kv_head, s.head_dim, s.kv_elem);
+    let (mut io, mut traffic) = (IoCount::default(), Traffic::default());
+    for p in spans {
+        let kv_len = p.pos0 + p.len;
+        let rows_io = naive_chunks_io(p.len, kv_len, s.n_head, s.head_dim);
+        io.add(rows_io);
+        traffic.add(Traffic::attention(p.len, kv_len, shape, rows_io.total()));
+    }
+    (io, traffic)
 }
 
 /// What [`naive`] reports moving for `t` query rows over `kv_len` keys: its blocks of
@@ -270,7 +293,7 @@ fn heads(
 /// again on the naive tensor kernel, over the cache `k_all`, `v_all`, with the scores and
 /// weights of its newest `capture_rows` rows. The batch's output is the host route's, so
 /// looking never changes what the model computes.
-fn seen_on_tensors(
+pub(crate) fn seen_on_tensors(
     s: &Setup,
     qkv: (&Tensor, &Tensor, &Tensor),
     p: Span,

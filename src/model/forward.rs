@@ -7,6 +7,8 @@
 
 pub use super::attention::AttnKernel;
 use super::attention::{self, Span};
+pub use super::batched::AttnRoute;
+use super::batched::Step;
 use super::config::LlamaConfig;
 use super::error::{ModelError, Result};
 use super::flash::IoCount;
@@ -41,6 +43,9 @@ pub struct RunOptions {
     /// Recordings made before element types were f32.
     #[serde(default)]
     pub kv_elem: KvElem,
+    /// Attention per request, or the whole step at once through slot indexes.
+    #[serde(default)]
+    pub route: AttnRoute,
 }
 
 /// A loaded model: config, weights, rotary tables and tokenizer. Cloning is cheap
@@ -151,9 +156,15 @@ impl Model {
     /// int8 on the CPU only).
     pub fn with_run(&self, run: RunOptions) -> std::result::Result<Self, LayoutError> {
         run.layout.check(&self.cfg)?;
-        // The device stores keep f32; counting bytes of another type there would be false.
-        if run.kv_elem != KvElem::F32 && !self.device.is_cpu() {
+        // The device stores keep f32, or f16 in slot tensors; counting bytes of another
+        // type there would be false.
+        let batched = run.route == AttnRoute::Batched;
+        let on_slots = batched && run.kv_elem == KvElem::F16;
+        if run.kv_elem != KvElem::F32 && !self.device.is_cpu() && !on_slots {
             return Err(LayoutError::KvElemOnDevice(run.kv_elem));
+        }
+        if batched && (run.kv_elem == KvElem::Int8 || run.kernel != AttnKernel::Naive) {
+            return Err(LayoutError::NotBatched(run.kv_elem, run.kernel.name()));
         }
         let mut m = self.clone();
         if run.layout != self.run.layout {
@@ -222,13 +233,30 @@ impl Model {
         self.run.layout.kv_heads(&self.cfg)
     }
 
-    /// A KV cache sized for `capacity` tokens of this model.
+    /// A KV cache sized for `capacity` tokens of this model: slot tensors on the batched
+    /// route (allocated now), else allocated a layer at a time on first use.
     pub fn new_cache(&self, capacity: usize) -> crate::kv::Contiguous {
+        let capacity = capacity.min(self.cfg.context);
+        if self.run.route == AttnRoute::Batched {
+            let shape = (self.kv_heads(), self.cfg.head_dim);
+            let slots = crate::kv::Contiguous::on_slots(
+                self.cfg.n_layer,
+                shape,
+                capacity,
+                self.run.kv_elem,
+                &self.device,
+            );
+            // `with_run` refused every element type slot tensors cannot hold, so this
+            // fails only when the memory is not there; the host store then says so on use.
+            if let Ok(c) = slots {
+                return c;
+            }
+        }
         crate::kv::Contiguous::new(
             self.cfg.n_layer,
             self.kv_heads(),
             self.cfg.head_dim,
-            capacity.min(self.cfg.context),
+            capacity,
             self.run.kv_elem,
             &self.device,
         )
@@ -296,6 +324,7 @@ impl Model {
         which: Logits,
     ) -> Result<Pass> {
         let spans = self.spans(seqs, kv)?;
+        let step = self.batched_step(&spans, kv)?;
         let (mut counts, mut watch) = (PassCounts::default(), Watch::new(obs));
         watch.start();
         let mut clock = Lap::start();
@@ -306,7 +335,8 @@ impl Model {
         let mut lens_rows = Vec::new();
         for layer in 0..self.cfg.n_layer {
             watch.layer(layer, spans[0]);
-            let (y, io, traffic) = self.block(layer, &x, &spans, kv, &mut watch)?;
+            let rows = (spans.as_slice(), step.as_ref());
+            let (y, io, traffic) = self.block(layer, &x, rows, kv, &mut watch)?;
             if watch.wants_lens() {
                 let newest = spans[0].off + spans[0].len - 1;
                 lens_rows.push(watch.see(|_| y.narrow(0, newest, 1))?);
@@ -317,6 +347,10 @@ impl Model {
             x = y;
         }
         kv.advance();
+        counts.route = step
+            .as_ref()
+            .map_or(AttnRoute::Host, |_| AttnRoute::Batched);
+        counts.device_ops = step.as_ref().map_or(0, Step::ops);
         let logits = self.lm_head(&x, &spans, which)?;
         counts.traffic.add(self.lm_head_traffic(&logits));
         if !lens_rows.is_empty() {
@@ -354,11 +388,11 @@ impl Model {
         &self,
         layer: usize,
         x: &Tensor,
-        spans: &[Span],
+        rows: (&[Span], Option<&Step>),
         kv: &mut dyn BatchKv,
         watch: &mut Watch,
     ) -> Result<(Tensor, IoCount, Traffic)> {
-        let (x, att) = self.attention_block(layer, x, spans, kv, watch)?;
+        let (x, att) = self.attention_block(layer, x, rows, kv, watch)?;
         let x = self.mlp_block(layer, &x, watch)?;
         let heads = (self.cfg.n_head, self.kv_heads(), self.cfg.head_dim);
         watch.see(|o| o.leaving(&x, heads))?;
@@ -372,7 +406,7 @@ impl Model {
         &self,
         layer: usize,
         x: &Tensor,
-        spans: &[Span],
+        (spans, step): (&[Span], Option<&Step>),
         kv: &mut dyn BatchKv,
         watch: &mut Watch,
     ) -> Result<(Tensor, attention::Attended)> {
@@ -383,7 +417,7 @@ impl Model {
         // three share their input, so they run as one pass.
         let (wk, wv) = &self.kv_proj[layer];
         let [q, k, v] = Linear::forward_many([&w.wq, wk, wv], &h)?;
-        let setup = self.attention_setup(layer);
+        let setup = self.attention_setup(layer, step);
         let mut att = attention::attend(&setup, &q, &k, &v, spans, kv, watch.rows())?;
         watch.ms += att.observe_ms;
         if let Some(seen) = att.seen.take() {
@@ -434,7 +468,7 @@ impl Model {
     }
 
     /// How attention runs in `layer` under this model's layout and kernel.
-    fn attention_setup(&self, layer: usize) -> attention::Setup<'_> {
+    fn attention_setup<'a>(&'a self, layer: usize, step: Option<&'a Step>) -> attention::Setup<'a> {
         attention::Setup {
             layer,
             n_head: self.cfg.n_head,
@@ -444,7 +478,21 @@ impl Model {
             kv_elem: self.run.kv_elem,
             reference: self.reference,
             rope: &self.rope,
+            step,
         }
+    }
+
+    /// The batched route's indexes for this step, where the route is batched and the
+    /// store keeps slot tensors (else the pass runs the host route).
+    fn batched_step(&self, spans: &[Span], kv: &mut dyn BatchKv) -> Result<Option<Step>> {
+        if self.run.route != AttnRoute::Batched {
+            return Ok(None);
+        }
+        let lens: Vec<usize> = spans.iter().map(|p| p.pos0 + p.len).collect();
+        let Some(slots) = kv.slot_step(&lens) else {
+            return Ok(None);
+        };
+        Ok(Some(Step::new(spans, slots, &self.rope, &self.device)?))
     }
 
     /// Where each sequence's rows sit in the batch; refuses empty sequences and any that

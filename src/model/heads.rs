@@ -43,6 +43,11 @@ pub enum LayoutError {
         "a KV cache of {0} runs on the CPU only; on a device it stores f32 (use --kv-elem f32)"
     )]
     KvElemOnDevice(crate::kv::KvElem),
+    #[error(
+        "the batched attention route runs the naive kernel over f32 or f16 KV; not {1} over \
+         {0:?} (use --attention-route host)"
+    )]
+    NotBatched(crate::kv::KvElem, &'static str),
 }
 
 impl std::str::FromStr for HeadLayout {

@@ -3,6 +3,7 @@
 
 pub mod attention;
 pub mod audit;
+pub mod batched;
 pub mod config;
 pub mod error;
 pub mod flash;
@@ -23,7 +24,7 @@ pub mod weights;
 
 pub use config::LlamaConfig;
 pub use error::ModelError;
-pub use forward::{AttnKernel, Logits, Model, RunOptions};
+pub use forward::{AttnKernel, AttnRoute, Logits, Model, RunOptions};
 pub use heads::HeadLayout;
 pub use observe::{Observer, Pass, PassCounts, Unobserved};
 pub use probe::{LayerCapture, LayerSelect, Probe};

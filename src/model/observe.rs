@@ -91,6 +91,10 @@ pub struct PassCounts {
     /// Weights, KV and scores read and written, and FLOPs.
     pub traffic: Traffic,
     pub timing: Timing,
+    /// The attention route that ran.
+    pub route: super::batched::AttnRoute,
+    /// Operations the batched route launched for attention (0 on the host route).
+    pub device_ops: usize,
 }
 
 /// A forward pass's result: each sequence's logits and what the pass counted.

@@ -77,6 +77,25 @@ impl Rope {
         }
     }
 
+    /// Whether pairs are `(2i, 2i+1)` (GGUF's layout) rather than `(i, i + d/2)`.
+    pub fn interleaved(&self) -> bool {
+        self.interleaved
+    }
+
+    /// The cos and sin rows of `positions`, one after another (`head_dim/2` each): what a
+    /// step whose rows sit at those positions turns them by. Past the context, the last.
+    pub fn tables_at(&self, positions: &[usize]) -> (Vec<f32>, Vec<f32>) {
+        let half = self.head_dim / 2;
+        let last = (self.cos.len() / half.max(1)).saturating_sub(1);
+        let (mut cos, mut sin) = (Vec::new(), Vec::new());
+        for &pos in positions {
+            let at = pos.min(last) * half;
+            cos.extend_from_slice(&self.cos[at..at + half]);
+            sin.extend_from_slice(&self.sin[at..at + half]);
+        }
+        (cos, sin)
+    }
+
     /// Rotates `(heads, t, head_dim)`, row `i` sitting at position `pos0 + i`. The rows go
     /// through host memory: the same arithmetic on every device, one RoPE to read.
     pub fn apply(&self, x: &Tensor, pos0: usize) -> Result<Tensor> {
