@@ -53,7 +53,11 @@ step "$bin/inferlab" trace --device cuda --max-tokens 4 --layer 3 --head 2 \
     --prompt "Paged attention stores keys and values in"
 step "$bin/inferlab" bench decode --device cuda --rounds 5
 step "$bin/inferlab" bench decode --device cuda --rounds 5 --json
+# The batched attention route is the GPU's default; the host route beside it, and the
+# operations each step launches by batch size (`device_ops_per_step_by_batch`).
 step timeout 180 "$bin/inferlab" bench serve --device cuda --requests 12
+step timeout 180 "$bin/inferlab" bench serve --device cuda --requests 12 --attention-route host
+step timeout 180 "$bin/inferlab" bench serve --device cuda --requests 12 --json
 step "$bin/inferlab" bench decode --device cpu --rounds 1
 if command -v tmux >/dev/null; then
     # The app itself on the GPU: its screen after the prefill and five decode steps, then

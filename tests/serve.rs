@@ -216,6 +216,36 @@ fn a_batch_equals_each_request_alone() {
     }
 }
 
+/// The batched attention route through the serving engine: pages and the contiguous
+/// arena as slot tensors, every step's attention at once, chunked prompts included; each
+/// request gets what it gets alone on the host route. (A store of slot tensors refuses the
+/// host route's rows, so the batched route is what ran.)
+#[test]
+fn the_batched_route_serves_each_request_what_it_gets_alone() {
+    let (_d, base) = tiny_f32();
+    let host = base.clone();
+    let m = base
+        .with_run(RunOptions {
+            route: inferlab::model::AttnRoute::Batched,
+            ..base.run_options()
+        })
+        .unwrap();
+    let reqs = workload(8, 0.0, 7);
+    for (cache, budget) in [(CacheKind::Paged, 400), (CacheKind::Contiguous, 400)] {
+        let mut e =
+            ServeEngine::new(&m, cfg(Policy::Continuous, cache, budget), reqs.clone()).unwrap();
+        run_all(&mut e);
+        for r in e.requests() {
+            assert_eq!(
+                r.generated,
+                alone(&host, &reqs[r.id as usize]),
+                "request {} ({cache:?})",
+                r.id
+            );
+        }
+    }
+}
+
 /// A prompt's rows stored as f16 or int8 are decoded once for the whole span and read
 /// token-major; fed one token at a time, each row is decoded as it is read. Both give
 /// the same logits (to the rounding of K and V computed in another batch shape, which

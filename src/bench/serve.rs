@@ -2,8 +2,9 @@
 //! static vs continuous batching and contiguous vs paged cache, side by side; and how the
 //! cost of one decode iteration grows with the batch size.
 
+use crate::kv::paged::{PagedKv, SeqSlots};
 use crate::kv::ContiguousBatch;
-use crate::model::{Logits, Model};
+use crate::model::{AttnRoute, Logits, Model, Unobserved};
 use crate::serve::workload::{source_tokens, Workload};
 use crate::serve::{CacheKind, Policy, Reserve, ServeConfig, ServeEngine};
 use anyhow::Result;
@@ -89,6 +90,13 @@ pub struct StepFigures {
     pub int8_peak_fraction_by_batch: BTreeMap<usize, f64>,
     /// This machine's int8 peak for our kernel (`bench machine`), GMAC/s.
     pub int8_gmac_per_s: f64,
+    /// The attention route the steps ran on (`host` or `batched`).
+    pub attention_route: &'static str,
+    /// Batched route only: operations its attention launches for one decode step of B
+    /// requests, B = 1, 2, 4 … 64 (flat in B is the point; every matrix is one operation
+    /// at any B besides).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub device_ops_per_step_by_batch: BTreeMap<usize, usize>,
     /// How long ago that peak was measured, seconds (absent when unknown).
     pub machine_age_s: Option<u64>,
 }
@@ -177,6 +185,12 @@ impl StepFigures {
         } else {
             BTreeMap::new()
         };
+        let mut device_ops_per_step_by_batch = BTreeMap::new();
+        if model.run_options().route == AttnRoute::Batched {
+            for b in [1, 2, 4, 8, 16, 32, 64] {
+                device_ops_per_step_by_batch.insert(b, slot_steps(model, b, source, 1)?.1);
+            }
+        }
         Ok(Self {
             step_ms_by_batch,
             single_request_step_ms,
@@ -184,12 +198,17 @@ impl StepFigures {
             int8_peak_fraction_by_batch,
             int8_gmac_per_s,
             machine_age_s: machine.age_s(),
+            attention_route: model.run_options().route.name(),
+            device_ops_per_step_by_batch,
         })
     }
 
     /// The step costs and their matrix work, a line each.
     fn table(&self) -> String {
-        let mut s = "decode iteration cost by batch size:".to_string();
+        let mut s = format!(
+            "decode iteration cost by batch size ({} attention route):",
+            self.attention_route
+        );
         let b1 = self.step_ms_by_batch.get(&1).copied().unwrap_or(1.0);
         for (b, ms) in &self.step_ms_by_batch {
             s += &format!("  B={b}: {ms:.1} ms ({:.1}×)", ms / b1);
@@ -213,6 +232,14 @@ impl StepFigures {
             };
         }
         s += "\n";
+        if !self.device_ops_per_step_by_batch.is_empty() {
+            s += "operations the batched route's attention launches per decode step:";
+            for (b, n) in &self.device_ops_per_step_by_batch {
+                s += &format!("  B={b}: {n}");
+            }
+            s += "\n(on a CPU the batched route is slower than the host route, as expected: \
+                  it pads and copies to save launches, which cost a CPU little)\n";
+        }
         s + &crate::machine::cached_note(self.machine_age_s)
     }
 }
@@ -301,6 +328,9 @@ pub(crate) fn run_one(
 /// Median ms of one decode iteration (of seven) with `b` requests whose caches hold a
 /// 32-token prompt.
 pub fn decode_step_ms(model: &Model, b: usize, source: &[u32]) -> Result<f64> {
+    if model.run_options().route == AttnRoute::Batched {
+        return Ok(super::median(slot_steps(model, b, source, 7)?.0));
+    }
     let mut caches: Vec<_> = (0..b).map(|_| model.new_cache(64)).collect();
     let prompts: Vec<Vec<u32>> = (0..b).map(|i| source[i..i + 32].to_vec()).collect();
     for (c, p) in caches.iter_mut().zip(&prompts) {
@@ -316,6 +346,35 @@ pub fn decode_step_ms(model: &Model, b: usize, source: &[u32]) -> Result<f64> {
         times.push(t.elapsed().as_secs_f64() * 1e3);
     }
     Ok(super::median(times))
+}
+
+/// The batched route's decode steps: `b` requests with a 32-token prompt each on one
+/// store of slot tensors (a 64-slot page each), then `rounds` decode steps of all of them.
+/// Returns each step's ms and the operations the last one's attention launched.
+fn slot_steps(model: &Model, b: usize, source: &[u32], rounds: usize) -> Result<(Vec<f64>, usize)> {
+    let (layers, shape) = (model.cfg.n_layer, (model.kv_heads(), model.cfg.head_dim));
+    let elem = model.run_options().kv_elem;
+    let mut kv = PagedKv::on_slots(layers, shape, (b, 64), elem, &model.device)?;
+    let tok = |i: usize| source[i % source.len()];
+    let prompts: Vec<Vec<u32>> = (0..b).map(|i| (i..i + 32).map(tok).collect()).collect();
+    let seq = |i: usize, before: usize, n: usize| SeqSlots {
+        before,
+        all: (i * 64..i * 64 + before + n).map(|s| s as u32).collect(),
+    };
+    let refs: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
+    let mut batch = kv.batch((0..b).map(|i| seq(i, 0, 32)).collect());
+    model.pass(&refs, &mut batch, &mut Unobserved, Logits::Last)?;
+    let (mut times, mut ops) = (Vec::new(), 0);
+    for round in 0..rounds {
+        let toks: Vec<Vec<u32>> = (0..b).map(|i| vec![tok(40 + i + round)]).collect();
+        let refs: Vec<&[u32]> = toks.iter().map(Vec::as_slice).collect();
+        let mut batch = kv.batch((0..b).map(|i| seq(i, 32 + round, 1)).collect());
+        let t = Instant::now();
+        let pass = model.pass(&refs, &mut batch, &mut Unobserved, Logits::Last)?;
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+        ops = pass.counts.device_ops;
+    }
+    Ok((times, ops))
 }
 
 /// Median ms of one decode step (of seven) of the single-request path after a 32-token prompt.

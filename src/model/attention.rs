@@ -77,8 +77,6 @@ pub struct Setup<'a> {
     /// Candle tensor ops only (the reference path the tests compare against).
     pub reference: bool,
     pub rope: &'a Rope,
-    /// The batched route's indexes for this step, when it runs.
-    pub step: Option<&'a super::batched::Step>,
 }
 
 /// Sequence 0's attention kept for the probe: queries before and after RoPE, the new keys
@@ -127,9 +125,7 @@ pub fn attend(
     // Rows on the CPU skip the tensor plumbing: at one row the fixed cost of a tensor op
     // is larger than the arithmetic, and a batch pays it per request per layer; a prompt's
     // rows each attend like a decode row over the keys up to their own.
-    if let Some(step) = s.step {
-        super::batched::attend(s, step, (q, k, v), spans, capture_rows)
-    } else if !s.reference && s.kernel == AttnKernel::Naive && q.device().is_cpu() {
+    if !s.reference && s.kernel == AttnKernel::Naive && q.device().is_cpu() {
         attend_on_host(s, (q, k, v), spans, kv, capture_rows)
     } else {
         attend_on_tensors(s, (q, k, v), spans, kv, capture_rows)

@@ -48,6 +48,11 @@ impl AttnRoute {
         }
     }
 
+    /// The host route (serde leaves it out of recordings, as they were before routes).
+    pub fn is_host(&self) -> bool {
+        *self == Self::Host
+    }
+
     /// The default for a device: host on the CPU, batched on a GPU.
     pub fn default_for(device: &Device) -> Self {
         if device.is_cpu() {

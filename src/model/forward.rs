@@ -8,7 +8,7 @@
 pub use super::attention::AttnKernel;
 use super::attention::{self, Span};
 pub use super::batched::AttnRoute;
-use super::batched::Step;
+use super::batched::{self, Step};
 use super::config::LlamaConfig;
 use super::error::{ModelError, Result};
 use super::flash::IoCount;
@@ -417,8 +417,12 @@ impl Model {
         // three share their input, so they run as one pass.
         let (wk, wv) = &self.kv_proj[layer];
         let [q, k, v] = Linear::forward_many([&w.wq, wk, wv], &h)?;
-        let setup = self.attention_setup(layer, step);
-        let mut att = attention::attend(&setup, &q, &k, &v, spans, kv, watch.rows())?;
+        let setup = self.attention_setup(layer);
+        // The batched route when this step has its indexes, else each request on its own.
+        let mut att = match step {
+            Some(step) => batched::attend(&setup, step, (&q, &k, &v), spans, watch.rows())?,
+            None => attention::attend(&setup, &q, &k, &v, spans, kv, watch.rows())?,
+        };
         watch.ms += att.observe_ms;
         if let Some(seen) = att.seen.take() {
             watch.see(|o| o.attention(seen, &self.rope))?;
@@ -468,7 +472,7 @@ impl Model {
     }
 
     /// How attention runs in `layer` under this model's layout and kernel.
-    fn attention_setup<'a>(&'a self, layer: usize, step: Option<&'a Step>) -> attention::Setup<'a> {
+    fn attention_setup(&self, layer: usize) -> attention::Setup<'_> {
         attention::Setup {
             layer,
             n_head: self.cfg.n_head,
@@ -478,7 +482,6 @@ impl Model {
             kv_elem: self.run.kv_elem,
             reference: self.reference,
             rope: &self.rope,
-            step,
         }
     }
 

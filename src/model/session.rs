@@ -3,7 +3,7 @@
 
 use super::error::Result;
 use super::flash::IoCount;
-use super::forward::AttnKernel;
+use super::forward::{AttnKernel, AttnRoute};
 use super::forward::{Logits, Model};
 use super::heads::HeadLayout;
 use super::probe::{LayerCapture, LayerSelect, Probe, Timing};
@@ -51,6 +51,12 @@ pub struct StepInfo {
     /// How the step's token was picked (recordings made before it read as greedy).
     #[serde(default)]
     pub sampler: SamplerConfig,
+    /// The attention route that ran (recordings made before it read as host).
+    #[serde(default, skip_serializing_if = "AttnRoute::is_host")]
+    pub route: AttnRoute,
+    /// Operations the batched route's attention launched this step (0 on the host route).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub device_ops: usize,
     /// Attention bytes moved to and from main memory this step, all layers and heads.
     pub attn_io: IoCount,
     /// Where the step's time went; `sample_ms` is the sampler's share.
@@ -205,6 +211,8 @@ impl Session {
             kernel: run.kernel,
             no_cache,
             sampler: self.sampler.config(),
+            route: pass.counts.route,
+            device_ops: pass.counts.device_ops,
             attn_io: pass.counts.attn_io,
             timing: pass.counts.timing,
             traffic: pass.counts.traffic,
@@ -273,4 +281,8 @@ impl Session {
 /// A figure for every head layout.
 fn per_layout<T>(f: impl Fn(HeadLayout) -> T) -> std::collections::BTreeMap<HeadLayout, T> {
     HeadLayout::ALL.into_iter().map(|l| (l, f(l))).collect()
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }

@@ -21,8 +21,9 @@ pub enum Placement {
     /// The page slot of every token of the sequence once this pass has run, in order:
     /// the pass writes the last `n`, attention reads them all.
     Pages(Vec<u32>),
-    /// A contiguous reservation of this many slots: the pass writes from `from` on.
-    Reserved(usize),
+    /// A contiguous reservation of `len` slots from slot `start` of the arena: the pass
+    /// writes from `from` on.
+    Reserved { start: usize, len: usize },
 }
 
 /// A running request as admission counts it: its id and the tokens it has still to
@@ -152,7 +153,13 @@ impl Memory {
                 copies.extend(a.copies.iter().map(|&(from, to)| (id, from, to)));
                 Placement::Pages(p.slots(id))
             }
-            Self::Reserved(a) => Placement::Reserved(a.get(id).map_or(0, |run| run.len)),
+            Self::Reserved(a) => {
+                let run = a.get(id);
+                Placement::Reserved {
+                    start: run.map_or(0, |r| r.start),
+                    len: run.map_or(0, |r| r.len),
+                }
+            }
         })
     }
 

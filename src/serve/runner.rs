@@ -11,7 +11,7 @@ use crate::kv::pool::ReqId;
 use crate::kv::{Contiguous, ContiguousBatch};
 use crate::model::sampler::argmax;
 use crate::model::traffic::Traffic;
-use crate::model::{Logits, Model, Unobserved};
+use crate::model::{AttnRoute, Logits, Model, Unobserved};
 use std::collections::BTreeMap;
 
 /// Where the keys and values live.
@@ -19,6 +19,9 @@ enum KvBytes {
     Paged(Box<PagedKv>),
     /// One store per running request, sized to its reservation.
     Contiguous(BTreeMap<ReqId, Contiguous>),
+    /// The batched route's contiguous memory: the whole arena as slot tensors, each
+    /// reservation one run of its slots (pages of one slot, in the store's terms).
+    Arena(Box<PagedKv>),
 }
 
 /// The model and the KV bytes of a serving engine.
@@ -30,16 +33,34 @@ pub struct Runner {
 impl Runner {
     /// A runner over `model` with the KV memory `cfg` asks for.
     pub fn new(model: &Model, cfg: &ServeConfig) -> Result<Self, ServeError> {
-        let kv = match cfg.cache {
-            CacheKind::Paged => KvBytes::Paged(Box::new(PagedKv::new(
-                model.cfg.n_layer,
-                model.kv_heads(),
-                model.cfg.head_dim,
-                (cfg.kv_budget_tokens / cfg.page_size, cfg.page_size),
-                model.run_options().kv_elem,
+        let (layers, shape) = (model.cfg.n_layer, (model.kv_heads(), model.cfg.head_dim));
+        let elem = model.run_options().kv_elem;
+        let pages = (cfg.kv_budget_tokens / cfg.page_size, cfg.page_size);
+        let batched = model.run_options().route == AttnRoute::Batched;
+        let kv = match (cfg.cache, batched) {
+            (CacheKind::Paged, false) => KvBytes::Paged(Box::new(PagedKv::new(
+                layers,
+                shape.0,
+                shape.1,
+                pages,
+                elem,
                 &model.device,
             )?)),
-            CacheKind::Contiguous => KvBytes::Contiguous(BTreeMap::new()),
+            (CacheKind::Paged, true) => KvBytes::Paged(Box::new(PagedKv::on_slots(
+                layers,
+                shape,
+                pages,
+                elem,
+                &model.device,
+            )?)),
+            (CacheKind::Contiguous, false) => KvBytes::Contiguous(BTreeMap::new()),
+            (CacheKind::Contiguous, true) => KvBytes::Arena(Box::new(PagedKv::on_slots(
+                layers,
+                shape,
+                (cfg.capacity_tokens(), 1),
+                elem,
+                &model.device,
+            )?)),
         };
         Ok(Self {
             model: model.clone(),
@@ -66,6 +87,16 @@ impl Runner {
                 kv.copy_pages(&copies)
                     .map_err(crate::model::ModelError::from)?;
                 let seqs = plan.work.iter().map(paged_seq).collect::<Result<_, _>>()?;
+                let mut batch = kv.batch(seqs);
+                self.model
+                    .pass(&refs, &mut batch, &mut Unobserved, Logits::Last)
+            }
+            KvBytes::Arena(kv) => {
+                let seqs = plan
+                    .work
+                    .iter()
+                    .map(reserved_seq)
+                    .collect::<Result<_, _>>()?;
                 let mut batch = kv.batch(seqs);
                 self.model
                     .pass(&refs, &mut batch, &mut Unobserved, Logits::Last)
@@ -107,7 +138,7 @@ fn reserve(
     plan: &Plan,
 ) -> Result<(), ServeError> {
     for w in &plan.work {
-        let Placement::Reserved(slots) = w.place else {
+        let Placement::Reserved { len: slots, .. } = w.place else {
             return Err(mixed_plan());
         };
         let c = stores.entry(w.id).or_insert_with(|| {
@@ -156,8 +187,26 @@ fn paged_seq(w: &super::scheduler::Work) -> Result<SeqSlots, ServeError> {
             "request {}: the plan's slots do not cover its tokens",
             w.id
         ))),
-        Placement::Reserved(_) => Err(mixed_plan()),
+        Placement::Reserved { .. } => Err(mixed_plan()),
     }
+}
+
+/// A contiguous work item's slots in the arena: its run, up to the tokens it will hold.
+fn reserved_seq(w: &super::scheduler::Work) -> Result<SeqSlots, ServeError> {
+    let Placement::Reserved { start, len } = w.place else {
+        return Err(mixed_plan());
+    };
+    let upto = w.from + w.n;
+    if upto > len {
+        return Err(ServeError::Invariant(format!(
+            "request {}: {upto} tokens in a reservation of {len}",
+            w.id
+        )));
+    }
+    Ok(SeqSlots {
+        before: w.from,
+        all: (start..start + upto).map(|s| s as u32).collect(),
+    })
 }
 
 fn mixed_plan() -> ServeError {

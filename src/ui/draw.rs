@@ -299,9 +299,9 @@ fn shown_settings(app: &App) -> Shown {
     let weights = app
         .report()
         .map_or(app.settings.weights, |r| r.settings.weights);
-    let kernel = match run.kernel {
-        crate::model::AttnKernel::Naive => "naive",
-        crate::model::AttnKernel::Tiled { .. } => "tiled",
+    let kernel = match (run.route, run.kernel) {
+        (crate::model::AttnRoute::Batched, _) => "batched",
+        (_, k) => k.name(),
     };
     Shown {
         layout: run.layout,

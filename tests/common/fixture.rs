@@ -148,6 +148,8 @@ pub fn report() -> StepReport {
             kernel: AttnKernel::Naive,
             no_cache: false,
             sampler: Default::default(),
+            route: Default::default(),
+            device_ops: 0,
             attn_io: IoCount {
                 read: 40_000,
                 written: 9_000,

@@ -3,7 +3,7 @@
 
 use super::{block, bytes, put_text};
 use crate::model::probe::LayerCapture;
-use crate::model::AttnKernel;
+use crate::model::{AttnKernel, AttnRoute};
 use crate::report::StepReport;
 use crate::ui::app::{App, Pane};
 use crate::ui::theme::Theme;
@@ -113,6 +113,12 @@ fn attention_row(r: &StepReport) -> String {
         AttnKernel::Naive => "naive".to_string(),
         // On-chip memory is sized in binary units (an A100 SM's 192 KiB).
         AttnKernel::Tiled { sram_bytes } => format!("tiled for {} KiB on-chip", sram_bytes >> 10),
+    };
+    // The batched route runs the naive math for the whole step at once: it says so, and
+    // how many operations it launched, which does not grow with the batch.
+    let kernel = match r.info.route {
+        AttnRoute::Host => kernel,
+        AttnRoute::Batched => format!("batched ({} launches)", r.info.device_ops),
     };
     format!(
         "attention {kernel}: {} moved (read {}, wrote {}) · {} query heads",
