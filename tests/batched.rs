@@ -307,3 +307,53 @@ fn the_batched_route_refuses_what_slot_tensors_cannot_hold() {
         assert!(err.contains("--attention-route host"), "{err}");
     }
 }
+
+#[test]
+fn with_f16_weights_a_gpus_default_both_routes_pick_the_same_tokens() {
+    let opts = LoadOptions {
+        requant: Requant::F16,
+        device: Device::Cpu,
+    };
+    let base = Model::load(&real_model(), &opts).unwrap();
+    let route = |route| {
+        let run = RunOptions {
+            route,
+            ..Default::default()
+        };
+        base.with_run(run).unwrap()
+    };
+    let p = prompt("The three primary colors are");
+    let (host, hl) = greedy(&route(AttnRoute::Host), &p, 8);
+    let (batched, bl) = greedy(&route(AttnRoute::Batched), &p, 8);
+    assert_eq!(batched, host);
+    // And they are the f32 weights' tokens: f16 rounds each weight, not the answer.
+    let (exact, _) = greedy(&on(AttnRoute::Host, HeadLayout::Gqa, KvElem::F32), &p, 8);
+    assert_eq!(batched, exact);
+    let d = max_abs_diff(&hl[0], &bl[0]);
+    eprintln!("f16 weights: host and batched logits differ by {d}");
+    assert!(d < 0.05, "{d}");
+}
+
+#[test]
+fn the_probe_sees_the_same_attention_on_both_routes() {
+    use inferlab::model::{LayerSelect, Probe};
+    let p = prompt("The capital of France is Paris, and the capital of Italy is");
+    let mut seen = Vec::new();
+    for route in AttnRoute::ALL {
+        let m = on(route, HeadLayout::Gqa, KvElem::F32);
+        let mut kv = m.new_cache(p.len() + 2);
+        let mut probe = Probe::new(LayerSelect::All);
+        m.pass(&[&p], &mut kv, &mut probe, Logits::Last).unwrap();
+        // And a decode step after the prompt.
+        m.pass(&[&[42u32]], &mut kv, &mut probe, Logits::Last)
+            .unwrap();
+        seen.push(probe.captures);
+    }
+    let (host, batched) = (&seen[0], &seen[1]);
+    assert_eq!(host.len(), batched.len());
+    for (a, b) in host.iter().zip(batched) {
+        assert_eq!((a.layer, a.t, a.kv_len), (b.layer, b.t, b.kv_len));
+        let d = max_abs_diff(&a.weights, &b.weights);
+        assert!(d < 1e-4, "layer {}: weights differ by {d}", a.layer);
+    }
+}

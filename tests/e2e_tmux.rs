@@ -663,3 +663,18 @@ fn a_recording_that_runs_out_of_room_stays_said_and_fails_the_exit() {
         "{err}"
     );
 }
+
+#[test]
+fn the_app_runs_on_the_batched_route_and_says_so() {
+    // The GPU's route, run on the CPU device: the header names it, the forward pane gives
+    // the operations it launched, and the serving workload steps on slot tensors.
+    let t = Tmux::start_app(200, 60, "", "--attention-route batched");
+    t.keys(&["Space"]);
+    t.wait_for_all(&["iteration 1 ·", "· batched ·"], 60);
+    t.keys(&["Space"]);
+    let s = t.wait_for_all(&["iteration 2 · decode", "attention batched ("], 60);
+    assert!(s.contains("launches)"), "{s}");
+    t.resize(80, 24);
+    t.wait_for("batched", 10);
+    t.quit();
+}

@@ -308,10 +308,10 @@ fn kv_cmd(a: &KvArgs) -> Result<()> {
     );
     let model = load_model(&a.model)?;
     // Quality is measured where nothing but the cache rounds: the same file, f32 weights.
-    let exact = match a.model.weights.as_str() {
-        "f32" => model.clone(),
+    let exact = match a.model.weights.as_deref() {
+        Some("f32") => model.clone(),
         _ => load_model(&ModelArgs {
-            weights: "f32".into(),
+            weights: Some("f32".into()),
             ..a.model.clone()
         })?,
     };

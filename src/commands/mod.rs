@@ -66,11 +66,12 @@ pub struct ModelArgs {
     pub source: SourceArgs,
     #[command(flatten)]
     pub device: DeviceArgs,
-    /// Matrix weights at load: q8_0 (fast, 1.06 bytes a weight), q4 (4-bit Q4_1 blocks on
-    /// our kernel, 0.63 bytes a weight), keep (the file's own types, on candle's kernels),
-    /// f32 (reference).
-    #[arg(long, default_value = "q8_0", value_parser = ["q8_0", "q4", "keep", "f32"])]
-    pub weights: String,
+    /// Matrix weights at load: q8_0 (fast on a CPU, 1.06 bytes a weight), q4 (4-bit Q4_1
+    /// blocks on our kernel, 0.63 bytes a weight), keep (the file's own types, on candle's
+    /// kernels), f32 (reference), f16 (dense, 2 bytes a weight). Default: q8_0 on the CPU,
+    /// f16 on a GPU.
+    #[arg(long, value_parser = ["q8_0", "q4", "keep", "f32", "f16"])]
+    pub weights: Option<String>,
     /// Head layout built from the trained weights: gqa (as trained), mha (same function,
     /// 3× the cache), mqa (mean-pooled K/V: smaller and different).
     #[arg(long, default_value = "gqa")]
@@ -97,7 +98,7 @@ impl ModelArgs {
         Self {
             source: source.clone(),
             device: DeviceArgs::default(),
-            weights: "q8_0".into(),
+            weights: None,
             layout: "gqa".into(),
             attention: "naive".into(),
             sram_bytes: inferlab::model::flash::A100_SRAM_BYTES,
@@ -134,16 +135,16 @@ impl ModelArgs {
 
     /// Load options from the flags.
     pub fn load_options(&self) -> Result<LoadOptions> {
-        let requant = match self.weights.as_str() {
-            "keep" => Requant::Keep,
-            "f32" => Requant::F32,
-            "q4" => Requant::Q4,
-            _ => Requant::Q8_0,
+        let device = self.device()?;
+        let requant = match self.weights.as_deref() {
+            Some("keep") => Requant::Keep,
+            Some("f32") => Requant::F32,
+            Some("f16") => Requant::F16,
+            Some("q4") => Requant::Q4,
+            Some(_) => Requant::Q8_0,
+            None => Requant::default_for(&device),
         };
-        Ok(LoadOptions {
-            requant,
-            device: self.device()?,
-        })
+        Ok(LoadOptions { requant, device })
     }
 }
 

@@ -73,6 +73,11 @@ impl Contiguous {
         Ok(c)
     }
 
+    /// Whether its rows are in host memory (not on a device, nor in slot tensors).
+    pub fn on_host(&self) -> bool {
+        self.device.is_cpu() && self.slots.is_none()
+    }
+
     /// The batched route's step: slots `0..` the sequence's length after it, the new
     /// ones counted as pending (`None` without slot tensors, or past the reservation).
     pub fn slot_step(&mut self, lens_after: &[usize]) -> Option<SlotStep> {

@@ -39,6 +39,9 @@ macro_rules! batch_of_one {
             fn slot_step(&mut self, lens_after: &[usize]) -> Option<$crate::kv::SlotStep> {
                 <$store>::slot_step(self, lens_after)
             }
+            fn on_host(&self) -> bool {
+                <$store>::on_host(self)
+            }
         }
     };
 }
@@ -97,6 +100,9 @@ pub trait BatchKv: Send {
     fn slot_step(&mut self, _lens_after: &[usize]) -> Option<SlotStep> {
         None
     }
+    /// Whether every sequence's rows are in host memory, so the host route can read them
+    /// in place (else attention runs on tensors, sequence by sequence).
+    fn on_host(&self) -> bool;
 }
 
 /// The error of a store whose rows live on a device, asked for host rows.
@@ -221,6 +227,9 @@ impl BatchKv for ContiguousBatch<'_> {
     }
     fn rows(&self, s: usize, layer: usize) -> Option<KvRows<'_>> {
         self.0[s].rows(layer)
+    }
+    fn on_host(&self) -> bool {
+        self.0.iter().all(|c| c.on_host())
     }
     fn advance(&mut self) {
         for c in self.0.iter_mut() {

@@ -265,6 +265,10 @@ impl BatchKv for PagedBatch<'_> {
         }
     }
 
+    fn on_host(&self) -> bool {
+        matches!(self.kv.store, Buffers::Host { .. })
+    }
+
     fn slot_step(&mut self, lens_after: &[usize]) -> Option<SlotStep> {
         let Buffers::Device(store) = &self.kv.store else {
             return None;

@@ -101,7 +101,8 @@ impl SlotTensors {
     /// Copies `n` slots from `from..` to `to..` in every layer (a page copied on write).
     pub fn copy_slots(&self, from: usize, to: usize, n: usize) -> Result<()> {
         for t in self.k.iter().chain(&self.v) {
-            let src = t.narrow(0, from, n)?.contiguous()?;
+            // A copy of its own: candle refuses to set a tensor from its own storage.
+            let src = t.narrow(0, from, n)?.copy()?;
             t.slice_set(&src, 0, to)?;
         }
         Ok(())

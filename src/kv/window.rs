@@ -166,6 +166,11 @@ impl Windowed {
         })
     }
 
+    /// A window's rows are always in host memory.
+    pub fn on_host(&self) -> bool {
+        true
+    }
+
     /// A window keeps its rows in host memory only: the batched route does not run on it.
     pub fn slot_step(&mut self, _lens_after: &[usize]) -> Option<super::SlotStep> {
         None

@@ -508,7 +508,7 @@ words!(
 words!(
     /// The matrices' stored type (their words are [`Requant::name`], which a test holds
     /// them to).
-    WEIGHTS: Requant { "q8_0" => Q8_0, "q4" => Q4, "f32" => F32, "keep" => Keep }
+    WEIGHTS: Requant { "q8_0" => Q8_0, "q4" => Q4, "f32" => F32, "f16" => F16, "keep" => Keep }
 );
 /// The screen: the focused pane with the room, or the grid.
 pub const VIEWS: [(&str, bool); 2] = [("focus", true), ("grid", false)];

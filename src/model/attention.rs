@@ -111,8 +111,9 @@ pub struct Attended {
 /// and values to its cache in `kv` and attends over everything cached. Sequence 0 is kept
 /// for the probe with the scores of its newest `capture_rows` rows when that is not 0.
 ///
-/// The route is chosen once: on the CPU with the naive kernel every row runs on the host,
-/// reading the cache in place; otherwise every sequence runs on the tensor kernels.
+/// The route is chosen once: on the CPU with the naive kernel, over rows in host memory,
+/// every row runs on the host, reading the cache in place; otherwise every sequence runs
+/// on the tensor kernels.
 pub fn attend(
     s: &Setup,
     q: &Tensor,
@@ -125,7 +126,7 @@ pub fn attend(
     // Rows on the CPU skip the tensor plumbing: at one row the fixed cost of a tensor op
     // is larger than the arithmetic, and a batch pays it per request per layer; a prompt's
     // rows each attend like a decode row over the keys up to their own.
-    if !s.reference && s.kernel == AttnKernel::Naive && q.device().is_cpu() {
+    if !s.reference && s.kernel == AttnKernel::Naive && q.device().is_cpu() && kv.on_host() {
         attend_on_host(s, (q, k, v), spans, kv, capture_rows)
     } else {
         attend_on_tensors(s, (q, k, v), spans, kv, capture_rows)

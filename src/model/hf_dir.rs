@@ -183,15 +183,13 @@ pub fn load(dir: &Path, cfg: &LlamaConfig, opts: &LoadOptions, tied: bool) -> Re
     let mat = |t: Tensor| -> Result<Linear> {
         let q = match opts.requant {
             Requant::F32 | Requant::Keep => QMatMul::Tensor(t),
+            Requant::F16 => QMatMul::TensorF16(t.to_dtype(candle_core::DType::F16)?),
             Requant::Q8_0 => QMatMul::from_qtensor(QTensor::quantize(&t, GgmlDType::Q8_0)?)?,
-            Requant::Q4 => {
-                let dtype = if dev.is_cpu() {
-                    GgmlDType::Q4_1
-                } else {
-                    GgmlDType::Q8_0
-                };
-                QMatMul::from_qtensor(QTensor::quantize(&t, dtype)?)?
+            // Our 4-bit kernel is the CPU's; a device keeps the Q8_0 it runs fastest.
+            Requant::Q4 if dev.is_cpu() => {
+                QMatMul::from_qtensor(QTensor::quantize(&t, GgmlDType::Q4_1)?)?
             }
+            Requant::Q4 => QMatMul::from_qtensor(QTensor::quantize(&t, GgmlDType::Q8_0)?)?,
         };
         Ok(Linear::new(q)?)
     };

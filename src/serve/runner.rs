@@ -115,7 +115,11 @@ impl Runner {
                     .pass(&refs, &mut batch, &mut Unobserved, Logits::Last)
             }
         }?;
-        Ok((greedy(plan, &pass.logits)?, pass.counts.traffic))
+        let next = match pass.counts.route {
+            AttnRoute::Batched => greedy_on_device(plan, &pass.logits)?,
+            AttnRoute::Host => greedy(plan, &pass.logits)?,
+        };
+        Ok((next, pass.counts.traffic))
     }
 
     /// Drops the contiguous stores of requests that left (finished or preempted): their
@@ -174,6 +178,24 @@ fn greedy(plan: &Plan, logits: &[candle_core::Tensor]) -> Result<Vec<Option<u32>
             Ok(Some(argmax(&row)))
         })
         .collect()
+}
+
+/// The batched route's greedy pick: every row's argmax where the logits are, and one
+/// small copy back (a token id per row) instead of a vocabulary's logits per request.
+fn greedy_on_device(
+    plan: &Plan,
+    logits: &[candle_core::Tensor],
+) -> Result<Vec<Option<u32>>, ServeError> {
+    let pick = || -> candle_core::Result<Vec<u32>> {
+        candle_core::Tensor::cat(logits, 0)?.argmax(1)?.to_vec1()
+    };
+    let ids = pick().map_err(crate::model::ModelError::from)?;
+    Ok(plan
+        .work
+        .iter()
+        .zip(ids)
+        .map(|(w, id)| w.sample.then_some(id))
+        .collect())
 }
 
 /// A paged work item's slots.

@@ -226,8 +226,12 @@ pub fn long_serving(
         seed: 5,
     };
     let mut reqs = w.generate(&[0]);
+    // The story starts at once: the first part arrives in the first iteration, so the
+    // first press of space already has something to run.
+    let first = reqs.iter().map(|r| r.arrival).min().unwrap_or(0);
     for (r, part) in reqs.iter_mut().zip(&parts) {
         r.prompt = model.tokenizer.encode(&TextTokenizer::chat_prompt(part))?;
+        r.arrival -= first;
     }
     let cfg = ServeConfig {
         policy,

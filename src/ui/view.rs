@@ -73,9 +73,17 @@ impl View {
 
     /// Focuses the pane `by` places on from the focused one in [`Pane::ALL`]'s order
     /// (`ALL.len() - 1` goes one back).
+    /// Tab visits the panes that take another's place (the lens, the traffic pane): leaving
+    /// one by Tab gives the place back, so walking the panes changes nothing on its own;
+    /// `o` and `t` keep one shown.
     pub fn focus_by(&mut self, by: usize) {
         let n = Pane::ALL.len();
         let i = Pane::ALL.iter().position(|p| *p == self.focus).unwrap_or(0);
+        match self.focus {
+            Pane::Lens => self.lens_shown = false,
+            Pane::Traffic => self.traffic_shown = false,
+            _ => {}
+        }
         self.focus_on(Pane::ALL[(i + by) % n]);
     }
 

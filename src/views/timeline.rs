@@ -28,6 +28,23 @@ pub fn window(
     t.iter().skip(t.len().saturating_sub(cols))
 }
 
+/// The last phase of request `id` before the newest `cols` columns, when the window holds
+/// none of its cells: a request that finished (or was turned away) before the window
+/// would otherwise leave its row blank.
+pub fn before_window(t: &VecDeque<Vec<(u64, ReqPhase)>>, cols: usize, id: u64) -> Option<ReqPhase> {
+    let cut = t.len().saturating_sub(cols);
+    let find = |c: &Vec<(u64, ReqPhase)>| c.iter().find(|(r, _)| *r == id).map(|x| x.1);
+    if t.iter().skip(cut).any(|c| find(c).is_some()) {
+        return None;
+    }
+    t.iter().take(cut).rev().find_map(find)
+}
+
+/// A phase's name in the legend.
+pub fn name(p: ReqPhase) -> &'static str {
+    PHASES.iter().find(|x| x.0 == p).map_or("?", |x| x.2)
+}
+
 /// Requests in the timeline (ids run from 0).
 pub fn requests(t: &VecDeque<Vec<(u64, ReqPhase)>>) -> usize {
     t.iter()
@@ -96,6 +113,22 @@ pub fn cell(p: ReqPhase, width: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_that_ended_before_the_window_says_so() {
+        use ReqPhase::*;
+        let t: VecDeque<Vec<(u64, ReqPhase)>> = VecDeque::from(vec![
+            vec![(0, Decode), (1, Decode)],
+            vec![(0, Finished), (1, Decode)],
+            vec![(1, Decode)],
+            vec![(1, Finished)],
+        ]);
+        assert_eq!(before_window(&t, 2, 0), Some(Finished));
+        // In the window, or with the whole timeline in view: nothing to add.
+        assert_eq!(before_window(&t, 2, 1), None);
+        assert_eq!(before_window(&t, 4, 0), None);
+        assert_eq!(before_window(&t, 2, 7), None);
+    }
 
     #[test]
     fn a_short_timeline_stretches_and_a_tall_one_keeps_the_requests_in_play() {

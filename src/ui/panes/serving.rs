@@ -555,6 +555,11 @@ pub fn draw_timeline(
                 put(buf, area, x, row, timeline::cell(ph, cw), st);
             }
         }
+        // A request that ended before the newest columns keeps its row: how it ended.
+        if let Some(ph) = timeline::before_window(timeline, cols / cw, id) {
+            let text = format!("{} {} earlier", timeline::glyph(ph), timeline::name(ph));
+            put(buf, area, 4, row, text, theme.dim());
+        }
         let ttft = ttft_ms.iter().find(|t| t.0 == id && ttft_w > 0);
         if let Some(&(_, ms)) = ttft {
             let x = area.width - ttft_w as u16;
