@@ -9,7 +9,7 @@ use super::audit;
 use super::config::LlamaConfig;
 use super::error::{ModelError, Result};
 use super::linear::Linear;
-use super::weights::{LayerWeights, LoadOptions, Requant, Weights};
+use super::weights::{quantized_on_host, LayerWeights, LoadOptions, Requant, Weights};
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{DType, Tensor};
@@ -183,13 +183,13 @@ pub fn load(dir: &Path, cfg: &LlamaConfig, opts: &LoadOptions, tied: bool) -> Re
     let mat = |t: Tensor| -> Result<Linear> {
         let q = match opts.requant {
             Requant::F32 | Requant::Keep => QMatMul::Tensor(t),
-            Requant::F16 => QMatMul::TensorF16(t.to_dtype(candle_core::DType::F16)?),
-            Requant::Q8_0 => QMatMul::from_qtensor(QTensor::quantize(&t, GgmlDType::Q8_0)?)?,
+            Requant::F16 => QMatMul::TensorF16(t.to_dtype(DType::F16)?),
+            Requant::Q8_0 => QMatMul::from_qtensor(quantized_on_host(&t, GgmlDType::Q8_0)?)?,
             // Our 4-bit kernel is the CPU's; a device keeps the Q8_0 it runs fastest.
             Requant::Q4 if dev.is_cpu() => {
                 QMatMul::from_qtensor(QTensor::quantize(&t, GgmlDType::Q4_1)?)?
             }
-            Requant::Q4 => QMatMul::from_qtensor(QTensor::quantize(&t, GgmlDType::Q8_0)?)?,
+            Requant::Q4 => QMatMul::from_qtensor(quantized_on_host(&t, GgmlDType::Q8_0)?)?,
         };
         Ok(Linear::new(q)?)
     };

@@ -221,10 +221,7 @@ fn to_matmul(t: QTensor, requant: Requant, device: &Device) -> Result<Linear> {
         // The file's own types on candle's own kernels: the parity reference.
         (Requant::Keep, _) => return Ok(Linear::candle_only(QMatMul::from_qtensor(t)?)),
         (Requant::Q8_0, GgmlDType::Q8_0) => t,
-        (Requant::Q8_0, _) => {
-            let f = t.dequantize(device)?;
-            QTensor::quantize(&f, GgmlDType::Q8_0)?
-        }
+        (Requant::Q8_0, _) => quantized_on_host(&t.dequantize(device)?, GgmlDType::Q8_0)?,
         (Requant::F32, _) => return Ok(Linear::new(QMatMul::Tensor(t.dequantize(device)?))?),
         (Requant::F16, _) => {
             return Ok(Linear::new(QMatMul::TensorF16(t.dequantize_f16(device)?))?)
@@ -241,12 +238,21 @@ fn to_matmul(t: QTensor, requant: Requant, device: &Device) -> Result<Linear> {
             let f = t.dequantize(device)?;
             QTensor::quantize(&f, GgmlDType::Q4_1)?
         }
-        (Requant::Q4, _) => {
-            let f = t.dequantize(device)?;
-            QTensor::quantize(&f, GgmlDType::Q8_0)?
-        }
+        (Requant::Q4, _) => quantized_on_host(&t.dequantize(device)?, GgmlDType::Q8_0)?,
     };
     Ok(Linear::new(QMatMul::from_qtensor(t)?)?)
+}
+
+/// `f` quantized to `dtype` on the host, then put where `f` is. candle's CUDA quantizer
+/// leaves the padding of its blocks uninitialized, which its matmul then reads; its GGUF
+/// load path, used here to upload, zero-fills it.
+pub(crate) fn quantized_on_host(f: &Tensor, dtype: GgmlDType) -> candle_core::Result<QTensor> {
+    if f.device().is_cpu() {
+        return QTensor::quantize(f, dtype);
+    }
+    let host = QTensor::quantize(&f.to_device(&Device::Cpu)?, dtype)?;
+    let dims = f.dims().to_vec();
+    candle_core::quantized::ggml_file::qtensor_from_ggml(dtype, &host.data()?, dims, f.device())
 }
 
 /// Layer `i`'s tensors, read through `get`; the matrices as `opts.requant` asks.
