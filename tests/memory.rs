@@ -6,7 +6,7 @@ mod common;
 
 use candle_core::{Device, Tensor};
 use common::*;
-use inferlab::model::attention::{naive, MAX_SCORE_ELEMS};
+use inferlab::model::attention::{naive, newest_scores, MAX_SCORE_ELEMS};
 use inferlab::model::flash::pseudo_random;
 use inferlab::model::{LayerSelect, LlamaConfig, Logits, Probe};
 use inferlab::worker::{plan_capture, CAPTURE_ALL_BYTES, CAPTURE_ONE_BYTES, MAX_CAPTURE_ROWS};
@@ -17,50 +17,30 @@ fn tensor(shape: (usize, usize, usize), seed: u64) -> Tensor {
 }
 
 #[test]
-fn chunked_attention_equals_one_block_and_keeps_the_newest_rows() {
+fn chunked_attention_equals_one_block_and_the_newest_rows_score_alike() {
     // 4 heads × 2,100 rows × 2,100 keys is over MAX_SCORE_ELEMS, so the rows run in chunks.
     let (h, kvh, t, d) = (4, 2, 2100, 16);
     assert!(h * t * t > MAX_SCORE_ELEMS);
     let q = tensor((h, t, d), 1);
     let k = tensor((kvh, t, d), 2);
     let v = tensor((kvh, t, d), 3);
-    let chunked = naive(&q, &k, &v, 0, 5).unwrap();
-    // The same rows one at a time (each row's softmax is its own), for the newest rows.
+    let chunked = naive(&q, &k, &v, 0).unwrap();
+    let flat = |x: &Tensor| -> Vec<f32> { x.flatten_all().unwrap().to_vec1().unwrap() };
+    // The same rows one at a time (each row's softmax is its own).
     for row in [0, 1500, t - 1] {
-        let one = naive(&q.narrow(1, row, 1).unwrap(), &k, &v, row, 1).unwrap();
-        let a: Vec<f32> = chunked
-            .out
-            .narrow(1, row, 1)
-            .unwrap()
-            .flatten_all()
-            .unwrap()
-            .to_vec1()
-            .unwrap();
-        let b: Vec<f32> = one.out.flatten_all().unwrap().to_vec1().unwrap();
-        assert!(max_abs_diff(&a, &b) < 1e-5, "row {row}");
-        if row == t - 1 {
-            let w = chunked.weights.as_ref().unwrap();
-            assert_eq!(w.dims(), &[h, 5, t], "only the 5 newest rows are kept");
-            // The oldest kept row (position t - 5) gives no weight to the keys after it.
-            let first: Vec<f32> = w.get(0).unwrap().get(0).unwrap().to_vec1().unwrap();
-            assert!(first[t - 4..].iter().all(|&x| x == 0.0) && first[t - 5] > 0.0);
-            let last: Vec<f32> = w
-                .narrow(1, 4, 1)
-                .unwrap()
-                .flatten_all()
-                .unwrap()
-                .to_vec1()
-                .unwrap();
-            let want: Vec<f32> = one
-                .weights
-                .unwrap()
-                .flatten_all()
-                .unwrap()
-                .to_vec1()
-                .unwrap();
-            assert!(max_abs_diff(&last, &want) < 1e-6);
-        }
+        let one = naive(&q.narrow(1, row, 1).unwrap(), &k, &v, row).unwrap();
+        let a = flat(&chunked.out.narrow(1, row, 1).unwrap());
+        assert!(max_abs_diff(&a, &flat(&one.out)) < 1e-5, "row {row}");
     }
+    // What the probe keeps: the 5 newest rows' weights, causal, and each row's own.
+    let (_, w) = newest_scores(&q, &k, 0, 5).unwrap();
+    assert_eq!(w.dims(), &[h, 5, t], "only the 5 newest rows are kept");
+    // The oldest kept row (position t - 5) gives no weight to the keys after it.
+    let first: Vec<f32> = w.get(0).unwrap().get(0).unwrap().to_vec1().unwrap();
+    assert!(first[t - 4..].iter().all(|&x| x == 0.0) && first[t - 5] > 0.0);
+    let (_, alone) = newest_scores(&q.narrow(1, t - 1, 1).unwrap(), &k, t - 1, 1).unwrap();
+    let last = flat(&w.narrow(1, 4, 1).unwrap());
+    assert!(max_abs_diff(&last, &flat(&alone)) < 1e-6);
 }
 
 #[test]

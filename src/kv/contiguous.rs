@@ -73,6 +73,28 @@ impl Contiguous {
         Ok(c)
     }
 
+    /// The keys and values of `layer`, this pass's rows included, as f32 tensors
+    /// `(n_kv_head, len, head_dim)`.
+    pub fn gather(&self, layer: usize) -> Result<(Tensor, Tensor)> {
+        let (n, n_kv, d) = (self.len + self.pending, self.n_kv_head, self.head_dim);
+        if let Some(store) = &self.slots {
+            let (k, v) = store.gather(layer, &Tensor::arange(0u32, n as u32, &self.device)?)?;
+            let heads = |x: Tensor| x.reshape((n, n_kv, d))?.transpose(0, 1)?.contiguous();
+            return Ok((heads(k)?, heads(v)?));
+        }
+        match self.layers.get(layer) {
+            Some(Some(Slab::Device(k, v))) => Ok((
+                k.narrow(1, 0, n)?.contiguous()?,
+                v.narrow(1, 0, n)?.contiguous()?,
+            )),
+            Some(Some(Slab::Host(..))) => {
+                let r = self.rows(layer).ok_or_else(super::no_host_rows)?;
+                super::tensors_of(r, n_kv, d)
+            }
+            _ => candle_core::bail!("layer {layer} holds nothing yet"),
+        }
+    }
+
     /// Whether its rows are in host memory (not on a device, nor in slot tensors).
     pub fn on_host(&self) -> bool {
         self.device.is_cpu() && self.slots.is_none()

@@ -42,6 +42,13 @@ macro_rules! batch_of_one {
             fn on_host(&self) -> bool {
                 <$store>::on_host(self)
             }
+            fn gather(
+                &self,
+                _s: usize,
+                layer: usize,
+            ) -> candle_core::Result<(candle_core::Tensor, candle_core::Tensor)> {
+                <$store>::gather(self, layer)
+            }
         }
     };
 }
@@ -103,6 +110,28 @@ pub trait BatchKv: Send {
     /// Whether every sequence's rows are in host memory, so the host route can read them
     /// in place (else attention runs on tensors, sequence by sequence).
     fn on_host(&self) -> bool;
+    /// Sequence `s`'s keys and values for `layer` as f32 `(n_kv_head, len, head_dim)`
+    /// tensors, this pass's new rows included: what the probe looks at after the math.
+    fn gather(&self, s: usize, layer: usize) -> Result<(Tensor, Tensor)>;
+}
+
+/// Rows lent in place as f32 `(n_kv, len, d)` tensors on the CPU, K and V.
+pub fn tensors_of(r: KvRows, n_kv: usize, d: usize) -> Result<(Tensor, Tensor)> {
+    let len = r.layout.len();
+    let gather = |stored: RowData| -> Vec<f32> {
+        let (mut out, mut buf) = (Vec::with_capacity(n_kv * len * d), vec![0.0; d]);
+        for g in 0..n_kv {
+            for j in 0..len {
+                out.extend_from_slice(stored.row(r.layout.at(n_kv, d, g, j), &mut buf));
+            }
+        }
+        out
+    };
+    let cpu = &candle_core::Device::Cpu;
+    Ok((
+        Tensor::from_vec(gather(r.k), (n_kv, len, d), cpu)?,
+        Tensor::from_vec(gather(r.v), (n_kv, len, d), cpu)?,
+    ))
 }
 
 /// The error of a store whose rows live on a device, asked for host rows.
@@ -230,6 +259,9 @@ impl BatchKv for ContiguousBatch<'_> {
     }
     fn on_host(&self) -> bool {
         self.0.iter().all(|c| c.on_host())
+    }
+    fn gather(&self, s: usize, layer: usize) -> Result<(Tensor, Tensor)> {
+        self.0[s].gather(layer)
     }
     fn advance(&mut self) {
         for c in self.0.iter_mut() {

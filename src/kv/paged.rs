@@ -269,6 +269,10 @@ impl BatchKv for PagedBatch<'_> {
         matches!(self.kv.store, Buffers::Host { .. })
     }
 
+    fn gather(&self, s: usize, layer: usize) -> Result<(Tensor, Tensor)> {
+        self.kv.gather(layer, &self.seqs[s].all)
+    }
+
     fn slot_step(&mut self, lens_after: &[usize]) -> Option<SlotStep> {
         let Buffers::Device(store) = &self.kv.store else {
             return None;

@@ -166,6 +166,15 @@ impl Windowed {
         })
     }
 
+    /// The keys and values of `layer` it holds, as tensors.
+    pub fn gather(
+        &self,
+        layer: usize,
+    ) -> candle_core::Result<(candle_core::Tensor, candle_core::Tensor)> {
+        let r = self.rows(layer).ok_or_else(super::no_host_rows)?;
+        super::tensors_of(r, self.n_kv_head, self.head_dim)
+    }
+
     /// A window's rows are always in host memory.
     pub fn on_host(&self) -> bool {
         true

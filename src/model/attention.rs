@@ -45,11 +45,6 @@ impl AttnKernel {
 pub struct AttnOut {
     /// `(n_head, t, head_dim)`: each head's weighted sum of values.
     pub out: Tensor,
-    /// `(n_head, r, kv_len)`: Q·Kᵀ/√d before the mask, for the last `r` query rows
-    /// (`r = min(t, capture_rows)`), when asked for.
-    pub scores: Option<Tensor>,
-    /// `(n_head, r, kv_len)`: causal softmax weights of the same rows, when asked for.
-    pub weights: Option<Tensor>,
     /// Bytes this call moved to and from main memory, all heads (FlashAttention IO model).
     pub io: IoCount,
     /// Tiled kernel only: head 0's (query tile, key tile) pairs in processing order.
@@ -79,8 +74,9 @@ pub struct Setup<'a> {
     pub rope: &'a Rope,
 }
 
-/// Sequence 0's attention kept for the probe: queries before and after RoPE, the new keys
-/// and values, and what the kernel produced (with its scores when asked).
+/// Sequence 0's attention as the probe sees it, recomputed from its queries and its cache
+/// after the math: queries before and after RoPE, the new keys and values, each head's
+/// output, and the scores and weights of its newest rows.
 #[derive(Debug, Clone)]
 pub struct Observed {
     pub q_pre: Tensor,
@@ -89,7 +85,14 @@ pub struct Observed {
     pub q: Tensor,
     pub k: Tensor,
     pub v: Tensor,
-    pub att: AttnOut,
+    /// `(n_head, t, head_dim)`: each head's weighted sum of values.
+    pub out: Tensor,
+    /// `(n_head, r, kv_len)`: Q·Kᵀ/√d before the mask, for the newest `r` query rows.
+    pub scores: Tensor,
+    /// `(n_head, r, kv_len)`: causal softmax weights of the same rows.
+    pub weights: Tensor,
+    /// The tiled kernel only: head 0's (query tile, key tile) pairs in processing order.
+    pub schedule: Vec<(u32, u32)>,
 }
 
 /// A layer's attention over a whole batch.
@@ -100,16 +103,14 @@ pub struct Attended {
     pub io: IoCount,
     /// The cache bytes read and written, the score traffic and the FLOPs, all sequences.
     pub traffic: Traffic,
-    pub seen: Option<Observed>,
-    /// Milliseconds spent on `seen` alone (scoring the captured rows again on tensors,
-    /// where the host computed them), not on the model's output.
-    pub observe_ms: f64,
+    /// The tiled kernel only: sequence 0's head 0 tile order.
+    pub schedule: Vec<(u32, u32)>,
 }
 
 /// Attention of every sequence of a batch for one layer. `q`, `k`, `v` are the
 /// projections of all rows, `(rows, heads × head_dim)`; each sequence appends its new keys
-/// and values to its cache in `kv` and attends over everything cached. Sequence 0 is kept
-/// for the probe with the scores of its newest `capture_rows` rows when that is not 0.
+/// and values to its cache in `kv` and attends over everything cached. What the probe
+/// sees is recomputed after, by [`observe`]: no route computes anything for it.
 ///
 /// The route is chosen once: on the CPU with the naive kernel, over rows in host memory,
 /// every row runs on the host, reading the cache in place; otherwise every sequence runs
@@ -121,15 +122,14 @@ pub fn attend(
     v: &Tensor,
     spans: &[Span],
     kv: &mut dyn BatchKv,
-    capture_rows: usize,
 ) -> Result<Attended> {
     // Rows on the CPU skip the tensor plumbing: at one row the fixed cost of a tensor op
     // is larger than the arithmetic, and a batch pays it per request per layer; a prompt's
     // rows each attend like a decode row over the keys up to their own.
     if !s.reference && s.kernel == AttnKernel::Naive && q.device().is_cpu() && kv.on_host() {
-        attend_on_host(s, (q, k, v), spans, kv, capture_rows)
+        attend_on_host(s, (q, k, v), spans, kv)
     } else {
-        attend_on_tensors(s, (q, k, v), spans, kv, capture_rows)
+        attend_on_tensors(s, (q, k, v), spans, kv)
     }
 }
 
@@ -140,28 +140,13 @@ fn attend_on_host(
     (q, k, v): (&Tensor, &Tensor, &Tensor),
     spans: &[Span],
     kv: &mut dyn BatchKv,
-    capture_rows: usize,
 ) -> Result<Attended> {
     let h = HostQkv::new(q, k, v)?;
     // The traffic of the naive kernel, whose math this is.
     let (io, traffic) = naive_counts(s, spans);
-    let (mut seen, mut observe_ms) = (None, 0.0);
     for (i, &p) in spans.iter().enumerate() {
         let (k_rows, v_rows) = h.new_kv(s, p);
         kv.append_rows(i, s.layer, &k_rows, &v_rows)?;
-        if i == 0 && capture_rows > 0 {
-            let t0 = std::time::Instant::now();
-            let (k_all, v_all) = cache_of(s, kv, i, q.device())?;
-            seen = Some(seen_on_tensors(
-                s,
-                (q, k, v),
-                p,
-                &k_all,
-                &v_all,
-                capture_rows,
-            )?);
-            observe_ms += t0.elapsed().as_secs_f64() * 1e3;
-        }
     }
     let rows = spans.last().map_or(0, |p| p.off + p.len);
     let mut out = vec![0.0; rows * h.q_width];
@@ -170,8 +155,7 @@ fn attend_on_host(
         out: Tensor::from_vec(out, (rows, h.q_width), q.device())?,
         io,
         traffic,
-        seen,
-        observe_ms,
+        schedule: Vec::new(),
     })
 }
 
@@ -182,30 +166,26 @@ fn attend_on_tensors(
     (q, k, v): (&Tensor, &Tensor, &Tensor),
     spans: &[Span],
     kv: &mut dyn BatchKv,
-    capture_rows: usize,
 ) -> Result<Attended> {
     let width = s.n_head * s.head_dim;
     let shape = (s.n_head, s.n_kv_head, s.head_dim, s.kv_elem);
     let (mut io, mut traffic) = (IoCount::default(), Traffic::default());
-    let (mut seen, mut outs) = (None, Vec::with_capacity(spans.len()));
+    let (mut schedule, mut outs) = (Vec::new(), Vec::with_capacity(spans.len()));
     for (i, &p) in spans.iter().enumerate() {
-        let captured = i == 0 && capture_rows > 0;
-        let rows = if captured { capture_rows } else { 0 };
-        let one = on_tensors(s, q, k, v, p, i, kv, rows)?;
-        io.add(one.att.io);
+        let att = on_tensors(s, (q, k, v), p, i, kv)?;
+        io.add(att.io);
         let kv_len = p.pos0 + p.len;
-        traffic.add(Traffic::attention(p.len, kv_len, shape, one.att.io.total()));
-        outs.push(one.att.out.transpose(0, 1)?.reshape((p.len, width))?);
-        if captured {
-            seen = Some(one);
+        traffic.add(Traffic::attention(p.len, kv_len, shape, att.io.total()));
+        outs.push(att.out.transpose(0, 1)?.reshape((p.len, width))?);
+        if i == 0 {
+            schedule = att.schedule;
         }
     }
     Ok(Attended {
         out: Tensor::cat(&outs, 0)?,
         io,
         traffic,
-        seen,
-        observe_ms: 0.0,
+        schedule,
     })
 }
 
@@ -235,35 +215,23 @@ fn naive_chunks_io(t: usize, kv_len: usize, n_head: usize, d: usize) -> IoCount 
 }
 
 /// One sequence on the tensor kernels: RoPE, append to the cache, naive or tiled attention.
-#[allow(clippy::too_many_arguments)]
 fn on_tensors(
     s: &Setup,
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
+    qkv: (&Tensor, &Tensor, &Tensor),
     p: Span,
     seq: usize,
     kv: &mut dyn BatchKv,
-    capture_rows: usize,
-) -> Result<Observed> {
-    let (q_pre, k_pre, q, k, v) = heads(s, (q, k, v), p)?;
+) -> Result<AttnOut> {
+    let (_, _, q, k, v) = heads(s, qkv, p)?;
     let (k_all, v_all) = kv.append(seq, s.layer, &k, &v)?;
-    let att = match s.kernel {
-        AttnKernel::Naive => naive(&q, &k_all, &v_all, p.pos0, capture_rows)?,
+    match s.kernel {
+        AttnKernel::Naive => naive(&q, &k_all, &v_all, p.pos0),
         AttnKernel::Tiled { sram_bytes } => {
             let tiles = Tiles::from_sram(sram_bytes, s.head_dim)
                 .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
-            tiled(&q, &k_all, &v_all, p.pos0, tiles, capture_rows)?
+            tiled(&q, &k_all, &v_all, p.pos0, tiles)
         }
-    };
-    Ok(Observed {
-        q_pre,
-        k_pre,
-        q,
-        k,
-        v,
-        att,
-    })
+    }
 }
 
 /// Span `p` of the batch's projections as heads, `(heads, rows, d)`: the queries and the
@@ -286,53 +254,52 @@ fn heads(
     Ok((q_pre, k_pre, q, k, split(v, s.n_kv_head)?))
 }
 
-/// What the probe shows of a sequence whose rows ran on the host: the same attention
-/// again on the naive tensor kernel, over the cache `k_all`, `v_all`, with the scores and
-/// weights of its newest `capture_rows` rows. The batch's output is the host route's, so
-/// looking never changes what the model computes.
-pub(crate) fn seen_on_tensors(
+/// What the probe shows of sequence 0 (span `p`), recomputed after the layer's math from
+/// its projections and its cache, whatever route ran: the naive kernel's output for every
+/// row, the scores and weights of the newest `rows` rows, and the tile order the tiled
+/// kernel reported (`schedule`). Looking never changes what the model computed.
+pub fn observe(
     s: &Setup,
     qkv: (&Tensor, &Tensor, &Tensor),
     p: Span,
-    k_all: &Tensor,
-    v_all: &Tensor,
-    capture_rows: usize,
+    kv: &dyn BatchKv,
+    rows: usize,
+    schedule: Vec<(u32, u32)>,
 ) -> Result<Observed> {
     let (q_pre, k_pre, q, k, v) = heads(s, qkv, p)?;
-    let att = naive(&q, k_all, v_all, p.pos0, capture_rows)?;
+    let (k_all, v_all) = kv.gather(0, s.layer)?;
+    let (k_all, v_all) = (k_all.to_device(q.device())?, v_all.to_device(q.device())?);
+    let out = naive(&q, &k_all, &v_all, p.pos0)?.out;
+    let (scores, weights) = newest_scores(&q, &k_all, p.pos0, rows)?;
     Ok(Observed {
         q_pre,
         k_pre,
         q,
         k,
         v,
-        att,
+        out,
+        scores,
+        weights,
+        schedule,
     })
 }
 
-/// Sequence `seq`'s keys and values for this layer as `(n_kv_head, len, d)` tensors,
-/// gathered from the rows its store lends (for the probe's look at them).
-fn cache_of(
-    s: &Setup,
-    kv: &dyn BatchKv,
-    seq: usize,
-    device: &candle_core::Device,
-) -> Result<(Tensor, Tensor)> {
-    let r = kv.rows(seq, s.layer).ok_or_else(crate::kv::no_host_rows)?;
-    let (n_kv, d, len) = (s.n_kv_head, s.head_dim, r.layout.len());
-    let gather = |stored: RowData| -> Vec<f32> {
-        let (mut out, mut buf) = (Vec::with_capacity(n_kv * len * d), vec![0.0; d]);
-        for g in 0..n_kv {
-            for j in 0..len {
-                out.extend_from_slice(stored.row(r.layout.at(n_kv, d, g, j), &mut buf));
-            }
-        }
-        out
-    };
-    Ok((
-        Tensor::from_vec(gather(r.k), (n_kv, len, d), device)?,
-        Tensor::from_vec(gather(r.v), (n_kv, len, d), device)?,
-    ))
+/// The scores Q·Kᵀ/√d and the causal softmax weights of the newest `rows` of `t` query
+/// rows (`q` is `(n_head, t, d)` at positions `pos0..`, `k` is `(n_kv_head, kv_len, d)`):
+/// `(n_head, r, kv_len)` each, `r = min(rows, t)`.
+pub fn newest_scores(q: &Tensor, k: &Tensor, pos0: usize, rows: usize) -> Result<(Tensor, Tensor)> {
+    let (n_head, t, d) = q.dims3()?;
+    let (n_kv, kv_len, _) = k.dims3()?;
+    let r = rows.min(t);
+    let first = pos0 + t - r;
+    let qg = q
+        .narrow(1, t - r, r)?
+        .contiguous()?
+        .reshape((n_kv, n_head / n_kv * r, d))?;
+    let scores =
+        (qg.matmul(&k.contiguous()?.t()?)? / (d as f64).sqrt())?.reshape((n_head, r, kv_len))?;
+    let masked = scores.broadcast_add(&causal_mask(r, first, kv_len, q.device())?)?;
+    Ok((scores, candle_nn::ops::softmax_last_dim(&masked)?))
 }
 
 /// The batch's q, k and v as plain rows, for the rows attended on the host.
@@ -507,57 +474,29 @@ fn naive_rows_per_block(n_head: usize, kv_len: usize) -> usize {
 ///
 /// `q` is `(n_head, t, d)`, `k`/`v` are `(n_kv_head, kv_len, d)`; query head `h` reads
 /// KV head `h / (n_head / n_kv_head)` — grouped-query attention without copying K/V.
-/// `capture_rows` asks for the scores and weights of that many of the newest rows (0: none).
-pub fn naive(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    pos0: usize,
-    capture_rows: usize,
-) -> Result<AttnOut> {
+pub fn naive(q: &Tensor, k: &Tensor, v: &Tensor, pos0: usize) -> Result<AttnOut> {
     let (n_head, t, _) = q.dims3()?;
     let kv_len = k.dim(1)?;
     let chunk = naive_rows_per_block(n_head, kv_len);
     if t <= chunk {
-        return naive_block(q, k, v, pos0, capture_rows);
+        return naive_block(q, k, v, pos0);
     }
-    let first_kept = t - capture_rows.min(t);
-    let (mut outs, mut scores, mut weights) = (Vec::new(), Vec::new(), Vec::new());
-    let mut io = IoCount::default();
+    let (mut outs, mut io) = (Vec::new(), IoCount::default());
     for r0 in (0..t).step_by(chunk) {
         let n = chunk.min(t - r0);
-        // Rows of this chunk that are among the newest `capture_rows`.
-        let keep = (r0 + n).saturating_sub(first_kept.max(r0));
-        let part = naive_block(&q.narrow(1, r0, n)?, k, v, pos0 + r0, keep)?;
+        let part = naive_block(&q.narrow(1, r0, n)?, k, v, pos0 + r0)?;
         outs.push(part.out);
         io.add(part.io);
-        scores.extend(part.scores);
-        weights.extend(part.weights);
     }
-    let cat = |v: Vec<Tensor>| -> Result<Option<Tensor>> {
-        if v.is_empty() {
-            Ok(None)
-        } else {
-            Tensor::cat(&v, 1).map(Some)
-        }
-    };
     Ok(AttnOut {
         out: Tensor::cat(&outs, 1)?,
-        scores: cat(scores)?,
-        weights: cat(weights)?,
         io,
         schedule: Vec::new(),
     })
 }
 
 /// One block of query rows, the whole score matrix at once.
-fn naive_block(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    pos0: usize,
-    capture_rows: usize,
-) -> Result<AttnOut> {
+fn naive_block(q: &Tensor, k: &Tensor, v: &Tensor, pos0: usize) -> Result<AttnOut> {
     let (n_head, t, d) = q.dims3()?;
     let (n_kv, kv_len, _) = k.dims3()?;
     let group = n_head / n_kv;
@@ -570,42 +509,24 @@ fn naive_block(
     let masked = if pos0 + 1 < kv_len {
         scores.broadcast_add(&causal_mask(t, pos0, kv_len, q.device())?)?
     } else {
-        scores.clone()
+        scores
     };
     let weights = candle_nn::ops::softmax_last_dim(&masked)?;
     let out = weights
         .reshape((n_kv, group * t, kv_len))?
         .matmul(&v)?
         .reshape((n_head, t, d))?;
-    let keep = capture_rows.min(t);
-    let newest = |x: &Tensor| x.narrow(1, t - keep, keep);
     Ok(AttnOut {
         out,
-        scores: if keep > 0 {
-            Some(newest(&scores)?)
-        } else {
-            None
-        },
-        weights: if keep > 0 {
-            Some(newest(&weights)?)
-        } else {
-            None
-        },
         io: flash::naive_io(t, kv_len, d).times(n_head),
         schedule: Vec::new(),
     })
 }
 
 /// Tiled (FlashAttention) attention over all heads: same shapes as [`naive`]. Returns the
-/// output with the bytes moved by all heads and head 0's tile schedule.
-pub fn tiled(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    pos0: usize,
-    tiles: Tiles,
-    capture_rows: usize,
-) -> Result<AttnOut> {
+/// output with the bytes moved by all heads and head 0's tile schedule. It never forms
+/// the score matrix; what the probe shows of it, [`observe`] recomputes.
+pub fn tiled(q: &Tensor, k: &Tensor, v: &Tensor, pos0: usize, tiles: Tiles) -> Result<AttnOut> {
     let (n_head, t, d) = q.dims3()?;
     let (n_kv, kv_len, _) = k.dims3()?;
     let group = n_head / n_kv;
@@ -632,19 +553,8 @@ pub fn tiled(
             schedule = r.schedule;
         }
     }
-    let out = Tensor::from_vec(out, (n_head, t, d), q.device())?;
-    // The tiled kernel never forms the score matrix; for the probe we recompute it
-    // on the side only when a layer is being captured.
-    let (scores, weights) = if capture_rows > 0 {
-        let n = naive(q, k, v, pos0, capture_rows)?;
-        (n.scores, n.weights)
-    } else {
-        (None, None)
-    };
     Ok(AttnOut {
-        out,
-        scores,
-        weights,
+        out: Tensor::from_vec(out, (n_head, t, d), q.device())?,
         io,
         schedule,
     })

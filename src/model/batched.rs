@@ -66,7 +66,6 @@ impl AttnRoute {
 /// A step's indexes, built and uploaded once and used by every layer.
 pub struct Step {
     store: SlotTensors,
-    tables: Vec<Vec<u32>>,
     /// Sequences, most query rows of one, most keys of one, and all query rows.
     b: usize,
     t: usize,
@@ -133,7 +132,6 @@ impl Step {
         let half = cos.len() / rows.max(1);
         Ok(Self {
             store: slots.store,
-            tables: slots.tables,
             b,
             t,
             l,
@@ -185,13 +183,12 @@ impl Step {
 
 /// Attention of the whole step for one layer: every sequence's new keys and values go
 /// into their slots, and every query row reads its sequence's keys, in a fixed number of
-/// operations. Sequence 0 is kept for the probe when `capture_rows` is not 0.
+/// operations.
 pub fn attend(
     s: &Setup,
     step: &Step,
     (q, k, v): (&Tensor, &Tensor, &Tensor),
     spans: &[Span],
-    capture_rows: usize,
 ) -> Result<Attended> {
     let (nh, nk, d) = (s.n_head, s.n_kv_head, s.head_dim);
     let (b, t, l, g) = (step.b, step.t, step.l, nh / nk);
@@ -227,43 +224,10 @@ pub fn attend(
     let out = step.op(out.contiguous())?.reshape((b * t, nh * d))?;
     let out = step.op(out.index_select(&step.unpad, 0))?;
     let (io, traffic) = super::attention::naive_counts(s, spans);
-    let seen = if capture_rows > 0 {
-        Some(seen_of_first(
-            s,
-            step,
-            (q, k, v.clone()),
-            spans[0],
-            capture_rows,
-        )?)
-    } else {
-        None
-    };
     Ok(Attended {
         out,
         io,
         traffic,
-        seen,
-        observe_ms: 0.0,
+        schedule: Vec::new(),
     })
-}
-
-/// What the probe shows of sequence 0: its keys and values gathered from the slots, and
-/// the same attention again on the naive kernel with the newest rows' scores kept. The
-/// step's output is the batched route's; looking never changes it.
-fn seen_of_first(
-    s: &Setup,
-    step: &Step,
-    (q, k, v): (&Tensor, &Tensor, Tensor),
-    p: Span,
-    capture_rows: usize,
-) -> Result<super::attention::Observed> {
-    let idx = Tensor::new(step.tables[0].as_slice(), q.device())?;
-    let (ka, va) = step.store.gather(s.layer, &idx)?;
-    let n = step.tables[0].len();
-    let heads = |x: Tensor| {
-        x.reshape((n, s.n_kv_head, s.head_dim))?
-            .transpose(0, 1)?
-            .contiguous()
-    };
-    super::attention::seen_on_tensors(s, (q, k, &v), p, &heads(ka)?, &heads(va)?, capture_rows)
 }

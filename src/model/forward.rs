@@ -419,13 +419,19 @@ impl Model {
         let [q, k, v] = Linear::forward_many([&w.wq, wk, wv], &h)?;
         let setup = self.attention_setup(layer);
         // The batched route when this step has its indexes, else each request on its own.
-        let mut att = match step {
-            Some(step) => batched::attend(&setup, step, (&q, &k, &v), spans, watch.rows())?,
-            None => attention::attend(&setup, &q, &k, &v, spans, kv, watch.rows())?,
+        let att = match step {
+            Some(step) => batched::attend(&setup, step, (&q, &k, &v), spans)?,
+            None => attention::attend(&setup, &q, &k, &v, spans, kv)?,
         };
-        watch.ms += att.observe_ms;
-        if let Some(seen) = att.seen.take() {
-            watch.see(|o| o.attention(seen, &self.rope))?;
+        // What the probe sees is recomputed after the math, from sequence 0's projections
+        // and its cache, whichever route ran; it is timed as looking.
+        let rows = watch.rows();
+        if rows > 0 {
+            let schedule = att.schedule.clone();
+            watch.see(|o| {
+                let seen = attention::observe(&setup, (&q, &k, &v), spans[0], kv, rows, schedule)?;
+                o.attention(seen, &self.rope)
+            })?;
         }
         let x = (x + w.wo.forward(&att.out)?)?;
         watch.see(|o| o.after_attention(&x))?;

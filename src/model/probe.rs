@@ -291,9 +291,7 @@ impl LayerLook {
         let flat =
             |t: &Tensor| -> Result<Vec<f32>> { t.narrow(1, skip, kept)?.flatten_all()?.to_vec1() };
         let tail = |v: &[f32]| v[skip..].to_vec();
-        let grid = |t: Option<&Tensor>| -> Result<Vec<f32>> {
-            t.map_or(Ok(Vec::new()), |t| t.flatten_all()?.to_vec1())
-        };
+        let grid = |t: &Tensor| -> Result<Vec<f32>> { t.flatten_all()?.to_vec1() };
         let (n_head, n_kv_head, head_dim) = heads;
         Ok(Some(LayerCapture {
             layer: self.layer,
@@ -306,13 +304,13 @@ impl LayerLook {
             q: flat(&s.q)?,
             k: flat(&s.k)?,
             v: flat(&s.v)?,
-            scores: grid(s.att.scores.as_ref())?,
-            weights: grid(s.att.weights.as_ref())?,
-            head_out: flat(&s.att.out)?,
+            scores: grid(&s.scores)?,
+            weights: grid(&s.weights)?,
+            head_out: flat(&s.out)?,
             resid_norm_in: tail(&self.norm_in),
             resid_norm_attn: tail(&self.norm_attn),
             resid_norm_out: tail(&self.norms(x)?),
-            tile_schedule: s.att.schedule.clone(),
+            tile_schedule: s.schedule.clone(),
             block: self.block.clone(),
         }))
     }
