@@ -897,6 +897,10 @@ fn report_status(r: &StepReport) -> String {
             r.info.wall_ms
         )
     } else {
+        // The model's own time: what looking inside cost (the panes' captures, the lens)
+        // is left out, so a step's time compares with another's whatever the panes showed
+        // (the traffic pane gives that cost).
+        let looked = r.info.timing.observe_ms.max(0.0);
         format!(
             "{} · {} token(s) in {:.1} ms",
             if r.info.step == 0 {
@@ -905,7 +909,7 @@ fn report_status(r: &StepReport) -> String {
                 "decode"
             },
             r.info.input_len,
-            r.info.wall_ms
+            (r.info.wall_ms - looked).max(0.0)
         )
     };
     format!("iteration {} · {what}", r.iteration)

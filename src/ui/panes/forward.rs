@@ -2,6 +2,7 @@
 //! went, the residual stream of the chosen layer, and the attention bytes moved.
 
 use super::{block, bytes, put_text};
+use crate::model::flash::Tiles;
 use crate::model::probe::LayerCapture;
 use crate::model::{AttnKernel, AttnRoute};
 use crate::report::StepReport;
@@ -187,7 +188,15 @@ fn block_rows(r: &StepReport, c: &LayerCapture, theme: &Theme) -> Vec<(Row, u8)>
             .take(8)
             .map(|(q, k)| format!("Q{q}·K{k}"))
             .collect();
-        rows.push(((format!("tiles (head 0): {}", s.join(" ")), theme.dim()), 5));
+        // The tile size the on-chip memory allows, first: the lesson points at it.
+        let size = match r.settings.run.kernel {
+            AttnKernel::Tiled { sram_bytes } => Tiles::from_sram(sram_bytes, r.cfg.head_dim)
+                .map(|t| format!("{}×{} ", t.block_q, t.block_k))
+                .unwrap_or_default(),
+            AttnKernel::Naive => String::new(),
+        };
+        let text = format!("tiles {size}(head 0): {}", s.join(" "));
+        rows.push(((text, theme.dim()), 5));
     }
     rows
 }
