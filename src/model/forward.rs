@@ -152,8 +152,9 @@ impl Model {
         self.run
     }
 
-    /// The same weights under another head layout, kernel and KV element type (f16 and
-    /// int8 on the CPU only).
+    /// The same weights under another head layout, kernel, KV element type and attention
+    /// route (int8 KV on the host route of the CPU only; f16 on a device only on the
+    /// batched route, whose slot tensors hold it; the batched route runs the naive kernel).
     pub fn with_run(&self, run: RunOptions) -> std::result::Result<Self, LayoutError> {
         run.layout.check(&self.cfg)?;
         // The device stores keep f32, or f16 in slot tensors; counting bytes of another
