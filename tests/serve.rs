@@ -200,18 +200,24 @@ fn a_batch_equals_each_request_alone() {
             ..base.run_options()
         };
         let m = base.with_run(run).unwrap();
-        for cache in [CacheKind::Paged, CacheKind::Contiguous] {
-            let mut e =
-                ServeEngine::new(&m, cfg(Policy::Continuous, cache, 400), reqs.clone()).unwrap();
-            run_all(&mut e);
-            for r in e.requests() {
-                assert_eq!(
-                    r.generated,
-                    alone(&m, &reqs[r.id as usize]),
-                    "request {} ({cache:?}, {kv_elem})",
-                    r.id
-                );
-            }
+        each_served_as_alone(&m, &m, &reqs, &kv_elem.to_string());
+    }
+}
+
+/// Serves `reqs` on `m` with continuous batching, on pages and in contiguous
+/// reservations, and checks each request generated what it generates alone on `alone_on`.
+fn each_served_as_alone(m: &Model, alone_on: &Model, reqs: &[Request], what: &str) {
+    for cache in [CacheKind::Paged, CacheKind::Contiguous] {
+        let mut e =
+            ServeEngine::new(m, cfg(Policy::Continuous, cache, 400), reqs.to_vec()).unwrap();
+        run_all(&mut e);
+        for r in e.requests() {
+            assert_eq!(
+                r.generated,
+                alone(alone_on, &reqs[r.id as usize]),
+                "request {} ({cache:?}, {what})",
+                r.id
+            );
         }
     }
 }
@@ -231,19 +237,7 @@ fn the_batched_route_serves_each_request_what_it_gets_alone() {
         })
         .unwrap();
     let reqs = workload(8, 0.0, 7);
-    for (cache, budget) in [(CacheKind::Paged, 400), (CacheKind::Contiguous, 400)] {
-        let mut e =
-            ServeEngine::new(&m, cfg(Policy::Continuous, cache, budget), reqs.clone()).unwrap();
-        run_all(&mut e);
-        for r in e.requests() {
-            assert_eq!(
-                r.generated,
-                alone(&host, &reqs[r.id as usize]),
-                "request {} ({cache:?})",
-                r.id
-            );
-        }
-    }
+    each_served_as_alone(&m, &host, &reqs, "batched route");
 }
 
 /// A prompt's rows stored as f16 or int8 are decoded once for the whole span and read

@@ -193,10 +193,7 @@ impl Contiguous {
         if let Some(store) = &self.slots {
             let rows = |x: &Tensor| x.transpose(0, 1)?.reshape((t, n_kv * d));
             store.write_run(layer, len, &rows(k)?, &rows(v)?)?;
-            let idx = Tensor::arange(0u32, n as u32, &device)?;
-            let (ka, va) = store.gather(layer, &idx)?;
-            let heads = |x: Tensor| x.reshape((n, n_kv, d))?.transpose(0, 1)?.contiguous();
-            return Ok((heads(ka)?, heads(va)?));
+            return self.gather(layer);
         }
         match self.slab(layer)? {
             Slab::Device(kc, vc) => {
