@@ -127,29 +127,33 @@ impl SinkRun {
                 window,
             });
         }
-        let cfg = &model.cfg;
+        let (cfg, shape) = (&model.cfg, (model.kv_heads(), model.cfg.head_dim));
+        // The batched route keeps all three caches in slot tensors.
+        let batched = model.run_options().route == crate::model::AttnRoute::Batched;
         let w = |sink| {
-            Windowed::new(
-                cfg.n_layer,
-                model.kv_heads(),
-                cfg.head_dim,
-                window,
-                page_size,
-                sink,
-                &model.device,
-            )
+            if batched {
+                let sizes = (window, page_size);
+                return Windowed::on_slots(cfg.n_layer, shape, sizes, sink, &model.device);
+            }
+            Windowed::new(cfg.n_layer, shape.0, shape.1, window, page_size, sink, &model.device)
         };
-        Ok(Self {
-            // f32 like the windows: the experiment varies which rows are kept, not how
-            // precisely, whatever the app's caches store.
-            full: crate::kv::Contiguous::new(
+        // f32 like the windows: the experiment varies which rows are kept, not how
+        // precisely, whatever the app's caches store.
+        let (f32, len) = (crate::kv::KvElem::F32, tokens.len().min(cfg.context));
+        let full = match batched {
+            true => crate::kv::Contiguous::on_slots(cfg.n_layer, shape, len, f32, &model.device)
+                .map_err(|e| crate::kv::pool::KvError::BadSettings(e.to_string()))?,
+            false => crate::kv::Contiguous::new(
                 cfg.n_layer,
-                model.kv_heads(),
-                cfg.head_dim,
-                tokens.len().min(cfg.context),
-                crate::kv::KvElem::F32,
+                shape.0,
+                shape.1,
+                len,
+                f32,
                 &model.device,
             ),
+        };
+        Ok(Self {
+            full,
             windows: [w(false)?, w(true)?],
             tokens,
             pos: 0,

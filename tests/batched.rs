@@ -357,3 +357,36 @@ fn the_probe_sees_the_same_attention_on_both_routes() {
         assert!(d < 1e-4, "layer {}: weights differ by {d}", a.layer);
     }
 }
+
+#[test]
+fn the_sink_experiments_windows_read_the_same_on_both_routes_through_evictions() {
+    use inferlab::sink::SinkRun;
+    let text = "The old lighthouse keeper climbed the stairs every evening to light the lamp, \
+                and every morning he wrote in his log what the sea had done during the night. \
+                Some nights were calm and some were wild, but the lamp never went out.";
+    let toks = prompt(text);
+    let (window, page) = (16, 4);
+    assert!(toks.len() > window + 3 * page, "the text must evict several pages");
+    let run = |route| {
+        let m = on(route, HeadLayout::Gqa, KvElem::F32);
+        let mut run = SinkRun::new(&m, toks.clone(), window, page).unwrap();
+        let mut views = Vec::new();
+        while !run.done() {
+            views.push(run.step(&m).unwrap());
+        }
+        views
+    };
+    let (host, batched) = (run(AttnRoute::Host), run(AttnRoute::Batched));
+    assert_eq!(host.len(), batched.len());
+    for (i, (h, b)) in host.iter().zip(&batched).enumerate() {
+        for (lh, lb) in h.lanes.iter().zip(&b.lanes) {
+            assert_eq!(lh.kept_pages, lb.kept_pages, "token {i}, {}", lh.name);
+            let d = (lh.p_next - lb.p_next).abs();
+            assert!(d < 1e-4, "token {i}, {}: p(next) differs by {d}", lh.name);
+        }
+    }
+    // The windows did evict, and the sink lane kept page 0 all along.
+    let last = &batched.last().unwrap().lanes;
+    assert!(last[1].evicted_pages >= 3 && last[2].kept_pages[0] == 0);
+    assert!(last[1].kept_pages[0] > 0);
+}

@@ -16,7 +16,9 @@ pub struct SlotTensors {
 }
 
 /// What a store lends the batched route for one step: its tensors and, for each sequence
-/// of the batch, the slot of every position it will hold once the step has run.
+/// of the batch, the slot of every key it will hold once the step has run, oldest first
+/// and the step's new rows last (one per position, except in a window that has evicted
+/// some).
 pub struct SlotStep {
     pub store: SlotTensors,
     pub tables: Vec<Vec<u32>>,
@@ -96,6 +98,23 @@ impl SlotTensors {
     pub fn gather(&self, layer: usize, index: &Tensor) -> Result<(Tensor, Tensor)> {
         let pick = |t: &Tensor| t.index_select(index, 0)?.to_dtype(DType::F32);
         Ok((pick(&self.k[layer])?, pick(&self.v[layer])?))
+    }
+
+    /// The same tensors with room for `slots` slots, the rows held so far kept in place.
+    pub fn grown(&self, slots: usize) -> Result<Self> {
+        let have = self.slots();
+        if slots <= have {
+            return Ok(self.clone());
+        }
+        let grow = |t: &Tensor| {
+            let more = Tensor::zeros((slots - have, self.width()), t.dtype(), t.device())?;
+            Tensor::cat(&[t, &more], 0)
+        };
+        Ok(Self {
+            k: self.k.iter().map(grow).collect::<Result<_>>()?,
+            v: self.v.iter().map(grow).collect::<Result<_>>()?,
+            ..*self
+        })
     }
 
     /// Copies `n` slots from `from..` to `to..` in every layer (a page copied on write).

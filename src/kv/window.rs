@@ -5,11 +5,19 @@
 //! `len()` is the next token's position, which keeps counting after evictions, so RoPE
 //! still sees true distances; the cache itself holds at most `window` (+ the new) tokens.
 
-use super::{KvRows, RowData, RowLayout};
-use candle_core::{Device, Result, Tensor};
+use super::{KvRows, RowData, RowLayout, SlotStep, SlotTensors};
+use candle_core::{DType, Device, Result, Tensor};
 
-/// A windowed cache on host memory, in f32 (the sink experiment varies which rows are
-/// kept, not how precisely).
+/// The batched route's window: the rows live in slot tensors, and `table[i]` is the slot
+/// of the row at `positions[i]` (then the pending rows'). An evicted row's slot is reused.
+struct WindowSlots {
+    store: SlotTensors,
+    table: Vec<u32>,
+    free: Vec<u32>,
+}
+
+/// A windowed cache in f32 (the sink experiment varies which rows are kept, not how
+/// precisely): on host memory, or in slot tensors for the batched route.
 pub struct Windowed {
     k: Vec<Vec<f32>>,
     v: Vec<Vec<f32>>,
@@ -25,6 +33,7 @@ pub struct Windowed {
     /// Pages evicted so far.
     pub evicted_pages: usize,
     device: Device,
+    slots: Option<WindowSlots>,
 }
 
 impl Windowed {
@@ -57,7 +66,31 @@ impl Windowed {
             keep_sink,
             evicted_pages: 0,
             device: device.clone(),
+            slots: None,
         })
+    }
+
+    /// The same window kept in slot tensors on `device`: the batched route's store. It
+    /// starts with room for the window and one more page, and grows if a step brings more.
+    pub fn on_slots(
+        n_layer: usize,
+        (n_kv_head, head_dim): (usize, usize),
+        (window, page_size): (usize, usize),
+        keep_sink: bool,
+        device: &Device,
+    ) -> std::result::Result<Self, super::pool::KvError> {
+        let mut w = Self::new(
+            n_layer, n_kv_head, head_dim, window, page_size, keep_sink, device,
+        )?;
+        let room = window + page_size;
+        let store = SlotTensors::zeros(n_layer, room, (n_kv_head, head_dim), DType::F32, device)
+            .map_err(|e| super::pool::KvError::BadSettings(e.to_string()))?;
+        w.slots = Some(WindowSlots {
+            store,
+            table: Vec::new(),
+            free: (0..room as u32).rev().collect(),
+        });
+        Ok(w)
     }
 
     fn row(&self) -> usize {
@@ -93,6 +126,9 @@ impl Windowed {
     /// cached and returns all of that layer's keys and values so far, each
     /// `(n_kv_head, len + t, head_dim)`: the tensor kernels' route.
     pub fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
+        if self.slots.is_some() {
+            candle_core::bail!("a window in slot tensors is written by the batched route only");
+        }
         let (hn, t, d) = k.dims3()?;
         // (n_kv, t, d) → token-major rows.
         let rows = |x: &Tensor| -> Result<Vec<f32>> {
@@ -121,8 +157,12 @@ impl Windowed {
             // The oldest page after the sink (or the very first page without one).
             let start = if self.keep_sink { self.page_size } else { 0 };
             let n = self.page_size.min(self.positions.len() - start);
-            for l in self.k.iter_mut().chain(self.v.iter_mut()) {
-                l.drain(start * row..(start + n) * row);
+            if let Some(s) = &mut self.slots {
+                s.free.extend(s.table.drain(start..start + n));
+            } else {
+                for l in self.k.iter_mut().chain(self.v.iter_mut()) {
+                    l.drain(start * row..(start + n) * row);
+                }
             }
             self.positions.drain(start..start + n);
             self.evicted_pages += 1;
@@ -137,6 +177,9 @@ impl Windowed {
     /// Stores the new tokens' K and V rows (token-major, one row of `n_kv_head ×
     /// head_dim` per token, RoPE applied) in host memory: the host route.
     pub fn append_rows(&mut self, layer: usize, k: &[f32], v: &[f32]) -> Result<()> {
+        if self.slots.is_some() {
+            return Err(super::no_host_rows());
+        }
         let row = self.row();
         if k.len() != v.len() || !k.len().is_multiple_of(row) {
             candle_core::bail!(
@@ -156,6 +199,9 @@ impl Windowed {
     /// The keys and values of `layer` read in place, the rows just appended included
     /// (`None` on a device).
     pub fn rows(&self, layer: usize) -> Option<KvRows<'_>> {
+        if self.slots.is_some() {
+            return None;
+        }
         let (k, v) = (self.k.get(layer)?, self.v.get(layer)?);
         Some(KvRows {
             k: RowData::F32(k),
@@ -171,18 +217,42 @@ impl Windowed {
         &self,
         layer: usize,
     ) -> candle_core::Result<(candle_core::Tensor, candle_core::Tensor)> {
+        let (n_kv, d) = (self.n_kv_head, self.head_dim);
+        if let Some(s) = &self.slots {
+            let n = s.table.len();
+            let (k, v) = s.store.gather(layer, &Tensor::new(s.table.as_slice(), &self.device)?)?;
+            let heads = |x: Tensor| x.reshape((n, n_kv, d))?.transpose(0, 1)?.contiguous();
+            return Ok((heads(k)?, heads(v)?));
+        }
         let r = self.rows(layer).ok_or_else(super::no_host_rows)?;
-        super::tensors_of(r, self.n_kv_head, self.head_dim)
+        super::tensors_of(r, n_kv, d)
     }
 
-    /// A window's rows are always in host memory.
+    /// Whether the rows are in host memory (not in slot tensors).
     pub fn on_host(&self) -> bool {
-        true
+        self.device.is_cpu() && self.slots.is_none()
     }
 
-    /// A window keeps its rows in host memory only: the batched route does not run on it.
-    pub fn slot_step(&mut self, _lens_after: &[usize]) -> Option<super::SlotStep> {
-        None
+    /// The batched route's step: the kept rows' slots, then a free slot for each new row
+    /// (the tensors grow when none is left); `None` on host memory.
+    pub fn slot_step(&mut self, lens_after: &[usize]) -> Option<SlotStep> {
+        let &[after] = lens_after else {
+            return None;
+        };
+        let t = after.checked_sub(self.pos)?;
+        let s = self.slots.as_mut()?;
+        if s.free.len() < t {
+            let have = s.store.slots();
+            s.store = s.store.grown(have + t).ok()?;
+            s.free.extend((have as u32..(have + t) as u32).rev());
+        }
+        let new = s.free.split_off(s.free.len() - t);
+        s.table.extend(new.into_iter().rev());
+        self.pending = t;
+        Some(SlotStep {
+            store: s.store.clone(),
+            tables: vec![s.table.clone()],
+        })
     }
 }
 

@@ -93,7 +93,9 @@ impl Step {
     pub fn new(spans: &[Span], slots: SlotStep, rope: &Rope, device: &Device) -> Result<Self> {
         let b = spans.len();
         let t = spans.iter().map(|p| p.len).max().unwrap_or(0);
-        let l = spans.iter().map(|p| p.pos0 + p.len).max().unwrap_or(0);
+        // A sequence's keys are its table's slots: as many as its positions, except in a
+        // window that has evicted some (RoPE still turns each row at its true position).
+        let l = slots.tables.iter().map(Vec::len).max().unwrap_or(0);
         let rows = spans.iter().map(|p| p.len).sum::<usize>();
         let width = slots.store.width();
         if slots.tables.len() != b || b == 0 {
@@ -104,13 +106,15 @@ impl Step {
         let mut mask = vec![f32::NEG_INFINITY; b * t * l];
         let mut positions = Vec::with_capacity(rows);
         for (i, (p, table)) in spans.iter().zip(&slots.tables).enumerate() {
-            if table.len() != p.pos0 + p.len {
+            if table.len() < p.len || table.len() > p.pos0 + p.len {
                 candle_core::bail!(
-                    "sequence {i}: {} slots for {} tokens",
+                    "sequence {i}: {} slots for {} new of {} tokens",
                     table.len(),
+                    p.len,
                     p.pos0 + p.len
                 );
             }
+            let cached = table.len() - p.len;
             for (j, &slot) in table.iter().enumerate() {
                 keys[i * l + j] = slot;
             }
@@ -120,10 +124,10 @@ impl Step {
                 let real = r.min(p.len - 1);
                 pad[i * t + r] = (p.off + real) as u32;
                 let row_mask = &mut mask[(i * t + r) * l..][..l];
-                row_mask[..=p.pos0 + real].fill(0.0);
+                row_mask[..=cached + real].fill(0.0);
                 if r < p.len {
                     unpad.push((i * t + r) as u32);
-                    write.extend(std::iter::repeat_n(table[p.pos0 + r], width));
+                    write.extend(std::iter::repeat_n(table[cached + r], width));
                     positions.push(p.pos0 + r);
                 }
             }
