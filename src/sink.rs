@@ -135,7 +135,15 @@ impl SinkRun {
                 let sizes = (window, page_size);
                 return Windowed::on_slots(cfg.n_layer, shape, sizes, sink, &model.device);
             }
-            Windowed::new(cfg.n_layer, shape.0, shape.1, window, page_size, sink, &model.device)
+            Windowed::new(
+                cfg.n_layer,
+                shape.0,
+                shape.1,
+                window,
+                page_size,
+                sink,
+                &model.device,
+            )
         };
         // f32 like the windows: the experiment varies which rows are kept, not how
         // precisely, whatever the app's caches store.
@@ -143,14 +151,9 @@ impl SinkRun {
         let full = match batched {
             true => crate::kv::Contiguous::on_slots(cfg.n_layer, shape, len, f32, &model.device)
                 .map_err(|e| crate::kv::pool::KvError::BadSettings(e.to_string()))?,
-            false => crate::kv::Contiguous::new(
-                cfg.n_layer,
-                shape.0,
-                shape.1,
-                len,
-                f32,
-                &model.device,
-            ),
+            false => {
+                crate::kv::Contiguous::new(cfg.n_layer, shape.0, shape.1, len, f32, &model.device)
+            }
         };
         Ok(Self {
             full,
@@ -202,9 +205,7 @@ impl SinkRun {
                 _ => &mut self.windows[1],
             };
             let logits = model.forward(&[tok], kv, Logits::Last)?;
-            let row = Model::last_logits(&logits)?;
-            let lp = log_prob(&row, next);
-            let probs = crate::model::sampler::softmax(&row, 1.0);
+            let (lp, top) = lane_figures(model, &logits, next)?;
             self.nll[k].add(lp, after);
             let s = self.nll[k];
             let (kept, cached, evicted) = self.held(k, i);
@@ -213,11 +214,8 @@ impl SinkRun {
                 // At least one token has been scored by now.
                 perplexity: Nll::ppl(s.sum, s.n).unwrap_or(f64::NAN),
                 perplexity_after_eviction: Nll::ppl(s.sum_after, s.n_after),
-                p_next: probs[next],
-                top: top3(&probs)
-                    .into_iter()
-                    .map(|t| (model.tokenizer.piece(t as u32), probs[t]))
-                    .collect(),
+                p_next: lp.exp() as f32,
+                top,
                 kept_pages: kept,
                 cached_tokens: cached,
                 evicted_pages: evicted,
@@ -237,6 +235,32 @@ impl SinkRun {
         self.last = Some(view.clone());
         Ok(view)
     }
+}
+
+/// What a lane shows of one prediction: log p(`next`), the text's next token, and its three
+/// most likely tokens. On the batched route the device works them out and sends back
+/// those few numbers; on the host route the logits come back.
+fn lane_figures(
+    model: &Model,
+    logits: &candle_core::Tensor,
+    next: usize,
+) -> Result<(f64, Vec<(String, f32)>), SinkError> {
+    let piece = |(id, p): (u32, f32)| (model.tokenizer.piece(id), p);
+    if model.run_options().route == crate::model::AttnRoute::Batched {
+        let at = |e: candle_core::Error| SinkError::Model(e.into());
+        let last = logits
+            .narrow(0, logits.dim(0).map_err(at)? - 1, 1)
+            .map_err(at)?;
+        let (lp, top) = crate::model::sample_on_device::log_probs_and_top(&last, &[next as u32], 3)
+            .map_err(at)?;
+        return Ok((f64::from(lp[0]), top.into_iter().map(piece).collect()));
+    }
+    let row = Model::last_logits(logits)?;
+    let probs = crate::model::sampler::softmax(&row, 1.0);
+    let top = top3(&probs)
+        .into_iter()
+        .map(|t| piece((t as u32, probs[t])));
+    Ok((log_prob(&row, next), top.collect()))
 }
 
 /// log p(`next`) under `logits`, in f64 (a log-sum-exp), so rare tokens do not underflow

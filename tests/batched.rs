@@ -366,7 +366,10 @@ fn the_sink_experiments_windows_read_the_same_on_both_routes_through_evictions()
                 Some nights were calm and some were wild, but the lamp never went out.";
     let toks = prompt(text);
     let (window, page) = (16, 4);
-    assert!(toks.len() > window + 3 * page, "the text must evict several pages");
+    assert!(
+        toks.len() > window + 3 * page,
+        "the text must evict several pages"
+    );
     let run = |route| {
         let m = on(route, HeadLayout::Gqa, KvElem::F32);
         let mut run = SinkRun::new(&m, toks.clone(), window, page).unwrap();
@@ -383,10 +386,60 @@ fn the_sink_experiments_windows_read_the_same_on_both_routes_through_evictions()
             assert_eq!(lh.kept_pages, lb.kept_pages, "token {i}, {}", lh.name);
             let d = (lh.p_next - lb.p_next).abs();
             assert!(d < 1e-4, "token {i}, {}: p(next) differs by {d}", lh.name);
+            // The device's top three are the host's, in the same order.
+            let names = |l: &inferlab::sink::SinkLane| {
+                l.top.iter().map(|t| t.0.clone()).collect::<Vec<_>>()
+            };
+            assert_eq!(names(lh), names(lb), "token {i}, {}", lh.name);
+            assert!((lh.perplexity - lb.perplexity).abs() < 1e-3 * lh.perplexity);
         }
     }
     // The windows did evict, and the sink lane kept page 0 all along.
     let last = &batched.last().unwrap().lanes;
     assert!(last[1].evicted_pages >= 3 && last[2].kept_pages[0] == 0);
     assert!(last[1].kept_pages[0] > 0);
+}
+
+#[test]
+fn a_session_on_the_batched_route_picks_on_the_device_what_the_host_picks() {
+    use inferlab::model::session::Session;
+    use inferlab::model::SamplerConfig;
+    let p = prompt("Once upon a time, in a small village by the sea,");
+    // Nuclei of one token to a few hundred. (Over the whole vocabulary at T 1.5 a draw
+    // can land a few ids away: the host sums 49,152 probabilities one by one in f32, the
+    // device in blocks, and the two sums part by more than a tail token's probability.)
+    for (temperature, top_p) in [(0.0, 0.9), (1.0, 0.9), (0.7, 0.5)] {
+        let cfg = SamplerConfig {
+            temperature,
+            top_p,
+            seed: 11,
+        };
+        let steps = |route| {
+            let mut s = Session::new(&on(route, HeadLayout::Gqa, KvElem::F32), p.clone(), 24, cfg);
+            s.probe.lens = true;
+            (0..24).map(|_| s.step().unwrap()).collect::<Vec<_>>()
+        };
+        let (host, dev) = (steps(AttnRoute::Host), steps(AttnRoute::Batched));
+        let ids = |v: &[inferlab::model::session::StepInfo]| {
+            v.iter().map(|s| s.token_id).collect::<Vec<_>>()
+        };
+        assert_eq!(ids(&dev), ids(&host), "T {temperature} top-p {top_p}");
+        for (h, d) in host.iter().zip(&dev) {
+            assert_eq!(d.route, AttnRoute::Batched);
+            for (a, b) in h.top_k.iter().zip(&d.top_k) {
+                assert_eq!(a.id, b.id, "step {}", h.step);
+                // The routes' logits differ in the fourth decimal, and so then do the
+                // probabilities (the unit tests compare the pick on equal logits exactly).
+                let close = (a.prob - b.prob).abs() < 1e-3 && (a.drawn - b.drawn).abs() < 1e-3;
+                assert!(close, "step {}: {a:?} against {b:?}", h.step);
+            }
+            assert_eq!(h.top_k.len(), d.top_k.len());
+            assert_eq!(h.logit_lens.len(), d.logit_lens.len());
+            for (a, b) in h.logit_lens.iter().zip(&d.logit_lens) {
+                assert_eq!(a.id, b.id, "step {} layer {}", h.step, a.layer);
+                assert!((a.prob - b.prob).abs() < 1e-3);
+                assert!((a.chosen_prob - b.chosen_prob).abs() < 1e-3);
+            }
+        }
+    }
 }

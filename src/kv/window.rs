@@ -220,7 +220,9 @@ impl Windowed {
         let (n_kv, d) = (self.n_kv_head, self.head_dim);
         if let Some(s) = &self.slots {
             let n = s.table.len();
-            let (k, v) = s.store.gather(layer, &Tensor::new(s.table.as_slice(), &self.device)?)?;
+            let (k, v) = s
+                .store
+                .gather(layer, &Tensor::new(s.table.as_slice(), &self.device)?)?;
             let heads = |x: Tensor| x.reshape((n, n_kv, d))?.transpose(0, 1)?.contiguous();
             return Ok((heads(k)?, heads(v)?));
         }

@@ -106,15 +106,7 @@ impl Step {
         let mut mask = vec![f32::NEG_INFINITY; b * t * l];
         let mut positions = Vec::with_capacity(rows);
         for (i, (p, table)) in spans.iter().zip(&slots.tables).enumerate() {
-            if table.len() < p.len || table.len() > p.pos0 + p.len {
-                candle_core::bail!(
-                    "sequence {i}: {} slots for {} new of {} tokens",
-                    table.len(),
-                    p.len,
-                    p.pos0 + p.len
-                );
-            }
-            let cached = table.len() - p.len;
+            let cached = keys_before(i, table, p)?;
             for (j, &slot) in table.iter().enumerate() {
                 keys[i * l + j] = slot;
             }
@@ -183,6 +175,16 @@ impl Step {
         };
         self.op(turned)?.reshape((self.rows, heads * d))
     }
+}
+
+/// The keys sequence `i` holds before the step's new rows, from its table of every slot it
+/// holds after them: its position, or fewer in a window that has evicted some.
+fn keys_before(i: usize, table: &[u32], p: &Span) -> Result<usize> {
+    if table.len() < p.len || table.len() > p.pos0 + p.len {
+        let (n, all) = (table.len(), p.pos0 + p.len);
+        candle_core::bail!("sequence {i}: {n} slots for {} new of {all} tokens", p.len);
+    }
+    Ok(table.len() - p.len)
 }
 
 /// Attention of the whole step for one layer: every sequence's new keys and values go

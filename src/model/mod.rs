@@ -15,6 +15,7 @@ pub mod linear;
 pub mod observe;
 pub mod probe;
 pub mod rope;
+pub mod sample_on_device;
 pub mod sampler;
 pub mod session;
 pub mod source;

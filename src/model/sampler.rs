@@ -120,10 +120,25 @@ impl Sampler {
     /// Draws an id from a distribution over the vocabulary (its largest entry for greedy
     /// settings, where it is one-hot).
     pub fn draw(&mut self, p: &[f32]) -> u32 {
+        let r = self.uniform();
+        self.draw_with(p, r)
+    }
+
+    /// The uniform number the next draw uses (none for greedy settings, which draw
+    /// nothing): what a device picking the token itself is handed.
+    pub fn uniform(&mut self) -> f32 {
+        if self.cfg.temperature <= 0.0 {
+            return 0.0;
+        }
+        self.rng.random::<f32>()
+    }
+
+    /// The id a draw with uniform number `r` takes from `p`: the first whose running sum
+    /// reaches `r` (the largest entry for greedy settings).
+    pub fn draw_with(&self, p: &[f32], r: f32) -> u32 {
         if self.cfg.temperature <= 0.0 {
             return argmax(p);
         }
-        let r: f32 = self.rng.random::<f32>();
         let mut acc = 0.0;
         let mut last = 0;
         for (i, &x) in p.iter().enumerate() {

@@ -9,6 +9,7 @@ use super::heads::HeadLayout;
 use super::probe::{LayerCapture, LayerSelect, Probe, Timing};
 use super::sampler::{distribution, top_k, Sampler, SamplerConfig, TopToken};
 use crate::kv::Contiguous;
+use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -124,6 +125,35 @@ fn lens_rows(
         .collect())
 }
 
+/// [`lens_rows`] computed where the logits are: each layer's top id, its probability and
+/// the chosen token's, three numbers a layer copied back instead of a vocabulary.
+fn lens_rows_on_device(
+    logits: &candle_core::Tensor,
+    chosen: u32,
+    tok: &super::tokenizer::TextTokenizer,
+) -> Result<Vec<LensRow>> {
+    use candle_core::DType;
+    let logits = logits.to_dtype(DType::F32)?;
+    let max = logits.max_keepdim(1)?;
+    let sum = logits.broadcast_sub(&max)?.exp()?.sum_keepdim(1)?;
+    let top_prob = sum.recip()?;
+    let at = logits.narrow(1, chosen as usize, 1)?;
+    let chosen_prob = (at - &max)?.exp()?.div(&sum)?;
+    let id = logits.argmax_keepdim(1)?.to_dtype(DType::F32)?;
+    let rows: Vec<Vec<f32>> = Tensor::cat(&[id, top_prob, chosen_prob], 1)?.to_vec2()?;
+    Ok(rows
+        .into_iter()
+        .enumerate()
+        .map(|(layer, r)| LensRow {
+            layer,
+            id: r[0] as u32,
+            token: tok.piece(r[0] as u32),
+            prob: r[1],
+            chosen_prob: r[2],
+        })
+        .collect())
+}
+
 /// A request being generated.
 pub struct Session {
     model: Model,
@@ -184,14 +214,11 @@ impl Session {
         }
         // The probe always goes along: with no layer selected it copies nothing.
         let mut pass = (self.model).pass(&[&input], &mut self.kv, &mut self.probe, Logits::Last)?;
-        let row = Model::last_logits(&pass.logits[0])?;
         let run = self.model.run_options();
         let ts = std::time::Instant::now();
-        let drawn = distribution(&self.sampler.config(), &row);
-        let id = self.sampler.draw(&drawn);
+        let (id, tk) = self.pick(&pass.logits[0])?;
         let sample_ms = ts.elapsed().as_secs_f64() * 1e3;
         let logit_lens = self.lens_rows(id, &mut pass.counts.timing)?;
-        let tk = self.top_tokens(&row, &drawn);
         self.tokens.push(id);
         self.pending = vec![id];
         let info = StepInfo {
@@ -224,11 +251,34 @@ impl Session {
         Ok(info)
     }
 
+    /// The next token and the `top_k` most likely, from the pass's `logits`: on the host
+    /// route from the vocabulary's logits copied back; on the batched route by the device,
+    /// which sends back only the pick and the top-k.
+    fn pick(&mut self, logits: &candle_core::Tensor) -> Result<(u32, Vec<TopToken>)> {
+        if self.model.run_options().route == AttnRoute::Batched {
+            let r = self.sampler.uniform();
+            let cfg = self.sampler.config();
+            let k = self.top_k.min(super::sample_on_device::MAX_TOP_K);
+            let last = logits.narrow(0, logits.dim(0)? - 1, 1)?;
+            let picked = super::sample_on_device::pick(&last, &cfg, k, r)?;
+            let top = (picked.top.into_iter())
+                .map(|(id, logit, prob, drawn)| self.top_token(id, logit, prob, drawn))
+                .collect();
+            return Ok((picked.id, top));
+        }
+        let row = Model::last_logits(logits)?;
+        let drawn = distribution(&self.sampler.config(), &row);
+        let id = self.sampler.draw(&drawn);
+        Ok((id, self.top_tokens(&row, &drawn)))
+    }
+
     /// The logit lens of the last pass, as rows with `id` the token taken (added to the
     /// pass's `timing` as looking).
     fn lens_rows(&mut self, id: u32, timing: &mut Timing) -> Result<Vec<LensRow>> {
         let t0 = std::time::Instant::now();
+        let on_device = self.model.run_options().route == AttnRoute::Batched;
         let rows = match self.probe.lens_logits.take() {
+            Some(p) if on_device => lens_rows_on_device(&p, id, &self.model.tokenizer)?,
             Some(p) => lens_rows(&p, id, &self.model.tokenizer)?,
             None => Vec::new(),
         };
@@ -241,14 +291,18 @@ impl Session {
     fn top_tokens(&self, row: &[f32], drawn: &[f32]) -> Vec<TopToken> {
         top_k(row, self.top_k)
             .into_iter()
-            .map(|(id, logit, prob)| TopToken {
-                id,
-                token: self.model.tokenizer.piece(id),
-                logit,
-                prob,
-                drawn: drawn[id as usize],
-            })
+            .map(|(id, logit, prob)| self.top_token(id, logit, prob, drawn[id as usize]))
             .collect()
+    }
+
+    fn top_token(&self, id: u32, logit: f32, prob: f32, drawn: f32) -> TopToken {
+        TopToken {
+            id,
+            token: self.model.tokenizer.piece(id),
+            logit,
+            prob,
+            drawn,
+        }
     }
 
     /// Takes `id` as the token this session just produced, in place of its own pick, so
