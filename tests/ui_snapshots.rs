@@ -1931,7 +1931,10 @@ fn z_in_a_lesson_gives_the_pane_the_body_then_the_grid_then_the_text() {
     let before = pane(&a);
     a.update(Action::ToggleZoom);
     let full = screen_text(&a, 80, 24);
-    assert!(full.contains("z: the lesson text back"), "{full}");
+    assert!(
+        full.contains("z: every pane, z again: the lesson text"),
+        "{full}"
+    );
     assert!(!full.contains("n next · p back"), "{full}");
     assert!(pane(&a) >= before + 8, "{} vs {before}", pane(&a));
     a.update(Action::ToggleZoom);

@@ -85,11 +85,7 @@ pub fn pick(logits: &Tensor, cfg: &SamplerConfig, k: usize, r: f32) -> Result<Pi
 /// The log-probabilities `logits` (`(vocab,)`) give the tokens `ids` (in log space, so a
 /// rare token does not underflow to 0), and its `k` most likely tokens with their
 /// probabilities, in one copy back: what the sink's lanes show of each prediction.
-pub fn log_probs_and_top(
-    logits: &Tensor,
-    ids: &[u32],
-    k: usize,
-) -> Result<(Vec<f32>, TopProbs)> {
+pub fn log_probs_and_top(logits: &Tensor, ids: &[u32], k: usize) -> Result<(Vec<f32>, TopProbs)> {
     let logits = logits.flatten_all()?.to_dtype(DType::F32)?;
     let k = k.min(logits.dim(0)?);
     if k > MAX_TOP_K {

@@ -25,6 +25,8 @@ pub struct ForwardView {
     /// `layer`'s residual norm of the newest token, in → after attention → after the MLP,
     /// when that layer was captured.
     pub residual: Option<String>,
+    /// Of the stages' time, what the panes' capture took (the status line shows the rest).
+    pub observe_ms: f64,
 }
 
 impl ForwardView {
@@ -58,6 +60,7 @@ impl ForwardView {
             },
             input_len: r.info.input_len,
             stages,
+            observe_ms: t.observe_ms.max(0.0),
             residual: residual(r, layer),
         }
     }
@@ -82,9 +85,14 @@ impl ForwardView {
         let of = |name: &str| find(name).map_or(0.0, |s| s.ms);
         let head = find("LM head").map_or("LM head", |s| s.name.as_str());
         let layers: f64 = self.layers_ms().iter().sum();
-        // The total first: a narrow pane cuts the line's end.
+        // The total first: a narrow pane cuts the line's end. The stages' times include
+        // the capture for the panes, so the total says how much of it that was.
+        let looking = match self.observe_ms >= 0.05 {
+            true => format!(", {:.1} capturing", self.observe_ms),
+            false => String::new(),
+        };
         format!(
-            "{} tok in {:.1} ms: embed {:.2} · layers {:.1} · {head} {:.1} · sample {:.2}",
+            "{} tok in {:.1} ms{looking}: embed {:.2} · layers {:.1} · {head} {:.1} · sample {:.2}",
             self.input_len,
             self.total_ms(),
             of("embed"),

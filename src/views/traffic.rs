@@ -346,7 +346,7 @@ fn headline(v: &TrafficView, narrow: bool) -> String {
         .roof
         .map(|r| {
             format!(
-                " = {:.0}% of {:.1}",
+                " = {:.0}% of {:.1} GB/s",
                 100.0 * n.gb_per_s() / r.read_gb_per_s,
                 r.read_gb_per_s
             )

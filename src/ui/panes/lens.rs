@@ -23,14 +23,13 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     b.render(area, buf);
     match app.report().and_then(lens::view) {
         Some(v) => draw(&v, theme, inner, buf),
-        None => put_text(
-            buf,
-            inner,
-            0,
-            inner.y,
+        // Wrapped: at 80 columns the one line would lose what the lens is.
+        None => ratatui::widgets::Paragraph::new(
             "runs from the next step on: press space (each layer's last row through the LM head)",
-            theme.dim(),
-        ),
+        )
+        .style(theme.dim())
+        .wrap(ratatui::widgets::Wrap { trim: true })
+        .render(inner, buf),
     }
 }
 
@@ -88,8 +87,12 @@ fn columns(v: &LensView, chosen: &str, theme: &Theme, inner: Rect, buf: &mut Buf
         theme.dim(),
     );
     for (i, r) in v.rows.iter().enumerate() {
-        let token = label(&r.token, col_w.saturating_sub(10).clamp(1, 9));
-        let cell = format!("{:<4}{token} {:.2}", format!("L{}", r.layer), r.chosen_prob);
+        // A guess cut to one or two letters says nothing: narrow columns drop it.
+        let token = match col_w.saturating_sub(10) {
+            0..=2 => String::new(),
+            w => format!("{} ", label(&r.token, w.min(9))),
+        };
+        let cell = format!("{:<4}{token}{:.2}", format!("L{}", r.layer), r.chosen_prob);
         let cell = cell.replacen("0.", ".", 1);
         let x = ((i / height) * col_w) as u16;
         let y = inner.y + 2 + (i % height) as u16;

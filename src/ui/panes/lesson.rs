@@ -123,7 +123,7 @@ pub fn draw(t: &Tutor, live: &Live, theme: &Theme, area: Rect, buf: &mut Buffer)
     b.render(area, buf);
     if inner.height <= 1 {
         let s = t.step().map_or("", |s| s.title.as_str());
-        let line = format!("{s} · z: the lesson text back");
+        let line = format!("z: every pane, z again: the lesson text · {s}");
         return super::put_text(buf, inner, 0, inner.y, line, theme.accent());
     }
     let text = Paragraph::new(lines(t, live, theme)).wrap(Wrap { trim: false });
