@@ -6,7 +6,7 @@ mod common;
 use common::fixture::{app, capture, numbered, report};
 use inferlab::lesson::format::QuestionKind;
 use inferlab::model::{HeadLayout, RunOptions};
-use inferlab::ui::app::{Action, App};
+use inferlab::ui::app::{Action, App, Pane};
 use inferlab::ui::theme::{ColorMode, Theme};
 use inferlab::ui::{draw, panes};
 use inferlab::worker::Event;
@@ -1971,4 +1971,35 @@ fn tab_and_shift_tab_move_the_focus_both_ways() {
     )));
     a.update(Action::FocusPrev);
     assert_eq!(a.view.focus, *inferlab::screen::Pane::ALL.last().unwrap());
+}
+
+/// Lesson 5 asks the learner to predict MHA's bytes per token in its second step: until
+/// the answer is in, the heads pane lists GQA and MQA only, and MHA's row comes back after.
+#[test]
+fn the_heads_pane_keeps_mhas_bytes_back_until_the_lesson_has_asked_for_them() {
+    let mut a = tutor_app(4);
+    a.view.focus_on(Pane::Heads);
+    let heads = |a: &App| {
+        let mut t = Terminal::new(TestBackend::new(60, 20)).unwrap();
+        t.draw(|f| panes::heads::render(a, &THEME, f.area(), f.buffer_mut()))
+            .unwrap();
+        format!("{}", t.backend())
+    };
+    let rows = |s: &str, l: &str| s.lines().any(|x| x.contains(&format!("│{l:<5} ")));
+    let first = heads(&a);
+    assert!(
+        rows(&first, "GQA") && rows(&first, "MQA") && !rows(&first, "MHA"),
+        "{first}"
+    );
+    a.update(Action::NextStep);
+    let asked = heads(&a);
+    assert!(!rows(&asked, "MHA"), "{asked}");
+    // The answer switches to MHA; the pass under it grades the prediction.
+    a.update(Action::Answer(1));
+    let mut r = numbered(2);
+    (r.settings.run.layout, r.info.layout) = (HeadLayout::Mha, HeadLayout::Mha);
+    a.on_event(Event::Report(Box::new(r)));
+    assert!(rows(&heads(&a), "MHA"), "{}", heads(&a));
+    // Outside a lesson every layout is listed.
+    assert!(rows(&heads(&app()), "MHA"));
 }

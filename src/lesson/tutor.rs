@@ -137,6 +137,32 @@ impl Tutor {
         (0..self.answers.len()).find(|&i| !self.settled(i))
     }
 
+    /// The prediction the learner is asked now, if the open question is one: the screen
+    /// keeps back what would give its answer away.
+    pub fn open_prediction(&self) -> Option<super::format::Predict> {
+        let q = self.step()?.questions.get(self.open_question()?)?;
+        match q.kind {
+            QuestionKind::Predict(k) => Some(k),
+            QuestionKind::Choice(_) => None,
+        }
+    }
+
+    /// Whether the screen should keep back what answers prediction `k`: the lesson asks it
+    /// in a later step, or asks it now and it is still open.
+    pub fn keeps_back(&self, k: super::format::Predict) -> bool {
+        let Some(l) = self.current() else {
+            return false;
+        };
+        let asks = |s: &Step| {
+            (s.questions.iter()).any(|q| matches!(q.kind, QuestionKind::Predict(p) if p == k))
+        };
+        match l.steps.iter().position(asks) {
+            Some(i) if i > self.step => true,
+            Some(i) if i == self.step => self.open_prediction() == Some(k),
+            _ => false,
+        }
+    }
+
     /// Whether question `qi` needs no more answers: it was answered right, or it is a
     /// prediction about a whole run's outcome that was graded (right or wrong). Predicting
     /// such a run again would mean serving it all again, to measure noise.

@@ -2,6 +2,7 @@
 //! layout costs in KV bytes.
 
 use super::{block, bytes, label, put, thousands};
+use crate::model::HeadLayout;
 use crate::ui::app::{App, Pane};
 use crate::ui::theme::Theme;
 use crate::views::heads::Heads;
@@ -59,6 +60,12 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         return;
     };
     let beside = app.report().and_then(beside_lines);
+    // Until a lesson has asked what MHA will cost, its row would give the answer away.
+    let ask = crate::lesson::format::Predict::KvAfterMha;
+    let mut v = v;
+    if app.tutor.as_ref().is_some_and(|t| t.keeps_back(ask)) && v.layout != HeadLayout::Mha {
+        v.costs.retain(|c| c.0 != HeadLayout::Mha);
+    }
     draw(&v, app.view.head, theme, inner, beside.as_ref(), buf);
 }
 
