@@ -243,6 +243,9 @@ impl Windowed {
         };
         let t = after.checked_sub(self.pos)?;
         let s = self.slots.as_mut()?;
+        // Slots handed to a step that failed before `advance` go back.
+        let stale = s.table.split_off(self.positions.len().min(s.table.len()));
+        s.free.extend(stale);
         if s.free.len() < t {
             let have = s.store.slots();
             s.store = s.store.grown(have + t).ok()?;

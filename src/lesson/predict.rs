@@ -142,7 +142,7 @@ pub fn unavailable(kind: Predict, ran: bool) -> &'static str {
     }
     match kind {
         Predict::NextJoin => {
-            "this prediction needs a request waiting in the queue: press space until the header's queue is above 0 (g, c or b start a new run as they switch workload, cache or policy)"
+            "this prediction needs a request waiting in the queue: press space until the serving pane's queue is above 0 (g, c or b start a new run as they switch workload, cache or policy)"
         }
         Predict::PagesNext
         | Predict::DominantBatch
@@ -164,7 +164,7 @@ pub fn unavailable(kind: Predict, ran: bool) -> &'static str {
             "this prediction needs static and continuous batching side by side, still serving: press s until the right pane compares the policy, or b to run both again"
         }
         Predict::StepAfterQ4 => {
-            "this prediction starts from a decode step with 8-bit weights: press W until the header says Q8_0, then space (a for a new prompt)"
+            "this prediction starts from a decode step with 8-bit weights: press W until the header says Q8_0, then space; a gives a new prompt if the request has finished"
         }
         _ => "this prediction needs a running request: press space first",
     }

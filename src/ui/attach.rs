@@ -186,13 +186,14 @@ fn columns(values: &[(f64, f64)], (title, theme): (&str, &Theme), area: Rect, bu
 fn figures_pane(v: &AttachView, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let rows = figure_rows(v);
     // One line per figure; a source too long for the width ends in "…".
-    let room = (area.width as usize).saturating_sub(22 + 14);
+    let room = (area.width as usize).saturating_sub(22 + 15);
     let lines: Vec<Line> = rows
         .into_iter()
         .map(|(label, value, from)| {
             Line::from(vec![
                 Span::raw(format!("{label:<22}")),
-                Span::styled(format!("{value:<14}"), theme.accent()),
+                // A space after the value however long it is ("1393 / 3373 ms timed…").
+                Span::styled(format!("{:<15}", format!("{value} ")), theme.accent()),
                 Span::styled(fit(&from, room), theme.dim()),
             ])
         })

@@ -47,9 +47,10 @@ impl OutputView {
     /// The output of report `r`.
     pub fn new(r: &StepReport) -> Self {
         let sampling = r.info.sampler.temperature > 0.0;
-        // A prefill (the prompt's, or a toggle's recompute of the whole sequence) is
-        // named as one, not as "step 0".
+        // A prefill is named as one, not as "step 0"; a toggle's recompute of the whole
+        // sequence as what it is.
         let step = match r.info.phase {
+            _ if r.recomputed => "the recompute".to_string(),
             crate::model::session::Phase::Prefill => "prefill".to_string(),
             crate::model::session::Phase::Decode => format!("step {}", r.info.step),
         };

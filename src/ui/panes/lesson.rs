@@ -344,7 +344,9 @@ fn question_lines<'a>(
     }
     out.extend(choice_lines(t, live, theme, qi, q));
     if let Some(p) = t.pending.as_ref().filter(|p| p.question == qi) {
-        let wait = if predict::waits_for_event(p.kind) {
+        let wait = if p.kind == crate::lesson::format::Predict::StepAfterQ4 {
+            "  keep stepping (space): three 4-bit decode steps are timed, then graded…"
+        } else if predict::waits_for_event(p.kind) {
             "  keep stepping (space, or r to run) until it happens…"
         } else {
             "  running the next iteration to check…"
@@ -373,15 +375,18 @@ fn choice_lines<'a>(
     q: &Question,
 ) -> Vec<Line<'a>> {
     let predict = matches!(q.kind, QuestionKind::Predict(_));
-    let labels: Vec<String> = match &q.kind {
-        QuestionKind::Choice(c) => c.iter().map(|c| live.fill(&c.text)).collect(),
-        QuestionKind::Predict(kind) => match live.choices(*kind) {
+    let pending = t.pending.as_ref().filter(|p| p.question == qi);
+    // A prediction being checked keeps the choices it was answered from: the answer has
+    // changed the very setting the live choices start from.
+    let labels: Vec<String> = match (&q.kind, pending) {
+        (QuestionKind::Choice(c), _) => c.iter().map(|c| live.fill(&c.text)).collect(),
+        (QuestionKind::Predict(_), Some(p)) => p.shown.labels.clone(),
+        (QuestionKind::Predict(kind), None) => match live.choices(*kind) {
             Some(c) => c.labels.clone(),
             None => vec![format!("({})", predict::unavailable(*kind, live.ran))],
         },
     };
     let answer = t.answers[qi].as_ref();
-    let pending = t.pending.as_ref().filter(|p| p.question == qi);
     labels
         .iter()
         .enumerate()

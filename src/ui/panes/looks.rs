@@ -77,9 +77,10 @@ fn kind(generated: bool) -> &'static str {
 /// Draws a view into `inner`: where the mass goes, the ranked keys with bars, and every
 /// head's favourite key.
 pub fn draw(v: &Looks, theme: &Theme, inner: Rect, buf: &mut Buffer) {
+    // Position 0 first: the attention-sink lesson reads it, and a narrow pane cuts the end.
     let mass = format!(
-        "softmax mass on the prompt {:.2} · on generated tokens {:.2} · on position 0 {:.2}",
-        v.on_prompt, v.on_generated, v.on_first
+        "softmax mass on position 0 {:.2} · the prompt {:.2} · generated tokens {:.2}",
+        v.on_first, v.on_prompt, v.on_generated
     );
     put_text(buf, inner, 0, inner.y, mass, Style::default());
     let bar_w = 24usize;

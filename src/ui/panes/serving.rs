@@ -396,14 +396,15 @@ fn header(sv: &crate::report::ServeView, keep: &[String], inner: Rect, buf: &mut
     if inner.height < 8 {
         return 1;
     }
+    // The KV figure first: lesson eight reads it, and a narrow pane cuts the line's end.
     let second = format!(
-        "{}preempted {} · budget {} · KV {} · iter {}",
+        "KV {} · {}preempted {} · budget {} · iter {}",
+        s.memory.describe_utilization(),
         sv.tokens_per_s()
             .map(|t| format!("{t:.0} tok/s · "))
             .unwrap_or_default(),
         sv.preemptions,
         s.memory.capacity_tokens,
-        s.memory.describe_utilization(),
         s.iteration,
     );
     // Wrapped when a lesson step points into it, else cut at the border.

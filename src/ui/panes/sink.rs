@@ -103,7 +103,8 @@ fn lane_line(l: &SinkLane) -> String {
         .map(|(p, pr)| format!("{} {:.2}", label(p, 8).trim_end(), pr))
         .collect();
     format!(
-        "{:<23} ppl {:>7.2} · after 1st eviction {:>7} · p(next) {:.3} · {}",
+        // Sized so that p(next), which lesson ten reads, ends within 78 columns.
+        "{:<22} ppl {:>6.2} · after 1st eviction {:>6} · p(next) {:.3} · {}",
         lane_title(&l.name),
         l.perplexity,
         l.after_eviction_label(),
