@@ -345,7 +345,7 @@ fn question_lines<'a>(
     out.extend(choice_lines(t, live, theme, qi, q));
     if let Some(p) = t.pending.as_ref().filter(|p| p.question == qi) {
         let wait = if p.kind == crate::lesson::format::Predict::StepAfterQ4 {
-            "  keep stepping (space): three 4-bit decode steps are timed, then graded…"
+            "  keep stepping (space): a warm-up step, then three 4-bit decode steps are timed…"
         } else if predict::waits_for_event(p.kind) {
             "  keep stepping (space, or r to run) until it happens…"
         } else {
