@@ -235,7 +235,10 @@ fn figure_rows(v: &AttachView) -> Vec<Row> {
     let mut rows = vec![
         gauge("running requests", g.running, ""),
         gauge("waiting (queue)", g.waiting, ""),
-        batch_row(g.server, last.batch),
+        // The newest poll that saw decode calls: between two quarter-second polls the
+        // server's counters do not always move, and a "—" every other poll reads as a
+        // server that stopped.
+        batch_row(g.server, recent_batch(&s.history, last.t_s)),
         rate_row(last.tok_per_s, g.generated_total),
         gauge("KV cache in use", g.kv_used_pct, "%"),
         gauge("preemptions", s.since.preemptions, ""),
@@ -304,10 +307,19 @@ fn what_was_not_read(s: &Snapshot, g: &crate::attach::engines::Gauges) -> Vec<Ro
     rows
 }
 
+/// The batch of the newest poll within [`RATE_WINDOW_S`] of `now_s` that saw decode calls.
+fn recent_batch(history: &[Point], now_s: f64) -> Option<f64> {
+    let recent = history
+        .iter()
+        .rev()
+        .take_while(|p| p.t_s >= now_s - RATE_WINDOW_S);
+    recent.filter_map(|p| p.batch).next()
+}
+
 /// Batch per decode step, and how it was worked out.
 fn batch_row(server: Server, batch: Option<f64>) -> (String, String, String) {
     let from = match server {
-        Server::LlamaCpp => "llamacpp:n_busy_slots_per_decode (interval)",
+        Server::LlamaCpp => "llamacpp:n_busy_slots_per_decode (recent)",
         Server::Vllm => "mean of vllm:iteration_tokens_total over the interval",
         _ => "not exposed by this server",
     };
