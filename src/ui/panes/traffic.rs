@@ -228,15 +228,21 @@ fn point_labels(
     let free = |taken: &[(u16, u16, u16)], row: u16, a: u16, b: u16| {
         taken.iter().all(|&(r, s, e)| r != row || b <= s || a >= e)
     };
-    for p in &v.points {
-        let (x, y) = (p.at.intensity().log10(), p.at.gops().log10());
-        if !(x0..=x1).contains(&x) || !(y0..=y1).contains(&y) {
-            continue;
-        }
-        let style = if p.now { theme.accent() } else { theme.warm() };
-        let (col, row) = cell(x, y);
-        buf.set_string(col, row, "●", style);
+    let style = |p: &traffic::Point| if p.now { theme.accent() } else { theme.warm() };
+    // Every dot first, so that no later dot lands inside an earlier label.
+    let dots: Vec<(&traffic::Point, u16, u16)> = (v.points.iter())
+        .filter_map(|p| {
+            let (x, y) = (p.at.intensity().log10(), p.at.gops().log10());
+            let inside = (x0..=x1).contains(&x) && (y0..=y1).contains(&y);
+            inside.then(|| (p, cell(x, y).0, cell(x, y).1))
+        })
+        .collect();
+    for &(p, col, row) in &dots {
+        buf.set_string(col, row, "●", style(p));
         taken.push((row, col, col + 1));
+    }
+    for (p, col, row) in dots {
+        let style = style(p);
         let len = p.label.chars().count() as u16;
         let right = plot.x + plot.width;
         // Right of the dot where the label fits, else ending just left of it.
@@ -350,5 +356,41 @@ mod tests {
             .collect();
         assert!(text.contains("B=1 decode"), "{text}");
         assert!(text.contains("serving batch"), "{text}");
+        // A point a little to the right, on the same row: its dot must not land inside
+        // the first point's label, wherever it falls.
+        for k in 1..40 {
+            let f = 1.0 + k as f64 * 0.05;
+            let right = Measured {
+                traffic: Traffic {
+                    flops: (2e9 * f) as u64,
+                    ..at.traffic
+                },
+                ms: 100.0 * f,
+                ..at
+            };
+            let v = TrafficView {
+                points: vec![
+                    point("B=1 decode", false),
+                    Point {
+                        label: "prefill",
+                        at: right,
+                        now: true,
+                    },
+                ],
+                ..v.clone()
+            };
+            let mut buf = Buffer::empty(area);
+            roofline(&v, &roof, &theme, area, &mut buf);
+            let text: String = (0..area.height)
+                .flat_map(|y| (0..area.width).map(move |x| (x, y)))
+                .map(|(x, y)| {
+                    buf[(x, y)].symbol().to_string() + if x + 1 == area.width { "\n" } else { "" }
+                })
+                .collect();
+            assert!(
+                text.contains("B=1 decode") && text.contains("prefill"),
+                "{f}: {text}"
+            );
+        }
     }
 }
