@@ -280,10 +280,11 @@ pub fn describe_copies(sv: &ServeView) -> Option<String> {
     }
     let each: Vec<String> = c
         .iter()
-        .map(|&(id, from, to)| format!("r{id}: page {from} → {to}"))
+        .map(|&(id, from, to)| format!("r{id} page {from} → {to}"))
         .collect();
+    // Short enough for 80 columns: the copies first, then why.
     Some(format!(
-        "copy-on-write this iteration ({}) · a request wrote into a page it shared · so it got its own copy first",
+        "copy-on-write this iteration: {} (a shared page it wrote into, copied first)",
         each.join(", ")
     ))
 }
