@@ -232,7 +232,7 @@ impl Windowed {
 
     /// Whether the rows are in host memory (not in slot tensors).
     pub fn on_host(&self) -> bool {
-        self.device.is_cpu() && self.slots.is_none()
+        self.slots.is_none()
     }
 
     /// The batched route's step: the kept rows' slots, then a free slot for each new row

@@ -121,15 +121,20 @@ fn nucleus(logits: &Tensor, cfg: &SamplerConfig) -> Result<Tensor> {
     };
     // `lo` always keeps enough mass, `hi` never does: every token is kept from the lowest
     // logit, none from above the highest. The nucleus is everything from `lo` up.
+    let top = s.max_keepdim(0)?;
     let mut lo = s.min_keepdim(0)?;
-    let mut hi = (s.max_keepdim(0)? + 1.0)?;
+    let mut hi = (&top + 1.0)?;
     for _ in 0..HALVINGS {
         let mid = ((&lo + &hi)? * 0.5)?;
         let enough = mass_from(&mid)?.ge(cfg.top_p as f64)?;
         lo = enough.where_cond(&mid, &lo)?;
         hi = enough.where_cond(&hi, &mid)?;
     }
-    let kept = s.broadcast_ge(&lo)?.where_cond(&soft, &zeros)?;
+    // The most likely token always stays, as the host's nucleus keeps its first token
+    // whatever top-p asks (a top-p of 0 would otherwise keep nothing).
+    let kept = s
+        .broadcast_ge(&lo.minimum(&top)?)?
+        .where_cond(&soft, &zeros)?;
     kept.broadcast_div(&kept.sum_keepdim(0)?)
 }
 
@@ -218,7 +223,8 @@ mod tests {
         for (seed, spread) in [(1, 4.0), (2, 12.0), (3, 30.0)] {
             let x = logits(seed, spread);
             let t = Tensor::new(x.as_slice(), &Device::Cpu)?;
-            for (temperature, top_p) in [(0.0, 0.9), (0.7, 0.9), (1.0, 1.0), (1.5, 0.5)] {
+            for (temperature, top_p) in [(0.0, 0.9), (0.7, 0.9), (1.0, 1.0), (1.5, 0.5), (1.0, 0.0)]
+            {
                 let cfg = SamplerConfig {
                     temperature,
                     top_p,
