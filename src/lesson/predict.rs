@@ -458,14 +458,39 @@ pub fn graded_once(kind: Predict) -> bool {
 }
 
 /// Whether prediction `p` (offered as `live`) came true in report `new`, and what
-/// happened; `None` while the event it is about has not happened yet.
+/// happened; `None` while the event it is about has not happened yet. A wrong answer's
+/// verdict names the choices that counted.
 pub fn outcome(
     p: &Pending,
     live: &LiveChoices,
     app: &LiveState,
     new: &StepReport,
 ) -> Option<(bool, String)> {
-    let chosen = live.values[p.choice];
+    let (right, why) = outcome_of(p, live, live.values[p.choice], app, new)?;
+    if right {
+        return Some((right, why));
+    }
+    let counted: Vec<String> = (live.values.iter().zip(&live.labels))
+        .filter(|(&v, _)| outcome_of(p, live, v, app, new).is_some_and(|o| o.0))
+        .map(|(_, label)| format!("\"{label}\""))
+        .collect();
+    Some(match counted.is_empty() {
+        true => (right, why),
+        false => (
+            right,
+            format!("{why}. Counted right: {}", counted.join(" and ")),
+        ),
+    })
+}
+
+/// [`outcome`] for the choice worth `chosen`.
+fn outcome_of(
+    p: &Pending,
+    live: &LiveChoices,
+    chosen: u64,
+    app: &LiveState,
+    new: &StepReport,
+) -> Option<(bool, String)> {
     let serve = |msg: &str, f: &dyn Fn(&ServeView) -> (bool, String)| {
         new.serve
             .as_ref()

@@ -56,11 +56,12 @@ impl MemoryStats {
             .then(|| 100.0 * self.token_slots as f64 / self.allocated_slots as f64)
     }
 
-    /// What KV utilization divides, with the figures: "412 tokens in 480 held slots (86%)".
+    /// What KV utilization divides, with the figures, the share first (a narrow pane cuts
+    /// the end): "86%: 412 tokens in 480 held slots".
     pub fn describe_utilization(&self) -> String {
         match self.utilization_pct() {
             Some(p) => format!(
-                "{} tokens in {} held slots ({p:.0}%)",
+                "{p:.0}%: {} tokens in {} held slots",
                 self.token_slots, self.allocated_slots
             ),
             None => "no slots held".into(),

@@ -88,7 +88,7 @@ impl ForwardView {
         // The total first: a narrow pane cuts the line's end. The stages' times include
         // the capture for the panes, so the total says how much of it that was.
         let looking = match self.observe_ms >= 0.05 {
-            true => format!(", {:.1} capturing", self.observe_ms),
+            true => format!(" ({:.1} ms capturing)", self.observe_ms),
             false => String::new(),
         };
         format!(

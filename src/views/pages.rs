@@ -274,7 +274,7 @@ pub fn describe_copies(sv: &ServeView) -> Option<String> {
     if c.is_empty() {
         let (it, id, from, to) = sv.last_copy?;
         return Some(format!(
-            "copy-on-write so far: {} page(s) copied · the last: r{id}, page {from} → {to}, iteration {it}",
+            "copy-on-write so far: {} page(s) · the last: r{id} page {from} → {to} at iteration {it}",
             sv.copies_total
         ));
     }
@@ -284,7 +284,7 @@ pub fn describe_copies(sv: &ServeView) -> Option<String> {
         .collect();
     // Short enough for 80 columns: the copies first, then why.
     Some(format!(
-        "copy-on-write this iteration: {} (a shared page it wrote into, copied first)",
+        "copy-on-write now: {} (shared, so copied before the write)",
         each.join(", ")
     ))
 }
