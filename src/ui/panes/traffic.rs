@@ -314,25 +314,27 @@ mod tests {
     use crate::model::traffic::Traffic;
     use crate::views::traffic::{Measured, Point};
 
-    /// Two iterations that land on the same cell keep both labels whole.
-    #[test]
-    fn labels_of_points_close_together_do_not_overwrite_each_other() {
-        let at = Measured {
+    /// One decode-like point: `flops` over a gigabyte in `ms`.
+    fn measured(flops: f64, ms: f64) -> Measured {
+        Measured {
             traffic: Traffic {
-                flops: 2_000_000_000,
+                flops: flops as u64,
                 weight_bytes: 1_000_000_000,
                 ..Traffic::default()
             },
             tokens: 1,
-            ms: 100.0,
-        };
-        let point = |label, now| Point { label, at, now };
+            ms,
+        }
+    }
+
+    /// The roofline of `points` drawn into 60 × 14 cells, as text.
+    fn drawn(points: Vec<Point>) -> String {
         let v = TrafficView {
             what: String::new(),
-            now: at,
+            now: points[0].at,
             serving: None,
             roof: None,
-            points: vec![point("B=1 decode", false), point("serving batch", true)],
+            points,
             crossover: None,
             observe_ms: 0.0,
         };
@@ -346,51 +348,38 @@ mod tests {
             mode: crate::ui::theme::ColorMode::None,
         };
         roofline(&v, &roof, &theme, area, &mut buf);
-        let text: String = (0..area.height)
+        (0..area.height)
             .map(|y| {
                 (0..area.width)
                     .map(|x| buf[(x, y)].symbol())
                     .collect::<String>()
                     + "\n"
             })
-            .collect();
+            .collect()
+    }
+
+    /// Two iterations that land on the same cell keep both labels whole.
+    #[test]
+    fn labels_of_points_close_together_do_not_overwrite_each_other() {
+        let at = measured(2e9, 100.0);
+        let point = |label, at, now| Point { label, at, now };
+        let text = drawn(vec![
+            point("B=1 decode", at, false),
+            point("serving batch", at, true),
+        ]);
         assert!(text.contains("B=1 decode"), "{text}");
         assert!(text.contains("serving batch"), "{text}");
-        // A point a little to the right, on the same row: its dot must not land inside
-        // the first point's label, wherever it falls.
+        // A point a little to the right, on the same row (the same G op/s): its dot must
+        // not land inside the first point's label, wherever it falls.
         for k in 1..40 {
             let f = 1.0 + k as f64 * 0.05;
-            let right = Measured {
-                traffic: Traffic {
-                    flops: (2e9 * f) as u64,
-                    ..at.traffic
-                },
-                ms: 100.0 * f,
-                ..at
-            };
-            let v = TrafficView {
-                points: vec![
-                    point("B=1 decode", false),
-                    Point {
-                        label: "prefill",
-                        at: right,
-                        now: true,
-                    },
-                ],
-                ..v.clone()
-            };
-            let mut buf = Buffer::empty(area);
-            roofline(&v, &roof, &theme, area, &mut buf);
-            let text: String = (0..area.height)
-                .flat_map(|y| (0..area.width).map(move |x| (x, y)))
-                .map(|(x, y)| {
-                    buf[(x, y)].symbol().to_string() + if x + 1 == area.width { "\n" } else { "" }
-                })
-                .collect();
-            assert!(
-                text.contains("B=1 decode") && text.contains("prefill"),
-                "{f}: {text}"
-            );
+            let right = measured(2e9 * f, 100.0 * f);
+            let text = drawn(vec![
+                point("B=1 decode", at, false),
+                point("prefill", right, true),
+            ]);
+            let both = text.contains("B=1 decode") && text.contains("prefill");
+            assert!(both, "{f}: {text}");
         }
     }
 }
