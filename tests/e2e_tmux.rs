@@ -446,7 +446,7 @@ fn look_at_view_sink_experiment_and_export_on_the_real_model() {
         &[
             "what does",
             "generated) look at",
-            "softmax mass on the prompt",
+            "softmax mass on position 0",
             " 1. pos",
         ],
         10,

@@ -430,7 +430,9 @@ fn header(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         let cut: String = status.chars().take(room.saturating_sub(1)).collect();
         format!("{cut}…")
     };
+    // With no status the line would end in a dangling " · ".
     let s = format!("{fixed}{status}");
+    let s = s.strip_suffix(" · ").unwrap_or(&s).to_string();
     put(buf, area, 0, area.y, s, theme.accent());
 }
 
