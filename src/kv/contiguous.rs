@@ -78,9 +78,7 @@ impl Contiguous {
     pub fn gather(&self, layer: usize) -> Result<(Tensor, Tensor)> {
         let (n, n_kv, d) = (self.len + self.pending, self.n_kv_head, self.head_dim);
         if let Some(store) = &self.slots {
-            let (k, v) = store.gather(layer, &Tensor::arange(0u32, n as u32, &self.device)?)?;
-            let heads = |x: Tensor| x.reshape((n, n_kv, d))?.transpose(0, 1)?.contiguous();
-            return Ok((heads(k)?, heads(v)?));
+            return store.gather_heads(layer, &Tensor::arange(0u32, n as u32, &self.device)?);
         }
         match self.layers.get(layer) {
             Some(Some(Slab::Device(k, v))) => Ok((

@@ -184,12 +184,7 @@ impl PagedKv {
                 };
                 Ok((split(&k[layer])?, split(&v[layer])?))
             }
-            Buffers::Device(store) => {
-                let idx = Tensor::new(slots, &self.device)?;
-                let (k, v) = store.gather(layer, &idx)?;
-                let heads = |t: Tensor| t.reshape((l, hn, d))?.transpose(0, 1)?.contiguous();
-                Ok((heads(k)?, heads(v)?))
-            }
+            Buffers::Device(store) => store.gather_heads(layer, &Tensor::new(slots, &self.device)?),
         }
     }
 }

@@ -117,6 +117,15 @@ impl SlotTensors {
         })
     }
 
+    /// The rows of the slots `index` names, laid out by KV head as attention and the probe
+    /// read them: f32 `(n_kv_head, n, head_dim)` each.
+    pub fn gather_heads(&self, layer: usize, index: &Tensor) -> Result<(Tensor, Tensor)> {
+        let (n, hn, d) = (index.dim(0)?, self.n_kv_head, self.head_dim);
+        let (k, v) = self.gather(layer, index)?;
+        let heads = |t: Tensor| t.reshape((n, hn, d))?.transpose(0, 1)?.contiguous();
+        Ok((heads(k)?, heads(v)?))
+    }
+
     /// Copies `n` slots from `from..` to `to..` in every layer (a page copied on write).
     pub fn copy_slots(&self, from: usize, to: usize, n: usize) -> Result<()> {
         for t in self.k.iter().chain(&self.v) {

@@ -217,17 +217,11 @@ impl Windowed {
         &self,
         layer: usize,
     ) -> candle_core::Result<(candle_core::Tensor, candle_core::Tensor)> {
-        let (n_kv, d) = (self.n_kv_head, self.head_dim);
         if let Some(s) = &self.slots {
-            let n = s.table.len();
-            let (k, v) = s
-                .store
-                .gather(layer, &Tensor::new(s.table.as_slice(), &self.device)?)?;
-            let heads = |x: Tensor| x.reshape((n, n_kv, d))?.transpose(0, 1)?.contiguous();
-            return Ok((heads(k)?, heads(v)?));
+            return (s.store).gather_heads(layer, &Tensor::new(s.table.as_slice(), &self.device)?);
         }
         let r = self.rows(layer).ok_or_else(super::no_host_rows)?;
-        super::tensors_of(r, n_kv, d)
+        super::tensors_of(r, self.n_kv_head, self.head_dim)
     }
 
     /// Whether the rows are in host memory (not in slot tensors).
