@@ -451,6 +451,17 @@ pub fn waits_for_event(kind: Predict) -> bool {
     )
 }
 
+/// What the lesson says while prediction `kind` waits to be graded.
+pub fn waiting(kind: Predict) -> &'static str {
+    match kind {
+        Predict::StepAfterQ4 => {
+            "  keep stepping (space): a warm-up step, then three 4-bit decode steps are timed…"
+        }
+        k if waits_for_event(k) => "  keep stepping (space, or r to run) until it happens…",
+        _ => "  running the next iteration to check…",
+    }
+}
+
 /// Predictions graded once, right or wrong: their outcome takes a whole serving run, and
 /// measures timing that varies from run to run, so asking again would only measure noise.
 pub fn graded_once(kind: Predict) -> bool {

@@ -47,26 +47,24 @@ pub fn pick(logits: &Tensor, cfg: &SamplerConfig, k: usize, r: f32) -> Result<Pi
     }
     let k = k.min(v);
     let own = candle_nn::ops::softmax_last_dim(&logits)?;
-    let (id, drawn) = if cfg.temperature <= 0.0 {
-        let id = logits.argmax(0)?.reshape(1)?;
-        let one = Tensor::ones(1, DType::F32, logits.device())?;
-        (
-            id.clone(),
-            Tensor::zeros(v, DType::F32, logits.device())?.scatter(&id, &one, 0)?,
-        )
-    } else {
-        let p = nucleus(&logits, cfg)?;
-        (inverse_cdf(&p, r)?, p)
-    };
     let top = top_ids(&logits, k)?;
     let pick = |t: &Tensor| t.index_select(&top, 0);
+    // What the sampler drew the top-k with: greedy puts everything on its pick.
+    let (id, drawn) = if cfg.temperature <= 0.0 {
+        let id = logits.argmax(0)?.reshape(1)?;
+        let drawn = top.broadcast_eq(&id)?.to_dtype(DType::F32)?;
+        (id, drawn)
+    } else {
+        let p = nucleus(&logits, cfg)?;
+        (inverse_cdf(&p, r)?, pick(&p)?)
+    };
     let row = Tensor::cat(
         &[
             id.to_dtype(DType::F32)?,
             top.to_dtype(DType::F32)?,
             pick(&logits)?,
             pick(&own)?,
-            pick(&drawn)?,
+            drawn,
         ],
         0,
     )?;

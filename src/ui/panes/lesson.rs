@@ -344,14 +344,7 @@ fn question_lines<'a>(
     }
     out.extend(choice_lines(t, live, theme, qi, q));
     if let Some(p) = t.pending.as_ref().filter(|p| p.question == qi) {
-        let wait = if p.kind == crate::lesson::format::Predict::StepAfterQ4 {
-            "  keep stepping (space): a warm-up step, then three 4-bit decode steps are timed…"
-        } else if predict::waits_for_event(p.kind) {
-            "  keep stepping (space, or r to run) until it happens…"
-        } else {
-            "  running the next iteration to check…"
-        };
-        out.push(Line::styled(wait, theme.dim()));
+        out.push(Line::styled(predict::waiting(p.kind), theme.dim()));
     }
     if let (Some(a), false) = (answer, predict) {
         out.push(verdict(a, live, theme));
