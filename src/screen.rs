@@ -2,7 +2,8 @@
 //! a lesson names the one a step is about, an export picks its picture by it.
 
 /// Panes that can take focus.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::VariantArray, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum Pane {
     Attention,
     Heads,
@@ -28,4 +29,19 @@ impl Pane {
         Pane::Traffic,
         Pane::Lens,
     ];
+
+    /// The pane whose place in the grid it is drawn in: its own, or for a pane that only
+    /// stands in for another (`ui::panes::PANES` says when), that one's.
+    pub fn place(self) -> Pane {
+        match self {
+            Pane::Lens => Pane::Attention,
+            Pane::Traffic => Pane::Forward,
+            Pane::Attention => Pane::Attention,
+            Pane::Heads => Pane::Heads,
+            Pane::Output => Pane::Output,
+            Pane::Kv => Pane::Kv,
+            Pane::Serving => Pane::Serving,
+            Pane::Forward => Pane::Forward,
+        }
+    }
 }

@@ -47,6 +47,8 @@ pub struct Serving {
 /// What the side-by-side view varies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(strum::VariantArray, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum Compare {
     #[default]
     Off,

@@ -9,6 +9,7 @@ use inferlab::export::{self, ExportError, ExportPane, ImageFormat};
 use inferlab::report::StepReport;
 use inferlab::serve::{CacheKind, ReqPhase};
 use inferlab::ui::app::{Action, App, Pane};
+use inferlab::ui::panes::export_of;
 use inferlab::worker::Event;
 use resvg::tiny_skia::Pixmap;
 use std::process::Command;
@@ -337,11 +338,10 @@ fn the_sink_picture_and_a_recording_that_holds_the_experiment() {
         4 + 1
     );
     // In the app, e on the serving pane exports the experiment while it is shown.
-    assert_eq!(ExportPane::for_focus(Pane::Serving, true), ExportPane::Sink);
-    assert_eq!(
-        ExportPane::for_focus(Pane::Serving, false),
-        ExportPane::Batch
-    );
+    let mut running = app_with(&back);
+    running.settings.sink = true;
+    assert_eq!(export_of(&running, Pane::Serving), ExportPane::Sink);
+    assert_eq!(export_of(&app(), Pane::Serving), ExportPane::Batch);
     // A session without it says so.
     let e = export::render_svg(&app().scene(), ExportPane::Sink).unwrap_err();
     assert!(e.to_string().contains("x starts it"), "{e}");
@@ -354,7 +354,7 @@ fn the_kv_pane_exports_the_request_it_shows_and_export_paths_behave() {
     while a.view.focus != Pane::Kv {
         a.update(Action::FocusNext);
     }
-    assert_eq!(ExportPane::for_focus(Pane::Kv, false), ExportPane::Request);
+    assert_eq!(export_of(&a, Pane::Kv), ExportPane::Request);
     let svg = export::render_svg(&a.scene(), ExportPane::Request).unwrap();
     let kv = &a.report().unwrap().kv;
     assert!(svg.contains("the live request"), "{svg}");
@@ -459,14 +459,8 @@ fn the_timeline_picture_holds_one_run_and_its_legend_fits() {
 fn the_output_and_forward_panes_export_what_they_show() {
     let a = app_with(&serving_reports(CacheKind::Paged, 3));
     let r = a.report().unwrap();
-    assert_eq!(
-        ExportPane::for_focus(Pane::Output, false),
-        ExportPane::Output
-    );
-    assert_eq!(
-        ExportPane::for_focus(Pane::Forward, false),
-        ExportPane::Forward
-    );
+    assert_eq!(export_of(&a, Pane::Output), ExportPane::Output);
+    assert_eq!(export_of(&a, Pane::Forward), ExportPane::Forward);
     let out = export::render_svg(&a.scene(), ExportPane::Output).unwrap();
     assert!(!r.info.top_k.is_empty());
     // One bar per candidate, the sampled one in the accent colour.
@@ -498,10 +492,7 @@ fn the_output_and_forward_panes_export_what_they_show() {
 fn the_traffic_pane_exports_its_bars_crossover_and_roofline() {
     let mut a = common::fixture::traffic_app();
     assert_eq!(a.view.focus, Pane::Traffic);
-    assert_eq!(
-        ExportPane::for_focus(Pane::Traffic, false),
-        ExportPane::Traffic
-    );
+    assert_eq!(export_of(&a, Pane::Traffic), ExportPane::Traffic);
     let svg = export::render_svg(&a.scene(), ExportPane::Traffic).unwrap();
     for s in [
         "Memory traffic",

@@ -272,32 +272,36 @@ impl Learner {
     /// The key a learner presses to move `c` towards holding.
     fn key_for(&self, c: &Cond) -> Action {
         let word = |w: &str| matches!(&c.value, CondValue::Word(x) if x == w);
-        match c.var {
-            Var::Layout => Action::CycleLayout,
-            Var::Attention => Action::ToggleKernel,
-            Var::Cache => Action::ToggleCache,
-            Var::Policy => Action::TogglePolicy,
-            Var::Compare => Action::CycleCompare,
-            Var::Values => Action::ToggleValues,
-            Var::Sink => Action::ToggleSink,
-            Var::Workload => Action::ToggleWorkload,
-            Var::KvCache => Action::ToggleKvCache,
-            Var::Chunked => Action::ToggleChunked,
-            Var::KvElem => Action::CycleKvElem,
-            Var::Weights => Action::CycleWeights,
-            Var::Focus if word("lens") => Action::ToggleLens,
-            Var::Focus if word("traffic") => Action::ToggleTraffic,
-            Var::Focus => Action::FocusNext,
-            Var::Layer => Action::LayerDown,
-            Var::Head if matches!(c.op, Op::Lt | Op::Le) => Action::HeadLeft,
-            Var::Head => Action::HeadRight,
+        let setting = match c.var {
+            Var::Key(k) => inferlab::lesson::keys::KEYS[k].name,
             Var::Steps
             | Var::DecodeSteps
             | Var::Generated
             | Var::Finished
             | Var::Copies
             | Var::SinkTokens
-            | Var::PastCrossover => Action::Step,
+            | Var::PastCrossover => return Action::Step,
+        };
+        match setting {
+            "layout" => Action::CycleLayout,
+            "attention" => Action::ToggleKernel,
+            "cache" => Action::ToggleCache,
+            "policy" => Action::TogglePolicy,
+            "compare" => Action::CycleCompare,
+            "values" => Action::ToggleValues,
+            "sink" => Action::ToggleSink,
+            "workload" => Action::ToggleWorkload,
+            "kv_cache" => Action::ToggleKvCache,
+            "chunked" => Action::ToggleChunked,
+            "kv_elem" => Action::CycleKvElem,
+            "weights" => Action::CycleWeights,
+            "focus" if word("lens") => Action::ToggleLens,
+            "focus" if word("traffic") => Action::ToggleTraffic,
+            "focus" => Action::FocusNext,
+            "layer" => Action::LayerDown,
+            "head" if matches!(c.op, Op::Lt | Op::Le) => Action::HeadLeft,
+            "head" => Action::HeadRight,
+            other => panic!("the learner knows no key for the setting `{other}`"),
         }
     }
 

@@ -113,8 +113,13 @@ fn the_parser_reads_settings_tasks_and_questions() {
     assert_eq!(l.intro, "intro");
     assert_eq!(l.steps.len(), 2);
     let s = &l.steps[0];
-    assert_eq!(s.set.layer, Some(4));
-    assert_eq!(s.set.head, Some(2));
+    assert_eq!(s.set.get("layer"), Some(4));
+    assert_eq!(s.set.get("head"), Some(2));
+    assert_eq!(
+        s.set.get("cache"),
+        Some(0),
+        "contiguous is the first cache kind"
+    );
     assert_eq!(s.prompt.as_deref(), Some("hi there"));
     let t = s.task.as_ref().unwrap();
     assert_eq!(t.check.len(), 2);
@@ -127,8 +132,11 @@ fn the_parser_reads_settings_tasks_and_questions() {
         "# T\n\n## S\nset: sink=on\ntask: run\ncheck: sink == on\n",
     )
     .unwrap();
-    assert_eq!(l.steps[0].set.sink, Some(true));
-    assert_eq!(l.steps[0].task.as_ref().unwrap().check[0].var, Var::Sink);
+    assert_eq!(l.steps[0].set.get("sink"), Some(1));
+    assert_eq!(
+        l.steps[0].task.as_ref().unwrap().check[0].var,
+        Var::named("sink").unwrap()
+    );
 }
 
 #[test]
@@ -592,15 +600,18 @@ fn every_step_declares_what_it_points_at() {
 }
 
 #[test]
-fn the_lesson_words_of_element_types_are_their_names() {
-    for (word, elem) in inferlab::lesson::format::KV_ELEMS {
-        assert_eq!(word, elem.name());
-    }
-}
-
-#[test]
-fn the_lesson_words_of_weight_types_are_their_names() {
-    for (word, w) in inferlab::lesson::format::WEIGHTS {
-        assert_eq!(word, w.name());
-    }
+fn the_lesson_words_of_element_and_weight_types_are_their_names() {
+    use inferlab::lesson::keys::{key, KEYS};
+    let words = |name| KEYS[key(name).unwrap()].words();
+    let elems: Vec<&str> = inferlab::kv::KvElem::ALL.iter().map(|e| e.name()).collect();
+    assert_eq!(words("kv_elem"), elems);
+    let weights = [
+        inferlab::model::Requant::Keep,
+        inferlab::model::Requant::Q8_0,
+        inferlab::model::Requant::F32,
+        inferlab::model::Requant::F16,
+        inferlab::model::Requant::Q4,
+    ];
+    let names: Vec<&str> = weights.iter().map(|w| w.name()).collect();
+    assert_eq!(words("weights"), names);
 }

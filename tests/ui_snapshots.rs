@@ -1053,7 +1053,7 @@ fn the_lesson_pane_draws_a_tutor_and_what_the_app_says_of_it() {
 #[test]
 fn the_traffic_pane_at_80x24_and_200x60() {
     let a = common::fixture::traffic_app();
-    assert!(a.view.traffic_shown);
+    assert!(a.view.shows(Pane::Traffic));
     for (w, h) in [(80, 24), (200, 60)] {
         let b = render_app(&a, w, h);
         let text = format!("{b}");
@@ -1083,7 +1083,7 @@ fn the_traffic_pane_at_80x24_and_200x60() {
     // t again gives the forward pane back; tab walks through both.
     let mut a = a;
     a.update(Action::ToggleTraffic);
-    assert!(!a.view.traffic_shown);
+    assert!(!a.view.shows(Pane::Traffic));
     assert!(format!("{}", render_app(&a, 200, 60)).contains("forward pass"));
 }
 
@@ -1638,10 +1638,10 @@ fn the_header_names_the_settings_the_report_on_screen_ran_under() {
 fn w_with_the_lens_shown_brings_the_attention_pane_back() {
     let mut a = app();
     a.update(Action::ToggleLens);
-    assert!(a.view.lens_shown);
+    assert!(a.view.shows(Pane::Lens));
     a.update(Action::ToggleLooksAt);
     assert!(
-        a.view.looks_at && !a.view.lens_shown,
+        a.view.looks_at && !a.view.shows(Pane::Lens),
         "w changed something visible"
     );
     assert_eq!(a.view.focus, inferlab::ui::app::Pane::Attention);
@@ -1999,4 +1999,31 @@ fn the_heads_pane_keeps_mhas_bytes_back_until_the_lesson_has_asked_for_them() {
     assert!(rows(&heads(&a), "MHA"), "{}", heads(&a));
     // Outside a lesson every layout is listed.
     assert!(rows(&heads(&app()), "MHA"));
+}
+
+#[test]
+fn the_pane_registry_gives_every_pane_an_entry_and_every_place_its_own_pane_last() {
+    use inferlab::ui::panes::{StandIn, PANES, PLACES};
+    for place in PLACES {
+        let of_place: Vec<_> = PANES.iter().filter(|d| d.pane.place() == place).collect();
+        let last = of_place.last().expect("every place has entries");
+        // What a place shows is the first entry asked for, and its own pane always is.
+        assert!(last.pane == place && last.stands_in.is_none(), "{place:?}");
+        let own = of_place.iter().filter(|d| d.stands_in.is_none()).count();
+        assert_eq!(own, 1, "{place:?} has one pane of its own");
+    }
+    for p in Pane::ALL {
+        let entries: Vec<_> = PANES.iter().filter(|d| d.pane == p).collect();
+        assert!(!entries.is_empty(), "{p:?} has no entry");
+        assert!(PLACES.contains(&p.place()), "{p:?} stands in no place");
+        // A pane that only stands in for another is put there by focusing it.
+        if p.place() != p {
+            assert!(
+                entries
+                    .iter()
+                    .all(|d| matches!(d.stands_in, Some(StandIn::Chosen))),
+                "{p:?}"
+            );
+        }
+    }
 }

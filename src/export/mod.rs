@@ -15,7 +15,6 @@ pub mod timeline;
 pub mod traffic;
 
 use crate::report::StepReport;
-use crate::screen::Pane;
 use crate::serve::ReqPhase;
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -77,23 +76,6 @@ impl ExportPane {
             Self::Output => "output",
             Self::Traffic => "traffic",
             Self::Lens => "lens",
-        }
-    }
-
-    /// The picture for a focused pane of the app (`sink`: whether the sink experiment holds
-    /// the serving pane's place).
-    pub fn for_focus(p: Pane, sink: bool) -> Self {
-        match p {
-            Pane::Serving if sink => Self::Sink,
-            Pane::Attention => Self::Attention,
-            // The KV pane shows the live request's reservation, not the serving pool.
-            Pane::Kv => Self::Request,
-            Pane::Heads => Self::Heads,
-            Pane::Serving => Self::Batch,
-            Pane::Output => Self::Output,
-            Pane::Forward => Self::Forward,
-            Pane::Traffic => Self::Traffic,
-            Pane::Lens => Self::Lens,
         }
     }
 }

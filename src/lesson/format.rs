@@ -1,10 +1,6 @@
 //! What a lesson is, as plain data: the parser builds it, the app walks it.
 
-use crate::kv::KvElem;
-use crate::model::{HeadLayout, Requant};
 pub use crate::screen::Pane;
-use crate::serve::workload::AppWorkload;
-use crate::serve::{CacheKind, Policy};
 
 /// One lesson file.
 #[derive(Debug, Clone, PartialEq)]
@@ -54,80 +50,9 @@ pub struct Step {
     pub questions: Vec<Question>,
 }
 
-/// The app state a step sets; `None` leaves a setting as the user had it.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct StepSettings {
-    pub focus: Option<Pane>,
-    pub layout: Option<HeadLayout>,
-    pub cache: Option<CacheKind>,
-    pub policy: Option<Policy>,
-    pub attention: Option<Kernel>,
-    pub compare: Option<Compare>,
-    pub values: Option<Values>,
-    pub layer: Option<usize>,
-    pub head: Option<usize>,
-    /// The attention-sink experiment on or off.
-    pub sink: Option<bool>,
-    /// The serving workload: chat prompts or the long story.
-    pub workload: Option<AppWorkload>,
-    /// The screen: the focused pane with the room (`true`, a lesson's default) or the grid.
-    pub view: Option<bool>,
-    /// The live request's sampling temperature in tenths (0: greedy).
-    pub temperature: Option<u8>,
-    /// The live request's KV cache on or off.
-    pub kv_cache: Option<bool>,
-    /// The serving runs' prompts in chunks (chunked prefill) or whole.
-    pub chunked: Option<bool>,
-    /// The chat requests arrive in a burst (`true`) or at the measured rate.
-    pub arrivals: Option<bool>,
-    /// What the caches store each number as.
-    pub kv_elem: Option<KvElem>,
-    /// The matrices' stored type: q8_0, q4 or f32.
-    pub weights: Option<Requant>,
-}
-
-impl StepSettings {
-    /// These settings over `earlier` ones: what a learner who walked both steps in order
-    /// has (a later step's value wins).
-    pub fn over(&self, earlier: &StepSettings) -> StepSettings {
-        StepSettings {
-            focus: self.focus.or(earlier.focus),
-            layout: self.layout.or(earlier.layout),
-            cache: self.cache.or(earlier.cache),
-            policy: self.policy.or(earlier.policy),
-            attention: self.attention.or(earlier.attention),
-            compare: self.compare.or(earlier.compare),
-            values: self.values.or(earlier.values),
-            layer: self.layer.or(earlier.layer),
-            head: self.head.or(earlier.head),
-            sink: self.sink.or(earlier.sink),
-            workload: self.workload.or(earlier.workload),
-            view: self.view.or(earlier.view),
-            temperature: self.temperature.or(earlier.temperature),
-            kv_cache: self.kv_cache.or(earlier.kv_cache),
-            chunked: self.chunked.or(earlier.chunked),
-            arrivals: self.arrivals.or(earlier.arrivals),
-            kv_elem: self.kv_elem.or(earlier.kv_elem),
-            weights: self.weights.or(earlier.weights),
-        }
-    }
-}
-
-/// Attention kernels by name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kernel {
-    Naive,
-    Tiled,
-}
+pub use super::keys::{Kernel, StepSettings, Values, DEFAULT_HEADS, DEFAULT_LAYERS};
 
 pub use crate::settings::Compare;
-
-/// What the heatmap shows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Values {
-    Weights,
-    Scores,
-}
 
 /// Something for the user to do, and how the app notices it is done.
 #[derive(Debug, Clone, PartialEq)]
@@ -145,7 +70,8 @@ pub struct Cond {
     pub value: CondValue,
 }
 
-/// What a check can look at in the live app.
+/// What a check can look at in the live app: a count or fact of the run, or a setting
+/// (by its index in [`super::keys::KEYS`], under the key's own name).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Var {
     /// Iterations run since the step opened.
@@ -156,75 +82,54 @@ pub enum Var {
     Generated,
     /// The current request reached EOS or its token limit.
     Finished,
-    Layout,
-    Cache,
-    Policy,
-    Attention,
-    Compare,
-    Values,
-    Focus,
-    Layer,
-    Head,
-    /// The attention-sink experiment: on or off.
-    Sink,
-    /// The serving workload: chat or long.
-    Workload,
     /// Pages the serving run on screen has copied on write so far.
     Copies,
     /// Whether the serving batch's last iteration read more cached tokens than the
     /// crossover, where the KV read passes the weight read (the traffic pane's "past it").
     PastCrossover,
-    /// The live request's KV cache: on or off.
-    KvCache,
-    /// Chunked prefill in the serving runs: on or off.
-    Chunked,
-    /// The caches' element type: f32, f16 or int8.
-    KvElem,
-    /// The matrices' stored type: q8_0, q4 or f32.
-    Weights,
     /// Tokens of the eval text the attention-sink experiment on screen has read.
     SinkTokens,
+    /// A setting the live app reads back.
+    Key(usize),
 }
 
 impl Var {
-    /// Every variable with its name in lesson files.
-    pub const ALL: [(&'static str, Var); 22] = [
+    /// The counts and facts, with their names in lesson files.
+    const COUNTS: [(&'static str, Var); 7] = [
         ("steps", Var::Steps),
         ("decode_steps", Var::DecodeSteps),
         ("generated", Var::Generated),
         ("finished", Var::Finished),
-        ("layout", Var::Layout),
-        ("cache", Var::Cache),
-        ("policy", Var::Policy),
-        ("attention", Var::Attention),
-        ("compare", Var::Compare),
-        ("values", Var::Values),
-        ("focus", Var::Focus),
-        ("layer", Var::Layer),
-        ("head", Var::Head),
-        ("sink", Var::Sink),
-        ("workload", Var::Workload),
         ("copies", Var::Copies),
         ("past_crossover", Var::PastCrossover),
-        ("kv_cache", Var::KvCache),
-        ("chunked", Var::Chunked),
-        ("kv_elem", Var::KvElem),
-        ("weights", Var::Weights),
         ("sink_tokens", Var::SinkTokens),
     ];
 
+    /// Every variable with its name in lesson files: the counts, then every setting a
+    /// check can read.
+    pub fn all() -> Vec<(&'static str, Var)> {
+        let keys = super::keys::KEYS.iter().enumerate();
+        let keys = keys.filter(|(_, k)| k.live.is_some());
+        let mut out = Self::COUNTS.to_vec();
+        out.extend(keys.map(|(i, k)| (k.name, Var::Key(i))));
+        out
+    }
+
+    /// The variable named `name`.
+    pub fn named(name: &str) -> Option<Var> {
+        Self::all()
+            .into_iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v)
+    }
+
     /// True for variables compared as numbers.
     pub fn numeric(self) -> bool {
-        matches!(
-            self,
-            Var::Steps
-                | Var::DecodeSteps
-                | Var::Generated
-                | Var::Layer
-                | Var::Head
-                | Var::Copies
-                | Var::SinkTokens
-        )
+        match self {
+            Var::Steps | Var::DecodeSteps | Var::Generated | Var::Copies | Var::SinkTokens => true,
+            Var::Finished | Var::PastCrossover => false,
+            Var::Key(k) => super::keys::KEYS[k].numeric(),
+        }
     }
 }
 
@@ -431,100 +336,3 @@ pub fn figure_names(line: &str) -> Vec<&str> {
     }
     out
 }
-
-/// A table of lesson words for the variants of an enum, with a guard: a variant added to
-/// the enum fails to compile at the table until it has its word, so no setting is ever
-/// silently missing from what lessons can write.
-macro_rules! words {
-    ($(#[$doc:meta])* $name:ident: $ty:ident { $($word:literal => $variant:ident),* $(,)? }) => {
-        $(#[$doc])*
-        pub const $name: [(&str, $ty); [$($word),*].len()] = [$(($word, $ty::$variant)),*];
-        const _: fn($ty) = |x| match x {
-            $($ty::$variant)|* => {}
-        };
-    };
-}
-
-words!(
-    /// Names of panes, for settings and checks.
-    PANES: Pane {
-        "attention" => Attention,
-        "heads" => Heads,
-        "output" => Output,
-        "kv" => Kv,
-        "serving" => Serving,
-        "forward" => Forward,
-        "traffic" => Traffic,
-        "lens" => Lens,
-    }
-);
-
-// The words of the settings that take a word, as lesson files write them. `set:` lines,
-// `check:` values and the tutor's reading of the live app all go through these lists, so
-// a word means the same thing in all three.
-words!(
-    /// Head layouts.
-    LAYOUTS: HeadLayout { "mha" => Mha, "gqa" => Gqa, "mqa" => Mqa }
-);
-words!(
-    /// The serving cache.
-    CACHES: CacheKind { "paged" => Paged, "contiguous" => Contiguous }
-);
-words!(
-    /// Batching policies.
-    POLICIES: Policy { "continuous" => Continuous, "static" => Static }
-);
-words!(
-    /// Attention kernels.
-    KERNELS: Kernel { "naive" => Naive, "tiled" => Tiled }
-);
-words!(
-    /// What the run beside differs in.
-    COMPARES: Compare {
-        "off" => Off,
-        "cache" => Cache,
-        "policy" => Policy,
-        "one_at_a_time" => OneAtATime,
-        "layout" => Layout,
-    }
-);
-words!(
-    /// What the heatmap draws.
-    VALUES: Values { "weights" => Weights, "scores" => Scores }
-);
-words!(
-    /// The serving workload.
-    WORKLOADS: AppWorkload { "chat" => Chat, "long" => Long }
-);
-/// How the chat requests arrive: at the measured rate, or a few iterations apart.
-pub const ARRIVALS: [(&str, bool); 2] = [("timed", false), ("burst", true)];
-/// The attention-sink experiment.
-pub const SWITCH: [(&str, bool); 2] = [("on", true), ("off", false)];
-words!(
-    /// The caches' element types (their words are [`KvElem::name`], which a test holds
-    /// them to).
-    KV_ELEMS: KvElem { "f32" => F32, "f16" => F16, "int8" => Int8 }
-);
-words!(
-    /// The matrices' stored type (their words are [`Requant::name`], which a test holds
-    /// them to).
-    WEIGHTS: Requant { "q8_0" => Q8_0, "q4" => Q4, "f32" => F32, "f16" => F16, "keep" => Keep }
-);
-/// The screen: the focused pane with the room, or the grid.
-pub const VIEWS: [(&str, bool); 2] = [("focus", true), ("grid", false)];
-
-/// What `word` names in `list`.
-pub fn word<T: Copy>(list: &[(&str, T)], word: &str) -> Option<T> {
-    list.iter().find(|(w, _)| *w == word).map(|&(_, v)| v)
-}
-
-/// The word for `value` in `list` (empty if it has none).
-pub fn word_for<T: PartialEq>(list: &[(&'static str, T)], value: T) -> &'static str {
-    list.iter()
-        .find(|(_, v)| *v == value)
-        .map_or("", |(w, _)| w)
-}
-
-/// The default model's shape, which `layer=` and `head=` are checked against.
-pub const DEFAULT_LAYERS: usize = 30;
-pub const DEFAULT_HEADS: usize = 9;

@@ -3,6 +3,7 @@
 
 pub mod figures;
 pub mod format;
+pub mod keys;
 pub mod live;
 pub mod parse;
 pub mod predict;

@@ -410,59 +410,15 @@ impl Parser<'_> {
 
 /// Sets `key` to `value` in `set`, or says what is wrong.
 fn setting(set: &mut StepSettings, key: &str, value: &str) -> Result<(), String> {
-    fn pick<T: Copy>(list: &[(&str, T)], what: &str, value: &str) -> Result<Option<T>, String> {
-        word(list, value)
-            .map(Some)
-            .ok_or_else(|| format!("unknown {what} `{value}` (known: {})", names(list)))
-    }
-    match key {
-        "focus" => set.focus = pick(&PANES, "pane", value)?,
-        "layout" => set.layout = pick(&LAYOUTS, "head layout", value)?,
-        "cache" => set.cache = pick(&CACHES, "cache kind", value)?,
-        "policy" => set.policy = pick(&POLICIES, "policy", value)?,
-        "attention" => set.attention = pick(&KERNELS, "attention kernel", value)?,
-        "compare" => set.compare = pick(&COMPARES, "comparison", value)?,
-        "view" => set.view = pick(&VIEWS, "view", value)?,
-        "workload" => set.workload = pick(&WORKLOADS, "workload", value)?,
-        "sink" => set.sink = pick(&SWITCH, "sink experiment", value)?,
-        "values" => set.values = pick(&VALUES, "heatmap values", value)?,
-        "layer" => set.layer = Some(index(value, "layer", DEFAULT_LAYERS)?),
-        "head" => set.head = Some(index(value, "head", DEFAULT_HEADS)?),
-        "temperature" => set.temperature = Some(temperature(value)?),
-        "kv_cache" => set.kv_cache = pick(&SWITCH, "KV cache", value)?,
-        "chunked" => set.chunked = pick(&SWITCH, "chunked prefill", value)?,
-        "arrivals" => set.arrivals = pick(&ARRIVALS, "arrivals", value)?,
-        "kv_elem" => set.kv_elem = pick(&KV_ELEMS, "KV element type", value)?,
-        "weights" => set.weights = pick(&WEIGHTS, "weight type", value)?,
-        _ => {
-            return Err(format!(
-                "unknown setting `{key}` (known: focus, layout, cache, policy, attention, compare, values, layer, head, sink, workload, view, temperature, kv_cache, chunked, kv_elem, arrivals, weights)"
-            ))
-        }
-    }
+    let Some(k) = super::keys::key(key) else {
+        let known: Vec<&str> = super::keys::KEYS.iter().map(|k| k.name).collect();
+        return Err(format!(
+            "unknown setting `{key}` (known: {})",
+            known.join(", ")
+        ));
+    };
+    set.put(k, super::keys::KEYS[k].parse(value)?);
     Ok(())
-}
-
-/// A sampling temperature the app offers (`T` steps through them), in tenths.
-fn temperature(value: &str) -> Result<u8, String> {
-    let known = crate::model::sampler::TEMPERATURES;
-    value
-        .parse::<f32>()
-        .ok()
-        .filter(|t| known.iter().any(|k| (k - t).abs() < 1e-6))
-        .map(|t| (t * 10.0).round() as u8)
-        .ok_or_else(|| format!("temperature `{value}` is not one the app offers ({known:?})"))
-}
-
-/// A layer or head number below `count`.
-fn index(value: &str, what: &str, count: usize) -> Result<usize, String> {
-    match value.parse::<usize>() {
-        Ok(i) if i < count => Ok(i),
-        _ => Err(format!(
-            "{what} `{value}` does not exist (0..{})",
-            count - 1
-        )),
-    }
 }
 
 /// The largest number a check may compare with: far more iterations than a step needs.
@@ -478,10 +434,10 @@ fn cond(part: &str) -> Result<Cond, String> {
     let [name, op, val] = words[..] else {
         return Err(format!("`{}` should be `variable op value`", part.trim()));
     };
-    let Some(&(_, var)) = Var::ALL.iter().find(|(n, _)| *n == name) else {
+    let Some(var) = Var::named(name) else {
         return Err(format!(
             "unknown check variable `{name}` (known: {})",
-            names(&Var::ALL)
+            names(&Var::all())
         ));
     };
     let op = match op {
@@ -509,7 +465,7 @@ fn cond(part: &str) -> Result<Cond, String> {
             return Err(format!("`{}` compares with == or != only", part.trim()));
         }
         let known = words_of(var);
-        if !known.contains(&val) {
+        if !known.iter().any(|w| w == val) {
             return Err(format!(
                 "`{val}` is not a value of `{name}` (known: {})",
                 known.join(", ")
@@ -521,23 +477,10 @@ fn cond(part: &str) -> Result<Cond, String> {
 }
 
 /// The words a check may compare a word-valued `var` with.
-fn words_of(var: Var) -> Vec<&'static str> {
-    fn all<T>(list: &[(&'static str, T)]) -> Vec<&'static str> {
-        list.iter().map(|(w, _)| *w).collect()
-    }
+fn words_of(var: Var) -> Vec<String> {
     match var {
-        Var::Layout => all(&LAYOUTS),
-        Var::Cache => all(&CACHES),
-        Var::Policy => all(&POLICIES),
-        Var::Attention => all(&KERNELS),
-        Var::Compare => all(&COMPARES),
-        Var::Workload => all(&WORKLOADS),
-        Var::Values => all(&VALUES),
-        Var::Sink | Var::KvCache | Var::Chunked => all(&SWITCH),
-        Var::KvElem => all(&KV_ELEMS),
-        Var::Weights => all(&WEIGHTS),
-        Var::Focus => all(&PANES),
-        _ => vec!["true", "false"],
+        Var::Key(k) => super::keys::KEYS[k].words(),
+        _ => vec!["true".into(), "false".into()],
     }
 }
 

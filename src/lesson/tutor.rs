@@ -4,9 +4,9 @@
 
 use super::live::{LiveState, Setting};
 use super::predict::Pending;
+use crate::lesson::keys::KEYS;
 use crate::lesson::progress::Progress;
 use crate::lesson::*;
-use crate::model::AttnKernel;
 use crate::report::StepReport;
 use crate::settings::Settings;
 
@@ -266,52 +266,25 @@ impl Tutor {
 /// What a step asks for: its view settings, its settings over the learner's own (a
 /// step names only what it is about), and its prompt.
 fn settings_of(app: &LiveState, s: &Step) -> Reply {
-    let set = &s.set;
-    let mut view: Vec<Setting> = Vec::new();
-    view.extend(set.focus.map(Setting::Focus));
-    view.extend(set.values.map(|v| Setting::Values(v == Values::Scores)));
+    let asked = s.set.apply(app.settings);
     let (n_layer, n_head) = app
         .report
         .as_ref()
         .map_or((DEFAULT_LAYERS, DEFAULT_HEADS), |r| {
             (r.cfg.n_layer, r.cfg.n_head)
         });
-    view.extend(set.layer.map(|l| Setting::Layer(l.min(n_layer - 1))));
-    view.extend(set.head.map(|h| Setting::Head(h.min(n_head - 1))));
-    view.extend(set.view.map(Setting::Zoom));
+    // A lesson names layers and heads of the default model; a smaller one gets its last.
+    let view = asked.view.into_iter().map(|v| match v {
+        Setting::Layer(l) => Setting::Layer(l.min(n_layer - 1)),
+        Setting::Head(h) => Setting::Head(h.min(n_head - 1)),
+        other => other,
+    });
     Reply {
-        view,
-        settings: Some(step_settings(set, app.settings)),
+        view: view.collect(),
+        settings: Some(asked.settings),
         prompt: s.prompt.clone(),
         ..Reply::default()
     }
-}
-
-/// `set` over the settings `now`: what the step names changes, the rest stays.
-fn step_settings(set: &StepSettings, now: Settings) -> Settings {
-    let mut s = now;
-    let (serving, request) = (&mut s.serving, &mut s.request);
-    s.run.layout = set.layout.unwrap_or(now.run.layout);
-    s.run.kernel = match (set.attention, now.run.kernel) {
-        (None, k) => k,
-        (Some(Kernel::Naive), _) => AttnKernel::Naive,
-        (Some(Kernel::Tiled), tiled @ AttnKernel::Tiled { .. }) => tiled,
-        (Some(Kernel::Tiled), naive) => crate::settings::other_kernel(naive),
-    };
-    serving.policy = set.policy.unwrap_or(serving.policy);
-    serving.cache = set.cache.unwrap_or(serving.cache);
-    serving.compare = set.compare.unwrap_or(serving.compare);
-    serving.workload = set.workload.unwrap_or(serving.workload);
-    s.sink = set.sink.unwrap_or(now.sink);
-    if let Some(t) = set.temperature {
-        request.sampler.temperature = f32::from(t) / 10.0;
-    }
-    request.kv_cache = set.kv_cache.unwrap_or(request.kv_cache);
-    serving.chunked = set.chunked.unwrap_or(serving.chunked);
-    serving.burst = set.arrivals.unwrap_or(serving.burst);
-    s.run.kv_elem = set.kv_elem.unwrap_or(now.run.kv_elem);
-    s.weights = set.weights.unwrap_or(now.weights);
-    s
 }
 
 /// Whether one condition holds in the live app.
@@ -319,8 +292,8 @@ pub fn holds(app: &LiveState, t: &Tutor, c: &Cond) -> bool {
     match (&c.value, live_number(app, t, c.var), live_word(app, c.var)) {
         (CondValue::Num(want), Some(n), _) => c.op.num(n, *want),
         (CondValue::Word(want), _, Some(w)) => match c.op {
-            Op::Eq => w == want,
-            Op::Ne => w != want,
+            Op::Eq => &w == want,
+            Op::Ne => &w != want,
             _ => false,
         },
         _ => false,
@@ -334,55 +307,34 @@ fn live_number(app: &LiveState, t: &Tutor, var: Var) -> Option<f64> {
         Var::Steps => r.map_or(0, |r| r.iteration).saturating_sub(t.iter_at_open),
         Var::DecodeSteps => t.decode_seen,
         Var::Generated => r.map_or(0, |r| r.pieces.len().saturating_sub(r.prompt_len)),
-        Var::Layer => app.layer,
         // The run on screen's copies so far, which its pane lists: a copy made while an
         // earlier step of the same run was open is still there to read.
         Var::Copies => r
             .and_then(|r| r.serve.as_ref())
             .map_or(0, |s| s.copies_total),
-        Var::Head => app.head,
         Var::SinkTokens => r.and_then(|r| r.sink.as_ref()).map_or(0, |s| s.pos),
-        _ => return None,
+        Var::Key(k) if KEYS[k].numeric() => (KEYS[k].live?)(app),
+        Var::Key(_) | Var::Finished | Var::PastCrossover => return None,
     };
     Some(n as f64)
 }
 
 /// A word-valued check variable's value in the live app, as lessons write it (`None`
 /// for numeric ones).
-fn live_word(app: &LiveState, var: Var) -> Option<&'static str> {
-    let (s, serving) = (app.settings, app.settings.serving);
-    let kernel = match s.run.kernel {
-        AttnKernel::Naive => Kernel::Naive,
-        AttnKernel::Tiled { .. } => Kernel::Tiled,
-    };
-    let values = if app.show_scores {
-        Values::Scores
-    } else {
-        Values::Weights
-    };
-    Some(match var {
-        Var::Finished => ["false", "true"][usize::from(app.report.is_some_and(|r| r.finished))],
-        Var::PastCrossover => {
-            let past = app
-                .report
-                .is_some_and(crate::views::traffic::batch_past_crossover);
-            ["false", "true"][usize::from(past)]
+fn live_word(app: &LiveState, var: Var) -> Option<String> {
+    let yes_no = |b: bool| ["false", "true"][usize::from(b)].to_string();
+    match var {
+        Var::Finished => Some(yes_no(app.report.is_some_and(|r| r.finished))),
+        Var::PastCrossover => Some(yes_no(
+            app.report
+                .is_some_and(crate::views::traffic::batch_past_crossover),
+        )),
+        Var::Key(k) if !KEYS[k].numeric() => {
+            let v = (KEYS[k].live?)(app);
+            KEYS[k].words().into_iter().nth(v)
         }
-        Var::Layout => word_for(&LAYOUTS, s.run.layout),
-        Var::Cache => word_for(&CACHES, serving.cache),
-        Var::Policy => word_for(&POLICIES, serving.policy),
-        Var::Attention => word_for(&KERNELS, kernel),
-        Var::Compare => word_for(&COMPARES, serving.compare),
-        Var::Values => word_for(&VALUES, values),
-        Var::Sink => word_for(&SWITCH, s.sink),
-        Var::KvCache => word_for(&SWITCH, s.request.kv_cache),
-        Var::Chunked => word_for(&SWITCH, serving.chunked),
-        Var::KvElem => word_for(&KV_ELEMS, s.run.kv_elem),
-        Var::Weights => word_for(&WEIGHTS, s.weights),
-        Var::Workload => word_for(&WORKLOADS, serving.workload),
-        Var::Focus => word_for(&PANES, app.focus),
-        _ => return None,
-    })
+        _ => None,
+    }
 }
 
 impl Tutor {
@@ -541,72 +493,57 @@ mod tests {
     static NO_PAST: std::collections::VecDeque<Box<crate::report::StepReport>> =
         std::collections::VecDeque::new();
 
-    /// The base state with its settings changed by `f`.
-    fn with(f: impl Fn(&mut Settings)) -> LiveState<'static> {
-        let mut s = Settings::default();
-        f(&mut s);
-        LiveState {
-            settings: s,
+    /// A live state set as `asked` says: its settings, and its view settings where the
+    /// lessons' view reads them.
+    fn as_asked(asked: crate::lesson::keys::Asked) -> LiveState<'static> {
+        let mut app = LiveState {
+            settings: asked.settings,
             ..base()
+        };
+        for v in asked.view {
+            match v {
+                Setting::Focus(p) => app.focus = p,
+                Setting::Values(scores) => app.show_scores = scores,
+                Setting::Layer(l) => app.layer = l,
+                Setting::Head(h) => app.head = h,
+                Setting::Zoom(_) => {}
+            }
         }
-    }
-
-    /// `var == w` for every word `w` a lesson may write for it: true for `set`'s word alone.
-    fn only<T>(var: Var, list: &[(&str, T)], app: &LiveState, set: &str) {
-        let t = Tutor::new(Vec::new(), 0, Progress::default(), false);
-        for (w, _) in list {
-            let c = Cond {
-                var,
-                op: Op::Eq,
-                value: CondValue::Word(w.to_string()),
-            };
-            assert_eq!(
-                holds(app, &t, &c),
-                *w == set,
-                "{var:?} == {w} with the app at {set}"
-            );
-        }
-    }
-
-    /// [`only`] for each word of `list`, with the app set to that word's value by `set`.
-    fn each<T: Copy>(var: Var, list: &[(&str, T)], set: impl Fn(T) -> LiveState<'static>) {
-        for &(w, v) in list {
-            only(var, list, &set(v), w);
-        }
+        app
     }
 
     #[test]
     fn a_word_check_holds_exactly_when_the_app_has_that_setting() {
-        each(Var::Layout, &LAYOUTS, |l| with(|s| s.run.layout = l));
-        each(Var::Cache, &CACHES, |c| with(|s| s.serving.cache = c));
-        each(Var::Policy, &POLICIES, |p| with(|s| s.serving.policy = p));
-        each(Var::Workload, &WORKLOADS, |w| {
-            with(|s| s.serving.workload = w)
-        });
-        each(Var::Compare, &COMPARES, |c| with(|s| s.serving.compare = c));
-        each(Var::Sink, &SWITCH, |on| with(|s| s.sink = on));
-        each(Var::KvCache, &SWITCH, |on| {
-            with(|s| s.request.kv_cache = on)
-        });
-        each(Var::Chunked, &SWITCH, |on| with(|s| s.serving.chunked = on));
-        each(Var::KvElem, &KV_ELEMS, |e| with(|s| s.run.kv_elem = e));
-        each(Var::Weights, &WEIGHTS, |w| with(|s| s.weights = w));
-        each(Var::Focus, &PANES, |focus| LiveState { focus, ..base() });
-        // The app holds these in its own types; the lesson's words name the same choices.
-        let show_scores = |v| v == Values::Scores;
-        each(Var::Values, &VALUES, |v| LiveState {
-            show_scores: show_scores(v),
-            ..base()
-        });
-        let kernel = |k| match k {
-            Kernel::Naive => AttnKernel::Naive,
-            Kernel::Tiled => AttnKernel::Tiled {
-                sram_bytes: 1 << 20,
-            },
-        };
-        each(Var::Attention, &KERNELS, |k| {
-            with(|s| s.run.kernel = kernel(k))
-        });
+        let t = Tutor::new(Vec::new(), 0, Progress::default(), false);
+        let mut checked = 0;
+        for (k, key) in KEYS.iter().enumerate() {
+            if key.live.is_none() || key.numeric() {
+                continue;
+            }
+            let words = key.words();
+            for (v, set) in words.iter().enumerate() {
+                // The app as a step naming `key=set` leaves it.
+                let mut step = StepSettings::default();
+                step.put(k, v);
+                let app = as_asked(step.apply(Settings::default()));
+                for w in &words {
+                    let c = Cond {
+                        var: Var::Key(k),
+                        op: Op::Eq,
+                        value: CondValue::Word(w.clone()),
+                    };
+                    assert_eq!(
+                        holds(&app, &t, &c),
+                        w == set,
+                        "{} == {w} with the app at {set}",
+                        key.name
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        // Every word-valued setting took part: a pane, layouts, caches, kernels and more.
+        assert!(checked > 100, "{checked}");
     }
 
     #[test]
@@ -619,17 +556,18 @@ mod tests {
         };
         let c = |var, op, value| Cond { var, op, value };
         let num = CondValue::Num;
-        assert!(holds(&app, &t, &c(Var::Layer, Op::Eq, num(5.0))));
-        assert!(!holds(&app, &t, &c(Var::Layer, Op::Gt, num(5.0))));
-        assert!(holds(&app, &t, &c(Var::Head, Op::Lt, num(3.0))));
-        assert!(!holds(&app, &t, &c(Var::Head, Op::Ne, num(2.0))));
+        let var = |name| Var::named(name).unwrap();
+        assert!(holds(&app, &t, &c(var("layer"), Op::Eq, num(5.0))));
+        assert!(!holds(&app, &t, &c(var("layer"), Op::Gt, num(5.0))));
+        assert!(holds(&app, &t, &c(var("head"), Op::Lt, num(3.0))));
+        assert!(!holds(&app, &t, &c(var("head"), Op::Ne, num(2.0))));
         // No iteration has run yet.
         assert!(holds(&app, &t, &c(Var::Steps, Op::Ge, num(0.0))));
         assert!(!holds(&app, &t, &c(Var::Steps, Op::Ge, num(1.0))));
         // A word where a number belongs, and a number where a word does, hold nowhere.
         let word = CondValue::Word("5".into());
-        assert!(!holds(&app, &t, &c(Var::Layer, Op::Eq, word)));
-        assert!(!holds(&app, &t, &c(Var::Cache, Op::Eq, num(0.0))));
-        assert!(!holds(&app, &t, &c(Var::Cache, Op::Ne, num(0.0))));
+        assert!(!holds(&app, &t, &c(var("layer"), Op::Eq, word)));
+        assert!(!holds(&app, &t, &c(var("cache"), Op::Eq, num(0.0))));
+        assert!(!holds(&app, &t, &c(var("cache"), Op::Ne, num(0.0))));
     }
 }

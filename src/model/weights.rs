@@ -11,6 +11,8 @@ use std::path::Path;
 /// Whether to re-quantize matrices at load time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(strum::VariantArray, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum Requant {
     /// Keep the file's own quant types (needed for bit-exact parity with candle).
     Keep,
@@ -18,6 +20,7 @@ pub enum Requant {
     /// Q8_0 has SIMD paths, so this is much faster and slightly *more* precise than
     /// the Q4_1 it came from.
     #[default]
+    #[strum(serialize = "q8_0")]
     Q8_0,
     /// Dequantize to f32 (slow, exact reference for tests).
     F32,

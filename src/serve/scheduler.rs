@@ -15,6 +15,8 @@ use std::collections::VecDeque;
 /// Request-level (static) or iteration-level (continuous) batching.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(strum::VariantArray, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum Policy {
     /// Take up to B requests, run until all have finished, then take the next B. The batch
     /// is rigid, as in engines before ORCA: a finished request keeps its row (padding)
@@ -38,6 +40,8 @@ impl Policy {
 /// How KV memory is handed out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(strum::VariantArray, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum CacheKind {
     /// Each request reserves prompt + max new tokens up front.
     Contiguous,

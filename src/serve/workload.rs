@@ -154,6 +154,8 @@ pub fn chat_rate(model: &Model) -> Result<(f64, String), super::ServeError> {
 /// Which requests the app's serving engine runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(strum::VariantArray, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum AppWorkload {
     /// Ten short chat prompts in a small KV budget: batching and paging at work.
     #[default]

@@ -535,12 +535,12 @@ impl App {
                 v.focus_on(p);
             }
             Action::NextRequest => self.select_next_request(),
-            Action::ToggleLens => v.focus_on(if v.lens_shown {
+            Action::ToggleLens => v.focus_on(if v.shows(Pane::Lens) {
                 Pane::Attention
             } else {
                 Pane::Lens
             }),
-            Action::ToggleTraffic => v.focus_on(if v.traffic_shown {
+            Action::ToggleTraffic => v.focus_on(if v.shows(Pane::Traffic) {
                 Pane::Forward
             } else {
                 Pane::Traffic
@@ -644,8 +644,7 @@ impl App {
     /// Asks for the focused pane's picture (SVG and PNG); the status says where once it
     /// is written.
     fn export_focused(&mut self) {
-        let pane = crate::export::ExportPane::for_focus(self.view.focus, self.shows_sink());
-        self.writes.push(FileWrite::Export(pane));
+        self.writes.push(FileWrite::ExportFocused);
     }
 
     /// The file writes asked for since the last call, the lesson progress's included.

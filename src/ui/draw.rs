@@ -27,6 +27,22 @@ pub struct Areas {
     pub footer: Rect,
 }
 
+impl Areas {
+    /// The rectangle of the grid place `place` (one of [`panes::PLACES`]); a pane that is
+    /// only ever drawn in another's place has no room of its own.
+    pub fn of(&self, place: Pane) -> Rect {
+        match place {
+            Pane::Attention => self.attention,
+            Pane::Output => self.output,
+            Pane::Heads => self.heads,
+            Pane::Kv => self.kv,
+            Pane::Serving => self.serving,
+            Pane::Forward => self.forward,
+            _ => Rect::default(),
+        }
+    }
+}
+
 /// Splits the screen; with a lesson open, the lesson panel takes the right third.
 pub fn areas(area: Rect, lesson: bool) -> Areas {
     let [header, body, footer] = Layout::vertical([
@@ -141,28 +157,11 @@ pub fn focused_areas(area: Rect, focus: Pane, lesson: bool, pane_full: bool) -> 
     }
 }
 
-/// Draws `pane` into `area`, with whatever shares its place now (the sink experiment or
-/// the side-by-side run in the serving pane's, traffic in the forward pane's).
+/// Draws `pane` into `area` as its entry in [`panes::PANES`] says, with whatever stands
+/// in its place now (the sink experiment or the side-by-side runs in the serving pane's,
+/// the looks-at list in the attention pane's).
 pub fn draw_pane(app: &App, theme: &Theme, pane: Pane, area: Rect, buf: &mut Buffer) {
-    match pane {
-        Pane::Attention if app.view.looks_at => panes::looks::render(app, theme, area, buf),
-        Pane::Attention => panes::heatmap::render(app, theme, area, buf),
-        Pane::Output => panes::output::render(app, theme, area, buf),
-        Pane::Heads => panes::heads::render(app, theme, area, buf),
-        Pane::Kv => panes::kv::render(app, theme, area, buf),
-        Pane::Serving if app.shows_sink() => panes::sink::render(app, theme, area, buf),
-        Pane::Serving if app.settings.serving.compare != super::app::Compare::Off => {
-            let [left, right] =
-                Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)])
-                    .areas(area);
-            panes::serving::render(app, theme, left, buf);
-            panes::serving::render_compare(app, theme, right, buf);
-        }
-        Pane::Serving => panes::serving::render(app, theme, area, buf),
-        Pane::Forward => panes::forward::render(app, theme, area, buf),
-        Pane::Traffic => panes::traffic::render(app, theme, area, buf),
-        Pane::Lens => panes::lens::render(app, theme, area, buf),
-    }
+    (panes::def_of(app, pane).draw)(app, theme, area, buf)
 }
 
 /// Draws the whole screen.
@@ -474,33 +473,25 @@ fn footer(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
 }
 
 /// Where each pane stands in the grid: the one place that says it, for drawing, mouse
-/// hit-testing and focus. The lens, the traffic pane, the sink experiment and the
-/// side-by-side runs take the places of the panes they stand in for.
+/// hit-testing and focus. Each place shows what [`panes::shown_in`] picks (the lens, the
+/// traffic pane, the sink experiment and the side-by-side runs stand in for others), and
+/// an entry that takes a second place's room takes its rectangle too.
 fn grid_rects(a: &Areas, app: &App) -> Vec<(Pane, Rect)> {
-    let top_left = if app.view.lens_shown {
-        Pane::Lens
-    } else {
-        Pane::Attention
-    };
-    let bottom_right = if app.view.traffic_shown {
-        Pane::Traffic
-    } else {
-        Pane::Forward
-    };
-    let mut out = vec![
-        (top_left, a.attention),
-        (Pane::Output, a.output),
-        (Pane::Heads, a.heads),
-        (bottom_right, a.forward),
-    ];
-    if app.shows_sink() || app.settings.serving.compare != super::app::Compare::Off {
-        // The experiment, or the two serving runs side by side, take the KV and serving
-        // columns.
-        out.push((Pane::Serving, a.kv.union(a.serving)));
-    } else {
-        out.extend([(Pane::Kv, a.kv), (Pane::Serving, a.serving)]);
-    }
-    out
+    let shown: Vec<_> = panes::PLACES
+        .iter()
+        .map(|&place| (place, panes::shown_in(app, place)))
+        .collect();
+    let taken: Vec<Pane> = shown.iter().filter_map(|(_, d)| d.also_takes).collect();
+    shown
+        .iter()
+        .filter(|(place, _)| !taken.contains(place))
+        .map(|(place, d)| {
+            let r = d
+                .also_takes
+                .map_or(a.of(*place), |other| a.of(other).union(a.of(*place)));
+            (d.pane, r)
+        })
+        .collect()
 }
 
 /// Each pane's rectangle as drawn now (grid or focused arrangement), and the lesson's.

@@ -9,8 +9,9 @@ use crate::lesson::progress::Progress;
 /// A file write the app asked for.
 #[derive(Debug, Clone)]
 pub enum FileWrite {
-    /// The picture (SVG and PNG) of a pane at the frame on screen.
-    Export(ExportPane),
+    /// The picture (SVG and PNG) of the focused pane (what stands in its place included) at
+    /// the frame on screen.
+    ExportFocused,
     /// The lesson progress as it stands.
     SaveProgress(Progress),
 }

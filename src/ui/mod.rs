@@ -191,7 +191,8 @@ pub fn perform_writes(app: &mut App) {
     use effect::{FileWrite, Written};
     for w in app.take_writes() {
         let outcome = match w {
-            FileWrite::Export(pane) => {
+            FileWrite::ExportFocused => {
+                let pane = panes::export_of(app, app.view.focus);
                 Written::Exported(pane, crate::export::write_fresh(&app.scene(), pane))
             }
             FileWrite::SaveProgress(p) => {

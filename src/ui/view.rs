@@ -22,10 +22,10 @@ pub struct View {
     pub scroll: usize,
     /// The ranked list of what the bottom heatmap row attends to, in the heatmap's place.
     pub looks_at: bool,
-    /// The memory-traffic pane holds the forward pane's place.
-    pub traffic_shown: bool,
-    /// The logit lens holds the attention pane's place.
-    pub lens_shown: bool,
+    /// The panes of their own standing in another's place by the view's choice (the
+    /// logit lens in the attention pane's, the memory traffic in the forward pane's):
+    /// focusing one puts it here, focusing its place's pane or tabbing away takes it out.
+    pub in_place: Vec<Pane>,
     /// The serving request whose block table is shown and whose pages are marked.
     pub selected_req: Option<u64>,
     /// Opens the heatmap on the head the first prefill shows sharpest, until the user
@@ -48,8 +48,7 @@ impl Default for View {
             show_scores: false,
             scroll: 0,
             looks_at: false,
-            traffic_shown: false,
-            lens_shown: false,
+            in_place: Vec::new(),
             selected_req: None,
             auto_head: false,
             help: false,
@@ -79,29 +78,29 @@ impl View {
     pub fn focus_by(&mut self, by: usize) {
         let n = Pane::ALL.len();
         let i = Pane::ALL.iter().position(|p| *p == self.focus).unwrap_or(0);
-        match self.focus {
-            Pane::Lens => self.lens_shown = false,
-            Pane::Traffic => self.traffic_shown = false,
-            _ => {}
-        }
+        let leaving = self.focus;
+        self.in_place.retain(|p| *p != leaving);
         self.focus_on(Pane::ALL[(i + by) % n]);
     }
 
-    /// Focuses `p`; the forward and traffic panes share a place, and so do the attention
-    /// pane and the lens: focusing one shows it.
+    /// Focuses `p`. A pane that stands in another's place (the lens in the attention
+    /// pane's, the traffic pane in the forward pane's) is shown by focusing it, and the
+    /// place's own pane takes its place back when it is focused.
     pub fn focus_on(&mut self, p: Pane) {
         self.focus = p;
-        match p {
-            Pane::Forward => self.traffic_shown = false,
-            Pane::Traffic => self.traffic_shown = true,
-            Pane::Attention => self.lens_shown = false,
-            Pane::Lens => self.lens_shown = true,
-            _ => {}
+        self.in_place.retain(|q| q.place() != p.place());
+        if p.place() != p {
+            self.in_place.push(p);
         }
+    }
+
+    /// Whether `p` stands in its place now (by the view's choice).
+    pub fn shows(&self, p: Pane) -> bool {
+        self.in_place.contains(&p)
     }
 
     /// The logit lens is on screen (the worker then runs it).
     pub fn lens_on_screen(&self) -> bool {
-        self.lens_shown || self.focus == Pane::Lens
+        self.shows(Pane::Lens) || self.focus == Pane::Lens
     }
 }

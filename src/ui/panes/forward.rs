@@ -217,3 +217,8 @@ fn rope_shift_row(s: &crate::model::probe::RopeShift) -> String {
         s.score_other_offset
     )
 }
+
+/// The summary's headline: how many tokens the pass ran and how long it took.
+pub fn summary(_app: &App, r: &StepReport) -> String {
+    format!("{} token(s) in {:.1} ms", r.info.input_len, r.info.wall_ms)
+}

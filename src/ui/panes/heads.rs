@@ -178,3 +178,13 @@ fn table(v: &Heads, theme: &Theme, inner: Rect, y: u16, buf: &mut Buffer) {
         super::put_text(buf, inner, 0, y + 1 + i as u16, text, st);
     }
 }
+
+/// The summary's headline: the layout and how many query heads share how many KV heads.
+pub fn summary(_app: &App, r: &crate::report::StepReport) -> String {
+    format!(
+        "{} · {} query heads over {} KV heads",
+        r.info.layout,
+        r.cfg.n_head,
+        r.info.query_to_kv.iter().max().map_or(0, |m| m + 1)
+    )
+}

@@ -278,3 +278,11 @@ fn cells(v: &Heatmap, cw: u16, theme: &Theme, inner: Rect, buf: &mut Buffer, per
         }
     }
 }
+
+/// The summary's headline: the layer and head shown, and how many keys they read.
+pub fn summary(app: &App, r: &StepReport) -> String {
+    format!(
+        "layer {} head {}, {} keys",
+        app.view.layer, app.view.head, r.info.kv_len
+    )
+}

@@ -63,3 +63,13 @@ fn draw(v: &RequestKv, theme: &Theme, inner: Rect, buf: &mut Buffer) {
         theme.dim(),
     );
 }
+
+/// The summary's headline: the slots that hold tokens and the bytes reserved.
+pub fn summary(_app: &App, r: &crate::report::StepReport) -> String {
+    format!(
+        "{} of {} slots hold tokens · {} reserved",
+        r.kv.used,
+        r.kv.capacity,
+        super::bytes(r.kv.reserved_bytes)
+    )
+}

@@ -113,3 +113,11 @@ fn row_style(v: &LensView, r: &crate::model::session::LensRow, theme: &Theme) ->
         Style::default()
     }
 }
+
+/// The summary's headline: the lens's own, or how to turn it on.
+pub fn summary(_app: &App, r: &crate::report::StepReport) -> String {
+    match lens::view(r) {
+        Some(v) => v.headline(),
+        None => "off until shown (o)".into(),
+    }
+}

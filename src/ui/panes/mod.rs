@@ -1,4 +1,10 @@
-//! The panes. Each is a pure function of the app state drawing into a buffer area.
+//! The panes. Each is a pure function of the app state drawing into a buffer area, and
+//! [`PANES`] says in one place what each one is: its name, the place it is drawn in,
+//! when it takes another pane's place, its summary line, its picture and how it draws.
+//!
+//! Adding a pane: a variant in `screen.rs` (with its lesson word), its file here with
+//! `render` and `summary`, and its entry in [`PANES`]. Focus, Tab, the grid, the focused
+//! arrangement, the summaries, mouse clicks, export and lessons all read the table.
 
 pub mod forward;
 pub mod glossary;
@@ -17,7 +23,207 @@ pub mod traffic;
 
 use super::app::{App, Pane};
 use super::theme::Theme;
+use super::view::View;
+use crate::export::ExportPane;
+use crate::report::StepReport;
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
 use ratatui::widgets::{Block, Borders};
+
+/// One entry of [`PANES`]: a pane as the screen knows it.
+pub struct PaneDef {
+    /// The pane that has the focus while this is drawn.
+    pub pane: Pane,
+    /// The name its summary line starts with.
+    pub name: &'static str,
+    /// When it takes that place; `None` for the place's own pane, drawn when no other
+    /// entry of the place is asked for.
+    pub stands_in: Option<StandIn>,
+    /// Another place whose room it takes as well (the runs side by side need two columns).
+    pub also_takes: Option<Pane>,
+    pub draw: fn(&App, &Theme, Rect, &mut Buffer),
+    /// The headline of its one-line summary, from the report on screen.
+    pub summary: fn(&App, &StepReport) -> String,
+    /// The picture `e` exports while it is focused.
+    pub export: ExportPane,
+}
+
+/// Why a place (see [`Pane::place`]) shows one of its entries rather than its own pane:
+/// every place shows the first of its entries whose reason holds.
+#[derive(Clone, Copy)]
+pub enum StandIn {
+    /// A pane of its own that the view put in the place ([`View::in_place`]): focusing it
+    /// does, focusing the place's pane or tabbing away gives the place back (the lens, the
+    /// traffic pane).
+    Chosen,
+    /// Another drawing of the place's own pane, while the view's switch for it is on (the
+    /// looks-at list, `w`).
+    Mode(fn(&View) -> bool),
+    /// What runs asks for it (the sink experiment, a run side by side).
+    Runs(fn(&App) -> bool),
+}
+
+/// Every pane, each drawing that takes a place listed before that place's own pane.
+pub const PANES: [PaneDef; 11] = [
+    PaneDef {
+        pane: Pane::Lens,
+        name: "logit lens",
+        stands_in: Some(StandIn::Chosen),
+        also_takes: None,
+        draw: lens::render,
+        summary: lens::summary,
+        export: ExportPane::Lens,
+    },
+    PaneDef {
+        pane: Pane::Attention,
+        name: "attention",
+        stands_in: Some(StandIn::Mode(|v| v.looks_at)),
+        also_takes: None,
+        draw: looks::render,
+        summary: heatmap::summary,
+        export: ExportPane::Attention,
+    },
+    PaneDef {
+        pane: Pane::Attention,
+        name: "attention",
+        stands_in: None,
+        also_takes: None,
+        draw: heatmap::render,
+        summary: heatmap::summary,
+        export: ExportPane::Attention,
+    },
+    PaneDef {
+        pane: Pane::Output,
+        name: "output",
+        stands_in: None,
+        also_takes: None,
+        draw: output::render,
+        summary: output::summary,
+        export: ExportPane::Output,
+    },
+    PaneDef {
+        pane: Pane::Heads,
+        name: "heads",
+        stands_in: None,
+        also_takes: None,
+        draw: heads::render,
+        summary: heads::summary,
+        export: ExportPane::Heads,
+    },
+    PaneDef {
+        pane: Pane::Traffic,
+        name: "memory traffic",
+        stands_in: Some(StandIn::Chosen),
+        also_takes: None,
+        draw: traffic::render,
+        summary: traffic::summary,
+        export: ExportPane::Traffic,
+    },
+    PaneDef {
+        pane: Pane::Forward,
+        name: "forward pass",
+        stands_in: None,
+        also_takes: None,
+        draw: forward::render,
+        summary: forward::summary,
+        export: ExportPane::Forward,
+    },
+    PaneDef {
+        pane: Pane::Kv,
+        name: "KV cache",
+        stands_in: None,
+        also_takes: None,
+        draw: kv::render,
+        summary: kv::summary,
+        // The KV pane shows the live request's reservation, not the serving pool.
+        export: ExportPane::Request,
+    },
+    PaneDef {
+        pane: Pane::Serving,
+        name: "serving",
+        stands_in: Some(StandIn::Runs(App::shows_sink)),
+        also_takes: Some(Pane::Kv),
+        draw: sink::render,
+        summary: serving::summary,
+        export: ExportPane::Sink,
+    },
+    PaneDef {
+        pane: Pane::Serving,
+        name: "serving",
+        stands_in: Some(StandIn::Runs(|app| {
+            app.settings.serving.compare != crate::settings::Compare::Off
+        })),
+        also_takes: Some(Pane::Kv),
+        draw: serving::render_side_by_side,
+        summary: serving::summary,
+        export: ExportPane::Batch,
+    },
+    PaneDef {
+        pane: Pane::Serving,
+        name: "serving",
+        stands_in: None,
+        also_takes: None,
+        draw: serving::render,
+        summary: serving::summary,
+        export: ExportPane::Batch,
+    },
+];
+
+/// The places of the grid, in the order they are drawn and hit-tested.
+pub const PLACES: [Pane; 6] = [
+    Pane::Attention,
+    Pane::Output,
+    Pane::Heads,
+    Pane::Forward,
+    Pane::Kv,
+    Pane::Serving,
+];
+
+impl PaneDef {
+    /// Whether its place shows it now (a place's own pane always could).
+    fn asked_for(&self, app: &App) -> bool {
+        match self.stands_in {
+            None => true,
+            Some(StandIn::Chosen) => app.view.shows(self.pane),
+            Some(StandIn::Mode(on)) => on(&app.view),
+            Some(StandIn::Runs(runs)) => runs(app),
+        }
+    }
+}
+
+/// What `place` shows now: the first of its entries asked for.
+pub fn shown_in(app: &App, place: Pane) -> &'static PaneDef {
+    PANES
+        .iter()
+        .find(|d| d.pane.place() == place && d.asked_for(app))
+        .expect("every place has its own pane, asked for always")
+}
+
+/// What is drawn for `pane` now: what its place shows, when that is this pane, else the
+/// pane's own entry.
+pub fn def_of(app: &App, pane: Pane) -> &'static PaneDef {
+    let own = own_def(pane);
+    let shown = shown_in(app, pane.place());
+    if shown.pane == pane {
+        shown
+    } else {
+        own
+    }
+}
+
+/// `pane`'s own entry: the last of its entries, the one drawn when nothing stands in.
+pub fn own_def(pane: Pane) -> &'static PaneDef {
+    PANES
+        .iter()
+        .rev()
+        .find(|d| d.pane == pane)
+        .expect("every pane has an entry")
+}
+
+/// The picture `e` exports for `pane` now.
+pub fn export_of(app: &App, pane: Pane) -> ExportPane {
+    def_of(app, pane).export
+}
 
 /// The bordered block of a pane `width` columns wide, its title highlighted when focused
 /// and ending in `…` where the border has no room for all of it.

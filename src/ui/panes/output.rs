@@ -69,3 +69,16 @@ fn draw_distribution(out: &OutputView, k: usize, theme: &Theme, area: Rect, buf:
         put(buf, area, 0, area.y + 1 + i as u16, line, st);
     }
 }
+
+/// The summary's headline: the token sampled and the model's top choice.
+pub fn summary(_app: &App, r: &StepReport) -> String {
+    match r.info.top_k.first() {
+        Some(t) => format!(
+            "sampled {:?} · top {:?} {:.0}%",
+            r.info.token,
+            t.token,
+            100.0 * t.prob
+        ),
+        None => format!("sampled {:?}", r.info.token),
+    }
+}

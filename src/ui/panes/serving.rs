@@ -584,3 +584,29 @@ pub fn draw_timeline(
         put_text(buf, area, 0, key_row, &line, theme.dim());
     }
 }
+
+/// The summary's headline: the serving iteration, who runs and waits, and the KV in use.
+pub fn summary(_app: &App, r: &crate::report::StepReport) -> String {
+    match r.serve.as_ref() {
+        Some(s) => format!(
+            "iteration {} · {} active · {} queued{} · KV {}",
+            s.step.iteration + 1,
+            s.step.active.len(),
+            s.step.queue.len(),
+            s.tokens_per_s()
+                .map(|t| format!(" · {t:.0} tok/s"))
+                .unwrap_or_default(),
+            s.step.memory.describe_utilization()
+        ),
+        None => "no serving iteration".into(),
+    }
+}
+
+/// The main run and the run beside it, each in half of the room.
+pub fn render_side_by_side(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
+    use ratatui::layout::{Constraint, Layout};
+    let [left, right] =
+        Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(area);
+    render(app, theme, left, buf);
+    render_compare(app, theme, right, buf);
+}

@@ -308,6 +308,16 @@ fn power_label(e: i32) -> String {
     }
 }
 
+/// The summary's headline: the weight and KV bytes this step read.
+pub fn summary(_app: &App, r: &crate::report::StepReport) -> String {
+    let t = &r.info.traffic;
+    format!(
+        "weights {} · KV read {} this step",
+        units::bytes(t.weight_bytes as usize),
+        units::bytes(t.kv_read_bytes as usize)
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
