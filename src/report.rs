@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 /// The KV cache of the request as the store reports it.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct KvView {
+pub struct KvReport {
     /// Token slots reserved (contiguous: prompt + max new tokens).
     pub capacity: usize,
     /// Slots holding real tokens.
@@ -18,7 +18,7 @@ pub struct KvView {
     pub reserved_bytes: usize,
 }
 
-impl KvView {
+impl KvReport {
     /// Share of reserved memory holding real tokens, percent.
     pub fn utilization_pct(&self) -> f64 {
         if self.capacity == 0 {
@@ -64,7 +64,7 @@ pub struct StepReport {
     /// The generated text so far.
     pub generated: String,
     pub info: StepInfo,
-    pub kv: KvView,
+    pub kv: KvReport,
     /// Decode speed over this request's decode steps so far.
     pub decode_tok_per_s: f64,
     pub finished: bool,
@@ -78,23 +78,23 @@ pub struct StepReport {
     pub repeat: bool,
     /// The serving side: a small workload batched beside the request above.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub serve: Option<ServeView>,
+    pub serve: Option<ServeReport>,
     /// The same workload under one other setting, when comparing side by side.
     #[serde(default, skip_serializing_if = "Option::is_none", alias = "serve_b")]
-    pub serve_compare: Option<ServeView>,
+    pub serve_compare: Option<ServeReport>,
     /// The attention-sink experiment, when it is on: one more token of the shipped text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sink: Option<crate::sink::SinkView>,
     /// The same tokens under another head layout, when it is shown beside (`M`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub beside: Option<BesideView>,
+    pub beside: Option<BesideReport>,
 }
 
 /// The live request's tokens run under a second head layout: its next-token distribution
 /// for the same position, its cache so far, and how often its top token was the one the
 /// live request took.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct BesideView {
+pub struct BesideReport {
     pub layout: crate::model::HeadLayout,
     pub top_k: Vec<crate::model::sampler::TopToken>,
     /// KV bytes its cache holds now.
@@ -111,7 +111,7 @@ pub const RATIO_WARMUP: usize = 10;
 impl StepReport {
     /// The serving run (main or beside) batching under `policy`; a run of one request at
     /// a time is not static batching, though it admits like it.
-    pub fn serving_run(&self, policy: Policy) -> Option<&ServeView> {
+    pub fn serving_run(&self, policy: Policy) -> Option<&ServeReport> {
         [self.serve.as_ref(), self.serve_compare.as_ref()]
             .into_iter()
             .flatten()
@@ -313,7 +313,7 @@ fn check_capture(
 
 /// One iteration of the serving engine, as the app shows it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ServeView {
+pub struct ServeReport {
     pub policy: Policy,
     pub cache: CacheKind,
     pub page_size: usize,
@@ -355,7 +355,7 @@ pub struct ServeView {
     pub rate_per_s: f64,
 }
 
-impl ServeView {
+impl ServeReport {
     /// "p50/p99 TTFT 120/410 · ITL 9/15 ms" (ITL: inter-token latency), once a token came,
     /// then the arrival rate where requests arrive by the clock. Short enough, with
     /// four-digit times, for a serving pane beside the lesson at 200 columns.
@@ -454,7 +454,7 @@ fn check_step(
 }
 
 /// The memory statistics against each other and the capacity bound.
-fn check_memory_counts(m: &crate::serve::view::MemoryStats) -> Result<(), Inconsistent> {
+fn check_memory_counts(m: &crate::serve::snapshot::MemoryStats) -> Result<(), Inconsistent> {
     let cap = limits::CAPACITY_TOKENS;
     if m.capacity_tokens > cap
         || m.allocated_slots > m.capacity_tokens
@@ -505,7 +505,7 @@ fn check_pages(s: &ServeStep, requests: usize, page_size: usize) -> Result<(), I
     }
     let known = |id: crate::kv::pool::ReqId| (id as usize) < requests;
     let page = |p: u32| (p as usize) < n_pages;
-    let page_ok = |p: &crate::serve::view::PageView| {
+    let page_ok = |p: &crate::serve::snapshot::PageEntry| {
         p.fill as usize <= page_size
             && p.owners.len() <= requests
             && p.owners.iter().all(|&o| known(o))

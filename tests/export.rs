@@ -179,7 +179,7 @@ fn the_e_key_writes_the_focused_pane_and_says_where() {
     assert!(svg.with_extension("png").exists());
     assert!(a.status.contains("exported attention"), "{}", a.status);
     // Every pane has a picture: the output pane's too.
-    while a.view.focus != Pane::Output {
+    while a.screen.focus != Pane::Output {
         a.update(Action::FocusNext);
     }
     a.update(Action::Export);
@@ -351,7 +351,7 @@ fn the_sink_picture_and_a_recording_that_holds_the_experiment() {
 fn the_kv_pane_exports_the_request_it_shows_and_export_paths_behave() {
     let dir = tempfile::tempdir().unwrap();
     let mut a = app_with(&serving_reports(CacheKind::Paged, 2));
-    while a.view.focus != Pane::Kv {
+    while a.screen.focus != Pane::Kv {
         a.update(Action::FocusNext);
     }
     assert_eq!(export_of(&a, Pane::Kv), ExportPane::Request);
@@ -491,7 +491,7 @@ fn the_output_and_forward_panes_export_what_they_show() {
 #[test]
 fn the_traffic_pane_exports_its_bars_crossover_and_roofline() {
     let mut a = common::fixture::traffic_app();
-    assert_eq!(a.view.focus, Pane::Traffic);
+    assert_eq!(a.screen.focus, Pane::Traffic);
     assert_eq!(export_of(&a, Pane::Traffic), ExportPane::Traffic);
     let svg = export::render_svg(&a.scene(), ExportPane::Traffic).unwrap();
     for s in [
@@ -510,7 +510,7 @@ fn the_traffic_pane_exports_its_bars_crossover_and_roofline() {
     let png = export::to_png(&svg, 1.0).unwrap();
     assert_eq!(&png[1..4], b"PNG");
     // Without measured limits the picture says so instead of drawing a roofline.
-    a.engine.machine = None;
+    a.worker.machine = None;
     let svg = export::render_svg(&a.scene(), ExportPane::Traffic).unwrap();
     assert!(svg.contains("No roofline") && !svg.contains("int8 peak"));
 }

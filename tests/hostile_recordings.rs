@@ -133,7 +133,7 @@ fn draw_everything(reports: Vec<inferlab::report::StepReport>) -> usize {
         mode: ColorMode::None,
     };
     let mut app = App::new(reports[0].settings.run);
-    app.engine.replaying = true;
+    app.worker.replaying = true;
     app.on_event(Event::Ready { model: "m".into() });
     for r in reports {
         app.on_event(Event::Report(Box::new(r)));

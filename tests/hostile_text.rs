@@ -214,7 +214,7 @@ fn a_lesson_layer_the_model_lacks_is_clamped_and_said() {
     app.update(Action::Set(Setting::Layer(29)));
     app.update(Action::Set(Setting::Head(8)));
     app.on_event(Event::Report(Box::new(r.clone())));
-    assert_eq!(app.view.layer, r.cfg.n_layer - 1);
-    assert_eq!(app.view.head, r.cfg.n_head - 1);
+    assert_eq!(app.screen.layer, r.cfg.n_layer - 1);
+    assert_eq!(app.screen.head, r.cfg.n_head - 1);
     assert!(app.status.contains("layer 29"), "{}", app.status);
 }

@@ -16,7 +16,7 @@ use inferlab::lesson::tutor::Tutor;
 use inferlab::ui::app::{Action, App, Pane};
 use inferlab::ui::draw;
 use inferlab::ui::theme::{ColorMode, Theme};
-use inferlab::worker::{self, Command, EngineConfig, Event};
+use inferlab::worker::{self, Command, Event, WorkerConfig};
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 use std::sync::mpsc::{Receiver, Sender};
@@ -44,7 +44,7 @@ struct Learner {
 
 impl Learner {
     fn start() -> Self {
-        let cfg = EngineConfig {
+        let cfg = WorkerConfig {
             model: Some(common::real_model()),
             load: Default::default(),
             run: Default::default(),
@@ -65,8 +65,8 @@ impl Learner {
             reports: Vec::new(),
         };
         let t0 = Instant::now();
-        while !l.app.engine.ready {
-            assert!(l.app.engine.fatal.is_none(), "{:?}", l.app.engine.fatal);
+        while !l.app.worker.ready {
+            assert!(l.app.worker.fatal.is_none(), "{:?}", l.app.worker.fatal);
             let e = l.recv(t0);
             l.app.on_event(e);
         }
@@ -151,8 +151,8 @@ impl Learner {
             .chars()
             .take(24)
             .collect();
-        let pane = match self.app.view.focus {
-            Pane::Attention if self.app.view.looks_at => " what does",
+        let pane = match self.app.screen.focus {
+            Pane::Attention if self.app.screen.looks_at => " what does",
             Pane::Attention => " attention · layer",
             Pane::Heads => " heads · ",
             Pane::Output => " output · ",
@@ -170,7 +170,7 @@ impl Learner {
             Pane::Lens => " logit lens ",
         };
         // The pane's key figure, whole (once an iteration has given it one).
-        let figure: &[&str] = match (self.app.report().is_some(), self.app.view.focus) {
+        let figure: &[&str] = match (self.app.report().is_some(), self.app.screen.focus) {
             (false, _) => &[],
             (_, Pane::Heads) => &["q8"],
             (_, Pane::Output) => &["(greedy)", "drawn %"],
@@ -223,7 +223,7 @@ impl Learner {
     fn missing_shows(&mut self, at: &str) -> Vec<String> {
         let shows = self.tutor().step().unwrap().shows.clone();
         let screens = self.screens();
-        let focus = self.app.view.focus;
+        let focus = self.app.screen.focus;
         let mut missing = Vec::new();
         for (t, screen) in [&self.small, &self.middle, &self.large]
             .iter()
@@ -691,7 +691,7 @@ fn side_by_side_layouts_run_more_requests_under_gqa_in_the_same_kv_bytes() {
     while l.app.settings.serving.compare != Compare::Layout {
         l.press(Action::CycleCompare);
     }
-    let running = |v: &inferlab::report::ServeView| v.step.running();
+    let running = |v: &inferlab::report::ServeReport| v.step.running();
     let (mut gqa, mut mha) = (0, 0);
     for _ in 0..40 {
         l.space();
@@ -699,7 +699,7 @@ fn side_by_side_layouts_run_more_requests_under_gqa_in_the_same_kv_bytes() {
         let (main, beside) = (r.serve.as_ref().unwrap(), r.serve_compare.as_ref().unwrap());
         assert_eq!((main.layout, beside.layout), (None, Some(HeadLayout::Mha)));
         // The same bytes: a third of the tokens at three times the bytes each.
-        let bytes = |v: &inferlab::report::ServeView| {
+        let bytes = |v: &inferlab::report::ServeReport| {
             v.step.memory.capacity_tokens * v.step.memory.bytes_per_token
         };
         let page = main.page_size * beside.step.memory.bytes_per_token;
@@ -827,7 +827,7 @@ fn lesson_eights_side_by_side_shows_paging_within_its_thirty_iterations() {
     let cmds = l.app.open_lesson(Tutor::new(lessons, li, progress, true));
     l.send(cmds);
     assert!(l.app.settings.serving.burst, "the lesson sets a burst");
-    let running = |v: &inferlab::report::ServeView| v.step.running();
+    let running = |v: &inferlab::report::ServeReport| v.step.running();
     let (mut paged, mut contiguous) = (0, 0);
     for _ in 0..30 {
         l.space();

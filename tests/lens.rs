@@ -107,7 +107,7 @@ fn the_lens_pane_and_picture_show_each_layers_guess() {
     ];
     a.on_event(inferlab::worker::Event::Report(Box::new(r)));
     a.update(Action::ToggleLens);
-    assert!(a.view.shows(Pane::Lens) && a.view.focus == Pane::Lens);
+    assert!(a.screen.shows(Pane::Lens) && a.screen.focus == Pane::Lens);
     let mut term = ratatui::Terminal::new(ratatui::backend::TestBackend::new(200, 60)).unwrap();
     let theme = inferlab::ui::theme::Theme {
         mode: inferlab::ui::theme::ColorMode::None,
@@ -133,7 +133,7 @@ fn the_lens_pane_and_picture_show_each_layers_guess() {
     // o again gives the heatmap back, and the engine stops the lens: what the screen
     // watches goes out with the settings (the event loop sends it every frame it changes).
     a.update(Action::ToggleLens);
-    assert!(!a.view.shows(Pane::Lens) && a.view.focus == Pane::Attention);
+    assert!(!a.screen.shows(Pane::Lens) && a.screen.focus == Pane::Attention);
     a.watch_command();
     assert!(!a.settings.watch.lens);
 }

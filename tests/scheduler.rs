@@ -193,7 +193,7 @@ fn a_contiguous_cache_strands_free_slots_in_gaps_too_short_for_the_next_request(
     while !s.done() {
         let (plan, done) = iterate(&mut s);
         s.check_memory().unwrap();
-        let step = inferlab::serve::view::step(&s, &plan, &done, 1, 0.0, Default::default());
+        let step = inferlab::serve::snapshot::step(&s, &plan, &done, 1, 0.0, Default::default());
         let free: usize = step.gaps.iter().map(|g| g.1).sum();
         assert_eq!(free, s.free_capacity(), "the gaps are the free slots");
         if s.queue() == vec![3] && s.running() == [1] && free >= 24 {

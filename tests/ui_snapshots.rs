@@ -99,17 +99,17 @@ fn head_selection_moves_the_heatmap() {
     let mut a = app();
     a.update(Action::HeadRight);
     a.update(Action::LayerDown);
-    assert_eq!((a.view.head, a.view.layer), (1, 1));
+    assert_eq!((a.screen.head, a.screen.layer), (1, 1));
     a.update(Action::HeadLeft);
     a.update(Action::HeadLeft);
-    assert_eq!(a.view.head, 2, "wraps around");
+    assert_eq!(a.screen.head, 2, "wraps around");
     // Scrolling moves the heatmap window back and stops at the first position.
     a.update(Action::ScrollBack);
-    assert_eq!(a.view.scroll, 8);
+    assert_eq!(a.screen.scroll, 8);
     a.update(Action::ScrollBack);
-    assert_eq!(a.view.scroll, 9);
+    assert_eq!(a.screen.scroll, 9);
     a.update(Action::ScrollForward);
-    assert_eq!(a.view.scroll, 1);
+    assert_eq!(a.screen.scroll, 1);
     // The history holds every query row for every layer.
     assert_eq!(a.frames.shown().history[1].weights.len(), 10);
     assert_eq!(a.frames.shown().history[1].weights[9][0].len(), 10);
@@ -254,7 +254,7 @@ fn a_lesson_step_sets_the_app_and_notices_the_task() {
     let mut a = tutor_app(4);
     // Step 1 of the heads lesson asks for GQA and sends its prompt.
     assert_eq!(a.settings.run.layout, HeadLayout::Gqa);
-    assert_eq!(a.view.focus, inferlab::ui::app::Pane::Heads);
+    assert_eq!(a.screen.focus, inferlab::ui::app::Pane::Heads);
     // n: step 2, whose task is "switch to MHA".
     assert!(a.update(Action::NextStep).is_empty());
     assert_eq!(a.tutor.as_ref().unwrap().step, 1);
@@ -375,8 +375,8 @@ fn a_prediction_runs_the_next_step_and_is_graded_by_what_the_model_did() {
         a.update(Action::NextStep);
     }
     // The lesson's prompt has been prefilled: the fixture's report stands for it.
-    assert!(a.engine.prompt_queued);
-    a.engine.prompt_queued = false;
+    assert!(a.worker.prompt_queued);
+    a.worker.prompt_queued = false;
     // Choice 1 is position 0, the first token.
     let live =
         inferlab::lesson::predict::live_choices(&a.live(), inferlab::lesson::Predict::TopAttended)
@@ -436,8 +436,8 @@ fn a_wrong_prediction_asks_about_the_next_iteration_instead_of_a_retry() {
         a.update(Action::NextStep);
     }
     // The lesson's prompt has been prefilled: the fixture's report stands for it.
-    assert!(a.engine.prompt_queued);
-    a.engine.prompt_queued = false;
+    assert!(a.worker.prompt_queued);
+    a.worker.prompt_queued = false;
     // Choice 2 is position 1; the model will look at position 0.
     a.update(Action::Answer(2));
     a.on_event(Event::Report(Box::new(
@@ -664,7 +664,7 @@ fn a_recording_round_trips_and_bad_ones_are_refused_by_name() {
 fn looks_at_view_ranks_what_the_newest_token_attends_to() {
     let mut a = app();
     a.update(Action::ToggleLooksAt);
-    assert!(a.view.looks_at);
+    assert!(a.screen.looks_at);
     let draw = |a: &App| {
         let mut term = Terminal::new(TestBackend::new(96, 22)).unwrap();
         term.draw(|f| draw::draw(a, &THEME, f.area(), f.buffer_mut()))
@@ -751,26 +751,26 @@ fn the_sink_experiment_takes_the_serving_columns_and_outlives_the_request() {
     assert!(s.contains("  pages █××█▄"), "{s}");
     // A replay of that session shows the pane without the key.
     let mut replay = app();
-    replay.engine.replaying = true;
+    replay.worker.replaying = true;
     replay.on_event(Event::Report(Box::new(r.clone())));
     assert!(replay.shows_sink() && !replay.settings.sink);
     assert!(replay.update(Action::ToggleSink).is_empty() && !replay.settings.sink);
     // The request has finished, but the experiment has text left: steps go on.
     assert!(matches!(a.request_step(), Some(Command::Step)));
-    a.engine.in_flight = false;
+    a.worker.in_flight = false;
     a.update(Action::ToggleSink);
     // Without it the step still goes to the engine, which runs the serving workload or
     // says that nothing is left; only that answer stops a run.
-    a.engine.running = true;
+    a.worker.running = true;
     assert!(matches!(a.request_step(), Some(Command::Step)));
     a.on_event(Event::Idle("nothing left".into()));
-    assert!(!a.engine.running && !a.engine.in_flight && a.status == "nothing left");
+    assert!(!a.worker.running && !a.worker.in_flight && a.status == "nothing left");
 }
 
 #[test]
 fn a_replay_ignores_settings_keys_and_keeps_what_was_recorded() {
     let mut a = app();
-    a.engine.replaying = true;
+    a.worker.replaying = true;
     let before = a.settings;
     let rows = a.frames.shown().history[0].weights.len();
     for act in [
@@ -1026,7 +1026,7 @@ fn the_lesson_pane_draws_a_tutor_and_what_the_app_says_of_it() {
     // Lesson 1, step 1 has a task; the live side says whether it holds.
     let t = inferlab::lesson::tutor::Tutor::new(shipped_lessons(), 0, Default::default(), false);
     for (done, mark) in [(false, "[ ] Task"), (true, "[x] Task")] {
-        let live = panes::lesson::Live {
+        let live = panes::lesson::StepNow {
             task_done: done,
             choices: Vec::new(),
             figures: Vec::new(),
@@ -1053,7 +1053,7 @@ fn the_lesson_pane_draws_a_tutor_and_what_the_app_says_of_it() {
 #[test]
 fn the_traffic_pane_at_80x24_and_200x60() {
     let a = common::fixture::traffic_app();
-    assert!(a.view.shows(Pane::Traffic));
+    assert!(a.screen.shows(Pane::Traffic));
     for (w, h) in [(80, 24), (200, 60)] {
         let b = render_app(&a, w, h);
         let text = format!("{b}");
@@ -1083,7 +1083,7 @@ fn the_traffic_pane_at_80x24_and_200x60() {
     // t again gives the forward pane back; tab walks through both.
     let mut a = a;
     a.update(Action::ToggleTraffic);
-    assert!(!a.view.shows(Pane::Traffic));
+    assert!(!a.screen.shows(Pane::Traffic));
     assert!(format!("{}", render_app(&a, 200, 60)).contains("forward pass"));
 }
 
@@ -1251,7 +1251,7 @@ fn the_main_screen_a_zoomed_pane_and_a_lesson_layout_at_80x24_and_200x60() {
     // A click on a summary line focuses that pane; a second click on its title (the
     // event loop's double click) gives the grid back.
     let screen = ratatui::layout::Rect::new(0, 0, 200, 60);
-    let f = inferlab::ui::draw::focused_areas(screen, a.view.focus, false, false);
+    let f = inferlab::ui::draw::focused_areas(screen, a.screen.focus, false, false);
     let (pane, row) = f.summaries[0];
     let click = MouseEvent {
         kind: MouseEventKind::Down(MouseButton::Left),
@@ -1262,10 +1262,10 @@ fn the_main_screen_a_zoomed_pane_and_a_lesson_layout_at_80x24_and_200x60() {
     let act = inferlab::ui::draw::mouse_action(click, screen, &a).unwrap();
     assert_eq!(act, Action::Set(inferlab::ui::app::Setting::Focus(pane)));
     a.update(act);
-    assert!(a.view.zoomed && a.view.focus == pane);
+    assert!(a.screen.zoomed && a.screen.focus == pane);
     a.update(Action::ZoomPane(pane));
     assert!(
-        !a.view.zoomed,
+        !a.screen.zoomed,
         "zooming the zoomed pane gives the grid back"
     );
     // A lesson gives its step's pane the room: at 80×24 the text above one full-width
@@ -1277,7 +1277,7 @@ fn the_main_screen_a_zoomed_pane_and_a_lesson_layout_at_80x24_and_200x60() {
         Default::default(),
         false,
     ));
-    assert!(a.view.zoomed && a.view.focus == inferlab::ui::app::Pane::Traffic);
+    assert!(a.screen.zoomed && a.screen.focus == inferlab::ui::app::Pane::Traffic);
     for (w, h) in [(80, 24), (200, 60)] {
         let b = render_app(&a, w, h);
         let text = format!("{b}");
@@ -1318,10 +1318,10 @@ fn the_serving_pane_shows_a_requests_block_table_and_marks_its_pages() {
     // u walks through the requests that hold pages; the pane names the chosen one.
     let first = sv.step.block_tables[0].0;
     a.update(Action::NextRequest);
-    assert_eq!(a.view.selected_req, Some(first));
+    assert_eq!(a.screen.selected_req, Some(first));
     a.update(Action::NextRequest);
     let second = sv.step.block_tables.get(1).map_or(first, |t| t.0);
-    assert_eq!(a.view.selected_req, Some(second));
+    assert_eq!(a.screen.selected_req, Some(second));
     let mut term = Terminal::new(TestBackend::new(120, 24)).unwrap();
     term.draw(|f| panes::serving::render(&a, &THEME, f.area(), f.buffer_mut()))
         .unwrap();
@@ -1380,7 +1380,7 @@ fn a_lesson_opened_at_a_later_step_sets_what_walking_there_would_have() {
     open_at(&mut a, "continuous-batching", 3);
     // Step 4 names only compare=one_at_a_time; step 1 put the serving pane in front.
     assert_eq!(a.tutor.as_ref().unwrap().step, 3);
-    assert_eq!(a.view.focus, inferlab::ui::app::Pane::Serving);
+    assert_eq!(a.screen.focus, inferlab::ui::app::Pane::Serving);
     assert_eq!(
         a.settings.serving.compare,
         inferlab::ui::app::Compare::OneAtATime
@@ -1425,7 +1425,7 @@ fn space_pressed_while_an_iteration_runs_is_kept_and_a_restart_drops_the_old_run
     assert!(matches!(a.update(Action::Step).as_slice(), [Command::Step]));
     assert!(a.update(Action::Step).is_empty() && a.update(Action::Step).is_empty());
     assert_eq!(
-        a.engine.steps_queued, 2,
+        a.worker.steps_queued, 2,
         "two presses wait for the running iteration"
     );
     // c restarts the serving run: the old run's pages are not drawn under the new title;
@@ -1449,7 +1449,7 @@ fn space_pressed_while_an_iteration_runs_is_kept_and_a_restart_drops_the_old_run
         "the report itself is what ran"
     );
     a.on_event(Event::Idle("nothing left".into()));
-    assert_eq!(a.engine.steps_queued, 0);
+    assert_eq!(a.worker.steps_queued, 0);
 }
 
 #[test]
@@ -1537,16 +1537,16 @@ fn the_glossary_scrolls_where_it_does_not_fit_and_every_line_fits_80_columns() {
         assert!(s.contains(word), "{word} missing: {s}");
     }
     assert!(!s.contains('…'), "a glossary line was cut: {s}");
-    assert!(a.view.glossary);
+    assert!(a.screen.glossary);
     a.update(Action::Step);
-    assert!(!a.view.glossary, "any other key closes it");
+    assert!(!a.screen.glossary, "any other key closes it");
 }
 
 #[test]
 fn a_prediction_answered_during_an_iteration_is_graded_by_one_that_shows_its_setting() {
     use inferlab::worker::Command;
     let mut a = lesson_app("?predict top_after_temperature: What will the top token get?");
-    a.engine.in_flight = true;
+    a.worker.in_flight = true;
     let cmds = a.update(Action::Answer(3));
     assert!(
         cmds.iter()
@@ -1554,7 +1554,7 @@ fn a_prediction_answered_during_an_iteration_is_graded_by_one_that_shows_its_set
         "{cmds:?}"
     );
     assert_eq!(
-        a.engine.steps_queued, 1,
+        a.worker.steps_queued, 1,
         "the answer's step waits behind the running one"
     );
     // The running iteration's report was computed greedy: it grades nothing.
@@ -1611,7 +1611,7 @@ fn after_c_the_serving_title_names_what_its_body_draws_until_the_new_run_reports
 fn the_header_names_the_settings_the_report_on_screen_ran_under() {
     use inferlab::model::HeadLayout;
     let mut a = app();
-    a.engine.replaying = true;
+    a.worker.replaying = true;
     let mut r = common::fixture::report();
     // A report computed under MHA with sampling and no cache, as a replay shows it while
     // the app's own settings are the defaults.
@@ -1638,13 +1638,13 @@ fn the_header_names_the_settings_the_report_on_screen_ran_under() {
 fn w_with_the_lens_shown_brings_the_attention_pane_back() {
     let mut a = app();
     a.update(Action::ToggleLens);
-    assert!(a.view.shows(Pane::Lens));
+    assert!(a.screen.shows(Pane::Lens));
     a.update(Action::ToggleLooksAt);
     assert!(
-        a.view.looks_at && !a.view.shows(Pane::Lens),
+        a.screen.looks_at && !a.screen.shows(Pane::Lens),
         "w changed something visible"
     );
-    assert_eq!(a.view.focus, inferlab::ui::app::Pane::Attention);
+    assert_eq!(a.screen.focus, inferlab::ui::app::Pane::Attention);
 }
 
 #[test]
@@ -1681,7 +1681,7 @@ fn the_comparison_title_names_the_run_its_body_draws() {
     );
     assert!(s.contains("starts at the next"), "{s}");
     // In a replay (or history) the report's own run is what is shown.
-    a.engine.replaying = true;
+    a.worker.replaying = true;
     let s = draw(&a);
     assert!(s.contains("one at a time"), "{s}");
 }
@@ -1918,9 +1918,9 @@ fn z_in_a_lesson_gives_the_pane_the_body_then_the_grid_then_the_text() {
     let pane = |a: &App| {
         draw::focused_areas(
             ratatui::layout::Rect::new(0, 0, 80, 24),
-            a.view.focus,
+            a.screen.focus,
             true,
-            a.view.pane_full,
+            a.screen.pane_full,
         )
         .pane
         .height
@@ -1935,9 +1935,9 @@ fn z_in_a_lesson_gives_the_pane_the_body_then_the_grid_then_the_text() {
     assert!(!full.contains("n next · p back"), "{full}");
     assert!(pane(&a) >= before + 8, "{} vs {before}", pane(&a));
     a.update(Action::ToggleZoom);
-    assert!(!a.view.zoomed, "the grid");
+    assert!(!a.screen.zoomed, "the grid");
     a.update(Action::ToggleZoom);
-    assert!(a.view.zoomed && !a.view.pane_full);
+    assert!(a.screen.zoomed && !a.screen.pane_full);
     assert!(screen_text(&a, 80, 24).contains("n next · p back"));
 }
 
@@ -1957,17 +1957,17 @@ fn the_run_beside_names_its_layout_before_its_first_iteration() {
 #[test]
 fn tab_and_shift_tab_move_the_focus_both_ways() {
     let mut a = common::fixture::app();
-    let start = a.view.focus;
+    let start = a.screen.focus;
     a.update(Action::FocusNext);
-    assert_ne!(a.view.focus, start);
+    assert_ne!(a.screen.focus, start);
     a.update(Action::FocusPrev);
-    assert_eq!(a.view.focus, start);
+    assert_eq!(a.screen.focus, start);
     // Back from the first pane is the last.
     a.update(Action::Set(inferlab::lesson::live::Setting::Focus(
         inferlab::screen::Pane::ALL[0],
     )));
     a.update(Action::FocusPrev);
-    assert_eq!(a.view.focus, *inferlab::screen::Pane::ALL.last().unwrap());
+    assert_eq!(a.screen.focus, *inferlab::screen::Pane::ALL.last().unwrap());
 }
 
 /// Lesson 5 asks the learner to predict MHA's bytes per token in its second step: until
@@ -1975,7 +1975,7 @@ fn tab_and_shift_tab_move_the_focus_both_ways() {
 #[test]
 fn the_heads_pane_keeps_mhas_bytes_back_until_the_lesson_has_asked_for_them() {
     let mut a = tutor_app(4);
-    a.view.focus_on(Pane::Heads);
+    a.screen.focus_on(Pane::Heads);
     let heads = |a: &App| {
         let mut t = Terminal::new(TestBackend::new(60, 20)).unwrap();
         t.draw(|f| panes::heads::render(a, &THEME, f.area(), f.buffer_mut()))

@@ -58,7 +58,7 @@ pub fn run(model: &Model, steps: usize, frames: usize) -> Result<RenderReport> {
     let mut times = Vec::with_capacity(frames);
     for i in 0..frames {
         // Alternate layers so every frame does the full work of a changed picture.
-        app.view.layer = i % model.cfg.n_layer;
+        app.screen.layer = i % model.cfg.n_layer;
         let t = Instant::now();
         term.draw(|f| draw::draw(&app, &theme, f.area(), f.buffer_mut()))?;
         times.push(t.elapsed().as_secs_f64() * 1e3);

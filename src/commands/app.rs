@@ -2,7 +2,7 @@
 
 use super::AppArgs;
 use anyhow::{Context, Result};
-use inferlab::worker::EngineConfig;
+use inferlab::worker::WorkerConfig;
 
 /// Opens the app on its first prompt.
 pub fn run(app: &AppArgs, record: Option<inferlab::ui::Record>) -> Result<()> {
@@ -18,7 +18,7 @@ pub fn run_with(
     if let Some(r) = &record {
         check_writable(r)?;
     }
-    let cfg = EngineConfig {
+    let cfg = WorkerConfig {
         model: app.model.source.model.clone(),
         load: app.model.load_options()?,
         run: app.model.run_options()?,

@@ -190,8 +190,8 @@ fn replay_to(a: &Args, lines: &mut Lines) -> Result<(App, usize)> {
     }
     let want = a.step.unwrap_or(seen.last);
     check_choice(a, &seen, &cfg, want)?;
-    app.view.layer = a.layer;
-    app.view.head = a.head;
-    app.view.show_scores = a.scores;
+    app.screen.layer = a.layer;
+    app.screen.head = a.head;
+    app.screen.show_scores = a.scores;
     Ok((app, want))
 }

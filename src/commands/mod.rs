@@ -15,7 +15,7 @@ use candle_core::Device;
 use indicatif::{ProgressBar, ProgressStyle};
 use inferlab::kv::KvElem;
 use inferlab::model::flash::Tiles;
-use inferlab::model::source::{self, Origin, Progress};
+use inferlab::model::source::{self, FetchProgress, Origin};
 use inferlab::model::{AttnKernel, AttnRoute, HeadLayout, LoadOptions, Model, Requant, RunOptions};
 use std::path::{Path, PathBuf};
 
@@ -219,16 +219,16 @@ impl SamplingArgs {
 }
 
 /// A progress reporter drawing on stderr with indicatif (hidden when stderr is not a terminal).
-pub fn progress_printer() -> impl FnMut(Progress) {
+pub fn progress_printer() -> impl FnMut(FetchProgress) {
     let mut bar: Option<ProgressBar> = None;
     move |p| match p {
-        Progress::Stage(s) => {
+        FetchProgress::Stage(s) => {
             if let Some(b) = bar.take() {
                 b.finish_and_clear();
             }
             eprintln!("inferlab: {}", inferlab::files::printable_text(&s));
         }
-        Progress::Bytes { done, total } => {
+        FetchProgress::Bytes { done, total } => {
             let b = bar.get_or_insert_with(|| {
                 let b = ProgressBar::new(total);
                 b.set_style(

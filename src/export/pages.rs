@@ -3,7 +3,7 @@
 
 use super::svg::{hex, Svg};
 use super::ExportError;
-use crate::report::ServeView;
+use crate::report::ServeReport;
 use crate::serve::CacheKind;
 use crate::views::pages::{self, Cell, Grid};
 use crate::views::palette::request_rgb;
@@ -12,7 +12,7 @@ const COLS: usize = 16;
 const CELL: f32 = 34.0;
 
 /// The page grid of a serving iteration.
-pub fn render(sv: &ServeView) -> Result<String, ExportError> {
+pub fn render(sv: &ServeReport) -> Result<String, ExportError> {
     let s = &sv.step;
     let g = Grid::of(sv);
     let (ps, cells) = (g.page_size, &g.cells);
@@ -39,7 +39,7 @@ pub fn render(sv: &ServeView) -> Result<String, ExportError> {
 }
 
 /// The title and the two lines under it: what the memory holds, and how to read a cell.
-fn heading(svg: &mut Svg, sv: &ServeView, left: f32, ps: usize) {
+fn heading(svg: &mut Svg, sv: &ServeReport, left: f32, ps: usize) {
     let (s, m) = (&sv.step, &sv.step.memory);
     let kind = match sv.cache {
         CacheKind::Paged => "paged",
@@ -71,7 +71,7 @@ fn heading(svg: &mut Svg, sv: &ServeView, left: f32, ps: usize) {
 /// Under the grid, from `ly` down: the legend, which request each colour is, each
 /// request's block table, and a note: a contiguous cache's gaps (external fragmentation
 /// when the next request waits) or a paged cache's copies on write.
-fn footer(svg: &mut Svg, sv: &ServeView, g: &Grid, left: f32, ly: f32) {
+fn footer(svg: &mut Svg, sv: &ServeReport, g: &Grid, left: f32, ly: f32) {
     let legend: [(&str, &str, &str); 4] = [
         ("#56b4e9", "", "slots holding tokens"),
         ("#d5ecf9", "", "allocated or reserved, empty"),

@@ -95,7 +95,7 @@ fn arrivals_per_s(app: &Sources, r: &StepReport) -> Option<String> {
 /// The serving batch's weight megabytes per token, once a batch of decodes has run: with
 /// one token the batch's share is the whole read, and an iteration with prompt rows is a
 /// prefill's figure, not the decode batch's the lessons quote.
-fn batch_weight_mb(s: &crate::report::ServeView) -> Option<String> {
+fn batch_weight_mb(s: &crate::report::ServeReport) -> Option<String> {
     let n = s.step.tokens_scheduled;
     (n > 1 && n <= s.step.active.len())
         .then(|| format!("{:.1}", s.step.traffic.weight_bytes as f64 / 1e6 / n as f64))
@@ -111,7 +111,7 @@ fn machine_figure(m: &crate::machine::Machine, name: &str) -> String {
 }
 
 /// A serving run's p99 time to first token so far, once a request has had its first.
-fn ttft_p99(s: Option<&crate::report::ServeView>) -> Option<String> {
+fn ttft_p99(s: Option<&crate::report::ServeReport>) -> Option<String> {
     let p99 = s?.latency.ttft_ms_p99;
     (p99 > 0.0).then(|| format!("{p99:.0}"))
 }

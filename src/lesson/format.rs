@@ -50,7 +50,7 @@ pub struct Step {
     pub questions: Vec<Question>,
 }
 
-pub use super::keys::{Kernel, StepSettings, Values, DEFAULT_HEADS, DEFAULT_LAYERS};
+pub use super::keys::{AttnKind, StepSettings, Values, DEFAULT_HEADS, DEFAULT_LAYERS};
 
 pub use crate::settings::Compare;
 

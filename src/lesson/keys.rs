@@ -14,7 +14,7 @@ use strum::VariantArray;
 /// Attention kernels by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, strum::VariantArray, strum::IntoStaticStr)]
 #[strum(serialize_all = "snake_case")]
-pub enum Kernel {
+pub enum AttnKind {
     Naive,
     Tiled,
 }
@@ -36,7 +36,7 @@ pub const DEFAULT_HEADS: usize = 9;
 #[derive(Debug, Clone)]
 pub struct Asked {
     pub settings: Settings,
-    pub view: Vec<Setting>,
+    pub screen: Vec<Setting>,
 }
 
 /// The values a key takes.
@@ -125,19 +125,19 @@ fn values_now(app: &LiveState) -> Values {
 }
 
 /// The kernel as lessons name it.
-fn kernel_now(app: &LiveState) -> Kernel {
+fn kernel_now(app: &LiveState) -> AttnKind {
     match app.settings.run.kernel {
-        AttnKernel::Naive => Kernel::Naive,
-        AttnKernel::Tiled { .. } => Kernel::Tiled,
+        AttnKernel::Naive => AttnKind::Naive,
+        AttnKernel::Tiled { .. } => AttnKind::Tiled,
     }
 }
 
 /// Naive, or tiled keeping the tile the app runs (a lesson does not pick a tile size).
-fn kernel_to(now: AttnKernel, k: Kernel) -> AttnKernel {
+fn kernel_to(now: AttnKernel, k: AttnKind) -> AttnKernel {
     match (k, now) {
-        (Kernel::Naive, _) => AttnKernel::Naive,
-        (Kernel::Tiled, tiled @ AttnKernel::Tiled { .. }) => tiled,
-        (Kernel::Tiled, naive) => crate::settings::other_kernel(naive),
+        (AttnKind::Naive, _) => AttnKernel::Naive,
+        (AttnKind::Tiled, tiled @ AttnKernel::Tiled { .. }) => tiled,
+        (AttnKind::Tiled, naive) => crate::settings::other_kernel(naive),
     }
 }
 
@@ -158,7 +158,7 @@ pub const KEYS: [Key; 18] = [
         name: "focus",
         what: "pane",
         takes: Takes::Words(words::<crate::screen::Pane>),
-        set: |a, v| a.view.push(Setting::Focus(nth(v))),
+        set: |a, v| a.screen.push(Setting::Focus(nth(v))),
         live: Some(|app| index_of(app.focus)),
     },
     Key {
@@ -185,7 +185,7 @@ pub const KEYS: [Key; 18] = [
     Key {
         name: "attention",
         what: "attention kernel",
-        takes: Takes::Words(words::<Kernel>),
+        takes: Takes::Words(words::<AttnKind>),
         set: |a, v| a.settings.run.kernel = kernel_to(a.settings.run.kernel, nth(v)),
         live: Some(|app| index_of(kernel_now(app))),
     },
@@ -201,7 +201,7 @@ pub const KEYS: [Key; 18] = [
         what: "heatmap values",
         takes: Takes::Words(words::<Values>),
         set: |a, v| {
-            a.view
+            a.screen
                 .push(Setting::Values(nth::<Values>(v) == Values::Scores))
         },
         live: Some(|app| index_of(values_now(app))),
@@ -210,14 +210,14 @@ pub const KEYS: [Key; 18] = [
         name: "layer",
         what: "layer",
         takes: Takes::Below(DEFAULT_LAYERS),
-        set: |a, v| a.view.push(Setting::Layer(v)),
+        set: |a, v| a.screen.push(Setting::Layer(v)),
         live: Some(|app| app.layer),
     },
     Key {
         name: "head",
         what: "head",
         takes: Takes::Below(DEFAULT_HEADS),
-        set: |a, v| a.view.push(Setting::Head(v)),
+        set: |a, v| a.screen.push(Setting::Head(v)),
         live: Some(|app| app.head),
     },
     Key {
@@ -238,7 +238,7 @@ pub const KEYS: [Key; 18] = [
         name: "view",
         what: "view",
         takes: Takes::Words(|| vec!["grid".into(), "focus".into()]),
-        set: |a, v| a.view.push(Setting::Zoom(v == 1)),
+        set: |a, v| a.screen.push(Setting::Zoom(v == 1)),
         live: None,
     },
     Key {
@@ -323,7 +323,7 @@ impl StepSettings {
     pub fn apply(&self, now: Settings) -> Asked {
         let mut asked = Asked {
             settings: now,
-            view: Vec::new(),
+            screen: Vec::new(),
         };
         for &(k, v) in &self.0 {
             (KEYS[k].set)(&mut asked, v);

@@ -6,7 +6,7 @@ use super::live::LiveState;
 use crate::lesson::Predict;
 use crate::model::traffic::Traffic;
 use crate::model::{AttnKernel, HeadLayout};
-use crate::report::{ServeView, StepReport};
+use crate::report::{ServeReport, StepReport};
 use crate::serve::CacheKind;
 use crate::settings::Settings;
 
@@ -325,7 +325,7 @@ fn top_attended_choices(r: &StepReport) -> Option<LiveChoices> {
 }
 
 /// The pages the first active request holds now, one or two more, another number.
-fn pages_choices(sv: &ServeView) -> Option<LiveChoices> {
+fn pages_choices(sv: &ServeReport) -> Option<LiveChoices> {
     let a = sv.step.active.first()?;
     let held = pages_of(sv, a.id) as u64;
     let labels = vec![
@@ -343,7 +343,7 @@ fn pages_choices(sv: &ServeView) -> Option<LiveChoices> {
 
 /// The first three waiting requests, a request not among them (a new arrival admitted at
 /// once, or one further back), or none. Asked only while a request can still join.
-fn join_choices(sv: &ServeView) -> Option<LiveChoices> {
+fn join_choices(sv: &ServeReport) -> Option<LiveChoices> {
     // With nobody waiting the answer would be a guess at the next random arrival: the
     // question waits until the queue holds someone.
     if sv.done || sv.step.queue.is_empty() {
@@ -431,7 +431,7 @@ fn util_choices(r: &StepReport) -> Option<LiveChoices> {
 }
 
 /// Pages request `id` holds in a serving view (shared pages count for each holder).
-pub fn pages_of(sv: &ServeView, id: u64) -> usize {
+pub fn pages_of(sv: &ServeReport, id: u64) -> usize {
     sv.step
         .pages
         .iter()
@@ -502,7 +502,7 @@ fn outcome_of(
     app: &LiveState,
     new: &StepReport,
 ) -> Option<(bool, String)> {
-    let serve = |msg: &str, f: &dyn Fn(&ServeView) -> (bool, String)| {
+    let serve = |msg: &str, f: &dyn Fn(&ServeReport) -> (bool, String)| {
         new.serve
             .as_ref()
             .map_or_else(|| (false, msg.to_string()), f)
@@ -606,7 +606,7 @@ fn top_attended_outcome(
 }
 
 /// The pages the request holds after the iteration.
-fn pages_outcome(p: &Pending, live: &LiveChoices, chosen: u64, sv: &ServeView) -> (bool, String) {
+fn pages_outcome(p: &Pending, live: &LiveChoices, chosen: u64, sv: &ServeReport) -> (bool, String) {
     let n = pages_of(sv, p.subject);
     let active = sv.step.active.iter().any(|a| a.id == p.subject);
     // The tokens its pages hold, as its block table shows them: the token it just drew
@@ -626,7 +626,7 @@ fn pages_outcome(p: &Pending, live: &LiveChoices, chosen: u64, sv: &ServeView) -
 }
 
 /// The requests that joined the active set in the iteration.
-fn join_outcome(p: &Pending, live: &LiveChoices, chosen: u64, sv: &ServeView) -> (bool, String) {
+fn join_outcome(p: &Pending, live: &LiveChoices, chosen: u64, sv: &ServeReport) -> (bool, String) {
     let joined: Vec<u64> = sv
         .step
         .active
@@ -732,7 +732,7 @@ fn lens_outcome(p: &Pending, chosen: u64, new: &StepReport) -> (bool, String) {
 }
 
 /// The contiguous cache's utilization after an iteration, against the paged cache's.
-fn util_outcome(p: &Pending, chosen: u64, sv: &ServeView) -> (bool, String) {
+fn util_outcome(p: &Pending, chosen: u64, sv: &ServeReport) -> (bool, String) {
     let now = sv.step.memory.utilization_pct().unwrap_or(0.0);
     let was = p.subject as f64;
     let side = if now > was { 0 } else { 2 };
@@ -811,7 +811,7 @@ fn top_after_t_outcome(chosen: u64, new: &StepReport) -> (bool, String) {
 }
 
 /// A member of a static batch running on as padding; `None` until one does.
-fn padding_outcome(chosen: u64, sv: &ServeView) -> Option<(bool, String)> {
+fn padding_outcome(chosen: u64, sv: &ServeReport) -> Option<(bool, String)> {
     let padding = sv
         .step
         .active
@@ -832,7 +832,7 @@ fn padding_outcome(chosen: u64, sv: &ServeView) -> Option<(bool, String)> {
 
 /// The serving runs of a report when they are static and continuous batching side by
 /// side, static first.
-fn static_and_continuous(r: &StepReport) -> Option<(&ServeView, &ServeView)> {
+fn static_and_continuous(r: &StepReport) -> Option<(&ServeReport, &ServeReport)> {
     use crate::serve::Policy::{Continuous, Static};
     Some((r.serving_run(Static)?, r.serving_run(Continuous)?))
 }

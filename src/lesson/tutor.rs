@@ -183,7 +183,7 @@ impl Tutor {
 #[derive(Debug, Default, PartialEq)]
 pub struct Reply {
     /// What the screen shows: focus, zoom, values, layer, head.
-    pub view: Vec<Setting>,
+    pub screen: Vec<Setting>,
     /// What the worker runs under, when the step or the answer changes it.
     pub settings: Option<Settings>,
     pub prompt: Option<String>,
@@ -274,13 +274,13 @@ fn settings_of(app: &LiveState, s: &Step) -> Reply {
             (r.cfg.n_layer, r.cfg.n_head)
         });
     // A lesson names layers and heads of the default model; a smaller one gets its last.
-    let view = asked.view.into_iter().map(|v| match v {
+    let view = asked.screen.into_iter().map(|v| match v {
         Setting::Layer(l) => Setting::Layer(l.min(n_layer - 1)),
         Setting::Head(h) => Setting::Head(h.min(n_head - 1)),
         other => other,
     });
     Reply {
-        view: view.collect(),
+        screen: view.collect(),
         settings: Some(asked.settings),
         prompt: s.prompt.clone(),
         ..Reply::default()
@@ -500,7 +500,7 @@ mod tests {
             settings: asked.settings,
             ..base()
         };
-        for v in asked.view {
+        for v in asked.screen {
             match v {
                 Setting::Focus(p) => app.focus = p,
                 Setting::Values(scores) => app.show_scores = scores,

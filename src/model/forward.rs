@@ -14,7 +14,7 @@ use super::error::{ModelError, Result};
 use super::flash::IoCount;
 use super::heads::{self, HeadLayout, LayoutError};
 use super::linear::Linear;
-use super::observe::{Observer, Pass, PassCounts, Unobserved, Watch};
+use super::observe::{Observer, Pass, PassCounts, Timed, Unobserved};
 use super::rope::Rope;
 use super::tokenizer::TextTokenizer;
 use super::traffic::Traffic;
@@ -326,7 +326,7 @@ impl Model {
     ) -> Result<Pass> {
         let spans = self.spans(seqs, kv)?;
         let step = self.batched_step(&spans, kv)?;
-        let (mut counts, mut watch) = (PassCounts::default(), Watch::new(obs));
+        let (mut counts, mut watch) = (PassCounts::default(), Timed::new(obs));
         watch.start();
         let mut clock = Lap::start();
         // Embedding: a row lookup per token.
@@ -391,7 +391,7 @@ impl Model {
         x: &Tensor,
         rows: (&[Span], Option<&Step>),
         kv: &mut dyn BatchKv,
-        watch: &mut Watch,
+        watch: &mut Timed,
     ) -> Result<(Tensor, IoCount, Traffic)> {
         let (x, att) = self.attention_block(layer, x, rows, kv, watch)?;
         let x = self.mlp_block(layer, &x, watch)?;
@@ -409,7 +409,7 @@ impl Model {
         x: &Tensor,
         (spans, step): (&[Span], Option<&Step>),
         kv: &mut dyn BatchKv,
-        watch: &mut Watch,
+        watch: &mut Timed,
     ) -> Result<(Tensor, attention::Attended)> {
         let w = &self.weights.layers[layer];
         let h = candle_nn::ops::rms_norm(x, &w.attn_norm, self.cfg.rms_eps as f32)?;
@@ -440,7 +440,7 @@ impl Model {
     }
 
     /// RMSNorm, then SwiGLU: down(silu(gate(h)) · up(h)), added to the residual.
-    fn mlp_block(&self, layer: usize, x: &Tensor, watch: &mut Watch) -> Result<Tensor> {
+    fn mlp_block(&self, layer: usize, x: &Tensor, watch: &mut Timed) -> Result<Tensor> {
         let w = &self.weights.layers[layer];
         let h = candle_nn::ops::rms_norm(x, &w.ffn_norm, self.cfg.rms_eps as f32)?;
         let [gate, up] = Linear::forward_many([&w.w_gate, &w.w_up], &h)?;
@@ -464,7 +464,7 @@ impl Model {
     /// SwiGLU's gate, `silu(gate) · up`: one vectorized pass over host memory on the CPU,
     /// candle's ops on the reference path and on devices. The observer, when it captures
     /// this layer, gets `silu(gate)` on its own.
-    fn swiglu(&self, gate: Tensor, up: &Tensor, watch: &mut Watch) -> Result<Tensor> {
+    fn swiglu(&self, gate: Tensor, up: &Tensor, watch: &mut Timed) -> Result<Tensor> {
         if watch.rows() > 0 {
             watch.see(|o| o.gate(&candle_nn::ops::silu(&gate)?))?;
         }

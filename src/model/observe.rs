@@ -105,14 +105,14 @@ pub struct Pass {
 
 /// The observer as the pass holds it: every hook timed, and the current layer's capture
 /// size remembered.
-pub(crate) struct Watch<'a> {
+pub(crate) struct Timed<'a> {
     obs: &'a mut dyn Observer,
     rows: usize,
     /// Milliseconds spent in hooks (and on looking the pass did for them) so far.
     pub ms: f64,
 }
 
-impl<'a> Watch<'a> {
+impl<'a> Timed<'a> {
     pub fn new(obs: &'a mut dyn Observer) -> Self {
         Self {
             obs,

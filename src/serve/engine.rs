@@ -3,7 +3,7 @@
 
 use super::runner::Runner;
 use super::scheduler::{Request, Scheduler, ServeConfig};
-use super::view::{self, ServeStep};
+use super::snapshot::{self, ServeStep};
 use super::ServeError;
 use crate::kv::pool::ReqId;
 use crate::model::Model;
@@ -58,7 +58,7 @@ impl ServeEngine {
         self.runner.release(&finished);
         let wall_ms = t0.elapsed().as_secs_f64() * 1e3;
         self.clock_s += wall_ms / 1e3;
-        Ok(view::step(
+        Ok(snapshot::step(
             &self.scheduler,
             &plan,
             &finished,

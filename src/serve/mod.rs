@@ -9,7 +9,7 @@ pub mod memory;
 pub mod rate;
 pub mod runner;
 pub mod scheduler;
-pub mod view;
+pub mod snapshot;
 pub mod workload;
 
 pub use engine::ServeEngine;
@@ -32,4 +32,4 @@ pub enum ServeError {
     Invariant(String),
 }
 pub use scheduler::{CacheKind, Policy, ReqPhase, Request, Reserve, ServeConfig};
-pub use view::ServeStep;
+pub use snapshot::ServeStep;

@@ -2,9 +2,9 @@
 //! runs model code — changes that need the model become [`Command`]s for the engine.
 
 use super::effect::{FileWrite, Written};
-use super::engine::EngineState;
 use super::frames::Frames;
-use super::view::View;
+use super::screen_state::ScreenState;
+use super::worker_state::WorkerState;
 use crate::lesson::tutor::{Reply, Tutor};
 use crate::model::sampler::{TEMPERATURES, TOP_PS};
 use crate::model::RunOptions;
@@ -140,8 +140,8 @@ pub const SPEEDS: [f64; 6] = [1.0, 2.0, 5.0, 10.0, 30.0, 0.0];
 pub struct App {
     /// What the user asked for; each report says what the worker ran under.
     pub settings: Settings,
-    pub view: View,
-    pub engine: EngineState,
+    pub screen: ScreenState,
+    pub worker: WorkerState,
     pub frames: Frames,
     pub status: String,
     /// The new prompt being typed.
@@ -161,8 +161,8 @@ impl App {
                 run,
                 ..Settings::default()
             },
-            view: View::default(),
-            engine: EngineState::default(),
+            screen: ScreenState::default(),
+            worker: WorkerState::default(),
             frames: Frames::default(),
             status: "starting".into(),
             input: None,
@@ -191,7 +191,7 @@ impl App {
         crate::lesson::figures::Sources {
             report: self.report(),
             past: self.frames.past(),
-            machine: self.engine.machine.as_ref(),
+            machine: self.worker.machine.as_ref(),
             serving: self.settings.serving,
         }
     }
@@ -201,11 +201,11 @@ impl App {
         LiveState {
             report: self.report(),
             settings: self.settings,
-            layer: self.view.layer,
-            head: self.view.head,
-            focus: self.view.focus,
-            show_scores: self.view.show_scores,
-            prompt_queued: self.engine.prompt_queued,
+            layer: self.screen.layer,
+            head: self.screen.head,
+            focus: self.screen.focus,
+            show_scores: self.screen.show_scores,
+            prompt_queued: self.worker.prompt_queued,
             past: self.frames.past(),
         }
     }
@@ -245,7 +245,7 @@ impl App {
                 return cmds;
             }
         }
-        if self.engine.replaying && needs_model(a) {
+        if self.worker.replaying && needs_model(a) {
             self.status = match a {
                 Action::ToggleSink => "a replay shows the experiment only where it was recorded",
                 _ => "a replay shows what was recorded: settings cannot change (space steps, [ ] scrub)",
@@ -313,7 +313,7 @@ impl App {
     /// scrolls with j k (and J K, the wheel) and any other key only closes it. True when
     /// the action was theirs.
     fn overlay_action(&mut self, a: Action) -> bool {
-        let v = &mut self.view;
+        let v = &mut self.screen;
         if a == Action::ToggleHelp {
             v.help = !v.help;
             return true;
@@ -346,7 +346,7 @@ impl App {
     /// Space: one iteration, or one more after the running one. A press while an
     /// iteration runs is kept, not dropped: a learner counting thirty presses gets thirty.
     fn step_pressed(&mut self) -> Vec<Command> {
-        let e = &mut self.engine;
+        let e = &mut self.worker;
         e.running = false;
         if e.in_flight && e.ready && e.fatal.is_none() {
             e.steps_queued = (e.steps_queued + 1).min(MAX_QUEUED_STEPS);
@@ -372,8 +372,8 @@ impl App {
                 if p.trim().is_empty() {
                     self.status = "empty prompt ignored".into();
                 } else {
-                    self.engine.prompt_queued = true;
-                    self.engine.steps_queued = 0;
+                    self.worker.prompt_queued = true;
+                    self.worker.steps_queued = 0;
                     return vec![Command::Prompt(p)];
                 }
             }
@@ -477,13 +477,13 @@ impl App {
             return Vec::new();
         }
         if new.run != old.run {
-            self.engine.steps_queued = 0;
+            self.worker.steps_queued = 0;
             self.frames.clear_rows();
         }
         if new.run != old.run || new.serving != old.serving {
             self.frames.clear_timelines();
         }
-        self.engine.applies_pending += 1;
+        self.worker.applies_pending += 1;
         vec![Command::Apply(new)]
     }
 
@@ -491,14 +491,14 @@ impl App {
     /// captures long contexts keep, whether the lens is shown), when that changed.
     pub fn watch_command(&mut self) -> Option<Command> {
         let watch = Watch {
-            layer: self.view.layer,
-            lens: self.view.lens_on_screen(),
+            layer: self.screen.layer,
+            lens: self.screen.lens_on_screen(),
         };
-        if watch == self.settings.watch || self.engine.replaying {
+        if watch == self.settings.watch || self.worker.replaying {
             return None;
         }
         self.settings.watch = watch;
-        self.engine.applies_pending += 1;
+        self.worker.applies_pending += 1;
         Some(Command::Apply(self.settings))
     }
 
@@ -508,21 +508,21 @@ impl App {
             return;
         }
         let lesson = self.tutor.is_some();
-        let v = &mut self.view;
+        let v = &mut self.screen;
         match a {
             Action::ToggleRun => {
-                self.engine.running = !self.engine.running;
-                self.status = if self.engine.running {
+                self.worker.running = !self.worker.running;
+                self.status = if self.worker.running {
                     "running"
                 } else {
                     "paused"
                 }
                 .into();
             }
-            Action::Faster => self.engine.speed = (self.engine.speed + 1).min(SPEEDS.len() - 1),
-            Action::Slower => self.engine.speed = self.engine.speed.saturating_sub(1),
+            Action::Faster => self.worker.speed = (self.worker.speed + 1).min(SPEEDS.len() - 1),
+            Action::Slower => self.worker.speed = self.worker.speed.saturating_sub(1),
             Action::StartInput => {
-                self.engine.running = false;
+                self.worker.running = false;
                 self.input = Some(String::new());
             }
             Action::FocusNext => v.focus_by(1),
@@ -552,8 +552,8 @@ impl App {
                 v.focus_on(Pane::Attention);
             }
             Action::ScrubBack | Action::ScrubForward => {
-                self.engine.steps_queued = 0;
-                self.engine.running = false;
+                self.worker.steps_queued = 0;
+                self.worker.running = false;
                 let back = a == Action::ScrubBack;
                 self.status = self.frames.scrub(if back { -1 } else { 1 });
             }
@@ -569,7 +569,7 @@ impl App {
         // Before the first report the model's shape is unknown: the lesson checked it.
         let shaped = self.report().is_some();
         let rows = &self.frames.shown().history;
-        let v = &mut self.view;
+        let v = &mut self.screen;
         match a {
             Action::LayerUp => v.layer = (v.layer + n_layer - 1) % n_layer,
             Action::LayerDown => v.layer = (v.layer + 1) % n_layer,
@@ -609,20 +609,20 @@ impl App {
             .and_then(|r| r.serve.as_ref())
             .map(|s| s.step.block_tables.iter().map(|t| t.0).collect())
             .unwrap_or_default();
-        let next = match self.view.selected_req {
+        let next = match self.screen.selected_req {
             Some(cur) => ids.iter().copied().find(|&i| i > cur),
             None => None,
         };
-        self.view.selected_req = next.or_else(|| ids.first().copied());
-        self.view.focus_on(Pane::Serving);
+        self.screen.selected_req = next.or_else(|| ids.first().copied());
+        self.screen.focus_on(Pane::Serving);
     }
 
     /// The state the pictures are drawn from.
     pub fn scene(&self) -> crate::export::Scene<'_> {
         let shown = self.frames.shown();
-        let hist = shown.history.get(self.view.layer);
+        let hist = shown.history.get(self.screen.layer);
         let rows = hist.map_or(&[][..], |h| {
-            if self.view.show_scores {
+            if self.screen.show_scores {
                 &h.scores[..]
             } else {
                 &h.weights[..]
@@ -631,13 +631,13 @@ impl App {
         crate::export::Scene {
             report: self.report(),
             attention: rows,
-            layer: self.view.layer,
-            head: self.view.head,
-            show_scores: self.view.show_scores,
+            layer: self.screen.layer,
+            head: self.screen.head,
+            show_scores: self.screen.show_scores,
             timeline: &shown.timeline,
             settings: self.settings,
             past: self.frames.past(),
-            machine: self.engine.machine.as_ref(),
+            machine: self.worker.machine.as_ref(),
         }
     }
 
@@ -676,8 +676,8 @@ impl App {
         self.tutor = Some(tutor);
         // A lesson gives the pane each step is about the room; `z` gives it the text's
         // room too, then brings the grid back (as a step's `view=grid` does).
-        self.view.zoomed = true;
-        self.view.pane_full = false;
+        self.screen.zoomed = true;
+        self.screen.pane_full = false;
         self.with_tutor(|t, app| t.goto(app, l, s))
     }
 
@@ -691,7 +691,7 @@ impl App {
         let reply = f(&mut t, &self.live());
         self.tutor = Some(t);
         let mut out: Vec<Command> = reply
-            .view
+            .screen
             .into_iter()
             .flat_map(|s| self.update(Action::Set(s)))
             .collect();
@@ -699,16 +699,16 @@ impl App {
             out.extend(self.update(Action::Apply(s)));
         }
         if let Some(p) = reply.prompt {
-            self.engine.running = false;
-            self.engine.prompt_queued = true;
-            self.engine.steps_queued = 0;
+            self.worker.running = false;
+            self.worker.prompt_queued = true;
+            self.worker.steps_queued = 0;
             out.push(Command::Prompt(p));
         }
         if reply.step {
             match self.request_step() {
                 Some(c) => out.push(c),
                 // One is running: the answer's own step follows it.
-                None if self.engine.in_flight => self.engine.steps_queued += 1,
+                None if self.worker.in_flight => self.worker.steps_queued += 1,
                 None => {}
             }
         }
@@ -731,17 +731,17 @@ impl App {
     /// a session that ran it.
     pub fn shows_sink(&self) -> bool {
         self.settings.sink
-            || (self.engine.replaying && self.report().is_some_and(|r| r.sink.is_some()))
+            || (self.worker.replaying && self.report().is_some_and(|r| r.sink.is_some()))
     }
 
     /// A step command unless one is already running or the engine is not ready. A
     /// finished request does not stop it: the engine steps whatever still has work (a
     /// queued prompt, the serving workload, the sink experiment) and says when nothing does.
     pub fn request_step(&mut self) -> Option<Command> {
-        if !self.engine.ready || self.engine.in_flight || self.engine.fatal.is_some() {
+        if !self.worker.ready || self.worker.in_flight || self.worker.fatal.is_some() {
             return None;
         }
-        self.engine.in_flight = true;
+        self.worker.in_flight = true;
         Some(Command::Step)
     }
 
@@ -750,14 +750,14 @@ impl App {
         match e {
             Event::Status(s) => {
                 self.status = s;
-                self.engine.in_flight = false;
+                self.worker.in_flight = false;
             }
-            Event::Progress { done, total } => self.engine.loading = Some((done, total)),
-            Event::Machine(m) => self.engine.machine = Some(m),
+            Event::Progress { done, total } => self.worker.loading = Some((done, total)),
+            Event::Machine(m) => self.worker.machine = Some(m),
             Event::Ready { model } => {
-                self.engine.ready = true;
-                self.engine.loading = None;
-                self.engine.model_name = model;
+                self.worker.ready = true;
+                self.worker.loading = None;
+                self.worker.model_name = model;
                 self.status = "ready: press space to prefill the prompt".into();
             }
             // What the worker runs under now: what was asked, unless it failed (then the
@@ -774,28 +774,28 @@ impl App {
             }
             Event::Idle(s) => {
                 self.status = s;
-                self.engine.in_flight = false;
-                self.engine.running = false;
-                self.engine.steps_queued = 0;
+                self.worker.in_flight = false;
+                self.worker.running = false;
+                self.worker.steps_queued = 0;
             }
             Event::Died(e) => {
-                self.engine.in_flight = false;
-                self.engine.steps_queued = 0;
-                self.engine.running = false;
-                self.engine.fatal = Some(format!(
+                self.worker.in_flight = false;
+                self.worker.steps_queued = 0;
+                self.worker.running = false;
+                self.worker.fatal = Some(format!(
                     "the engine thread stopped ({e}). Nothing more can run; your lesson progress and any recording are saved."
                 ));
             }
             Event::Error(e) => {
-                self.engine.in_flight = false;
-                self.engine.steps_queued = 0;
+                self.worker.in_flight = false;
+                self.worker.steps_queued = 0;
                 // A refused prompt leaves the old request in place.
-                self.engine.prompt_queued = false;
-                self.engine.running = false;
-                if self.engine.ready {
+                self.worker.prompt_queued = false;
+                self.worker.running = false;
+                if self.worker.ready {
                     self.status = format!("error: {e}");
                 } else {
-                    self.engine.fatal = Some(e);
+                    self.worker.fatal = Some(e);
                 }
             }
             Event::Report(r) => self.take_report(r),
@@ -804,7 +804,7 @@ impl App {
 
     /// The answer to an `Apply`: the newest says what runs.
     fn applied(&mut self, s: Settings) {
-        let e = &mut self.engine;
+        let e = &mut self.worker;
         e.applies_pending = e.applies_pending.saturating_sub(1);
         if e.applies_pending == 0 {
             self.adopt(s);
@@ -822,15 +822,15 @@ impl App {
 
     /// A new iteration: graded by the open lesson, kept, and shown.
     fn take_report(&mut self, r: Box<StepReport>) {
-        self.engine.in_flight = false;
+        self.worker.in_flight = false;
         if r.info.step == 0 && !r.recomputed && !r.repeat {
-            self.engine.prompt_queued = false;
+            self.worker.prompt_queued = false;
         }
         // A recording holds the layer that was on screen: follow it.
-        let layer = self.view.layer;
-        if self.engine.replaying && !r.info.captures.iter().any(|c| c.layer == layer) {
+        let layer = self.screen.layer;
+        if self.worker.replaying && !r.info.captures.iter().any(|c| c.layer == layer) {
             if let Some(c) = r.info.captures.first() {
-                self.view.layer = c.layer;
+                self.screen.layer = c.layer;
             }
         }
         self.frames.resume_live();
@@ -854,13 +854,13 @@ impl App {
     /// A layer or head chosen before the model's shape was known (a lesson's `set:`)
     /// that this model lacks: the last one it has is shown, and the status says why.
     fn fit_view_to(&mut self, cfg: &crate::model::LlamaConfig) {
-        let (layer, head) = (self.view.layer, self.view.head);
-        self.view.layer = layer.min(cfg.n_layer - 1);
-        self.view.head = head.min(cfg.n_head - 1);
-        if (layer, head) != (self.view.layer, self.view.head) {
+        let (layer, head) = (self.screen.layer, self.screen.head);
+        self.screen.layer = layer.min(cfg.n_layer - 1);
+        self.screen.head = head.min(cfg.n_head - 1);
+        if (layer, head) != (self.screen.layer, self.screen.head) {
             self.status = format!(
                 "layer {layer} / head {head} asked for, but this model has {} layers and {} heads: showing layer {} head {}",
-                cfg.n_layer, cfg.n_head, self.view.layer, self.view.head
+                cfg.n_layer, cfg.n_head, self.screen.layer, self.screen.head
             );
         }
     }
@@ -868,12 +868,12 @@ impl App {
     /// On the first prefill, shows the head whose attention is the sharpest away from the
     /// first token (see [`crate::views::sharpest`]) and says so.
     fn open_on_sharpest_head(&mut self, r: &StepReport) {
-        if !self.view.auto_head || self.tutor.is_some() || r.info.step != 0 {
+        if !self.screen.auto_head || self.tutor.is_some() || r.info.step != 0 {
             return;
         }
-        self.view.auto_head = false;
+        self.screen.auto_head = false;
         if let Some((layer, head)) = crate::views::sharpest::sharpest_head(&r.info.captures) {
-            (self.view.layer, self.view.head) = (layer, head);
+            (self.screen.layer, self.screen.head) = (layer, head);
             self.status = format!(
                 "{} · showing layer {layer} head {head}, the sharpest pattern off token 0 (j k h l browse)",
                 self.status

@@ -168,11 +168,11 @@ pub fn draw_pane(app: &App, theme: &Theme, pane: Pane, area: Rect, buf: &mut Buf
 pub fn draw(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     if area.width < MIN_W || area.height < MIN_H {
         too_small(area, buf);
-    } else if let Some(e) = &app.engine.fatal {
+    } else if let Some(e) = &app.worker.fatal {
         stopped(app, e, area, buf);
-    } else if !app.engine.ready {
+    } else if !app.worker.ready {
         starting(app, area, buf);
-    } else if app.view.zoomed {
+    } else if app.screen.zoomed {
         zoomed(app, theme, area, buf);
     } else {
         grid(app, theme, area, buf);
@@ -194,7 +194,7 @@ fn too_small(area: Rect, buf: &mut Buffer) {
 fn stopped(app: &App, e: &str, area: Rect, buf: &mut Buffer) {
     let b = Block::default()
         .borders(Borders::ALL)
-        .title(if app.engine.ready {
+        .title(if app.worker.ready {
             " inferlab · the engine stopped "
         } else {
             " inferlab could not start "
@@ -213,7 +213,7 @@ fn starting(app: &App, area: Rect, buf: &mut Buffer) {
     let inner = b.inner(area);
     b.render(area, buf);
     put(buf, inner, 1, inner.y + 1, &app.status, Style::default());
-    if let Some((done, total)) = app.engine.loading {
+    if let Some((done, total)) = app.worker.loading {
         let g = Gauge::default()
             .ratio((done as f64 / total.max(1) as f64).clamp(0.0, 1.0))
             .label(format!(
@@ -235,13 +235,13 @@ fn starting(app: &App, area: Rect, buf: &mut Buffer) {
 fn zoomed(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let f = focused_areas(
         area,
-        app.view.focus,
+        app.screen.focus,
         app.tutor.is_some(),
-        app.view.pane_full,
+        app.screen.pane_full,
     );
     header(app, theme, f.header, buf);
     panes::lesson::render(app, theme, f.lesson, buf);
-    draw_pane(app, theme, app.view.focus, f.pane, buf);
+    draw_pane(app, theme, app.screen.focus, f.pane, buf);
     for (p, r) in &f.summaries {
         panes::summary::render(app, theme, *p, *r, buf);
     }
@@ -266,11 +266,11 @@ fn overlays(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     if app.tutor.as_ref().is_some_and(|t| t.list_open) {
         panes::lesson::render_list(app, theme, area, buf);
     }
-    if app.view.help {
+    if app.screen.help {
         panes::help::render(theme, area, buf);
     }
-    if app.view.glossary {
-        panes::glossary::render(theme, app.view.glossary_scroll, area, buf);
+    if app.screen.glossary {
+        panes::glossary::render(theme, app.screen.glossary_scroll, area, buf);
     }
 }
 
@@ -280,7 +280,7 @@ fn overlays(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
 /// next step and no report follows `T`, `P` or `k`: live, the app's own; in a replay or
 /// while scrubbing history, the report's. The kernel in a word.
 fn shown_settings(app: &App) -> Shown {
-    let past = app.engine.replaying || app.frames.cursor().is_some();
+    let past = app.worker.replaying || app.frames.cursor().is_some();
     let (run, sampler, no_cache) = match app.report() {
         Some(r) if past => (r.settings.run, r.info.sampler, r.info.no_cache),
         Some(r) => (
@@ -339,10 +339,10 @@ fn run_state(app: &App) -> (usize, &'static str, f64, String) {
         ),
         None => (0, "waiting", 0.0),
     };
-    let speed = SPEEDS[app.engine.speed];
+    let speed = SPEEDS[app.worker.speed];
     let run = if app.frames.cursor().is_some() {
         "HISTORY".to_string()
-    } else if app.engine.running {
+    } else if app.worker.running {
         if speed > 0.0 {
             format!("RUNNING {speed}/s")
         } else {
@@ -383,7 +383,7 @@ fn header(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let (facts, weights, layout, kernel) = header_facts(app);
     let full = format!(
         " inferlab · {} · {facts} · iteration {iter} · {phase} · {tps:.1} tok/s · {run} · ",
-        app.engine.model_name,
+        app.worker.model_name,
     );
     // The status (an export path, an error) matters more than the fixed facts: when the
     // line is too narrow those shrink first, and only then is the status cut, with "…".
@@ -438,7 +438,7 @@ fn header(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
 /// The status the header ends with. An alarm's head stays in front ("RECORDING
 /// STOPPED"); its whole text was the status when it happened and is printed on exit.
 fn header_status(app: &App) -> String {
-    match &app.engine.alarm {
+    match &app.worker.alarm {
         Some(a) => format!(
             "{} · {}",
             a.split(':').next().unwrap_or(a).to_uppercase(),
@@ -497,9 +497,9 @@ fn grid_rects(a: &Areas, app: &App) -> Vec<(Pane, Rect)> {
 /// Each pane's rectangle as drawn now (grid or focused arrangement), and the lesson's.
 fn pane_rects(screen: Rect, app: &App) -> (Vec<(Pane, Rect)>, Rect) {
     let lesson = app.tutor.is_some();
-    if app.view.zoomed {
-        let f = focused_areas(screen, app.view.focus, lesson, app.view.pane_full);
-        let mut out = vec![(app.view.focus, f.pane)];
+    if app.screen.zoomed {
+        let f = focused_areas(screen, app.screen.focus, lesson, app.screen.pane_full);
+        let mut out = vec![(app.screen.focus, f.pane)];
         out.extend(f.summaries);
         return (out, f.lesson);
     }

@@ -4,7 +4,7 @@
 //! the live frame is never moved aside, and the frame at the cursor is built beside it
 //! from the reports up to there.
 
-use crate::report::{ServeView, StepReport};
+use crate::report::{ServeReport, StepReport};
 use crate::serve::ReqPhase;
 use std::collections::VecDeque;
 
@@ -278,7 +278,7 @@ fn absorb_rows(history: &mut Vec<LayerHistory>, r: &StepReport) {
 
 /// Appends one serving iteration's phases to a timeline, dropping the oldest beyond
 /// [`TIMELINE`].
-fn push_timeline(t: &mut VecDeque<TimelineColumn>, v: Option<&ServeView>) {
+fn push_timeline(t: &mut VecDeque<TimelineColumn>, v: Option<&ServeReport>) {
     let Some(sv) = v else { return };
     // A restarted workload (c, b or s pressed live, or seen in a recording) begins a new
     // timeline: one picture never mixes two runs under one title.

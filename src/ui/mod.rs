@@ -5,14 +5,14 @@ pub mod app;
 pub mod attach;
 pub mod draw;
 pub mod effect;
-pub mod engine;
 pub mod frames;
 pub mod keys;
 pub mod panes;
+pub mod screen_state;
 pub mod theme;
-pub mod view;
+pub mod worker_state;
 
-use crate::worker::{self, Command, EngineConfig};
+use crate::worker::{self, Command, WorkerConfig};
 use app::{App, SPEEDS};
 use ratatui::crossterm::event::{
     self, DisableMouseCapture, EnableMouseCapture, Event as TermEvent, KeyEventKind,
@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 /// Runs the app until the user quits. The terminal is restored on every exit path,
 /// panics included.
 pub fn run(
-    cfg: EngineConfig,
+    cfg: WorkerConfig,
     tutor: Option<crate::lesson::tutor::Tutor>,
     record: Option<Record>,
 ) -> std::io::Result<()> {
@@ -110,8 +110,8 @@ fn event_loop(
 ) -> std::io::Result<()> {
     let mut app = App::new(settings.run);
     app.settings = settings;
-    app.engine.replaying = replaying;
-    app.view.auto_head = !replaying;
+    app.worker.replaying = replaying;
+    app.screen.auto_head = !replaying;
     let mut recorder: Option<worker::recording::BackgroundRecorder> = None;
     let send = |cmds: Vec<Command>| {
         for c in cmds {
@@ -135,11 +135,11 @@ fn event_loop(
     let _ = tx.send(Command::Quit);
     looped?;
     if let Some(Err(e)) = recorder.map(|r| r.finish()) {
-        app.engine.alarm = Some(format!("recording failed: {e}"));
+        app.worker.alarm = Some(format!("recording failed: {e}"));
     }
     // A model that failed to load, or a recording that stopped, was shown in the app;
     // the exit status and stderr say so too.
-    match app.engine.fatal.or(app.engine.alarm) {
+    match app.worker.fatal.or(app.worker.alarm) {
         Some(e) => Err(std::io::Error::other(e)),
         None => Ok(()),
     }
@@ -164,7 +164,7 @@ fn frames(
     while !app.quit {
         // Engine events: every report is absorbed (the heatmap history needs them all),
         // but the screen is drawn once per frame.
-        let replaying = app.engine.replaying;
+        let replaying = app.worker.replaying;
         dirty |= absorb_events(app, rx, record, recorder, replaying)?;
         send(loop_state.engine_commands(app));
         // The files the app asked for (the lesson progress after a report), before the
@@ -192,7 +192,7 @@ pub fn perform_writes(app: &mut App) {
     for w in app.take_writes() {
         let outcome = match w {
             FileWrite::ExportFocused => {
-                let pane = panes::export_of(app, app.view.focus);
+                let pane = panes::export_of(app, app.screen.focus);
                 Written::Exported(pane, crate::export::write_fresh(&app.scene(), pane))
             }
             FileWrite::SaveProgress(p) => {
@@ -225,12 +225,12 @@ impl LoopState {
         // The engine keeps long contexts' captures to the layer on screen, and runs the
         // lens (an LM head pass per layer) only while it is shown.
         let mut out: Vec<Command> = app.watch_command().into_iter().collect();
-        if app.engine.steps_queued > 0 && !app.engine.in_flight {
-            app.engine.steps_queued -= 1;
+        if app.worker.steps_queued > 0 && !app.worker.in_flight {
+            app.worker.steps_queued -= 1;
             out.extend(app.request_step());
         }
-        if app.engine.running && !app.engine.in_flight {
-            let speed = SPEEDS[app.engine.speed];
+        if app.worker.running && !app.worker.in_flight {
+            let speed = SPEEDS[app.worker.speed];
             if speed == 0.0 || self.last_step.elapsed().as_secs_f64() >= 1.0 / speed {
                 let c = app.request_step();
                 if c.is_some() {
@@ -314,8 +314,8 @@ fn absorb_events(
     // The writer fails on its own thread, between events: looked at every frame.
     if let Some(err) = recorder.as_ref().and_then(|r| r.error()) {
         // Kept in the header until the app exits, and printed then.
-        app.engine.alarm = Some(format!("recording stopped: {err}"));
-        app.status = app.engine.alarm.clone().unwrap_or_default();
+        app.worker.alarm = Some(format!("recording stopped: {err}"));
+        app.status = app.worker.alarm.clone().unwrap_or_default();
         *recorder = None;
         any = true;
     }
@@ -325,7 +325,7 @@ fn absorb_events(
             Err(std::sync::mpsc::TryRecvError::Empty) => return Ok(any),
             Err(std::sync::mpsc::TryRecvError::Disconnected) => {
                 // The engine is gone without a word (it sends `Died` when it can).
-                if app.engine.fatal.is_none() && !replaying {
+                if app.worker.fatal.is_none() && !replaying {
                     app.on_event(worker::Event::Died("it exited without a message".into()));
                     any = true;
                 }
@@ -338,7 +338,7 @@ fn absorb_events(
             *recorder = Some(worker::recording::BackgroundRecorder::spawn(r));
         }
         if let (Some(rec), worker::Event::Report(r)) = (recorder.as_ref(), &e) {
-            rec.write(r, app.view.layer);
+            rec.write(r, app.screen.layer);
         }
         app.on_event(e);
         any = true;

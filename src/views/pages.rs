@@ -2,8 +2,8 @@
 //! page-sized run of a reservation (contiguous), each with its owner, the slots holding
 //! tokens and how many requests share it. The serving pane and the exported grid draw it.
 
-use crate::report::ServeView;
-use crate::serve::view::ServeStep;
+use crate::report::ServeReport;
+use crate::serve::snapshot::ServeStep;
 use crate::serve::CacheKind;
 
 /// One cell of the grid.
@@ -29,7 +29,7 @@ pub struct Grid {
 
 impl Grid {
     /// The cells of `sv`'s KV memory.
-    pub fn of(sv: &ServeView) -> Self {
+    pub fn of(sv: &ServeReport) -> Self {
         let s = &sv.step;
         let ps = sv.page_size.max(1);
         let cells = match sv.cache {
@@ -140,7 +140,7 @@ pub struct Block {
 
 /// Request `req`'s block table in a paged serving view (empty for the contiguous cache,
 /// or a request that holds no pages).
-pub fn block_table(sv: &ServeView, req: u64) -> Vec<Block> {
+pub fn block_table(sv: &ServeReport, req: u64) -> Vec<Block> {
     let Some((_, pages)) = sv.step.block_tables.iter().find(|(id, _)| *id == req) else {
         return Vec::new();
     };
@@ -240,7 +240,7 @@ fn contiguous_cells(s: &ServeStep, ps: usize) -> Vec<Cell> {
 
 /// A contiguous cache's free gaps in words, with external fragmentation named when the
 /// queue's head waits although enough slots are free in all; `None` for pages.
-pub fn describe_gaps(sv: &ServeView) -> Option<String> {
+pub fn describe_gaps(sv: &ServeReport) -> Option<String> {
     let s = &sv.step;
     if sv.cache != CacheKind::Contiguous || s.gaps.is_empty() && s.memory.head_need == 0 {
         return None;
@@ -269,7 +269,7 @@ pub fn describe_gaps(sv: &ServeView) -> Option<String> {
 
 /// This iteration's copies on write in words; after one, how many so far and the last;
 /// `None` before the first.
-pub fn describe_copies(sv: &ServeView) -> Option<String> {
+pub fn describe_copies(sv: &ServeReport) -> Option<String> {
     let c = &sv.step.copies;
     if c.is_empty() {
         let (it, id, from, to) = sv.last_copy?;

@@ -4,7 +4,7 @@
 
 use super::units::bytes;
 use crate::kv::KvElem;
-use crate::report::KvView;
+use crate::report::KvReport;
 
 /// The picture's title: the reservation's kind and what it stores each number as.
 pub fn title(elem: KvElem) -> String {
@@ -27,7 +27,7 @@ pub struct RequestKv {
 impl RequestKv {
     /// A reservation drawn in at most `max_cells` cells (a longer reservation gives each
     /// cell several slots). None before the request holds any cache.
-    pub fn new(kv: &KvView, max_cells: usize) -> Option<Self> {
+    pub fn new(kv: &KvReport, max_cells: usize) -> Option<Self> {
         if kv.capacity == 0 {
             return None;
         }
@@ -66,7 +66,7 @@ mod tests {
     use super::*;
 
     fn view(capacity: usize, used: usize, max_cells: usize) -> Option<RequestKv> {
-        let kv = KvView {
+        let kv = KvReport {
             capacity,
             used,
             bytes_per_token: 100,

@@ -5,7 +5,7 @@
 
 use crate::model::session::Session;
 use crate::model::{Model, RunOptions, SamplerConfig};
-use crate::report::BesideView;
+use crate::report::BesideReport;
 
 /// The second session and how often it agreed with the live one.
 pub(super) struct Beside {
@@ -23,7 +23,7 @@ impl Beside {
         run: RunOptions,
         live: &Session,
         max_new: usize,
-    ) -> Result<(Self, Option<BesideView>), super::WorkerError> {
+    ) -> Result<(Self, Option<BesideReport>), super::WorkerError> {
         let model = base.with_run(run)?;
         let started = live.step > 0;
         let mut tokens = live.tokens.clone();
@@ -45,14 +45,14 @@ impl Beside {
 
     /// Runs the position the live request just ran; `took` is the token it took there,
     /// which this session then feeds too.
-    pub(super) fn step(&mut self, took: u32) -> Result<BesideView, super::WorkerError> {
+    pub(super) fn step(&mut self, took: u32) -> Result<BesideReport, super::WorkerError> {
         let info = self.session.step()?;
         self.compared += 1;
         if info.top_k.first().map(|t| t.id) == Some(took) {
             self.agreed += 1;
         }
         self.session.follow(took);
-        Ok(BesideView {
+        Ok(BesideReport {
             layout: info.layout,
             top_k: info.top_k,
             kv_bytes: self.session.kv.len() * self.session.kv.bytes_per_token(),

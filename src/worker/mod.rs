@@ -10,9 +10,9 @@ pub use request::{
     plan_capture, run_request, CAPTURE_ALL_BYTES, CAPTURE_ONE_BYTES, MAX_CAPTURE_ROWS,
 };
 
-use crate::model::source::{self, Progress};
+use crate::model::source::{self, FetchProgress};
 use crate::model::{LoadOptions, Model, RunOptions};
-use crate::report::{self, ServeView, StepReport};
+use crate::report::{self, ServeReport, StepReport};
 use crate::serve::ServeEngine;
 use crate::settings::{RequestSettings, ServingRun, Settings};
 use crate::sink::SinkRun;
@@ -58,7 +58,7 @@ pub enum Event {
     Died(String),
     /// The second layout's view of the position on screen, when it starts or changes
     /// without an iteration (an iteration's report carries it otherwise).
-    Beside(Option<report::BesideView>),
+    Beside(Option<report::BesideReport>),
     /// The answer to every [`Command::Apply`], after whatever else it said: the settings
     /// the worker now runs under (after a failure, not those asked for).
     Applied(Settings),
@@ -70,7 +70,7 @@ pub use crate::serve::workload::AppWorkload;
 
 /// How to start the engine.
 #[derive(Debug, Clone)]
-pub struct EngineConfig {
+pub struct WorkerConfig {
     pub model: Option<PathBuf>,
     pub load: LoadOptions,
     pub run: RunOptions,
@@ -101,7 +101,7 @@ pub enum WorkerError {
 }
 
 /// Starts the worker thread.
-pub fn spawn(cfg: EngineConfig) -> (Sender<Command>, Receiver<Event>) {
+pub fn spawn(cfg: WorkerConfig) -> (Sender<Command>, Receiver<Event>) {
     let (ctx, crx) = mpsc::channel();
     let (etx, erx) = mpsc::channel();
     std::thread::Builder::new()
@@ -115,7 +115,7 @@ pub fn spawn(cfg: EngineConfig) -> (Sender<Command>, Receiver<Event>) {
     (ctx, erx)
 }
 
-fn run(cfg: EngineConfig, rx: Receiver<Command>, tx: &Sender<Event>) -> Result<(), WorkerError> {
+fn run(cfg: WorkerConfig, rx: Receiver<Command>, tx: &Sender<Event>) -> Result<(), WorkerError> {
     let send = |e: Event| {
         let _ = tx.send(e);
     };
@@ -143,13 +143,13 @@ fn run(cfg: EngineConfig, rx: Receiver<Command>, tx: &Sender<Event>) -> Result<(
 
 /// Finds the model (fetching it with progress where it must) and loads it.
 fn find_and_load(
-    cfg: &EngineConfig,
+    cfg: &WorkerConfig,
     send: &dyn Fn(Event),
 ) -> Result<(std::path::PathBuf, Model), WorkerError> {
     send(Event::Status("finding the model".into()));
-    let mut progress = |p: Progress| match p {
-        Progress::Stage(s) => send(Event::Status(s)),
-        Progress::Bytes { done, total } => send(Event::Progress { done, total }),
+    let mut progress = |p: FetchProgress| match p {
+        FetchProgress::Stage(s) => send(Event::Status(s)),
+        FetchProgress::Bytes { done, total } => send(Event::Progress { done, total }),
     };
     let (path, _) = source::resolve(cfg.model.as_deref(), &mut progress)?;
     send(Event::Status(format!("loading {}", path.display())));
@@ -163,7 +163,7 @@ fn find_and_load(
 impl Worker {
     /// Finds and loads the model (saying so as it goes), starts the live request and the
     /// serving run, measures the machine once, and says the app is ready.
-    fn start(cfg: &EngineConfig, send: &dyn Fn(Event)) -> Result<Self, WorkerError> {
+    fn start(cfg: &WorkerConfig, send: &dyn Fn(Event)) -> Result<Self, WorkerError> {
         let (path, base) = find_and_load(cfg, send)?;
         let settings = Settings {
             run: cfg.run,
@@ -230,8 +230,8 @@ struct Worker {
     live: Live,
     iteration: usize,
     /// The serving run, and the run beside it on the same requests.
-    serve: ServingEngine,
-    compare: Option<ServingEngine>,
+    serve: EngineRun,
+    compare: Option<EngineRun>,
     /// Chat requests per second arriving in the serving runs: measured once at start, so
     /// every run from then on, whatever its settings, sees the same arrivals.
     chat_rate: f64,
@@ -453,7 +453,7 @@ impl Worker {
     /// Starts the layout beside again (if the settings name one) on the live request as
     /// it is now; returns its view of the position on screen, when the live request has run.
     /// One that fails to start is stopped (in the settings too).
-    fn start_beside(&mut self) -> Result<Option<report::BesideView>, WorkerError> {
+    fn start_beside(&mut self) -> Result<Option<report::BesideReport>, WorkerError> {
         self.beside = None;
         let Some(layout) = self.settings.request.beside else {
             return Ok(None);
@@ -615,22 +615,22 @@ fn sink_run(model: &Model) -> Result<SinkRun, WorkerError> {
     SinkRun::new(model, tokens, SINK_WINDOW, SINK_PAGE).map_err(WorkerError::Sink)
 }
 
-/// A serving engine and what it has done since it started.
-struct ServingEngine {
+/// One run of a serving engine: the engine, and what it has done since it started.
+struct EngineRun {
     engine: ServeEngine,
     /// The last iteration's view: the running totals the next one adds to, and what is
     /// shown again once the run is done.
-    last: Option<ServeView>,
+    last: Option<ServeReport>,
     /// Requests per second arriving on the engine's clock (0: by iteration).
     rate_per_s: f64,
     /// The layout it runs under where it is not the model's (a run beside).
     layout: Option<crate::model::HeadLayout>,
 }
 
-impl ServingEngine {
+impl EngineRun {
     /// One iteration as the app shows it; once the run is done, its last view again, so
     /// the pane keeps the finished run on screen.
-    fn step(&mut self) -> Result<Option<ServeView>, WorkerError> {
+    fn step(&mut self) -> Result<Option<ServeReport>, WorkerError> {
         let e = &mut self.engine;
         if e.done() {
             return Ok(self.last.clone());
@@ -642,7 +642,7 @@ impl ServingEngine {
             .last()
             // Iterations are counted from 1 on screen (the summary line, the run before).
             .map(|&(id, from, to)| (step.iteration + 1, id, from, to));
-        let view = ServeView {
+        let view = ServeReport {
             copies_total: prev.map_or(0, |v| v.copies_total) + step.copies.len(),
             last_copy: last_copy.or(prev.and_then(|v| v.last_copy)),
             generated_total: prev.map_or(0, |v| v.generated_total) + step.tokens_generated,
@@ -676,7 +676,7 @@ fn serving_pair(
     model: &Model,
     s: &Settings,
     chat_rate: f64,
-) -> Result<(ServingEngine, Option<ServingEngine>), WorkerError> {
+) -> Result<(EngineRun, Option<EngineRun>), WorkerError> {
     // A burst: the chat requests a few iterations apart (rate 0), whatever the rate.
     let rate = if s.serving.burst { 0.0 } else { chat_rate };
     let (w, chunked) = ((s.serving.workload, rate), s.serving.chunked);
@@ -701,7 +701,7 @@ fn serving(
     run: ServingRun,
     w: (AppWorkload, f64),
     chunked: bool,
-) -> Result<ServingEngine, WorkerError> {
+) -> Result<EngineRun, WorkerError> {
     let how = (run.policy, run.cache);
     let (mut cfg, reqs) =
         crate::serve::workload::app_serving(model, how, w, run.one_at_a_time, chunked)?;
@@ -730,7 +730,7 @@ fn serving(
     } else {
         (model.clone(), None)
     };
-    Ok(ServingEngine {
+    Ok(EngineRun {
         engine: ServeEngine::new(&model, cfg, reqs)?,
         last: None,
         rate_per_s: if timed { w.1 } else { 0.0 },

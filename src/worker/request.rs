@@ -4,7 +4,7 @@
 
 use crate::model::session::Session;
 use crate::model::{LayerSelect, Model, Probe, SamplerConfig};
-use crate::report::{KvView, StepReport};
+use crate::report::{KvReport, StepReport};
 use crate::settings::Settings;
 
 /// The live request: its session and the figures its reports carry.
@@ -111,7 +111,7 @@ pub(super) fn next_report(
         pieces,
         prompt_len: s.prompt_len,
         generated,
-        kv: KvView {
+        kv: KvReport {
             capacity: s.kv.capacity(),
             used: s.kv.len(),
             bytes_per_token: s.kv.bytes_per_token(),

@@ -7,7 +7,7 @@ use inferlab::model::probe::{LayerCapture, Timing};
 use inferlab::model::sampler::TopToken;
 use inferlab::model::session::{Phase, StepInfo};
 use inferlab::model::{AttnKernel, HeadLayout, RunOptions};
-use inferlab::report::{KvView, StepReport};
+use inferlab::report::{KvReport, StepReport};
 use inferlab::ui::app::App;
 use inferlab::worker::Event;
 
@@ -165,7 +165,7 @@ pub fn report() -> StepReport {
             captures: vec![capture(0, t), capture(1, t)],
             logit_lens: Vec::new(),
         },
-        kv: KvView {
+        kv: KvReport {
             capacity: 40,
             used: t,
             bytes_per_token: 64,
@@ -213,7 +213,7 @@ pub fn serving_reports_with(
     cache: inferlab::serve::CacheKind,
     n: usize,
 ) -> Vec<StepReport> {
-    use inferlab::report::ServeView;
+    use inferlab::report::ServeReport;
     use inferlab::serve::{ServeConfig, ServeEngine};
     let (_d, m) = super::tiny_f32();
     let w = inferlab::serve::workload::Workload {
@@ -247,7 +247,7 @@ pub fn serving_reports_with(
             let mut r = report();
             r.iteration = i;
             (r.settings.serving.policy, r.settings.serving.cache) = (policy, cache);
-            r.serve = Some(ServeView {
+            r.serve = Some(ServeReport {
                 policy,
                 cache,
                 page_size: 4,

@@ -28,7 +28,7 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let inner = b.inner(area);
     b.render(area, buf);
     if let Some(r) = app.report() {
-        draw(r, app.view.layer, app.points_at(), theme, inner, buf);
+        draw(r, app.screen.layer, app.points_at(), theme, inner, buf);
     }
 }
 

@@ -66,7 +66,7 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     if app.tutor.as_ref().is_some_and(|t| t.keeps_back(ask)) && v.layout != HeadLayout::Mha {
         v.costs.retain(|c| c.0 != HeadLayout::Mha);
     }
-    draw(&v, app.view.head, theme, inner, beside.as_ref(), buf);
+    draw(&v, app.screen.head, theme, inner, beside.as_ref(), buf);
 }
 
 /// The same tokens under the layout beside the live one: both top tokens, how often they

@@ -23,24 +23,24 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
         .frames
         .shown()
         .history
-        .get(app.view.layer)
+        .get(app.screen.layer)
         .filter(|h| !h.weights.is_empty());
     let (Some(r), Some(hist)) = (app.report(), hist) else {
         let msg = match app.report() {
-            Some(_) if app.engine.replaying => format!(
+            Some(_) if app.worker.replaying => format!(
                 "layer {} was not recorded: a recording keeps the layer that was on screen",
-                app.view.layer
+                app.screen.layer
             ),
             Some(_) => format!(
                 "layer {}: press space to capture its next rows",
-                app.view.layer
+                app.screen.layer
             ),
             None => "press space to run the prefill".into(),
         };
         put(buf, inner, 1, inner.y, &msg, theme.dim());
         return;
     };
-    let rows = if app.view.show_scores {
+    let rows = if app.screen.show_scores {
         &hist.scores
     } else {
         &hist.weights
@@ -53,21 +53,21 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let src = Source {
         report: r,
         rows,
-        layer: app.view.layer,
-        head: app.view.head,
-        scores: app.view.show_scores,
+        layer: app.screen.layer,
+        head: app.screen.head,
+        scores: app.screen.show_scores,
     };
     let window = Window {
         rows: char_rows * per_cell,
         cols: (inner.width - LABEL_W) as usize,
-        scroll: app.view.scroll,
+        scroll: app.screen.scroll,
     };
     let Some(v) = Heatmap::build(&src, window) else {
         return;
     };
     let newest = rows
         .last()
-        .and_then(|r| r.get(app.view.head))
+        .and_then(|r| r.get(app.screen.head))
         .filter(|r| !r.is_empty());
     let looks = newest.map_or(Vec::new(), |row| looks_at(r, row));
     draw(&v, &looks, theme, inner, buf);
@@ -80,22 +80,22 @@ fn title(app: &App) -> String {
     if app.report().is_none() {
         return format!(
             " attention · layer {} · head {} · waiting for a first pass ",
-            app.view.layer, app.view.head
+            app.screen.layer, app.screen.head
         );
     }
     let kv_of = app
         .report()
-        .and_then(|r| r.info.query_to_kv.get(app.view.head).copied())
+        .and_then(|r| r.info.query_to_kv.get(app.screen.head).copied())
         .unwrap_or(0);
     let (n_layer, n_head) = app.dims();
     format!(
         " attention · layer {}/{} · head {}/{} → kv {} · {} ",
-        app.view.layer,
+        app.screen.layer,
         n_layer.saturating_sub(1),
-        app.view.head,
+        app.screen.head,
         n_head.saturating_sub(1),
         kv_of,
-        if app.view.show_scores {
+        if app.screen.show_scores {
             "scores Q·Kᵀ/√d"
         } else {
             "softmax weights"
@@ -283,6 +283,6 @@ fn cells(v: &Heatmap, cw: u16, theme: &Theme, inner: Rect, buf: &mut Buffer, per
 pub fn summary(app: &App, r: &StepReport) -> String {
     format!(
         "layer {} head {}, {} keys",
-        app.view.layer, app.view.head, r.info.kv_len
+        app.screen.layer, app.screen.head, r.info.kv_len
     )
 }

@@ -13,7 +13,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Clear, Paragraph, Widget, Wrap};
 
 /// What the lesson pane needs from the live app beside the tutor's own state.
-pub struct Live {
+pub struct StepNow {
     /// Whether the step's task holds now.
     pub task_done: bool,
     /// The choices each prediction kind offers in the app's state now.
@@ -24,7 +24,7 @@ pub struct Live {
     pub ran: bool,
 }
 
-impl Live {
+impl StepNow {
     /// Read from the app for the tutor's current step.
     pub fn of(app: &App, t: &Tutor) -> Self {
         let kinds = t.step().map_or(Vec::new(), |s| {
@@ -50,7 +50,7 @@ impl Live {
                     (name, v.unwrap_or_else(|| figures::PENDING.into()))
                 })
                 .collect(),
-            ran: app.report().is_some() && !app.engine.prompt_queued,
+            ran: app.report().is_some() && !app.worker.prompt_queued,
         }
     }
 
@@ -99,12 +99,12 @@ fn quoted(t: &Tutor) -> Vec<String> {
 /// Draws the open lesson step into `area`.
 pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     if let Some(t) = app.tutor.as_ref() {
-        draw(t, &Live::of(app, t), theme, area, buf);
+        draw(t, &StepNow::of(app, t), theme, area, buf);
     }
 }
 
 /// Draws a tutor's current step, with what the live app says of it, into `area`.
-pub fn draw(t: &Tutor, live: &Live, theme: &Theme, area: Rect, buf: &mut Buffer) {
+pub fn draw(t: &Tutor, live: &StepNow, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let (Some(l), Some(_)) = (t.current(), t.step()) else {
         return;
     };
@@ -183,7 +183,7 @@ fn last_scroll(text: &Paragraph, inner: Rect) -> u16 {
 pub fn scroll_to_reveal(app: &App, area: Rect, qi: usize) -> Option<u16> {
     let t = app.tutor.as_ref().filter(|t| t.step().is_some())?;
     let inner = Block::default().borders(Borders::ALL).inner(area);
-    let live = Live::of(app, t);
+    let live = StepNow::of(app, t);
     // Rows of the step's text with its first `n` questions, as the panel wraps them.
     let rows = |n: usize| {
         Paragraph::new(lines_through(t, &live, &Theme::detect(), n))
@@ -204,18 +204,18 @@ pub fn max_scroll(app: &App, area: Rect) -> u16 {
         return 0;
     };
     let inner = Block::default().borders(Borders::ALL).inner(area);
-    let text = Paragraph::new(lines(t, &Live::of(app, t), &Theme::detect()));
+    let text = Paragraph::new(lines(t, &StepNow::of(app, t), &Theme::detect()));
     last_scroll(&text.wrap(Wrap { trim: false }), inner)
 }
 
 /// The text of the current step, top to bottom: the lesson and step titles, the prose,
 /// the notice, the task, then each question.
-fn lines<'a>(t: &Tutor, live: &Live, theme: &Theme) -> Vec<Line<'a>> {
+fn lines<'a>(t: &Tutor, live: &StepNow, theme: &Theme) -> Vec<Line<'a>> {
     lines_through(t, live, theme, usize::MAX)
 }
 
 /// The step's lines with its first `count` questions (their verdicts and explanations).
-fn lines_through<'a>(t: &Tutor, live: &Live, theme: &Theme, count: usize) -> Vec<Line<'a>> {
+fn lines_through<'a>(t: &Tutor, live: &StepNow, theme: &Theme, count: usize) -> Vec<Line<'a>> {
     let l = t.current().expect("caller checked");
     let s = t.step().expect("caller checked");
     let mut out = Vec::new();
@@ -277,7 +277,13 @@ fn task_lines<'a>(t: &Tutor, text: &str, done: bool, theme: &Theme) -> Vec<Line<
 }
 
 /// A question's mark (answered right, wrong, or not yet) and its text as it was asked.
-fn question_head<'a>(t: &Tutor, live: &Live, theme: &Theme, qi: usize, q: &Question) -> Line<'a> {
+fn question_head<'a>(
+    t: &Tutor,
+    live: &StepNow,
+    theme: &Theme,
+    qi: usize,
+    q: &Question,
+) -> Line<'a> {
     let mark = match t.answers[qi].as_ref() {
         Some(a) if a.right => "✓ ",
         Some(_) => "✗ ",
@@ -308,7 +314,7 @@ fn predict_again(kind: crate::lesson::Predict) -> &'static str {
 /// choices, the verdict and what to do next.
 fn question_lines<'a>(
     t: &Tutor,
-    live: &Live,
+    live: &StepNow,
     theme: &Theme,
     qi: usize,
     q: &Question,
@@ -362,7 +368,7 @@ fn question_lines<'a>(
 /// offers now; the one chosen (or waiting to be graded) is highlighted.
 fn choice_lines<'a>(
     t: &Tutor,
-    live: &Live,
+    live: &StepNow,
     theme: &Theme,
     qi: usize,
     q: &Question,
@@ -397,7 +403,7 @@ fn choice_lines<'a>(
 }
 
 /// "Right: …" or "Not quite: …" with the answer's explanation.
-fn verdict<'a>(a: &tutor::Answer, live: &Live, theme: &Theme) -> Line<'a> {
+fn verdict<'a>(a: &tutor::Answer, live: &StepNow, theme: &Theme) -> Line<'a> {
     Line::from(vec![
         Span::styled(
             if a.right {

@@ -20,21 +20,21 @@ pub fn query_row(app: &App) -> Option<usize> {
         .frames
         .shown()
         .history
-        .get(app.view.layer)?
+        .get(app.screen.layer)?
         .weights
         .len();
-    (n > 0).then(|| n - 1 - app.view.scroll.min(n - 1))
+    (n > 0).then(|| n - 1 - app.screen.scroll.min(n - 1))
 }
 
 /// Draws the pane.
 pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let view = match (
         app.report(),
-        app.frames.shown().history.get(app.view.layer),
+        app.frames.shown().history.get(app.screen.layer),
         query_row(app),
     ) {
         (Some(r), Some(hist), Some(q)) => {
-            Looks::of(r, &hist.weights, app.view.layer, app.view.head, q)
+            Looks::of(r, &hist.weights, app.screen.layer, app.screen.head, q)
         }
         _ => None,
     };

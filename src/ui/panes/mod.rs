@@ -22,8 +22,8 @@ pub mod summary;
 pub mod traffic;
 
 use super::app::{App, Pane};
+use super::screen_state::ScreenState;
 use super::theme::Theme;
-use super::view::View;
 use crate::export::ExportPane;
 use crate::report::StepReport;
 use ratatui::buffer::Buffer;
@@ -52,13 +52,13 @@ pub struct PaneDef {
 /// every place shows the first of its entries whose reason holds.
 #[derive(Clone, Copy)]
 pub enum StandIn {
-    /// A pane of its own that the view put in the place ([`View::in_place`]): focusing it
+    /// A pane of its own that the view put in the place ([`ScreenState::in_place`]): focusing it
     /// does, focusing the place's pane or tabbing away gives the place back (the lens, the
     /// traffic pane).
     Chosen,
     /// Another drawing of the place's own pane, while the view's switch for it is on (the
     /// looks-at list, `w`).
-    Mode(fn(&View) -> bool),
+    Mode(fn(&ScreenState) -> bool),
     /// What runs asks for it (the sink experiment, a run side by side).
     Runs(fn(&App) -> bool),
 }
@@ -184,8 +184,8 @@ impl PaneDef {
     fn asked_for(&self, app: &App) -> bool {
         match self.stands_in {
             None => true,
-            Some(StandIn::Chosen) => app.view.shows(self.pane),
-            Some(StandIn::Mode(on)) => on(&app.view),
+            Some(StandIn::Chosen) => app.screen.shows(self.pane),
+            Some(StandIn::Mode(on)) => on(&app.screen),
             Some(StandIn::Runs(runs)) => runs(app),
         }
     }
@@ -230,7 +230,7 @@ pub fn export_of(app: &App, pane: Pane) -> ExportPane {
 pub fn block<'a>(app: &App, theme: &Theme, pane: Pane, title: String, width: u16) -> Block<'a> {
     let title = crate::views::units::fit(&title, (width as usize).saturating_sub(2));
     let b = Block::default().borders(Borders::ALL).title(title);
-    if app.view.focus == pane {
+    if app.screen.focus == pane {
         b.title_style(theme.focused()).border_style(theme.focused())
     } else {
         b

@@ -19,7 +19,7 @@ use ratatui::widgets::Widget;
 /// first iteration rather than draw the old one under the new name.
 fn shown(app: &App) -> (crate::settings::Serving, bool) {
     match app.report() {
-        Some(r) if app.engine.replaying || app.frames.cursor().is_some() => {
+        Some(r) if app.worker.replaying || app.frames.cursor().is_some() => {
             (r.settings.serving, true)
         }
         Some(r) if r.settings.serving == app.settings.serving => (r.settings.serving, true),
@@ -134,7 +134,7 @@ fn ratio_line(
     app: &App,
     serving: crate::settings::Serving,
     current: bool,
-    beside: Option<&crate::report::ServeView>,
+    beside: Option<&crate::report::ServeReport>,
 ) -> String {
     let main = app
         .report()
@@ -148,7 +148,7 @@ fn ratio_line(
     let Some(ratio) = ratio else {
         return format!("ratio after {} iterations", crate::report::RATIO_WARMUP);
     };
-    let p99 = |v: Option<&crate::report::ServeView>| {
+    let p99 = |v: Option<&crate::report::ServeReport>| {
         v.map(|v| v.latency.ttft_ms_p99).filter(|&t| t > 0.0)
     };
     let ttft = match (p99(main), p99(beside)) {
@@ -224,7 +224,7 @@ fn render_view(
 /// (contiguous). Returns the row after them and the chosen request.
 fn draw_memory(
     app: &App,
-    sv: &crate::report::ServeView,
+    sv: &crate::report::ServeReport,
     timeline_first: bool,
     theme: &Theme,
     (inner, below): (Rect, Rect),
@@ -233,7 +233,7 @@ fn draw_memory(
     // The chosen request's pages stand out, and its block table maps its logical blocks
     // to them (paged cache only).
     let req = app
-        .view
+        .screen
         .selected_req
         .filter(|id| sv.step.block_tables.iter().any(|t| t.0 == *id))
         .or_else(|| sv.step.block_tables.first().map(|t| t.0));
@@ -263,7 +263,7 @@ fn draw_memory(
 /// A run not started yet: what starts it, and what the run before it came to.
 fn draw_waiting(
     app: &App,
-    before: Option<(&crate::report::ServeView, bool)>,
+    before: Option<(&crate::report::ServeReport, bool)>,
     theme: &Theme,
     inner: Rect,
     buf: &mut Buffer,
@@ -305,9 +305,9 @@ fn draw_notes(
 
 /// The run a serving pane draws, and, until its first iteration, the one before it.
 struct Runs<'a> {
-    now: Option<&'a crate::report::ServeView>,
+    now: Option<&'a crate::report::ServeReport>,
     /// The run before, and whether it fed prompts in chunks.
-    before: Option<(&'a crate::report::ServeView, bool)>,
+    before: Option<(&'a crate::report::ServeReport, bool)>,
 }
 
 /// The run the report on screen holds while the settings ask for another (`current`
@@ -315,8 +315,8 @@ struct Runs<'a> {
 fn before(
     app: &App,
     current: bool,
-    run: impl Fn(&crate::report::StepReport) -> Option<&crate::report::ServeView>,
-) -> Option<(&crate::report::ServeView, bool)> {
+    run: impl Fn(&crate::report::StepReport) -> Option<&crate::report::ServeReport>,
+) -> Option<(&crate::report::ServeReport, bool)> {
     // Only a run of the same requests is worth setting beside the new one: after a
     // switch of workload (chat to the long story, or a burst) it would compare nothing.
     let same = |r: &&crate::report::StepReport| {
@@ -329,7 +329,7 @@ fn before(
 
 /// What the run before a restart (`c`, `b`, `d`, …) came to, so that the figures a step
 /// asks to compare stay on screen until the new run has its own.
-fn run_before(v: &crate::report::ServeView, chunked: bool) -> Option<String> {
+fn run_before(v: &crate::report::ServeReport, chunked: bool) -> Option<String> {
     let latency = v.describe_latency()?;
     let tps = v
         .tokens_per_s()
@@ -348,7 +348,7 @@ fn run_before(v: &crate::report::ServeView, chunked: bool) -> Option<String> {
 /// Every block table but `shown`'s from `at`'s first row, where rows are left over once
 /// the timeline has a row for each request and its key; returns the row after them.
 fn other_tables(
-    sv: &crate::report::ServeView,
+    sv: &crate::report::ServeReport,
     shown: Option<u64>,
     theme: &Theme,
     at: Rect,
@@ -368,7 +368,7 @@ fn other_tables(
 /// The iteration's numbers on two rows (one where the pane is that short): how many run
 /// against the batch limit, why the queue waits, speed; then what the KV memory holds
 /// and what its utilization divides. Returns the rows drawn.
-fn header(sv: &crate::report::ServeView, keep: &[String], inner: Rect, buf: &mut Buffer) -> u16 {
+fn header(sv: &crate::report::ServeReport, keep: &[String], inner: Rect, buf: &mut Buffer) -> u16 {
     let s = &sv.step;
     let running = s.running();
     // Running against its cap first, since a narrow pane cuts what comes after; short

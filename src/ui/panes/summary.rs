@@ -20,7 +20,7 @@ pub fn line(app: &App, pane: Pane) -> String {
 /// Draws the summary of `pane` on the row `area`.
 pub fn render(app: &App, theme: &Theme, pane: Pane, area: Rect, buf: &mut Buffer) {
     let text = format!("▸ {}", line(app, pane));
-    let style = if app.view.focus == pane {
+    let style = if app.screen.focus == pane {
         theme.focused()
     } else {
         theme.dim()

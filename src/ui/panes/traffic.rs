@@ -29,7 +29,7 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     if let Some(r) = app.report() {
         let past = app.frames.past().iter().map(|p| p.as_ref());
         draw(
-            &traffic::view(r, past, app.engine.machine.as_ref()),
+            &traffic::view(r, past, app.worker.machine.as_ref()),
             app.points_at(),
             theme,
             inner,

@@ -4,7 +4,7 @@
 
 /// The worker as the app sees it.
 #[derive(Debug, Clone)]
-pub struct EngineState {
+pub struct WorkerState {
     /// Bytes of the model fetched so far, of all, while it downloads.
     pub loading: Option<(u64, u64)>,
     pub model_name: String,
@@ -33,7 +33,7 @@ pub struct EngineState {
     pub speed: usize,
 }
 
-impl Default for EngineState {
+impl Default for WorkerState {
     fn default() -> Self {
         Self {
             loading: None,

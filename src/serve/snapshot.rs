@@ -19,7 +19,7 @@ pub struct ActiveEntry {
 
 /// One page of the pool, for drawing the grid.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct PageView {
+pub struct PageEntry {
     /// The requests holding it (more than one when shared).
     pub owners: Vec<ReqId>,
     pub fill: u32,
@@ -86,7 +86,7 @@ pub struct ServeStep {
     pub tokens_generated: usize,
     pub tokens_scheduled: usize,
     /// Paged only: page → owners and fill.
-    pub pages: Vec<PageView>,
+    pub pages: Vec<PageEntry>,
     /// Paged only: each request's block table, its logical blocks in order as the
     /// physical pages that hold them (recordings made before it read as empty).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -186,12 +186,12 @@ pub fn step(
 pub fn memory(
     s: &Scheduler,
     bytes_per_token: usize,
-) -> (MemoryStats, Vec<PageView>, Vec<(ReqId, usize, usize)>) {
+) -> (MemoryStats, Vec<PageEntry>, Vec<(ReqId, usize, usize)>) {
     match &s.memory {
         Memory::Paged(p) => {
             let st = p.stats();
-            let mut pages: Vec<PageView> = (0..st.total_pages as u32)
-                .map(|pg| PageView {
+            let mut pages: Vec<PageEntry> = (0..st.total_pages as u32)
+                .map(|pg| PageEntry {
                     owners: Vec::new(),
                     fill: p.fill(pg),
                 })

@@ -7,7 +7,7 @@ use crate::screen::Pane;
 
 /// The view state.
 #[derive(Debug, Clone)]
-pub struct View {
+pub struct ScreenState {
     pub focus: Pane,
     /// The focused pane has the body; the others are one-line summaries.
     pub zoomed: bool,
@@ -37,7 +37,7 @@ pub struct View {
     pub glossary_scroll: usize,
 }
 
-impl Default for View {
+impl Default for ScreenState {
     fn default() -> Self {
         Self {
             focus: Pane::Attention,
@@ -58,7 +58,7 @@ impl Default for View {
     }
 }
 
-impl View {
+impl ScreenState {
     /// `z`: zoomed ↔ every pane; in a lesson, the text and the pane → the pane with the
     /// body → every pane → the text and the pane again.
     pub fn toggle_zoom(&mut self, lesson: bool) {
