@@ -1,5 +1,15 @@
 //! Benchmarks that compare configurations side by side in one run.
 
+/// Refuses to measure, with what is wrong, unless `cond` holds: a flag out of range, or an
+/// input that cannot give a measurement.
+macro_rules! refuse_unless {
+    ($cond:expr, $($msg:tt)*) => {
+        if !$cond {
+            return Err($crate::bench::BenchError::Refused(format!($($msg)*)));
+        }
+    };
+}
+
 pub mod arrivals;
 pub mod attention;
 pub mod decode;
@@ -9,6 +19,53 @@ pub mod peer;
 pub mod render;
 pub mod serve;
 pub mod sink;
+
+use std::path::PathBuf;
+
+/// Why a benchmark could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// A flag out of range, or an input that cannot give a measurement.
+    #[error("{0}")]
+    Refused(String),
+    #[error("loading {}: {err}", .path.display())]
+    Load {
+        path: PathBuf,
+        err: crate::model::ModelError,
+    },
+    #[error("opening {}: {err}", .path.display())]
+    Open { path: PathBuf, err: std::io::Error },
+    /// The real server beside ours (`--peer`) failed or answered nonsense.
+    #[error("{server}: {what}")]
+    Peer { server: String, what: String },
+    #[error(transparent)]
+    Model(#[from] crate::model::ModelError),
+    #[error(transparent)]
+    Serve(#[from] crate::serve::ServeError),
+    #[error(transparent)]
+    Worker(#[from] crate::worker::WorkerError),
+    #[error(transparent)]
+    Sink(#[from] crate::sink::SinkError),
+    #[error(transparent)]
+    Kv(#[from] crate::kv::KvError),
+    #[error(transparent)]
+    Candle(#[from] candle_core::Error),
+    #[error(transparent)]
+    Layout(#[from] crate::model::heads::LayoutError),
+    #[error(transparent)]
+    Tiles(#[from] crate::model::flash::TileError),
+    #[error(transparent)]
+    Machine(#[from] crate::machine::MachineError),
+}
+
+impl From<std::convert::Infallible> for BenchError {
+    fn from(never: std::convert::Infallible) -> Self {
+        match never {}
+    }
+}
+
+/// Result alias for the benchmarks.
+pub type Result<T> = std::result::Result<T, BenchError>;
 
 /// Median of a non-empty list: of an even count, the mean of the middle two (the upper one
 /// alone would lean every even-count figure, and a ratio's against its target, upwards).

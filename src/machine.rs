@@ -4,7 +4,22 @@
 //! traffic pane say how close they come to them. Cached per CPU in the data directory.
 
 use crate::kernels::q8_0::BatchedQ8;
-use anyhow::{Context, Result};
+
+/// Why this machine's measurement could not be kept.
+#[derive(Debug, thiserror::Error)]
+pub enum MachineError {
+    #[error("creating {}: {err}", .path.display())]
+    CreateDir {
+        path: std::path::PathBuf,
+        err: std::io::Error,
+    },
+    #[error("saving the machine's measurement: {0}")]
+    Save(#[from] crate::files::FileError),
+    #[error("writing the machine's measurement as JSON: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+type Result<T> = std::result::Result<T, MachineError>;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -148,7 +163,10 @@ pub fn measure() -> Result<Machine> {
     };
     if let Some(p) = cache_path() {
         if let Some(dir) = p.parent() {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            std::fs::create_dir_all(dir).map_err(|err| MachineError::CreateDir {
+                path: dir.to_path_buf(),
+                err,
+            })?;
         }
         let text = serde_json::to_string_pretty(&m)?;
         // Replaced whole, never through a link: a planted `machine.json` link must not
@@ -157,8 +175,7 @@ pub fn measure() -> Result<Machine> {
             force: true,
             inputs: &[],
         };
-        crate::files::write(&p, text.as_bytes(), rules)
-            .with_context(|| "saving the machine's measurement")?;
+        crate::files::write(&p, text.as_bytes(), rules)?;
     }
     Ok(m)
 }

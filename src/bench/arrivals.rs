@@ -13,7 +13,7 @@ use crate::serve::rate::{
 };
 use crate::serve::workload::{LengthDist, Workload};
 use crate::serve::{CacheKind, Policy, Request, ServeConfig, ServeEngine};
-use anyhow::Result;
+use super::Result;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -53,13 +53,13 @@ impl ArrivalsArgs {
     /// Refuses what the arrivals part cannot run, before any of `bench serve` runs.
     pub fn check(&self) -> Result<()> {
         if let Some(r) = self.rate {
-            anyhow::ensure!(
+            refuse_unless!(
                 r > 0.0 && r.is_finite(),
                 "--rate must be a number of requests per second above 0 (got {r})"
             );
         }
-        anyhow::ensure!(self.seeds >= 1, "--arrival-seeds must be at least 1");
-        anyhow::ensure!(self.chunk_tokens >= 1, "--chunk-tokens must be at least 1");
+        refuse_unless!(self.seeds >= 1, "--arrival-seeds must be at least 1");
+        refuse_unless!(self.chunk_tokens >= 1, "--chunk-tokens must be at least 1");
         Ok(())
     }
 }
@@ -308,7 +308,7 @@ fn choose_rate(
         first.busy_pct,
     );
     let rate = corrected_rate(first.rate_per_s, first.busy_pct / 100.0);
-    anyhow::ensure!(
+    refuse_unless!(
         rate > 0.0 && rate.is_finite(),
         "the corrected arrival rate is not a rate ({rate}): {why}"
     );
@@ -393,7 +393,7 @@ pub fn run(
 /// The shipped long story's tokens, which the long prompts are cut from.
 fn long_tokens(model: &Model) -> Result<Vec<u32>> {
     let long = model.tokenizer.encode(crate::assets::LONG_TEXT)?;
-    anyhow::ensure!(
+    refuse_unless!(
         long.len() > LONG_PROMPT,
         "the shipped long story is too short"
     );
@@ -479,9 +479,9 @@ fn timed(model: &Model, cfg: ServeConfig, sequences: &[Vec<Request>]) -> Result<
     let (mut served, mut wall_s, mut idle_s, mut iterations) = (Vec::new(), 0.0, 0.0, 0);
     for reqs in sequences {
         let mut e =
-            ServeEngine::new(model, cfg.clone(), reqs.clone()).map_err(anyhow::Error::msg)?;
+            ServeEngine::new(model, cfg.clone(), reqs.clone())?;
         while !e.done() {
-            e.step().map_err(anyhow::Error::msg)?;
+            e.step()?;
         }
         (wall_s, idle_s) = (wall_s + e.clock_s(), idle_s + e.idle_s());
         iterations += e.iteration();

@@ -2,7 +2,7 @@
 //! output, and the bytes each moves under the FlashAttention IO model.
 
 use crate::model::flash::{naive_head, pseudo_random, tiled_head, Tiles};
-use anyhow::Result;
+use super::Result;
 use serde::Serialize;
 use std::time::Instant;
 

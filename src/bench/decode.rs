@@ -5,7 +5,7 @@
 use super::median;
 use crate::model::sampler::argmax;
 use crate::model::{LayerSelect, LoadOptions, Logits, Model, Probe, Requant};
-use anyhow::{Context, Result};
+use super::{BenchError, Result};
 use candle_core::{Device, Tensor};
 use candle_transformers::models::quantized_llama::ModelWeights;
 use serde::Serialize;
@@ -208,7 +208,10 @@ fn time_candle(m: &mut ModelWeights, prompt: &[u32], n: usize, dev: &Device) -> 
 
 /// candle-transformers' own Llama over the same file: the reference we race.
 fn candle_model(path: &Path, dev: &Device) -> Result<ModelWeights> {
-    let mut f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut f = std::fs::File::open(path).map_err(|err| BenchError::Open {
+        path: path.to_path_buf(),
+        err,
+    })?;
     let ct = candle_core::quantized::gguf_file::Content::read(&mut f)?;
     Ok(ModelWeights::from_gguf(ct, &mut f, dev)?)
 }
@@ -231,7 +234,10 @@ fn load(path: &Path, dev: &Device, requant: Requant) -> Result<Model> {
             device: dev.clone(),
         },
     )
-    .with_context(|| format!("loading {}", path.display()))
+    .map_err(|err| BenchError::Load {
+        path: path.to_path_buf(),
+        err,
+    })
 }
 
 /// Loads every configuration and measures them round-robin.
@@ -248,7 +254,7 @@ pub fn run(
     let native = load(Requant::Keep)?;
     let mut candle = candle_model(path, dev)?;
     let prompt = q8.tokenizer.encode(PROMPT)?;
-    anyhow::ensure!(
+    refuse_unless!(
         prompt.len() + n <= q8.cfg.context,
         "--tokens {n} after the {}-token prompt is past the model's context of {}",
         prompt.len(),

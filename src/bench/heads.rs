@@ -5,7 +5,7 @@ use crate::assets::{EVAL_TEXT, PROMPTS};
 use crate::kv::KvElem;
 use crate::model::sampler::{argmax, softmax};
 use crate::model::{AttnKernel, HeadLayout, Logits, Model, RunOptions};
-use anyhow::Result;
+use super::Result;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -168,7 +168,7 @@ pub fn run(base: &Model, budget_bytes: usize, decode_tokens: usize) -> Result<He
     for p in PROMPTS.lines().filter(|l| !l.trim().is_empty()) {
         seqs.push(tok.encode(&crate::model::TextTokenizer::chat_prompt(p))?);
     }
-    anyhow::ensure!(
+    refuse_unless!(
         seqs[1].len() + decode_tokens <= base.cfg.context,
         "--tokens {decode_tokens} after the {}-token prompt is past the model's context of {}",
         seqs[1].len(),

@@ -14,7 +14,7 @@ use crate::kv::KvElem;
 use crate::model::{Model, RunOptions};
 use crate::serve::workload::{source_tokens, Workload};
 use crate::serve::{CacheKind, Policy, Reserve, ServeConfig, ServeEngine};
-use anyhow::Result;
+use super::Result;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -220,14 +220,14 @@ fn paired_tok_per_s(
     let first = usize::from(second_first);
     let mut engines = Vec::new();
     for c in cfgs {
-        engines.push(ServeEngine::new(m, c, w.generate(source)).map_err(anyhow::Error::msg)?);
+        engines.push(ServeEngine::new(m, c, w.generate(source))?);
     }
     let mut busy_s = [0.0f64; 2];
     while engines.iter().any(|e| !e.done()) {
         for i in [first, 1 - first] {
             if !engines[i].done() {
                 let t = Instant::now();
-                engines[i].step().map_err(anyhow::Error::msg)?;
+                engines[i].step()?;
                 busy_s[i] += t.elapsed().as_secs_f64();
             }
         }

@@ -7,7 +7,7 @@ use crate::attach::engines::Gauges;
 use crate::attach::http::{self, Base};
 use crate::attach::{load, prom};
 use crate::serve::Request;
-use anyhow::{Context, Result};
+use super::{BenchError, Result};
 use std::time::Duration;
 
 /// What the server did with the arrivals, as a client saw it.
@@ -25,21 +25,31 @@ pub struct Served {
     pub server: String,
 }
 
+/// What went wrong with the server at `base`.
+fn failed(base: &Base, what: String) -> BenchError {
+    BenchError::Peer {
+        server: base.as_str().to_string(),
+        what,
+    }
+}
+
 /// How many requests `base` serves at once: llama.cpp's `/props` `total_slots`, else the
 /// length of its `/slots`.
 pub fn slots(base: &Base) -> Result<usize> {
     let agent = http::agent(Duration::from_secs(5));
     let props = http::get_text(&agent, &base.at("/props"), 4 << 20)
-        .with_context(|| format!("asking {} for its slot count", base.as_str()))?;
-    let v: serde_json::Value = serde_json::from_str(&props).context("/props is not JSON")?;
+        .map_err(|e| failed(base, format!("asking for its slot count: {e}")))?;
+    let v: serde_json::Value = serde_json::from_str(&props)
+        .map_err(|e| failed(base, format!("/props is not JSON: {e}")))?;
     let n = match v["total_slots"].as_u64() {
         Some(n) => n as usize,
         None => {
-            let s = http::get_text(&agent, &base.at("/slots"), 4 << 20)?;
+            let s = http::get_text(&agent, &base.at("/slots"), 4 << 20)
+                .map_err(|e| failed(base, format!("reading /slots: {e}")))?;
             crate::attach::poll::slots(&s).len()
         }
     };
-    anyhow::ensure!(
+    refuse_unless!(
         (1..=4096).contains(&n),
         "{} reports {n} slots; --peer needs a server with 1–4096",
         base.as_str()
@@ -52,7 +62,7 @@ pub fn run(base: &Base, sequences: &[Vec<Request>]) -> Result<Served> {
     let agent = http::agent(Duration::from_secs(5));
     let calls = |what: &str| -> Result<(Option<f64>, String)> {
         let t = http::get_text(&agent, &base.at("/metrics"), 8 << 20)
-            .with_context(|| format!("reading {}/metrics {what}", base.as_str()))?;
+            .map_err(|e| failed(base, format!("reading /metrics {what}: {e}")))?;
         let g = Gauges::read(&prom::parse(&t, 200_000));
         Ok((
             g.decode_calls_total.map(|r| r.value),
@@ -64,7 +74,7 @@ pub fn run(base: &Base, sequences: &[Vec<Request>]) -> Result<Served> {
     for reqs in sequences {
         let outcomes = load::run_all(base, reqs.clone());
         if let Some(e) = outcomes.iter().find_map(|o| o.error.as_ref()) {
-            anyhow::bail!("{} failed a request: {e}", base.as_str());
+            return Err(failed(base, format!("failed a request: {e}")));
         }
         let done: Vec<Request> = outcomes.into_iter().map(|o| o.request).collect();
         wall_s += done.iter().filter_map(|r| r.finished_s).fold(0.0, f64::max);

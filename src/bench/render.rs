@@ -6,7 +6,7 @@ use crate::ui::draw;
 use crate::ui::theme::{ColorMode, Theme};
 use crate::worker::run_request;
 use crate::worker::Event;
-use anyhow::Result;
+use super::Result;
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 use serde::Serialize;
@@ -41,7 +41,7 @@ pub fn run(model: &Model, steps: usize, frames: usize) -> Result<RenderReport> {
         256,
         steps,
     )
-    .map_err(anyhow::Error::msg)?;
+    ?;
     let mut app = App::new(model.run_options());
     app.on_event(Event::Ready {
         model: "bench".into(),

@@ -7,7 +7,7 @@ use crate::kv::ContiguousBatch;
 use crate::model::{AttnRoute, Logits, Model, Unobserved};
 use crate::serve::workload::{source_tokens, Workload};
 use crate::serve::{CacheKind, Policy, Reserve, ServeConfig, ServeEngine};
-use anyhow::Result;
+use super::Result;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -279,11 +279,11 @@ pub(crate) fn run_one(
     source: &[u32],
 ) -> Result<RunFigures> {
     let mut e =
-        ServeEngine::new(model, cfg.clone(), w.generate(source)).map_err(anyhow::Error::msg)?;
+        ServeEngine::new(model, cfg.clone(), w.generate(source))?;
     let t = Instant::now();
     let (mut tokens, mut allocated, mut peak) = (0usize, 0usize, 0usize);
     while !e.done() {
-        let s = e.step().map_err(anyhow::Error::msg)?;
+        let s = e.step()?;
         tokens += s.memory.token_slots;
         allocated += s.memory.allocated_slots;
         peak = peak.max(e.running().len() + s.finished.len());
@@ -420,7 +420,7 @@ pub fn run(
     arrivals: super::arrivals::ArrivalsArgs,
 ) -> Result<ServeReport> {
     let source = source_tokens(&model.tokenizer);
-    anyhow::ensure!(
+    refuse_unless!(
         source.len() > 200,
         "the shipped text is too short for the workload"
     );

@@ -4,7 +4,7 @@
 
 use crate::model::Model;
 use crate::sink::SinkRun;
-use anyhow::Result;
+use super::Result;
 use serde::Serialize;
 
 /// One configuration's result.

@@ -27,42 +27,57 @@ pub enum LessonSource {
     Dir(PathBuf),
 }
 
+/// Why a lesson directory could not be listed.
+#[derive(Debug, thiserror::Error)]
+#[error("{what} {}: {err}", .dir.display())]
+pub struct LessonDirError {
+    what: &'static str,
+    dir: PathBuf,
+    err: std::io::Error,
+}
+
 /// The raw files of a source, sorted by name: (name, text, or why it could not be read).
 /// One unreadable file does not hide the others.
-pub fn files(src: &LessonSource) -> anyhow::Result<Vec<(String, Result<String, String>)>> {
-    use anyhow::Context;
-    match src {
-        LessonSource::Shipped => Ok(SHIPPED
-            .iter()
-            .map(|(n, t)| (n.to_string(), Ok(t.to_string())))
-            .collect()),
-        LessonSource::Dir(dir) => {
-            let mut out = Vec::new();
-            let rd = std::fs::read_dir(dir)
-                .with_context(|| format!("reading lesson directory {}", dir.display()))?;
-            for e in rd {
-                let p = e
-                    .with_context(|| format!("listing {}", dir.display()))?
-                    .path();
-                let name = p
-                    .file_name()
-                    .map(|n| n.to_string_lossy().to_string())
-                    .unwrap_or_default();
-                if !name.ends_with(".md") || name == "README.md" {
-                    continue;
-                }
-                let text =
-                    crate::files::read_text(&p, crate::files::Kind::Lesson).map_err(|e| match e {
-                        crate::files::FileError::NotUtf8 { line, .. } => format!(
-                            "is not UTF-8 text (invalid byte on line {line}); save it as UTF-8"
-                        ),
-                        e => format!("cannot be read ({e})"),
-                    });
-                out.push((name, text));
-            }
-            out.sort();
-            Ok(out)
+pub fn files(
+    src: &LessonSource,
+) -> Result<Vec<(String, Result<String, crate::files::FileError>)>, LessonDirError> {
+    let dir = match src {
+        LessonSource::Shipped => {
+            let shipped = SHIPPED.iter().map(|(n, t)| (n.to_string(), Ok(t.to_string())));
+            return Ok(shipped.collect());
         }
+        LessonSource::Dir(dir) => dir,
+    };
+    let failed = |what| {
+        move |err| LessonDirError {
+            what,
+            dir: dir.clone(),
+            err,
+        }
+    };
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).map_err(failed("reading lesson directory"))? {
+        let p = e.map_err(failed("listing"))?.path();
+        let name = p
+            .file_name()
+            .map(|n| n.to_string_lossy().to_string())
+            .unwrap_or_default();
+        if !name.ends_with(".md") || name == "README.md" {
+            continue;
+        }
+        out.push((name, crate::files::read_text(&p, crate::files::Kind::Lesson)));
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
+/// What a lesson file that could not be read is told.
+fn unreadable(e: crate::files::FileError) -> String {
+    match e {
+        crate::files::FileError::NotUtf8 { line, .. } => {
+            format!("is not UTF-8 text (invalid byte on line {line}); save it as UTF-8")
+        }
+        e => format!("cannot be read ({e})"),
     }
 }
 
@@ -74,7 +89,7 @@ const MOST_ERRORS_PER_FILE: usize = 20;
 /// files on disk, so an editor can jump there). Lesson files are untrusted text: control
 /// characters (escape sequences, a carriage return that would overprint a line) become
 /// `?` before parsing, and names are printed the same way.
-pub fn load(src: &LessonSource) -> anyhow::Result<(Vec<Lesson>, Vec<LessonError>)> {
+pub fn load(src: &LessonSource) -> Result<(Vec<Lesson>, Vec<LessonError>), LessonDirError> {
     let mut lessons: Vec<Lesson> = Vec::new();
     let mut errors = Vec::new();
     for (name, text) in files(src)? {
@@ -84,11 +99,11 @@ pub fn load(src: &LessonSource) -> anyhow::Result<(Vec<Lesson>, Vec<LessonError>
         });
         let text = match text {
             Ok(t) => clean(&t),
-            Err(message) => {
+            Err(e) => {
                 errors.push(LessonError {
                     file: shown,
                     line: 1,
-                    message: crate::files::printable(&message),
+                    message: crate::files::printable(&unreadable(e)),
                 });
                 continue;
             }
