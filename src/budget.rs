@@ -66,8 +66,29 @@ impl KvNumbers {
     }
 }
 
+/// Why a size or a budget could not be had.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum BudgetError {
+    #[error("`{0}` is not a size (try 24GiB, 80GB, 512MiB)")]
+    NotASize(String),
+    #[error("unknown unit in `{0}`")]
+    UnknownUnit(String),
+    #[error("`{0}` is not a size of zero or more bytes")]
+    Negative(String),
+    #[error("`{0}` is more bytes than any device holds")]
+    TooBig(String),
+    #[error("{layers} layers × {heads} KV heads × {head_dim} dims × {elem_bytes} byte(s) × {seq_len} tokens overflows a 64-bit size")]
+    Overflow {
+        layers: usize,
+        heads: usize,
+        head_dim: usize,
+        elem_bytes: usize,
+        seq_len: usize,
+    },
+}
+
 /// Parses sizes such as `24GiB`, `80GB`, `512MiB`, `1e9`.
-pub fn parse_bytes(s: &str) -> Result<u64, String> {
+pub fn parse_bytes(s: &str) -> Result<u64, BudgetError> {
     let t = s.trim();
     // The unit is the trailing letters: a number may hold an exponent (`1e30GB`).
     let split = t.trim_end_matches(|c: char| c.is_ascii_alphabetic()).len();
@@ -75,7 +96,7 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
     let n: f64 = num
         .trim()
         .parse()
-        .map_err(|_| format!("`{s}` is not a size (try 24GiB, 80GB, 512MiB)"))?;
+        .map_err(|_| BudgetError::NotASize(s.to_string()))?;
     let mult = match unit.to_ascii_lowercase().as_str() {
         "" | "b" => 1.0,
         "kb" => 1e3,
@@ -86,15 +107,15 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
         "mib" | "m" => 1048576.0,
         "gib" | "g" => 1073741824.0,
         "tib" | "t" => 1099511627776.0,
-        _ => return Err(format!("unknown unit in `{s}`")),
+        _ => return Err(BudgetError::UnknownUnit(s.to_string())),
     };
     if !n.is_finite() || n < 0.0 {
-        return Err(format!("`{s}` is not a size of zero or more bytes"));
+        return Err(BudgetError::Negative(s.to_string()));
     }
     // An exabyte is past any device; above 2^62 the float no longer converts exactly.
     let bytes = n * mult;
     if bytes > (1u64 << 62) as f64 {
-        return Err(format!("`{s}` is more bytes than any device holds"));
+        return Err(BudgetError::TooBig(s.to_string()));
     }
     Ok(bytes as u64)
 }
@@ -108,7 +129,7 @@ pub fn compute(
     weight_bytes: u64,
     seq_len: usize,
     kv: KvNumbers,
-) -> Result<Budget, String> {
+) -> Result<Budget, BudgetError> {
     let kv_elem_bytes = match kv {
         KvNumbers::Bytes(b) => b,
         KvNumbers::Elem(e) => e.number_bytes(),
@@ -132,10 +153,13 @@ pub fn compute(
                 .and_then(|(a, row)| a.checked_mul(row));
             let per_request = per_token.and_then(|t| t.checked_mul(seq_len as u64));
             let (Some(per_token), Some(per_request)) = (per_token, per_request) else {
-                return Err(format!(
-                    "{} layers × {heads} KV heads × {} dims × {kv_elem_bytes} byte(s) × {seq_len} tokens overflows a 64-bit size",
-                    shape.layers, shape.head_dim
-                ));
+                return Err(BudgetError::Overflow {
+                    layers: shape.layers,
+                    heads,
+                    head_dim: shape.head_dim,
+                    elem_bytes: kv_elem_bytes,
+                    seq_len,
+                });
             };
             Ok(Line {
                 layout,
@@ -145,7 +169,7 @@ pub fn compute(
                 requests_that_fit: free.checked_div(per_request).unwrap_or(0),
             })
         })
-        .collect::<Result<_, String>>()?;
+        .collect::<Result<_, BudgetError>>()?;
     Ok(Budget {
         model: shape.display.clone(),
         memory_bytes: memory,
@@ -224,6 +248,7 @@ mod tests {
         assert_eq!(parse_bytes("1e3MB").unwrap(), 1_000_000_000);
         assert!(parse_bytes("1e30GB")
             .unwrap_err()
+            .to_string()
             .contains("more bytes than any device"));
     }
 }

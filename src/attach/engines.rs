@@ -194,7 +194,7 @@ impl Gauges {
             names.iter().find_map(|&m| match e.histogram(m)? {
                 Ok(hist) => Some(HistReading { hist, metric: m }),
                 Err(why) => {
-                    broken.push(why);
+                    broken.push(why.to_string());
                     None
                 }
             })

@@ -65,7 +65,7 @@ pub fn parse(text: &str, max_samples: usize) -> Exposition {
             Err(why) => {
                 out.skipped_count += 1;
                 if out.skipped.len() < NAMED_SKIPS {
-                    out.skipped.push((i + 1, why));
+                    out.skipped.push((i + 1, why.0));
                 }
             }
         }
@@ -91,13 +91,44 @@ fn valid_name(s: &str) -> bool {
 }
 
 /// One sample line.
-fn sample(line: &str) -> Result<Sample, String> {
+/// What is wrong with a line of metrics text, in words (the parse keeps it to name the
+/// line).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BadLine(pub String);
+
+impl From<String> for BadLine {
+    fn from(why: String) -> Self {
+        BadLine(why)
+    }
+}
+
+impl From<&str> for BadLine {
+    fn from(why: &str) -> Self {
+        BadLine(why.to_string())
+    }
+}
+
+/// A histogram whose buckets do not add up.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum BadHistogram {
+    #[error("{0}_bucket has a sample without a number in `le`")]
+    NoBound(String),
+    #[error("{0}: bucket counts fall as the bound grows")]
+    Falling(String),
+    #[error("{0}: no +Inf bucket")]
+    NoInf(String),
+    #[error("{name}: the +Inf bucket ({last}) is not the count ({count})")]
+    NotTheCount { name: String, last: f64, count: f64 },
+}
+
+fn sample(line: &str) -> Result<Sample, BadLine> {
     let name_end = line
         .find(|c: char| c == '{' || c.is_whitespace())
         .ok_or("a name with no value")?;
     let name = &line[..name_end];
     if !valid_name(name) {
-        return Err(format!("`{}` is not a metric name", clip(name)));
+        return Err(BadLine(format!("`{}` is not a metric name", clip(name))));
     }
     let mut rest = &line[name_end..];
     let mut labels = Vec::new();
@@ -115,7 +146,9 @@ fn sample(line: &str) -> Result<Sample, String> {
             .map_err(|_| format!("`{}` after the value is not a timestamp", clip(ts)))?;
     }
     if fields.next().is_some() {
-        return Err("more than a value and a timestamp after the name".into());
+        return Err(BadLine(
+            "more than a value and a timestamp after the name".into(),
+        ));
     }
     Ok(Sample {
         name: name.to_string(),
@@ -128,7 +161,7 @@ fn sample(line: &str) -> Result<Sample, String> {
 type Labels = Vec<(String, String)>;
 
 /// The labels after `{`, up to the closing `}`; returns them and what follows.
-fn label_set(mut s: &str) -> Result<(Labels, &str), String> {
+fn label_set(mut s: &str) -> Result<(Labels, &str), BadLine> {
     let mut labels = Vec::new();
     loop {
         s = s.trim_start();
@@ -138,7 +171,7 @@ fn label_set(mut s: &str) -> Result<(Labels, &str), String> {
         let eq = s.find('=').ok_or("a label with no `=`")?;
         let key = s[..eq].trim();
         if !valid_name(key) {
-            return Err(format!("`{}` is not a label name", clip(key)));
+            return Err(BadLine(format!("`{}` is not a label name", clip(key))));
         }
         let (value, after) = quoted(s[eq + 1..].trim_start())?;
         labels.push((key.to_string(), value));
@@ -148,7 +181,7 @@ fn label_set(mut s: &str) -> Result<(Labels, &str), String> {
 }
 
 /// A double-quoted label value with `\\`, `\"` and `\n` escapes; returns it and what follows.
-fn quoted(s: &str) -> Result<(String, &str), String> {
+fn quoted(s: &str) -> Result<(String, &str), BadLine> {
     let body = s.strip_prefix('"').ok_or("a label value not in quotes")?;
     let mut value = String::new();
     let mut chars = body.char_indices();
@@ -163,7 +196,7 @@ fn quoted(s: &str) -> Result<(String, &str), String> {
             c => value.push(c),
         }
     }
-    Err("a label value with no closing quote".into())
+    Err(BadLine("a label value with no closing quote".into()))
 }
 
 /// A sample value: a float, or `NaN`, `+Inf`, `-Inf` as the format spells them.
@@ -204,14 +237,12 @@ impl Exposition {
 
     /// The histogram `name` (its `_bucket`, `_sum` and `_count` samples), or None if the
     /// server has none; an error if its buckets do not add up.
-    pub fn histogram(&self, name: &str) -> Option<Result<Histogram, String>> {
+    pub fn histogram(&self, name: &str) -> Option<Result<Histogram, BadHistogram>> {
         let bucket = format!("{name}_bucket");
         let mut by_le: BTreeMap<u64, (f64, f64)> = BTreeMap::new();
         for s in self.samples.iter().filter(|s| s.name == bucket) {
             let Some(le) = s.label("le").and_then(number) else {
-                return Some(Err(format!(
-                    "{bucket} has a sample without a number in `le`"
-                )));
+                return Some(Err(BadHistogram::NoBound(name.to_string())));
             };
             // Ordered by the bound's bits: bounds are non-negative here, whose IEEE bits
             // sort as the numbers do.
@@ -237,19 +268,20 @@ impl Exposition {
 
 /// Buckets must be cumulative (never falling), end in `+Inf`, and that last bucket must
 /// equal the count.
-fn check_histogram(name: &str, h: Histogram) -> Result<Histogram, String> {
+fn check_histogram(name: &str, h: Histogram) -> Result<Histogram, BadHistogram> {
     if h.buckets.windows(2).any(|w| w[1].1 < w[0].1) {
-        return Err(format!("{name}: bucket counts fall as the bound grows"));
+        return Err(BadHistogram::Falling(name.to_string()));
     }
     let (last_le, last) = h.buckets[h.buckets.len() - 1];
     if last_le != f64::INFINITY {
-        return Err(format!("{name}: no +Inf bucket"));
+        return Err(BadHistogram::NoInf(name.to_string()));
     }
     if (last - h.count).abs() > 0.5 {
-        return Err(format!(
-            "{name}: the +Inf bucket ({last}) is not the count ({})",
-            h.count
-        ));
+        return Err(BadHistogram::NotTheCount {
+            name: name.to_string(),
+            last,
+            count: h.count,
+        });
     }
     Ok(h)
 }

@@ -6,6 +6,7 @@
 //! whole long prompt in one iteration holds every running decode back for that
 //! iteration, which is what chunked prefill spreads out.
 
+use super::Result;
 use crate::model::Model;
 use crate::serve::latency::Latency;
 use crate::serve::rate::{
@@ -13,7 +14,6 @@ use crate::serve::rate::{
 };
 use crate::serve::workload::{LengthDist, Workload};
 use crate::serve::{CacheKind, Policy, Request, ServeConfig, ServeEngine};
-use super::Result;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -478,8 +478,7 @@ impl ArrivalsReport {
 fn timed(model: &Model, cfg: ServeConfig, sequences: &[Vec<Request>]) -> Result<ArrivalRun> {
     let (mut served, mut wall_s, mut idle_s, mut iterations) = (Vec::new(), 0.0, 0.0, 0);
     for reqs in sequences {
-        let mut e =
-            ServeEngine::new(model, cfg.clone(), reqs.clone())?;
+        let mut e = ServeEngine::new(model, cfg.clone(), reqs.clone())?;
         while !e.done() {
             e.step()?;
         }

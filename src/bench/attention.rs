@@ -1,8 +1,8 @@
 //! `bench attention`: naive vs tiled attention at growing sequence lengths — the same
 //! output, and the bytes each moves under the FlashAttention IO model.
 
-use crate::model::flash::{naive_head, pseudo_random, tiled_head, Tiles};
 use super::Result;
+use crate::model::flash::{naive_head, pseudo_random, tiled_head, Tiles};
 use serde::Serialize;
 use std::time::Instant;
 

@@ -3,9 +3,9 @@
 //! `quantized_llama` on the same file, measured interleaved in one run.
 
 use super::median;
+use super::{BenchError, Result};
 use crate::model::sampler::argmax;
 use crate::model::{LayerSelect, LoadOptions, Logits, Model, Probe, Requant};
-use super::{BenchError, Result};
 use candle_core::{Device, Tensor};
 use candle_transformers::models::quantized_llama::ModelWeights;
 use serde::Serialize;

@@ -1,11 +1,11 @@
 //! `bench heads`: MHA vs GQA vs MQA on the same pretrained weights — cache size,
 //! concurrency at a fixed budget, decode speed, and quality against the model as trained.
 
+use super::Result;
 use crate::assets::{EVAL_TEXT, PROMPTS};
 use crate::kv::KvElem;
 use crate::model::sampler::{argmax, softmax};
 use crate::model::{AttnKernel, HeadLayout, Logits, Model, RunOptions};
-use super::Result;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::time::Instant;

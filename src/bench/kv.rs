@@ -9,12 +9,12 @@
 //! 2% on this text), and the cache's own cost drowns in that.
 
 use super::heads::{all_logits, quality, WORKLOAD_TOKENS};
+use super::Result;
 use crate::assets::EVAL_TEXT;
 use crate::kv::KvElem;
 use crate::model::{Model, RunOptions};
 use crate::serve::workload::{source_tokens, Workload};
 use crate::serve::{CacheKind, Policy, Reserve, ServeConfig, ServeEngine};
-use super::Result;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::time::Instant;

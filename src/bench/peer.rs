@@ -3,11 +3,11 @@
 //! times as streamed completions, one sequence after another, and timed by us; the
 //! latency figures come from the same code as ours ([`Latency::of`]).
 
+use super::{BenchError, Result};
 use crate::attach::engines::Gauges;
 use crate::attach::http::{self, Base};
 use crate::attach::{load, prom};
 use crate::serve::Request;
-use super::{BenchError, Result};
 use std::time::Duration;
 
 /// What the server did with the arrivals, as a client saw it.

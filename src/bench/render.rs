@@ -1,12 +1,12 @@
 //! `bench render`: time to draw the full screen at 200×60 from real step reports.
 
+use super::Result;
 use crate::model::Model;
 use crate::ui::app::App;
 use crate::ui::draw;
 use crate::ui::theme::{ColorMode, Theme};
 use crate::worker::run_request;
 use crate::worker::Event;
-use super::Result;
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 use serde::Serialize;
@@ -40,8 +40,7 @@ pub fn run(model: &Model, steps: usize, frames: usize) -> Result<RenderReport> {
         "Explain how a KV cache speeds up decoding.",
         256,
         steps,
-    )
-    ?;
+    )?;
     let mut app = App::new(model.run_options());
     app.on_event(Event::Ready {
         model: "bench".into(),

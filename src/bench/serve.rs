@@ -2,12 +2,12 @@
 //! static vs continuous batching and contiguous vs paged cache, side by side; and how the
 //! cost of one decode iteration grows with the batch size.
 
+use super::Result;
 use crate::kv::paged::{PagedKv, SeqSlots};
 use crate::kv::ContiguousBatch;
 use crate::model::{AttnRoute, Logits, Model, Unobserved};
 use crate::serve::workload::{source_tokens, Workload};
 use crate::serve::{CacheKind, Policy, Reserve, ServeConfig, ServeEngine};
-use super::Result;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -278,8 +278,7 @@ pub(crate) fn run_one(
     w: &Workload,
     source: &[u32],
 ) -> Result<RunFigures> {
-    let mut e =
-        ServeEngine::new(model, cfg.clone(), w.generate(source))?;
+    let mut e = ServeEngine::new(model, cfg.clone(), w.generate(source))?;
     let t = Instant::now();
     let (mut tokens, mut allocated, mut peak) = (0usize, 0usize, 0usize);
     while !e.done() {

@@ -2,9 +2,9 @@
 //! the full cache, with a sliding window that evicts the oldest pages, and with the same
 //! window that always keeps the first page.
 
+use super::Result;
 use crate::model::Model;
 use crate::sink::SinkRun;
-use super::Result;
 use serde::Serialize;
 
 /// One configuration's result.

@@ -49,6 +49,23 @@ pub enum Takes {
     Below(usize),
 }
 
+/// Why a word is not a value of a key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadValue {
+    #[error("{what} `{word}` does not exist (0..{last})")]
+    OutOfRange {
+        what: &'static str,
+        word: String,
+        last: usize,
+    },
+    #[error("unknown {what} `{word}` (known: {known})")]
+    Unknown {
+        what: &'static str,
+        word: String,
+        known: String,
+    },
+}
+
 /// One setting a lesson can name.
 pub struct Key {
     /// The key in `set:` lines, and the variable in `check:` lines.
@@ -77,20 +94,20 @@ impl Key {
     }
 
     /// The value `word` names, or what is wrong with it.
-    pub fn parse(&self, word: &str) -> Result<usize, String> {
+    pub fn parse(&self, word: &str) -> Result<usize, BadValue> {
         let words = self.words();
         match (self.takes, words.iter().position(|w| w == word)) {
             (_, Some(v)) => Ok(v),
-            (Takes::Below(n), None) => Err(format!(
-                "{} `{word}` does not exist (0..{})",
-                self.what,
-                n - 1
-            )),
-            (Takes::Words(_), None) => Err(format!(
-                "unknown {} `{word}` (known: {})",
-                self.what,
-                words.join(", ")
-            )),
+            (Takes::Below(n), None) => Err(BadValue::OutOfRange {
+                what: self.what,
+                word: word.to_string(),
+                last: n - 1,
+            }),
+            (Takes::Words(_), None) => Err(BadValue::Unknown {
+                what: self.what,
+                word: word.to_string(),
+                known: words.join(", "),
+            }),
         }
     }
 }

@@ -43,7 +43,9 @@ pub fn files(
 ) -> Result<Vec<(String, Result<String, crate::files::FileError>)>, LessonDirError> {
     let dir = match src {
         LessonSource::Shipped => {
-            let shipped = SHIPPED.iter().map(|(n, t)| (n.to_string(), Ok(t.to_string())));
+            let shipped = SHIPPED
+                .iter()
+                .map(|(n, t)| (n.to_string(), Ok(t.to_string())));
             return Ok(shipped.collect());
         }
         LessonSource::Dir(dir) => dir,
@@ -65,7 +67,10 @@ pub fn files(
         if !name.ends_with(".md") || name == "README.md" {
             continue;
         }
-        out.push((name, crate::files::read_text(&p, crate::files::Kind::Lesson)));
+        out.push((
+            name,
+            crate::files::read_text(&p, crate::files::Kind::Lesson),
+        ));
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(out)

@@ -391,7 +391,7 @@ impl Parser<'_> {
                 continue;
             };
             if let Err(e) = setting(set, k, v) {
-                self.err(n, e);
+                self.err(n, e.0);
             }
         }
     }
@@ -401,21 +401,39 @@ impl Parser<'_> {
         for part in value.split(" and ") {
             match cond(part) {
                 Ok(c) => out.push(c),
-                Err(e) => self.err(n, e),
+                Err(e) => self.err(n, e.0),
             }
         }
         out
     }
 }
 
+/// What is wrong with one entry of a `set:` or `check:` line; the parser names the file
+/// and line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BadEntry(pub String);
+
+impl From<String> for BadEntry {
+    fn from(why: String) -> Self {
+        BadEntry(why)
+    }
+}
+
+impl From<super::keys::BadValue> for BadEntry {
+    fn from(why: super::keys::BadValue) -> Self {
+        BadEntry(why.to_string())
+    }
+}
+
 /// Sets `key` to `value` in `set`, or says what is wrong.
-fn setting(set: &mut StepSettings, key: &str, value: &str) -> Result<(), String> {
+fn setting(set: &mut StepSettings, key: &str, value: &str) -> Result<(), BadEntry> {
     let Some(k) = super::keys::key(key) else {
         let known: Vec<&str> = super::keys::KEYS.iter().map(|k| k.name).collect();
-        return Err(format!(
+        return Err(BadEntry(format!(
             "unknown setting `{key}` (known: {})",
             known.join(", ")
-        ));
+        )));
     };
     set.put(k, super::keys::KEYS[k].parse(value)?);
     Ok(())
@@ -429,16 +447,19 @@ const MOST_COUNT: f64 = 100_000.0;
 pub const MOST_PROMPT_CHARS: usize = 1000;
 
 /// One condition of a `check:` line, `variable op value`.
-fn cond(part: &str) -> Result<Cond, String> {
+fn cond(part: &str) -> Result<Cond, BadEntry> {
     let words: Vec<&str> = part.split_whitespace().collect();
     let [name, op, val] = words[..] else {
-        return Err(format!("`{}` should be `variable op value`", part.trim()));
+        return Err(BadEntry(format!(
+            "`{}` should be `variable op value`",
+            part.trim()
+        )));
     };
     let Some(var) = Var::named(name) else {
-        return Err(format!(
+        return Err(BadEntry(format!(
             "unknown check variable `{name}` (known: {})",
             names(&Var::all())
-        ));
+        )));
     };
     let op = match op {
         "==" => Op::Eq,
@@ -447,29 +468,36 @@ fn cond(part: &str) -> Result<Cond, String> {
         "<=" => Op::Le,
         ">" => Op::Gt,
         "<" => Op::Lt,
-        _ => return Err(format!("unknown operator `{op}` (known: == != >= <= > <)")),
+        _ => {
+            return Err(BadEntry(format!(
+                "unknown operator `{op}` (known: == != >= <= > <)"
+            )))
+        }
     };
     let value = if var.numeric() {
         match val.parse::<f64>() {
             Ok(x) if (0.0..=MOST_COUNT).contains(&x) => CondValue::Num(x),
             // A check that can never hold would leave the step undone for good.
             Ok(x) if x.is_finite() => {
-                return Err(format!(
+                return Err(BadEntry(format!(
                     "`{val}` is out of reach: the counts a check reads run from 0 to {MOST_COUNT}"
-                ))
+                )))
             }
-            _ => return Err(format!("`{val}` is not a number")),
+            _ => return Err(BadEntry(format!("`{val}` is not a number"))),
         }
     } else {
         if !matches!(op, Op::Eq | Op::Ne) {
-            return Err(format!("`{}` compares with == or != only", part.trim()));
+            return Err(BadEntry(format!(
+                "`{}` compares with == or != only",
+                part.trim()
+            )));
         }
         let known = words_of(var);
         if !known.iter().any(|w| w == val) {
-            return Err(format!(
+            return Err(BadEntry(format!(
                 "`{val}` is not a value of `{name}` (known: {})",
                 known.join(", ")
-            ));
+            )));
         }
         CondValue::Word(val.to_string())
     };

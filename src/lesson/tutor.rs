@@ -120,7 +120,7 @@ impl Tutor {
 
     /// How the last write of the progress went. A failed save must not interrupt the
     /// lesson, but the user is told, until a later save works.
-    pub fn saved(&mut self, r: Result<(), String>) {
+    pub fn saved(&mut self, r: Result<(), crate::files::FileError>) {
         let failed_before = self
             .notice
             .as_deref()

@@ -15,12 +15,11 @@
 use candle_core::quantized::gguf_file::{Content, Value};
 use candle_core::quantized::GgmlDType;
 
-/// Why a file is refused; the loader adds the path.
-pub type Refusal = String;
+pub use super::error::Malformed;
 
 /// What a tensor name is, for a model of `n_layer` layers: a weight the forward pass
 /// reads, or the feature it would need and inferlab lacks.
-fn unknown_tensor(name: &str, n_layer: usize) -> Refusal {
+fn unknown_tensor(name: &str, n_layer: usize) -> Malformed {
     let feature = if name.ends_with(".bias") {
         "bias terms".to_string()
     } else if name.starts_with("rope_freqs") || name.contains("rope_factors") {
@@ -38,12 +37,14 @@ fn unknown_tensor(name: &str, n_layer: usize) -> Refusal {
     } else {
         "this tensor".to_string()
     };
-    format!("inferlab does not implement {feature} (tensor `{name}`); it runs Llama models without them")
+    Malformed(format!(
+        "inferlab does not implement {feature} (tensor `{name}`); it runs Llama models without them"
+    ))
 }
 
 /// Every tensor in the file is one the forward pass reads, with a type fit for its role.
 /// `expected` is the names the config implies (`output.weight` is optional).
-pub fn check_tensors(ct: &Content, expected: &[String], n_layer: usize) -> Result<(), Refusal> {
+pub fn check_tensors(ct: &Content, expected: &[String], n_layer: usize) -> Result<(), Malformed> {
     let known: std::collections::HashSet<&str> = expected.iter().map(|s| s.as_str()).collect();
     let mut names: Vec<&String> = ct.tensor_infos.keys().collect();
     names.sort();
@@ -55,9 +56,9 @@ pub fn check_tensors(ct: &Content, expected: &[String], n_layer: usize) -> Resul
         // Norm weights scale every activation; inferlab (and llama.cpp's converter) keeps
         // them F32. A quantized norm is a damaged or foreign file.
         if name.ends_with("norm.weight") && dtype != GgmlDType::F32 {
-            return Err(format!(
+            return Err(Malformed(format!(
                 "tensor `{name}` is stored as {dtype:?}; norm weights must be F32"
-            ));
+            )));
         }
     }
     Ok(())
@@ -78,7 +79,7 @@ fn active(v: &Value) -> Option<String> {
 
 /// No metadata key asks for what the forward pass does not compute. Keys inferlab does
 /// not know at all (authors, licenses, quantization notes) change no math and pass.
-pub fn check_features(ct: &Content, arch: &str) -> Result<(), Refusal> {
+pub fn check_features(ct: &Content, arch: &str) -> Result<(), Malformed> {
     const FEATURES: &[(&str, &str)] = &[
         ("rope.scaling.type", "RoPE scaling"),
         ("rope.scaling.factor", "RoPE scaling"),
@@ -112,12 +113,14 @@ pub fn check_features(ct: &Content, arch: &str) -> Result<(), Refusal> {
     for (key, unusual, feature) in flags {
         match ct.metadata.get(&key) {
             Some(Value::Bool(b)) if *b == unusual => {
-                return Err(format!(
+                return Err(Malformed(format!(
                     "inferlab does not implement {feature} (key `{key}` = {b})"
-                ))
+                )))
             }
             Some(Value::Bool(_)) | None => {}
-            Some(other) => return Err(format!("`{key}` = {other:?}: not true or false")),
+            Some(other) => {
+                return Err(Malformed(format!("`{key}` = {other:?}: not true or false")))
+            }
         }
     }
     for (suffix, feature) in FEATURES {
@@ -129,9 +132,9 @@ pub fn check_features(ct: &Content, arch: &str) -> Result<(), Refusal> {
             (_, v) => v.and_then(active),
         };
         if let Some(v) = v {
-            return Err(format!(
+            return Err(Malformed(format!(
                 "inferlab does not implement {feature} (key `{key}` = {v})"
-            ));
+            )));
         }
     }
     Ok(())
@@ -201,24 +204,30 @@ fn scale_offsets(dtype: GgmlDType) -> (&'static [usize], usize) {
 
 /// Every scale of a quantized tensor, and every value of a float one, is finite. `bytes`
 /// are the tensor's raw GGML bytes; the error names the first bad block or element.
-pub fn finite_ggml(dtype: GgmlDType, bytes: &[u8]) -> Result<(), String> {
+pub fn finite_ggml(dtype: GgmlDType, bytes: &[u8]) -> Result<(), Malformed> {
     let half = |b: &[u8]| u16::from_le_bytes([b[0], b[1]]);
     match dtype {
         GgmlDType::F32 => {
             let bad = bytes.chunks_exact(4).position(|b| {
                 u32::from_le_bytes([b[0], b[1], b[2], b[3]]) & 0x7f80_0000 == 0x7f80_0000
             });
-            bad.map_or(Ok(()), |i| Err(format!("element {i} is NaN or infinite")))
+            bad.map_or(Ok(()), |i| {
+                Err(Malformed(format!("element {i} is NaN or infinite")))
+            })
         }
         GgmlDType::F16 => {
             let bad = bytes.chunks_exact(2).position(|b| !f16_finite(half(b)));
-            bad.map_or(Ok(()), |i| Err(format!("element {i} is NaN or infinite")))
+            bad.map_or(Ok(()), |i| {
+                Err(Malformed(format!("element {i} is NaN or infinite")))
+            })
         }
         GgmlDType::BF16 => {
             let bad = bytes
                 .chunks_exact(2)
                 .position(|b| half(b) & 0x7f80 == 0x7f80);
-            bad.map_or(Ok(()), |i| Err(format!("element {i} is NaN or infinite")))
+            bad.map_or(Ok(()), |i| {
+                Err(Malformed(format!("element {i} is NaN or infinite")))
+            })
         }
         _ => {
             let (offsets, size) = scale_offsets(dtype);
@@ -226,16 +235,16 @@ pub fn finite_ggml(dtype: GgmlDType, bytes: &[u8]) -> Result<(), String> {
                 .chunks_exact(size)
                 .position(|b| offsets.iter().any(|&o| !f16_finite(half(&b[o..]))));
             bad.map_or(Ok(()), |i| {
-                Err(format!("block {i} has a NaN or infinite scale"))
+                Err(Malformed(format!("block {i} has a NaN or infinite scale")))
             })
         }
     }
 }
 
 /// Every value is finite (safetensors weights, after conversion to f32).
-pub fn finite_f32(values: &[f32]) -> Result<(), String> {
+pub fn finite_f32(values: &[f32]) -> Result<(), Malformed> {
     match values.iter().position(|x| !x.is_finite()) {
-        Some(i) => Err(format!("element {i} is NaN or infinite")),
+        Some(i) => Err(Malformed(format!("element {i} is NaN or infinite"))),
         None => Ok(()),
     }
 }
@@ -250,7 +259,7 @@ pub fn check_allocation(
     mode: &str,
     matrix_bytes: impl Fn(u64, u64) -> u64,
     file_len: u64,
-) -> Result<(), Refusal> {
+) -> Result<(), Malformed> {
     let mut total = 0u64;
     let mut largest = 0u64;
     let tied = !ct.tensor_infos.contains_key("output.weight");
@@ -278,11 +287,11 @@ pub fn check_allocation(
     total = total.saturating_add(largest);
     let bound = file_len.saturating_mul(4).saturating_add(1 << 30);
     if total > bound {
-        return Err(format!(
+        return Err(Malformed(format!(
             "loading its weights ({mode}) would take {} MB, more than inferlab allows for a file of {} MB (4× its size plus 1 GB)",
             total / 1_000_000,
             file_len / 1_000_000
-        ));
+        )));
     }
     Ok(())
 }
@@ -318,7 +327,7 @@ mod tests {
                 let mut b = bytes.clone();
                 b[size + o..size + o + 2].copy_from_slice(&0x7e00u16.to_le_bytes());
                 let e = finite_ggml(dtype, &b).unwrap_err();
-                assert!(e.contains("block 1"), "{dtype:?}: {e}");
+                assert!(e.0.contains("block 1"), "{dtype:?}: {e}");
             }
             // The quantized values themselves are integers: any byte is fine.
             bytes.iter_mut().for_each(|b| *b = 0x11);
@@ -326,7 +335,7 @@ mod tests {
         }
         let f = [1.0f32, f32::INFINITY];
         let b: Vec<u8> = f.iter().flat_map(|x| x.to_le_bytes()).collect();
-        assert!(finite_ggml(F32, &b).unwrap_err().contains("element 1"));
+        assert!(finite_ggml(F32, &b).unwrap_err().0.contains("element 1"));
     }
 
     #[test]
@@ -347,7 +356,7 @@ mod tests {
         };
         let f32_bytes = |e: u64, _| e * 4;
         let e = check_allocation(&ct, "F32", f32_bytes, stored).unwrap_err();
-        assert!(e.contains("F32") && e.contains("4× its size"), "{e}");
+        assert!(e.0.contains("F32") && e.0.contains("4× its size"), "{e}");
         let as_stored = |_, s: u64| s;
         // Kept as stored, only the one f32 copy made while converting is added.
         assert!(check_allocation(&ct, "Keep", as_stored, stored).is_ok());

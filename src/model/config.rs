@@ -1,6 +1,6 @@
 //! The architecture numbers of a Llama-family model, read from GGUF metadata or config.json.
 
-use super::error::{ModelError, Result};
+use super::error::{Malformed, ModelError, Result};
 use crate::kv::KvElem;
 use candle_core::quantized::gguf_file;
 use serde::{Deserialize, Serialize};
@@ -102,19 +102,20 @@ impl LlamaConfig {
     }
 
     /// Reads an HF `config.json` (LlamaForCausalLM and friends), validated as GGUF is.
-    pub fn from_hf_json(text: &str) -> std::result::Result<Self, String> {
-        let v: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    pub fn from_hf_json(text: &str) -> std::result::Result<Self, Malformed> {
+        let v: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| Malformed(e.to_string()))?;
         // serde would describe another shape by its own struct ("expected struct Hf").
         if !v.is_object() {
-            return Err("not a JSON object: config.json holds the model's sizes as an object (num_hidden_layers, hidden_size, …)".into());
+            return Err(Malformed("not a JSON object: config.json holds the model's sizes as an object (num_hidden_layers, hidden_size, …)".into()));
         }
-        let hf: Hf = serde_json::from_value(v).map_err(|e| e.to_string())?;
+        let hf: Hf = serde_json::from_value(v).map_err(|e| Malformed(e.to_string()))?;
         let arch = hf.model_type.clone().unwrap_or_else(|| "llama".into());
         if arch != "llama" {
-            return Err(format!(
+            return Err(Malformed(format!(
                 "unsupported architecture `{}`",
                 crate::files::printable(&arch)
-            ));
+            )));
         }
         hf.refuse_what_inferlab_lacks()?;
         let cfg = Self {
@@ -135,7 +136,7 @@ impl LlamaConfig {
             vocab: hf.vocab_size,
             rope_interleaved: false,
         };
-        cfg.validate().map_err(|e| e.to_string())?;
+        cfg.validate().map_err(|e| Malformed(e.to_string()))?;
         Ok(cfg)
     }
 
@@ -250,11 +251,11 @@ struct Hf {
 impl Hf {
     /// What transformers' Llama can do and inferlab's forward pass does not, refused by
     /// key rather than ignored.
-    fn refuse_what_inferlab_lacks(&self) -> std::result::Result<(), String> {
+    fn refuse_what_inferlab_lacks(&self) -> std::result::Result<(), Malformed> {
         let lacks = |feature: &str, key: &str, v: &dyn std::fmt::Debug| {
-            Err(format!(
+            Err(Malformed(format!(
                 "inferlab does not implement {feature} (key `{key}` = {v:?})"
-            ))
+            )))
         };
         if let Some(v) = self.rope_scaling.as_ref().filter(|v| !v.is_null()) {
             return lacks("RoPE scaling", "rope_scaling", v);

@@ -8,7 +8,7 @@ pub enum ModelError {
     #[error("model file not found: {0}")]
     NotFound(PathBuf),
     #[error("{}: not a readable {} ({reason})", .path.display(), file_kind(.path))]
-    CorruptFile { path: PathBuf, reason: String },
+    CorruptFile { path: PathBuf, reason: Malformed },
     #[error("unsupported architecture `{0}`: inferlab runs Llama-family models (general.architecture = llama)")]
     UnsupportedArchitecture(String),
     #[error("tensor `{tensor}` has quant type {dtype}, which inferlab does not support (supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2K..Q6K)")]
@@ -24,7 +24,7 @@ pub enum ModelError {
     },
     /// An HF `config.json` that does not describe a model inferlab can run.
     #[error("{0}")]
-    Config(String),
+    Config(Malformed),
     /// Any load error, with the file it came from (config and tokenizer errors lack it).
     #[error("{path}: {inner}")]
     InFile {
@@ -51,6 +51,25 @@ pub enum ModelError {
     File(crate::files::FileError),
     #[error(transparent)]
     Candle(#[from] candle_core::Error),
+}
+
+/// What is wrong inside a model's files, in words that name the place (a tensor, a
+/// metadata key, a byte offset, a config field); the caller adds which file
+/// ([`ModelError::CorruptFile`], [`ModelError::InFile`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Malformed(pub String);
+
+impl From<String> for Malformed {
+    fn from(why: String) -> Self {
+        Malformed(why)
+    }
+}
+
+impl From<&str> for Malformed {
+    fn from(why: &str) -> Self {
+        Malformed(why.to_string())
+    }
 }
 
 /// Result alias for model code.

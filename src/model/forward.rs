@@ -76,7 +76,7 @@ impl Model {
             let why = super::error::panic_message(p.as_ref(), "");
             Err(ModelError::CorruptFile {
                 path: path.to_path_buf(),
-                reason: format!("a parser gave up on it ({why})"),
+                reason: super::Malformed(format!("a parser gave up on it ({why})")),
             })
         })
     }

@@ -6,7 +6,7 @@
 //! bytes that remain in the file and every size computed with checked arithmetic. The
 //! result is candle's own `Content`, whose tensor reads then only see validated shapes.
 
-use super::error::{ModelError, Result};
+use super::error::{Malformed, ModelError, Result};
 use candle_core::quantized::gguf_file::{Content, TensorInfo, Value, VersionedMagic};
 use candle_core::quantized::GgmlDType;
 use std::collections::HashMap;
@@ -39,23 +39,27 @@ pub fn supported_dtype(d: GgmlDType) -> bool {
 }
 
 /// Bytes a tensor of `elems` elements takes in `dtype`, or why that is not a valid size.
-pub fn tensor_bytes(elems: u64, dtype: GgmlDType) -> std::result::Result<u64, String> {
+pub fn tensor_bytes(elems: u64, dtype: GgmlDType) -> R<u64> {
     let block = dtype.block_size() as u64;
     if !elems.is_multiple_of(block) {
-        return Err(format!(
+        return Err(Malformed(format!(
             "{elems} elements are not a whole number of {dtype:?} blocks of {block}"
-        ));
+        )));
     }
     (elems / block)
         .checked_mul(dtype.type_size() as u64)
-        .ok_or_else(|| format!("{elems} elements of {dtype:?} overflow a 64-bit size"))
+        .ok_or_else(|| {
+            Malformed(format!(
+                "{elems} elements of {dtype:?} overflow a 64-bit size"
+            ))
+        })
 }
 
 /// Reads the header and checks every tensor's bytes lie inside the file. Returns the
 /// header and the open file, positioned anywhere (tensor reads seek).
 pub fn open(path: &Path) -> Result<(Content, File)> {
     let (file, len) = crate::files::open(path, crate::files::Kind::Model)?;
-    let corrupt = |reason: String| ModelError::CorruptFile {
+    let corrupt = |reason: Malformed| ModelError::CorruptFile {
         path: path.to_path_buf(),
         reason,
     };
@@ -76,7 +80,7 @@ pub fn open(path: &Path) -> Result<(Content, File)> {
     }
     let mut file = r.inner.into_inner();
     file.seek(SeekFrom::Start(0))
-        .map_err(|e| corrupt(e.to_string()))?;
+        .map_err(|e| corrupt(Malformed(e.to_string())))?;
     Ok((ct, file))
 }
 
@@ -89,7 +93,7 @@ struct Header {
     values: u64,
 }
 
-type R<T> = std::result::Result<T, String>;
+type R<T> = std::result::Result<T, Malformed>;
 
 impl Header {
     fn remaining(&self) -> u64 {
@@ -120,13 +124,13 @@ impl Header {
     fn count(&mut self, what: &str, min_item: u64, max: u64) -> R<u64> {
         let n = self.u64()?;
         if n > max {
-            return Err(format!("{what}: {n} exceeds the limit of {max}"));
+            return Err(Malformed(format!("{what}: {n} exceeds the limit of {max}")));
         }
         if n.saturating_mul(min_item) > self.remaining() {
-            return Err(format!(
+            return Err(Malformed(format!(
                 "{what}: {n} cannot fit in the {} bytes left in the file",
                 self.remaining()
-            ));
+            )));
         }
         Ok(n)
     }
@@ -149,7 +153,7 @@ impl Header {
         if !strict {
             return Ok(String::from_utf8_lossy(&v).into_owned());
         }
-        String::from_utf8(v).map_err(|e| {
+        String::from_utf8(v).map_err(|e| -> Malformed {
             let at = match index {
                 Some(i) => format!("{what}[{i}]"),
                 None => what.to_string(),
@@ -158,15 +162,16 @@ impl Header {
                 "{at} is not UTF-8 text (invalid byte at offset {})",
                 e.utf8_error().valid_up_to()
             )
+            .into()
         })
     }
 
     fn value(&mut self, key: &str, ty: u32, depth: usize, index: Option<u64>) -> R<Value> {
         self.values += 1;
         if self.values > MAX_METADATA_VALUES {
-            return Err(format!(
+            return Err(Malformed(format!(
                 "metadata holds more than {MAX_METADATA_VALUES} values (at `{key}`)"
-            ));
+            )));
         }
         Ok(match ty {
             0 => Value::U8(self.bytes::<1>()?[0]),
@@ -179,7 +184,7 @@ impl Header {
             7 => match self.bytes::<1>()?[0] {
                 0 => Value::Bool(false),
                 1 => Value::Bool(true),
-                b => return Err(format!("`{key}`: {b} is not a boolean")),
+                b => return Err(Malformed(format!("`{key}`: {b} is not a boolean"))),
             },
             8 => Value::String(self.string(
                 &format!("`{key}`"),
@@ -188,7 +193,9 @@ impl Header {
             )?),
             9 => {
                 if depth >= MAX_DEPTH {
-                    return Err(format!("`{key}`: arrays nested deeper than {MAX_DEPTH}"));
+                    return Err(Malformed(format!(
+                        "`{key}`: arrays nested deeper than {MAX_DEPTH}"
+                    )));
                 }
                 let ety = self.u32()?;
                 let min = match ety {
@@ -197,7 +204,11 @@ impl Header {
                     4..=6 => 4,
                     8 | 10..=12 => 8,
                     9 => 12,
-                    _ => return Err(format!("`{key}`: unknown array element type {ety}")),
+                    _ => {
+                        return Err(Malformed(format!(
+                            "`{key}`: unknown array element type {ety}"
+                        )))
+                    }
                 };
                 let left = MAX_METADATA_VALUES - self.values;
                 let n = self.count(&format!("array `{key}` length"), min, left)?;
@@ -210,22 +221,22 @@ impl Header {
             10 => Value::U64(self.u64()?),
             11 => Value::I64(self.u64()? as i64),
             12 => Value::F64(f64::from_le_bytes(self.bytes()?)),
-            _ => return Err(format!("`{key}`: unknown value type {ty}")),
+            _ => return Err(Malformed(format!("`{key}`: unknown value type {ty}"))),
         })
     }
 
     fn content(&mut self) -> R<Content> {
         let magic = self.bytes::<4>()?;
         if &magic != b"GGUF" {
-            return Err("no GGUF magic at the start".into());
+            return Err(Malformed("no GGUF magic at the start".into()));
         }
         let magic = match self.u32()? {
             2 => VersionedMagic::GgufV2,
             3 => VersionedMagic::GgufV3,
             v => {
-                return Err(format!(
+                return Err(Malformed(format!(
                     "GGUF version {v} (inferlab reads versions 2 and 3)"
-                ))
+                )))
             }
         };
         // Minimum sizes: a tensor info is a name, a rank, a type and an offset; a
@@ -240,7 +251,7 @@ impl Header {
             // The format has no rule for a repeated key; a second `block_count` must not
             // silently shrink the model.
             if metadata.insert(key.clone(), v).is_some() {
-                return Err(format!("metadata key `{key}` appears twice"));
+                return Err(Malformed(format!("metadata key `{key}` appears twice")));
             }
         }
         let mut infos = Vec::new();
@@ -276,15 +287,15 @@ impl Header {
             let end = self.check_extent(&name, &info, data_start, alignment)?;
             if let Some((prev, prev_end)) = &end_of_previous {
                 if info.offset < *prev_end {
-                    return Err(format!(
+                    return Err(Malformed(format!(
                         "tensor `{name}` starts at data offset {} inside the bytes of `{prev}` (which end at {prev_end}): tensor data must not overlap and must be in order",
                         info.offset
-                    ));
+                    )));
                 }
             }
             end_of_previous = Some((name.clone(), end - data_start));
             if tensor_infos.insert(name.clone(), info).is_some() {
-                return Err(format!("tensor `{name}` is declared twice"));
+                return Err(Malformed(format!("tensor `{name}` is declared twice")));
             }
         }
         Ok(tensor_infos)
@@ -294,9 +305,9 @@ impl Header {
         let name = self.string("a tensor name", None, true)?;
         let rank = self.u32()?;
         if rank == 0 || rank > MAX_DIMS {
-            return Err(format!(
+            return Err(Malformed(format!(
                 "tensor `{name}` has {rank} dimensions (1 to {MAX_DIMS} allowed)"
-            ));
+            )));
         }
         let mut dims = Vec::with_capacity(rank as usize);
         for _ in 0..rank {
@@ -329,20 +340,20 @@ impl Header {
         let bytes =
             tensor_bytes(elems, t.ggml_dtype).map_err(|e| format!("tensor `{name}`: {e}"))?;
         if !t.offset.is_multiple_of(align) {
-            return Err(format!(
+            return Err(Malformed(format!(
                 "tensor `{name}` starts at offset {} which is not a multiple of the alignment {align}",
                 t.offset
-            ));
+            )));
         }
         let end = start
             .checked_add(t.offset)
             .and_then(|s| s.checked_add(bytes))
             .ok_or_else(|| format!("tensor `{name}`: its offset and size overflow"))?;
         if end > self.len {
-            return Err(format!(
+            return Err(Malformed(format!(
                 "truncated: tensor `{name}` ends at byte {end} but the file has {} bytes",
                 self.len
-            ));
+            )));
         }
         Ok(end)
     }
@@ -380,12 +391,16 @@ fn alignment(md: &HashMap<String, Value>) -> R<u64> {
         Some(Value::U32(v)) => *v as u64,
         Some(Value::U64(v)) => *v,
         Some(Value::I32(v)) if *v > 0 => *v as u64,
-        Some(other) => return Err(format!("general.alignment = {other:?} is not a size")),
+        Some(other) => {
+            return Err(Malformed(format!(
+                "general.alignment = {other:?} is not a size"
+            )))
+        }
     };
     if !v.is_power_of_two() || v > MAX_ALIGNMENT {
-        return Err(format!(
+        return Err(Malformed(format!(
             "general.alignment = {v}: it must be a power of two up to {MAX_ALIGNMENT}"
-        ));
+        )));
     }
     Ok(v)
 }

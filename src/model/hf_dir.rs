@@ -169,7 +169,7 @@ impl Shards {
 fn corrupt(path: &Path, reason: impl std::fmt::Display) -> ModelError {
     ModelError::CorruptFile {
         path: path.to_path_buf(),
-        reason: reason.to_string(),
+        reason: super::Malformed(reason.to_string()),
     }
 }
 

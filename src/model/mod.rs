@@ -24,7 +24,7 @@ pub mod traffic;
 pub mod weights;
 
 pub use config::LlamaConfig;
-pub use error::ModelError;
+pub use error::{Malformed, ModelError};
 pub use forward::{AttnKernel, AttnRoute, Logits, Model, RunOptions};
 pub use heads::HeadLayout;
 pub use observe::{Observer, Pass, PassCounts, Unobserved};

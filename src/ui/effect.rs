@@ -19,5 +19,5 @@ pub enum FileWrite {
 /// What became of a write, for the app to say.
 pub enum Written {
     Exported(ExportPane, Result<std::path::PathBuf, export::ExportError>),
-    ProgressSaved(Result<(), String>),
+    ProgressSaved(Result<(), crate::files::FileError>),
 }

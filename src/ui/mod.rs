@@ -195,9 +195,7 @@ pub fn perform_writes(app: &mut App) {
                 let pane = panes::export_of(app, app.screen.focus);
                 Written::Exported(pane, crate::export::write_fresh(&app.scene(), pane))
             }
-            FileWrite::SaveProgress(p) => {
-                Written::ProgressSaved(p.save().map_err(|e| e.to_string()))
-            }
+            FileWrite::SaveProgress(p) => Written::ProgressSaved(p.save()),
         };
         app.written(outcome);
     }
