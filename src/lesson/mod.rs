@@ -36,11 +36,12 @@ pub struct LessonDirError {
     err: std::io::Error,
 }
 
+/// One lesson file: its name, and its text or why it could not be read.
+pub type LessonFile = (String, Result<String, crate::files::FileError>);
+
 /// The raw files of a source, sorted by name: (name, text, or why it could not be read).
 /// One unreadable file does not hide the others.
-pub fn files(
-    src: &LessonSource,
-) -> Result<Vec<(String, Result<String, crate::files::FileError>)>, LessonDirError> {
+pub fn files(src: &LessonSource) -> Result<Vec<LessonFile>, LessonDirError> {
     let dir = match src {
         LessonSource::Shipped => {
             let shipped = SHIPPED
