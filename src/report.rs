@@ -348,7 +348,7 @@ pub struct ServeReport {
     /// Each request's time to first token so far, ms, once it has had its first (empty in
     /// recordings made before it was kept).
     #[serde(default)]
-    pub ttft_ms: Vec<(crate::kv::pool::ReqId, f64)>,
+    pub ttft_ms: Vec<(crate::serve::ReqId, f64)>,
     /// Requests per second arriving on the engine's clock (0: by iteration, and in
     /// recordings made before it was kept).
     #[serde(default)]
@@ -402,7 +402,7 @@ impl ServeReport {
                 ));
             }
         }
-        let ttft_ok = |&(id, ms): &(crate::kv::pool::ReqId, f64)| {
+        let ttft_ok = |&(id, ms): &(crate::serve::ReqId, f64)| {
             (id as usize) < self.requests && ms.is_finite() && ms >= 0.0
         };
         if self.ttft_ms.len() > self.requests || !self.ttft_ms.iter().all(ttft_ok) {
@@ -473,7 +473,7 @@ fn check_memory_counts(m: &crate::serve::snapshot::MemoryStats) -> Result<(), In
 /// Every request id the step names is one of the run's, and no request is longer than
 /// the model's context.
 fn check_requests(s: &ServeStep, requests: usize, context: usize) -> Result<(), Inconsistent> {
-    let known = |id: crate::kv::pool::ReqId| (id as usize) < requests;
+    let known = |id: crate::serve::ReqId| (id as usize) < requests;
     let mut ids = (s.active.iter().map(|a| a.id))
         .chain(s.queue.iter().copied())
         .chain(s.finished.iter().copied())
@@ -503,18 +503,17 @@ fn check_pages(s: &ServeStep, requests: usize, page_size: usize) -> Result<(), I
             "{n_pages} pages of {page_size} for {capacity} tokens"
         )));
     }
-    let known = |id: crate::kv::pool::ReqId| (id as usize) < requests;
+    let known = |id: crate::serve::ReqId| (id as usize) < requests;
     let page = |p: u32| (p as usize) < n_pages;
     let page_ok = |p: &crate::serve::snapshot::PageEntry| {
         p.fill as usize <= page_size
             && p.owners.len() <= requests
             && p.owners.iter().all(|&o| known(o))
     };
-    let table_ok = |(id, t): &(crate::kv::pool::ReqId, Vec<u32>)| {
+    let table_ok = |(id, t): &(crate::serve::ReqId, Vec<u32>)| {
         known(*id) && t.len() <= n_pages && t.iter().all(|&p| page(p))
     };
-    let copy_ok =
-        |&(id, a, b): &(crate::kv::pool::ReqId, u32, u32)| known(id) && page(a) && page(b);
+    let copy_ok = |&(id, a, b): &(crate::serve::ReqId, u32, u32)| known(id) && page(a) && page(b);
     if !s.pages.iter().all(page_ok)
         || s.block_tables.len() > requests
         || !s.block_tables.iter().all(table_ok)

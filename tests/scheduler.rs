@@ -4,9 +4,9 @@
 mod common;
 
 use common::serving::{cfg, workload};
-use inferlab::kv::pool::ReqId;
 use inferlab::serve::memory::Memory;
 use inferlab::serve::scheduler::{Plan, Scheduler};
+use inferlab::serve::ReqId;
 use inferlab::serve::{CacheKind, Policy, ReqPhase, Request};
 
 /// What the model hands back, without a model: every sampled token is 7. The runner

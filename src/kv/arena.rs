@@ -5,7 +5,7 @@
 //! external fragmentation, the second waste (after the unused tail of every reservation)
 //! that paging removes.
 
-use crate::kv::ReqId;
+use crate::kv::SeqId;
 use std::collections::BTreeMap;
 
 /// A request's run: slots `start..start + len`.
@@ -19,7 +19,7 @@ pub struct Run {
 #[derive(Debug, Clone, Default)]
 pub struct Arena {
     capacity: usize,
-    runs: BTreeMap<ReqId, Run>,
+    runs: BTreeMap<SeqId, Run>,
 }
 
 impl Arena {
@@ -37,8 +37,8 @@ impl Arena {
     }
 
     /// Runs in address order, with their owners.
-    pub fn runs(&self) -> Vec<(ReqId, Run)> {
-        let mut v: Vec<(ReqId, Run)> = self.runs.iter().map(|(&id, &r)| (id, r)).collect();
+    pub fn runs(&self) -> Vec<(SeqId, Run)> {
+        let mut v: Vec<(SeqId, Run)> = self.runs.iter().map(|(&id, &r)| (id, r)).collect();
         v.sort_by_key(|(_, r)| r.start);
         v
     }
@@ -81,13 +81,13 @@ impl Arena {
     }
 
     /// `id`'s run, if it has one.
-    pub fn get(&self, id: ReqId) -> Option<Run> {
+    pub fn get(&self, id: SeqId) -> Option<Run> {
         self.runs.get(&id).copied()
     }
 
     /// Places `len` slots for `id` in the first gap long enough; `None` when no gap is,
     /// however many slots are free in all.
-    pub fn place(&mut self, id: ReqId, len: usize) -> Option<Run> {
+    pub fn place(&mut self, id: SeqId, len: usize) -> Option<Run> {
         if self.runs.contains_key(&id) {
             return None;
         }
@@ -101,7 +101,7 @@ impl Arena {
     }
 
     /// Frees `id`'s run, if any.
-    pub fn free_run(&mut self, id: ReqId) {
+    pub fn free_run(&mut self, id: SeqId) {
         self.runs.remove(&id);
     }
 

@@ -65,7 +65,7 @@ pub use arena::Arena;
 pub use contiguous::Contiguous;
 pub use elem::{KvElem, RowBuf, RowData};
 pub use paged::PagedKv;
-pub use pool::{KvError, PagePool, PoolStats, ReqId};
+pub use pool::{KvError, PagePool, PoolStats, SeqId};
 pub use slots::{SlotStep, SlotTensors};
 
 use candle_core::{Result, Tensor};

@@ -5,8 +5,9 @@
 
 use std::collections::{HashMap, VecDeque};
 
-/// A request's id.
-pub type ReqId = u64;
+/// A sequence's id: whoever asks for pages names each sequence it holds them for (the
+/// serving engine names them by its requests' ids).
+pub type SeqId = u64;
 
 /// Why the allocator refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -14,9 +15,9 @@ pub enum KvError {
     #[error("out of KV pages: need {need}, {free} free")]
     OutOfPages { need: usize, free: usize },
     #[error("request {0} has no block table")]
-    UnknownRequest(ReqId),
+    UnknownRequest(SeqId),
     #[error("request {0} already has a block table")]
-    AlreadyAdmitted(ReqId),
+    AlreadyAdmitted(SeqId),
     #[error("bad pool settings: {0}")]
     BadSettings(String),
     /// The allocator's state disagrees with itself: a bug in inferlab, said plainly.
@@ -117,7 +118,7 @@ pub struct PagePool {
     /// fault and a zeroing: about 7,500 more faults (30 MB) in one paged run of `bench kv
     /// --kv-tokens 2560`. Small next to a decode step, but for nothing.
     free: VecDeque<u32>,
-    tables: HashMap<ReqId, BlockTable>,
+    tables: HashMap<SeqId, BlockTable>,
     /// Sharing of prompt pages between live requests: full pages by their prefix hash,
     /// and the partly filled page after them when another request's table holds the same
     /// tokens there (the same prompt asked twice).
@@ -158,13 +159,13 @@ impl PagePool {
     }
 
     /// The block table of `req`.
-    pub fn table(&self, req: ReqId) -> Option<&BlockTable> {
+    pub fn table(&self, req: SeqId) -> Option<&BlockTable> {
         self.tables.get(&req)
     }
 
     /// The physical slot of every token `req` holds, in order: what attention reads
     /// through its block table.
-    pub fn slots(&self, req: ReqId) -> Vec<u32> {
+    pub fn slots(&self, req: SeqId) -> Vec<u32> {
         let ps = self.page_size;
         self.tables.get(&req).map_or_else(Vec::new, |t| {
             (0..t.tokens.len())
@@ -174,7 +175,7 @@ impl PagePool {
     }
 
     /// Requests holding a table.
-    pub fn requests(&self) -> impl Iterator<Item = (&ReqId, &BlockTable)> {
+    pub fn requests(&self) -> impl Iterator<Item = (&SeqId, &BlockTable)> {
         self.tables.iter()
     }
 
@@ -238,7 +239,7 @@ impl PagePool {
     /// live request already holds. At most `len − 1` tokens are shared: the last prompt
     /// token must still run to produce logits. Returns the number of tokens whose K/V
     /// are already cached.
-    pub fn admit(&mut self, req: ReqId, prompt: &[u32]) -> Result<usize, KvError> {
+    pub fn admit(&mut self, req: SeqId, prompt: &[u32]) -> Result<usize, KvError> {
         if self.tables.contains_key(&req) {
             return Err(KvError::AlreadyAdmitted(req));
         }
@@ -322,7 +323,7 @@ impl PagePool {
     }
 
     /// Pages an append of `n` tokens to `req` would take from the free list.
-    pub fn pages_needed(&self, req: ReqId, n: usize) -> Result<usize, KvError> {
+    pub fn pages_needed(&self, req: SeqId, n: usize) -> Result<usize, KvError> {
         let t = self.tables.get(&req).ok_or(KvError::UnknownRequest(req))?;
         let len = t.tokens.len();
         let have = t.pages.len() * self.page_size;
@@ -340,7 +341,7 @@ impl PagePool {
 
     /// Plans the append of `tokens` to `req`: allocates pages (all or nothing), copies a
     /// shared last page first, and hashes every page this append fills.
-    pub fn append(&mut self, req: ReqId, tokens: &[u32]) -> Result<AppendPlan, KvError> {
+    pub fn append(&mut self, req: SeqId, tokens: &[u32]) -> Result<AppendPlan, KvError> {
         let need = self.pages_needed(req, tokens.len())?;
         if need > self.free.len() {
             return Err(KvError::OutOfPages {
@@ -399,7 +400,7 @@ impl PagePool {
 
     /// Gives `child` the same pages as `parent` (a shared prefix, e.g. parallel samples).
     #[cfg(any(test, feature = "testing"))]
-    pub fn fork(&mut self, parent: ReqId, child: ReqId) -> Result<(), KvError> {
+    pub fn fork(&mut self, parent: SeqId, child: SeqId) -> Result<(), KvError> {
         if self.tables.contains_key(&child) {
             return Err(KvError::AlreadyAdmitted(child));
         }
@@ -418,7 +419,7 @@ impl PagePool {
     /// Drops the last `n` tokens of `req`: pages left empty go back to the pool, and a
     /// partly emptied page it alone holds loses its prefix hash (it is no longer full).
     /// A page others share keeps its contents; the next append to it copies it first.
-    pub fn truncate(&mut self, req: ReqId, n: usize) -> Result<(), KvError> {
+    pub fn truncate(&mut self, req: SeqId, n: usize) -> Result<(), KvError> {
         let mut t = self
             .tables
             .remove(&req)
@@ -439,7 +440,7 @@ impl PagePool {
     }
 
     /// Frees every page reference of `req`. Freeing twice is an error.
-    pub fn free(&mut self, req: ReqId) -> Result<(), KvError> {
+    pub fn free(&mut self, req: SeqId) -> Result<(), KvError> {
         let t = self
             .tables
             .remove(&req)

@@ -4,8 +4,8 @@
 use super::runner::Runner;
 use super::scheduler::{Request, Scheduler, ServeConfig};
 use super::snapshot::{self, ServeStep};
+use super::ReqId;
 use super::ServeError;
-use crate::kv::pool::ReqId;
 use crate::model::Model;
 use std::time::Instant;
 

@@ -4,7 +4,8 @@
 //! method here, so that the scheduler reads as policy (who runs next) and this file as
 //! what each cache can hold.
 
-use crate::kv::pool::{KvError, PagePool, ReqId};
+use super::ReqId;
+use crate::kv::pool::{KvError, PagePool};
 use crate::kv::Arena;
 
 /// The KV memory of one serving run.

@@ -33,3 +33,7 @@ pub enum ServeError {
 }
 pub use scheduler::{CacheKind, Policy, ReqPhase, Request, Reserve, ServeConfig};
 pub use snapshot::ServeStep;
+
+/// A request's id. The KV memory holds each request's pages (or its reservation) as one
+/// of its sequences, under this id.
+pub type ReqId = crate::kv::SeqId;

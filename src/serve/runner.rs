@@ -5,9 +5,9 @@
 //! decision, handed over in the plan: the runner never sees the allocator.
 
 use super::scheduler::{CacheKind, Placement, Plan, ServeConfig};
+use super::ReqId;
 use super::ServeError;
 use crate::kv::paged::{PagedKv, SeqSlots};
-use crate::kv::pool::ReqId;
 use crate::kv::{Contiguous, ContiguousBatch};
 use crate::model::sampler::argmax;
 use crate::model::traffic::Traffic;

@@ -7,8 +7,9 @@
 
 pub use super::memory::Placement;
 use super::memory::{Memory, Pending};
+use super::ReqId;
 use super::ServeError;
-use crate::kv::pool::{KvError, ReqId};
+use crate::kv::pool::KvError;
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 

@@ -4,7 +4,7 @@
 
 use super::memory::Memory;
 use super::scheduler::{Plan, ReqPhase, Scheduler, Wait};
-use crate::kv::pool::ReqId;
+use super::ReqId;
 use serde::{Deserialize, Serialize};
 
 /// A request's line in the step report.
