@@ -9,20 +9,29 @@
 //! (no offset to take off); the second depends on the activations only, and its `Σ qx`
 //! is already kept per block for the Q8_0 kernels.
 //!
-//! Two kernels: the portable reference ([`BatchedQ4::matmul`] on rows, one block at a
-//! time) and AVX-512 VNNI on panels of 16 rows (`q4/avx512.rs`). Other CPUs run the
-//! reference: correct, and slower than their Q8_0 kernel.
+//! Three kernels: the portable reference ([`BatchedQ4::matmul`] on rows, one block at a
+//! time), AVX-512 VNNI on panels of 16 rows (`q4/avx512.rs`), and AVX2 on the same panels
+//! (`q4/avx2.rs`, which CPUs with AVX-VNNI but no AVX-512 run too). Other CPUs (arm64)
+//! run the reference: correct, and slower than their Q8_0 kernel.
 
 use super::q8_0::{check_blocks, quantize_rows, Kernel, OutPtr, QActs, QK};
 use candle_core::Result;
 use rayon::prelude::*;
 
 #[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
 mod avx512;
+
+/// The most activation rows an AVX2 tile takes.
+#[cfg(target_arch = "x86_64")]
+const AVX2_ROWS: usize = avx2::MAX_ROWS;
+#[cfg(not(target_arch = "x86_64"))]
+const AVX2_ROWS: usize = 3;
 
 /// Bytes of one Q4_1 block in a GGUF file: `d`, `m` (f16 each), 16 bytes of nibbles.
 pub const BLOCK_BYTES: usize = 20;
-/// Rows per panel of the AVX-512 layout: one per 32-bit lane.
+/// Rows per panel: one per 32-bit lane of AVX-512 (AVX2 takes a panel in two halves).
 const LANES: usize = 16;
 
 /// A weight matrix in Q4_1, laid out for one kernel.
@@ -36,7 +45,7 @@ pub struct BatchedQ4 {
 enum Layout {
     /// The file's blocks as they are, row after row (the reference).
     Rows(Vec<u8>),
-    /// Panels of 16 rows for AVX-512 VNNI.
+    /// Panels of 16 rows for AVX-512 VNNI or AVX2.
     Panels(Panels),
 }
 
@@ -50,10 +59,12 @@ struct Panels {
     m: Vec<u16>,
     count: usize,
     kb: usize,
+    /// AVX-512 VNNI's tiles, or AVX2's.
+    wide: bool,
 }
 
 impl Panels {
-    fn new(data: &[u8], n: usize, kb: usize) -> Self {
+    fn new(data: &[u8], n: usize, kb: usize, wide: bool) -> Self {
         let count = n.div_ceil(LANES);
         let mut q = vec![0u8; count * kb * LANES * QK / 2];
         let (mut d, mut m) = (
@@ -70,7 +81,14 @@ impl Panels {
                 q[((at * 4 + c) * LANES + lane) * 4..][..4].copy_from_slice(four);
             }
         }
-        Self { q, d, m, count, kb }
+        Self {
+            q,
+            d,
+            m,
+            count,
+            kb,
+            wide,
+        }
     }
 }
 
@@ -94,27 +112,31 @@ struct ActTile<'a> {
 }
 
 impl BatchedQ4 {
-    /// From GGUF Q4_1 bytes of an `(n, k)` matrix, for the fastest kernel this CPU runs.
+    /// From GGUF Q4_1 bytes of an `(n, k)` matrix, for the kernel the Q8_0 matrices run
+    /// ([`Kernel::best`], which `INFERLAB_KERNEL` can lower to compare): AVX-VNNI without
+    /// AVX-512 takes the AVX2 kernel, arm64 the reference.
     pub fn for_this_cpu(data: &[u8], n: usize, k: usize) -> Result<Self> {
-        let kernel = if Kernel::available().contains(&Kernel::Avx512Vnni) {
-            Kernel::Avx512Vnni
-        } else {
-            Kernel::Scalar
+        let kernel = match Kernel::best() {
+            Kernel::AvxVnni => Kernel::Avx2,
+            Kernel::Neon => Kernel::Scalar,
+            k => k,
         };
         Self::from_q4_1(data, n, k, kernel)
     }
 
     /// From GGUF Q4_1 bytes of an `(n, k)` matrix, for `kernel` (the reference, or AVX-512
-    /// VNNI where this CPU has it). Sizes are checked, not trusted: they come from a file.
+    /// VNNI or AVX2 where this CPU has it). Sizes are checked, not trusted: they come from
+    /// a file.
     pub fn from_q4_1(data: &[u8], n: usize, k: usize, kernel: Kernel) -> Result<Self> {
-        if !matches!(kernel, Kernel::Scalar | Kernel::Avx512Vnni)
+        if !matches!(kernel, Kernel::Scalar | Kernel::Avx2 | Kernel::Avx512Vnni)
             || !Kernel::available().contains(&kernel)
         {
             candle_core::bail!("the 4-bit matmul has no {kernel:?} kernel on this CPU");
         }
         check_blocks("Q4_1", BLOCK_BYTES, data.len(), (n, k))?;
         let layout = match kernel {
-            Kernel::Avx512Vnni => Layout::Panels(Panels::new(data, n, k / QK)),
+            Kernel::Avx512Vnni => Layout::Panels(Panels::new(data, n, k / QK, true)),
+            Kernel::Avx2 => Layout::Panels(Panels::new(data, n, k / QK, false)),
             _ => Layout::Rows(data.to_vec()),
         };
         Ok(Self {
@@ -235,7 +257,7 @@ pub fn scalar_row(w: &[u8], aq: &[i8], a_s: &[f32], sums: &[f32], s0: usize) -> 
     acc
 }
 
-/// The AVX-512 kernel over all panels of one or more matrices, each `(panels, n,
+/// The SIMD kernel over all panels of one or more matrices, each `(panels, n,
 /// result)`, in tasks of a few panels each.
 fn by_panels(jobs: &[(&Panels, usize, &OutPtr)], a: &QActs, sums: &[f32], m: usize) {
     let tasks: Vec<(usize, usize, usize)> = jobs
@@ -254,7 +276,7 @@ fn by_panels(jobs: &[(&Panels, usize, &OutPtr)], a: &QActs, sums: &[f32], m: usi
 }
 
 /// Panels `start..end` against every activation row, in register tiles of up to 2
-/// panels × 6 activation rows.
+/// panels × 6 activation rows (AVX-512) or 1 × 3 (AVX2's 16 registers).
 fn panel_range(
     p: &Panels,
     (start, end): (usize, usize),
@@ -264,12 +286,13 @@ fn panel_range(
     n: usize,
     dst: &OutPtr,
 ) {
+    let (most_r, most_g) = if p.wide { (2, 6) } else { (1, AVX2_ROWS) };
     let mut at = start;
     while at < end {
-        let r = if end - at >= 2 { 2 } else { 1 };
+        let r = if end - at >= 2 { most_r } else { 1 };
         let mut j0 = 0;
         while j0 < m {
-            let g = (m - j0).min(6);
+            let g = (m - j0).min(most_g);
             match (r, g) {
                 (2, 1) => tile::<2, 1>(p, at, a, sums, j0, n, dst),
                 (2, 2) => tile::<2, 2>(p, at, a, sums, j0, n, dst),
@@ -318,9 +341,15 @@ fn tile<const R: usize, const G: usize>(
     };
     let mut out = [[[0.0f32; LANES]; G]; R];
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: panels exist only where AVX-512 VNNI was detected (`from_q4_1`).
+    // SAFETY: wide panels exist only where AVX-512 VNNI was detected, the others only
+    // where AVX2, FMA and F16C were (`from_q4_1`); AVX2 tiles are 1 × up to 3
+    // (`panel_range`).
     unsafe {
-        avx512::tile::<R, G>(&w, &acts, &mut out)
+        if p.wide {
+            avx512::tile::<R, G>(&w, &acts, &mut out)
+        } else {
+            avx2::tile::<R, G>(&w, &acts, &mut out)
+        }
     };
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (&w, &acts);
@@ -377,7 +406,7 @@ mod tests {
         let (n, k) = (37, 96);
         let data = raw_q4(n, k, 7);
         let w = dequant(&data);
-        for kernel in [Kernel::Scalar, Kernel::Avx512Vnni] {
+        for kernel in [Kernel::Scalar, Kernel::Avx2, Kernel::Avx512Vnni] {
             if !Kernel::available().contains(&kernel) {
                 continue;
             }
@@ -404,20 +433,32 @@ mod tests {
     }
 
     #[test]
-    fn the_simd_kernel_equals_the_reference() {
-        if !Kernel::available().contains(&Kernel::Avx512Vnni) {
-            return;
-        }
+    fn the_simd_kernels_equal_the_reference() {
         let (n, k) = (50, 576);
         let data = raw_q4(n, k, 3);
         let slow = BatchedQ4::from_q4_1(&data, n, k, Kernel::Scalar).unwrap();
-        let fast = BatchedQ4::from_q4_1(&data, n, k, Kernel::Avx512Vnni).unwrap();
         let x = pseudo_random(7 * k, 9);
-        let (a, b) = (slow.matmul(&x, 7).unwrap(), fast.matmul(&x, 7).unwrap());
-        for (u, v) in a.iter().zip(&b) {
-            // Same integer sums; only the float accumulation order differs.
-            assert!((u - v).abs() <= 1e-4 * (1.0 + u.abs()), "{u} vs {v}");
+        let a = slow.matmul(&x, 7).unwrap();
+        let mut ran = 0;
+        for kernel in [Kernel::Avx2, Kernel::Avx512Vnni] {
+            if !Kernel::available().contains(&kernel) {
+                continue;
+            }
+            let fast = BatchedQ4::from_q4_1(&data, n, k, kernel).unwrap();
+            for (u, v) in a.iter().zip(&fast.matmul(&x, 7).unwrap()) {
+                // Same integer sums; only the float accumulation order differs.
+                assert!(
+                    (u - v).abs() <= 1e-4 * (1.0 + u.abs()),
+                    "{kernel:?}: {u} vs {v}"
+                );
+            }
+            ran += 1;
         }
+        // Every x86-64 machine this project runs on has AVX2.
+        #[cfg(target_arch = "x86_64")]
+        assert!(ran >= 1, "no SIMD kernel ran");
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = ran;
     }
 
     #[test]
