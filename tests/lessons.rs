@@ -615,3 +615,30 @@ fn the_lesson_words_of_element_and_weight_types_are_their_names() {
     let names: Vec<&str> = weights.iter().map(|w| w.name()).collect();
     assert_eq!(words("weights"), names);
 }
+
+#[test]
+fn the_format_guide_lists_every_setting_with_every_word() {
+    use inferlab::lesson::keys::{Takes, KEYS};
+    let guide =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/lessons/README.md")).unwrap();
+    let set_table = guide
+        .split("## `set:` keys")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("the guide has a `set:` table");
+    for key in &KEYS {
+        let row = set_table
+            .lines()
+            .find(|l| l.starts_with(&format!("| `{}` |", key.name)))
+            .unwrap_or_else(|| panic!("the guide's `set:` table has no row for `{}`", key.name));
+        if matches!(key.takes, Takes::Words(_)) {
+            for w in key.words() {
+                assert!(
+                    row.contains(&format!("`{w}`")),
+                    "the guide's `{}` row lacks `{w}`: {row}",
+                    key.name
+                );
+            }
+        }
+    }
+}
