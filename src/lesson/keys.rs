@@ -93,10 +93,16 @@ impl Key {
         matches!(self.takes, Takes::Below(_))
     }
 
-    /// The value `word` names, or what is wrong with it.
+    /// The value `word` names, or what is wrong with it. Among numbers (the
+    /// temperatures) a word names the one equal to it, so `1.0` is `1`.
     pub fn parse(&self, word: &str) -> Result<usize, BadValue> {
         let words = self.words();
-        match (self.takes, words.iter().position(|w| w == word)) {
+        let number = |w: &str| w.parse::<f32>().ok();
+        let same = |w: &String| match (number(w), number(word)) {
+            (Some(a), Some(b)) => (a - b).abs() < 1e-6,
+            _ => w == word,
+        };
+        match (self.takes, words.iter().position(same)) {
             (_, Some(v)) => Ok(v),
             (Takes::Below(n), None) => Err(BadValue::OutOfRange {
                 what: self.what,
@@ -346,5 +352,30 @@ impl StepSettings {
             (KEYS[k].set)(&mut asked, v);
         }
         asked
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_value_is_its_word_and_a_temperature_any_spelling_of_its_number() {
+        let k = |name| &KEYS[key(name).unwrap()];
+        let t = k("temperature");
+        assert_eq!(t.parse("1.0"), t.parse("1"));
+        assert_eq!(t.parse("0.70"), t.parse("0.7"));
+        assert!(t.parse("0.5").is_err());
+        assert!(k("layout").parse("mha").is_ok());
+        assert!(k("layout").parse("MHA").is_err());
+        assert!(matches!(
+            k("layer").parse("30"),
+            Err(BadValue::OutOfRange { last: 29, .. })
+        ));
+        // A step naming a key twice keeps the last value.
+        let mut s = StepSettings::default();
+        s.put(key("head").unwrap(), 2);
+        s.put(key("head").unwrap(), 5);
+        assert_eq!(s.get("head"), Some(5));
     }
 }

@@ -263,7 +263,7 @@ impl Tutor {
     }
 }
 
-/// What a step asks for: its view settings, its settings over the learner's own (a
+/// What a step asks for: its screen settings, its settings over the learner's own (a
 /// step names only what it is about), and its prompt.
 fn settings_of(app: &LiveState, s: &Step) -> Reply {
     let asked = s.set.apply(app.settings);
@@ -493,8 +493,8 @@ mod tests {
     static NO_PAST: std::collections::VecDeque<Box<crate::report::StepReport>> =
         std::collections::VecDeque::new();
 
-    /// A live state set as `asked` says: its settings, and its view settings where the
-    /// lessons' view reads them.
+    /// A live state set as `asked` says: its settings, and its screen settings where
+    /// `LiveState` holds them.
     fn as_asked(asked: crate::lesson::keys::Asked) -> LiveState<'static> {
         let mut app = LiveState {
             settings: asked.settings,

@@ -42,7 +42,7 @@ pub enum SourceError {
     Exhausted { tried: Vec<String>, cache: PathBuf },
 }
 
-/// FetchProgress events for long work, so the CLI can draw a bar and the TUI a gauge.
+/// Progress events for long work, so the CLI can draw a bar and the TUI a gauge.
 #[derive(Debug, Clone)]
 pub enum FetchProgress {
     /// A new stage starts, e.g. "downloading wheel with pip".

@@ -1,5 +1,5 @@
 //! App state and what each action does to it. Drawing reads this state; nothing here
-//! runs model code — changes that need the model become [`Command`]s for the engine.
+//! runs model code — changes that need the model become [`Command`]s for the worker.
 
 use super::effect::{FileWrite, Written};
 use super::frames::Frames;
@@ -102,7 +102,7 @@ fn is_lesson_action(a: Action) -> bool {
     )
 }
 
-/// Actions whose effect needs the model (or the engine's workload): a replay refuses them.
+/// Actions whose effect needs the model (or the worker's workload): a replay refuses them.
 fn needs_model(a: Action) -> bool {
     matches!(
         a,
@@ -154,7 +154,7 @@ pub struct App {
 }
 
 impl App {
-    /// A fresh app waiting for the engine.
+    /// A fresh app waiting for the worker.
     pub fn new(run: RunOptions) -> Self {
         Self {
             settings: Settings {
@@ -224,7 +224,7 @@ impl App {
             .unwrap_or((1, 1))
     }
 
-    /// Applies an action; returns the commands the engine must carry out (none when the
+    /// Applies an action; returns the commands the worker must carry out (none when the
     /// action only changes what is shown). A lesson step whose task the action completes
     /// (a view setting such as the layer or the values shown) is recorded at once.
     pub fn update(&mut self, a: Action) -> Vec<Command> {
@@ -734,8 +734,8 @@ impl App {
             || (self.worker.replaying && self.report().is_some_and(|r| r.sink.is_some()))
     }
 
-    /// A step command unless one is already running or the engine is not ready. A
-    /// finished request does not stop it: the engine steps whatever still has work (a
+    /// A step command unless one is already running or the worker is not ready. A
+    /// finished request does not stop it: the worker steps whatever still has work (a
     /// queued prompt, the serving workload, the sink experiment) and says when nothing does.
     pub fn request_step(&mut self) -> Option<Command> {
         if !self.worker.ready || self.worker.in_flight || self.worker.fatal.is_some() {
@@ -745,7 +745,7 @@ impl App {
         Some(Command::Step)
     }
 
-    /// Takes an event from the engine.
+    /// Takes an event from the worker.
     pub fn on_event(&mut self, e: Event) {
         match e {
             Event::Status(s) => {

@@ -190,7 +190,7 @@ fn too_small(area: Rect, buf: &mut Buffer) {
         .render(area, buf);
 }
 
-/// The engine failed to start or died: its error, full screen.
+/// The worker failed to start or died: its error, full screen.
 fn stopped(app: &App, e: &str, area: Rect, buf: &mut Buffer) {
     let b = Block::default()
         .borders(Borders::ALL)

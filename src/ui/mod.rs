@@ -85,7 +85,7 @@ pub(crate) fn with_terminal(
     // ratatui's hook restores the screen; ours also gives the mouse back first.
     let prev = std::panic::take_hook();
     // Only a panic of this (the UI) thread ends the app. Panics hooks run before any
-    // unwinding, also for a panic the engine thread then catches and reports on screen
+    // unwinding, also for a panic the worker thread then catches and reports on screen
     // (`Event::Died`): restoring the terminal for those would pull the screen away.
     let ui_thread = std::thread::current().id();
     std::panic::set_hook(Box::new(move |info| {
@@ -145,7 +145,7 @@ fn event_loop(
     }
 }
 
-/// Frames until the user quits: the engine's events and the commands they call for, the
+/// Frames until the user quits: the worker's events and the commands they call for, the
 /// app's file writes, a redraw when anything changed, then the terminal's events.
 fn frames(
     terminal: &mut ratatui::DefaultTerminal,
@@ -166,7 +166,7 @@ fn frames(
         // but the screen is drawn once per frame.
         let replaying = app.worker.replaying;
         dirty |= absorb_events(app, rx, record, recorder, replaying)?;
-        send(loop_state.engine_commands(app));
+        send(loop_state.worker_commands(app));
         // The files the app asked for (the lesson progress after a report), before the
         // frame that says how they went.
         perform_writes(app);
@@ -217,10 +217,10 @@ impl LoopState {
         }
     }
 
-    /// What the engine must hear before the next frame: the layer on screen, whether
+    /// What the worker must hear before the next frame: the layer on screen, whether
     /// the lens is shown, and, while running, the next iteration when its time has come.
-    fn engine_commands(&mut self, app: &mut App) -> Vec<Command> {
-        // The engine keeps long contexts' captures to the layer on screen, and runs the
+    fn worker_commands(&mut self, app: &mut App) -> Vec<Command> {
+        // The worker keeps long contexts' captures to the layer on screen, and runs the
         // lens (an LM head pass per layer) only while it is shown.
         let mut out: Vec<Command> = app.watch_command().into_iter().collect();
         if app.worker.steps_queued > 0 && !app.worker.in_flight {
@@ -299,7 +299,7 @@ fn double_click(
     })
 }
 
-/// Takes every event the engine has sent; true when any arrived. Reports also go to the
+/// Takes every event the worker has sent; true when any arrived. Reports also go to the
 /// recording, when one is being made.
 fn absorb_events(
     app: &mut App,
@@ -322,7 +322,7 @@ fn absorb_events(
             Ok(e) => e,
             Err(std::sync::mpsc::TryRecvError::Empty) => return Ok(any),
             Err(std::sync::mpsc::TryRecvError::Disconnected) => {
-                // The engine is gone without a word (it sends `Died` when it can).
+                // The worker is gone without a word (it sends `Died` when it can).
                 if app.worker.fatal.is_none() && !replaying {
                     app.on_event(worker::Event::Died("it exited without a message".into()));
                     any = true;

@@ -5,7 +5,8 @@
 
 use crate::screen::Pane;
 
-/// The view state.
+/// What the screen shows: focus, zoom, layer and head, what stands in a pane's place,
+/// the overlays.
 #[derive(Debug, Clone)]
 pub struct ScreenState {
     pub focus: Pane,
@@ -22,7 +23,7 @@ pub struct ScreenState {
     pub scroll: usize,
     /// The ranked list of what the bottom heatmap row attends to, in the heatmap's place.
     pub looks_at: bool,
-    /// The panes of their own standing in another's place by the view's choice (the
+    /// The panes of their own standing in another's place by the screen's choice (the
     /// logit lens in the attention pane's, the memory traffic in the forward pane's):
     /// focusing one puts it here, focusing its place's pane or tabbing away takes it out.
     pub in_place: Vec<Pane>,
@@ -94,7 +95,7 @@ impl ScreenState {
         }
     }
 
-    /// Whether `p` stands in its place now (by the view's choice).
+    /// Whether `p` stands in its place now (by the screen's choice).
     pub fn shows(&self, p: Pane) -> bool {
         self.in_place.contains(&p)
     }

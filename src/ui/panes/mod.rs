@@ -52,11 +52,11 @@ pub struct PaneDef {
 /// every place shows the first of its entries whose reason holds.
 #[derive(Clone, Copy)]
 pub enum StandIn {
-    /// A pane of its own that the view put in the place ([`ScreenState::in_place`]): focusing it
+    /// A pane of its own that the screen state put in the place ([`ScreenState::in_place`]): focusing it
     /// does, focusing the place's pane or tabbing away gives the place back (the lens, the
     /// traffic pane).
     Chosen,
-    /// Another drawing of the place's own pane, while the view's switch for it is on (the
+    /// Another drawing of the place's own pane, while the screen state's switch for it is on (the
     /// looks-at list, `w`).
     Mode(fn(&ScreenState) -> bool),
     /// What runs asks for it (the sink experiment, a run side by side).
