@@ -603,6 +603,23 @@ fn a_scripted_learner_walks_every_lesson_to_the_end() {
         missing.len(),
         missing.join("\n")
     );
+    // Lesson 4 loaded the 4-bit weights: each weight type was scored on the evaluation text
+    // as it loaded (the figures its last step quotes), and 4 bits cost little perplexity.
+    let scored = |w| {
+        l.app
+            .worker
+            .perplexity
+            .iter()
+            .find(|(x, _)| *x == w)
+            .map(|p| p.1)
+    };
+    let q8 = scored(inferlab::model::Requant::Q8_0).expect("the 8-bit weights were scored");
+    let q4 = scored(inferlab::model::Requant::Q4).expect("the 4-bit weights were scored");
+    eprintln!("perplexity on the evaluation text: q8_0 {q8:.3}, q4 {q4:.3}");
+    assert!(
+        q8 > 1.0 && q8 < 1000.0 && (q4 / q8 - 1.0).abs() < 0.1,
+        "{q8} {q4}"
+    );
     // The learner then types a new prompt after the last request finished: space prefills it.
     let last = l.app.report().map_or(0, |r| r.iteration);
     l.press(Action::StartInput);

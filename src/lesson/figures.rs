@@ -23,6 +23,8 @@ pub struct Sources<'a> {
     /// The serving runs the settings ask for now: a report of other runs (the ones a
     /// step has just replaced) gives no serving figure.
     pub serving: crate::settings::Serving,
+    /// The perplexity each weight type loaded so far gave on the evaluation text.
+    pub perplexity: &'a [(crate::model::Requant, f64)],
 }
 
 /// The value of figure `name` now, or `None` when the app has not got it yet.
@@ -55,6 +57,8 @@ pub fn value(app: Sources, name: &str) -> Option<String> {
         "kv_read_mb" if decoded => mb(t.kv_read_bytes),
         "step_mb" if decoded => format!("{:.0}", view().now.bytes() as f64 / 1e6),
         "step_ms" => format!("{:.1}", r.info.wall_ms),
+        "perplexity" => perplexity(app.perplexity, r.settings.weights)?,
+        "perplexity_q8_0" => perplexity(app.perplexity, crate::model::Requant::Q8_0)?,
         "step_gb_per_s" if decoded => format!("{:.1}", view().now.gb_per_s()),
         "step_bandwidth_pct" if decoded => {
             format!(
@@ -108,6 +112,15 @@ fn machine_figure(m: &crate::machine::Machine, name: &str) -> String {
         "int8_gops" => format!("{:.0}", 2.0 * m.int8_gmac_per_s),
         _ => format!("{:.0}", traffic::Roof::of(m).ridge()),
     }
+}
+
+/// The perplexity `weights` gave on the evaluation text, once they have loaded.
+fn perplexity(
+    measured: &[(crate::model::Requant, f64)],
+    weights: crate::model::Requant,
+) -> Option<String> {
+    let (_, p) = measured.iter().find(|(w, _)| *w == weights)?;
+    Some(format!("{p:.2}"))
 }
 
 /// A serving run's p99 time to first token so far, once a request has had its first.

@@ -254,7 +254,7 @@ impl Predict {
 
 /// Live figures a lesson may quote as `{name}`: the app fills them in from what it shows
 /// now (the newest report, the serving runs, this machine's limits).
-pub const FIGURES: [(&str, &str); 24] = [
+pub const FIGURES: [(&str, &str); 26] = [
     (
         "kv_bytes_per_token",
         "KV bytes per token under the current layout",
@@ -266,6 +266,14 @@ pub const FIGURES: [(&str, &str); 24] = [
     ("kv_read_mb", "MB of KV the live request's last step read"),
     ("step_mb", "MB the live request's last step moved in all"),
     ("step_ms", "milliseconds of the live request's last step"),
+    (
+        "perplexity",
+        "perplexity on the shipped evaluation text under the weights on screen",
+    ),
+    (
+        "perplexity_q8_0",
+        "the same under the 8-bit weights (once they have loaded this session)",
+    ),
     ("step_gb_per_s", "GB/s the live request's last step reached"),
     (
         "step_bandwidth_pct",

@@ -6,6 +6,7 @@ pub mod audit;
 pub mod batched;
 pub mod config;
 pub mod error;
+pub mod eval;
 pub mod flash;
 pub mod forward;
 pub mod gguf;

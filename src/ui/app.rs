@@ -193,6 +193,7 @@ impl App {
             past: self.frames.past(),
             machine: self.worker.machine.as_ref(),
             serving: self.settings.serving,
+            perplexity: &self.worker.perplexity,
         }
     }
 
@@ -754,6 +755,10 @@ impl App {
             }
             Event::Progress { done, total } => self.worker.loading = Some((done, total)),
             Event::Machine(m) => self.worker.machine = Some(m),
+            Event::Perplexity { weights, value } => {
+                self.worker.perplexity.retain(|(w, _)| *w != weights);
+                self.worker.perplexity.push((weights, value));
+            }
             Event::Ready { model } => {
                 self.worker.ready = true;
                 self.worker.loading = None;

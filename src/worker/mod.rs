@@ -48,6 +48,12 @@ pub enum Event {
     Report(Box<StepReport>),
     /// This machine's measured limits (for the traffic pane).
     Machine(crate::machine::Machine),
+    /// The perplexity the weights of this type give on the shipped evaluation text,
+    /// measured once when they load (lesson 4 quotes what fewer bytes cost).
+    Perplexity {
+        weights: crate::model::Requant,
+        value: f64,
+    },
     /// A step found nothing left to run: the live request has finished, and the serving
     /// runs and the sink experiment beside it are done (or off). Running stops; a new
     /// prompt (`a`) or a restarted workload gives the next step work again.
@@ -193,6 +199,7 @@ impl Worker {
                 "could not measure this machine: {e:#}"
             ))),
         }
+        send_perplexity(&base, settings.weights, send);
         let name = path.file_name().map(|s| s.to_string_lossy().to_string());
         send(Event::Ready {
             model: name.unwrap_or_default(),
@@ -360,6 +367,9 @@ impl Worker {
         // as it ran.
         let base = self.load_weights(s.weights, send)?;
         let model = base.as_ref().unwrap_or(&self.base).with_run(s.run)?;
+        if let Some(loaded) = &base {
+            send_perplexity(loaded, s.weights, send);
+        }
         let sink = match s.sink {
             true => Some(sink_run(&model)?),
             false => None,
@@ -608,6 +618,21 @@ pub const SINK_WINDOW: usize = 128;
 const SINK_PAGE: usize = APP_PAGE_SIZE;
 
 pub use crate::serve::workload::{chat_serving, long_parts, APP_PAGE_SIZE};
+
+/// Measures the perplexity `model`'s weights give on the shipped evaluation text (the
+/// model as loaded: the trained head layout, as `bench decode` scores it) and sends it; a failure is said, not fatal (nothing else needs the figure).
+fn send_perplexity(model: &Model, weights: crate::model::Requant, send: &dyn Fn(Event)) {
+    let scored = model
+        .tokenizer
+        .encode(crate::assets::EVAL_TEXT.trim())
+        .and_then(|t| crate::model::eval::perplexity(model, &t));
+    match scored {
+        Ok(value) => send(Event::Perplexity { weights, value }),
+        Err(e) => send(Event::Status(format!(
+            "could not score the weights on the evaluation text: {e}"
+        ))),
+    }
+}
 
 /// A fresh sink experiment over the shipped eval text.
 fn sink_run(model: &Model) -> Result<SinkRun, WorkerError> {
