@@ -620,7 +620,8 @@ const SINK_PAGE: usize = APP_PAGE_SIZE;
 pub use crate::serve::workload::{chat_serving, long_parts, APP_PAGE_SIZE};
 
 /// Measures the perplexity `model`'s weights give on the shipped evaluation text (the
-/// model as loaded: the trained head layout, as `bench decode` scores it) and sends it; a failure is said, not fatal (nothing else needs the figure).
+/// model as loaded: the trained head layout, as `bench decode` scores it) and sends it;
+/// a failure is said, not fatal (nothing else needs the figure).
 fn send_perplexity(model: &Model, weights: crate::model::Requant, send: &dyn Fn(Event)) {
     send(Event::Status(format!(
         "scoring the {} weights on the evaluation text (their perplexity)",
