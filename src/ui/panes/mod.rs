@@ -2,9 +2,9 @@
 //! [`PANES`] says in one place what each one is: its name, the place it is drawn in,
 //! when it takes another pane's place, its summary line, its picture and how it draws.
 //!
-//! Adding a pane: a variant in `screen.rs` (with its lesson word), its file here with
-//! `render` and `summary`, and its entry in [`PANES`]. Focus, Tab, the grid, the focused
-//! arrangement, the summaries, mouse clicks, export and lessons all read the table.
+//! Adding a pane: a variant in `screen.rs` (its name is its lesson word) with its place,
+//! its file here with `render` and `summary`, and its entry in [`PANES`]. Focus, Tab, the
+//! grid, the focused arrangement, the summaries, mouse clicks and export read the table.
 
 pub mod forward;
 pub mod glossary;
@@ -36,8 +36,8 @@ pub struct PaneDef {
     pub pane: Pane,
     /// The name its summary line starts with.
     pub name: &'static str,
-    /// When it takes that place; `None` for the place's own pane, drawn when no other
-    /// entry of the place is asked for.
+    /// When it takes its place ([`Pane::place`]); `None` for the place's own pane, drawn
+    /// when no other entry of the place is asked for.
     pub stands_in: Option<StandIn>,
     /// Another place whose room it takes as well (the runs side by side need two columns).
     pub also_takes: Option<Pane>,
@@ -52,12 +52,12 @@ pub struct PaneDef {
 /// every place shows the first of its entries whose reason holds.
 #[derive(Clone, Copy)]
 pub enum StandIn {
-    /// A pane of its own that the screen state put in the place ([`ScreenState::in_place`]): focusing it
-    /// does, focusing the place's pane or tabbing away gives the place back (the lens, the
-    /// traffic pane).
+    /// A pane of its own that the screen state put in the place
+    /// ([`ScreenState::in_place`]): focusing it does, focusing the place's pane or tabbing
+    /// away gives the place back (the lens, the traffic pane).
     Chosen,
-    /// Another drawing of the place's own pane, while the screen state's switch for it is on (the
-    /// looks-at list, `w`).
+    /// Another drawing of the place's own pane, while the screen state's switch for it is
+    /// on (the looks-at list, `w`).
     Mode(fn(&ScreenState) -> bool),
     /// What runs asks for it (the sink experiment, a run side by side).
     Runs(fn(&App) -> bool),
