@@ -90,24 +90,11 @@ fn valid_name(s: &str) -> bool {
         && cs.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
 }
 
-/// One sample line.
-/// What is wrong with a line of metrics text, in words (the parse keeps it to name the
-/// line).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct BadLine(pub String);
-
-impl From<String> for BadLine {
-    fn from(why: String) -> Self {
-        BadLine(why)
-    }
-}
-
-impl From<&str> for BadLine {
-    fn from(why: &str) -> Self {
-        BadLine(why.to_string())
-    }
-}
+message_error!(
+    /// What is wrong with a line of metrics text, in words (the parse keeps it to name the
+    /// line).
+    BadLine
+);
 
 /// A histogram whose buckets do not add up.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -122,6 +109,7 @@ pub enum BadHistogram {
     NotTheCount { name: String, last: f64, count: f64 },
 }
 
+/// One sample line.
 fn sample(line: &str) -> Result<Sample, BadLine> {
     let name_end = line
         .find(|c: char| c == '{' || c.is_whitespace())

@@ -84,10 +84,7 @@ impl HeadsReport {
 /// Logits for every position of each sequence, flattened per sequence.
 pub(crate) fn all_logits(m: &Model, seqs: &[Vec<u32>]) -> Result<Vec<Vec<f32>>> {
     seqs.iter()
-        .map(|s| {
-            let l = m.forward(s, &mut m.new_cache(s.len()), Logits::All)?;
-            Ok(l.flatten_all()?.to_vec1::<f32>()?)
-        })
+        .map(|s| Ok(crate::model::eval::all_logits(m, s)?))
         .collect()
 }
 
@@ -133,7 +130,7 @@ pub(crate) fn quality(
                 .filter(|(p, _)| **p > 0.0)
                 .map(|(p, q)| (*p as f64) * ((*p as f64) / (*q as f64).max(1e-30)).ln())
                 .sum::<f64>();
-            nll -= (pa[seq[pos + 1] as usize] as f64).max(1e-30).ln();
+            nll += crate::model::eval::surprise(a, seq[pos + 1] as usize);
             n += 1;
         }
     }

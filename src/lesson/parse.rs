@@ -408,17 +408,11 @@ impl Parser<'_> {
     }
 }
 
-/// What is wrong with one entry of a `set:` or `check:` line; the parser names the file
-/// and line.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct BadEntry(pub String);
-
-impl From<String> for BadEntry {
-    fn from(why: String) -> Self {
-        BadEntry(why)
-    }
-}
+message_error!(
+    /// What is wrong with one entry of a `set:` or `check:` line; the parser names the file
+    /// and line.
+    BadEntry
+);
 
 impl From<super::keys::BadValue> for BadEntry {
     fn from(why: super::keys::BadValue) -> Self {

@@ -53,24 +53,12 @@ pub enum ModelError {
     Candle(#[from] candle_core::Error),
 }
 
-/// What is wrong inside a model's files, in words that name the place (a tensor, a
-/// metadata key, a byte offset, a config field); the caller adds which file
-/// ([`ModelError::CorruptFile`], [`ModelError::InFile`]).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct Malformed(pub String);
-
-impl From<String> for Malformed {
-    fn from(why: String) -> Self {
-        Malformed(why)
-    }
-}
-
-impl From<&str> for Malformed {
-    fn from(why: &str) -> Self {
-        Malformed(why.to_string())
-    }
-}
+message_error!(
+    /// What is wrong inside a model's files, in words that name the place (a tensor, a
+    /// metadata key, a byte offset, a config field); the caller adds which file
+    /// ([`ModelError::CorruptFile`], [`ModelError::InFile`]).
+    Malformed
+);
 
 /// Result alias for model code.
 pub type Result<T> = std::result::Result<T, ModelError>;

