@@ -642,3 +642,23 @@ fn the_format_guide_lists_every_setting_with_every_word() {
         }
     }
 }
+
+#[test]
+fn a_recompute_under_new_settings_starts_the_decode_step_count_again() {
+    use inferlab::lesson::{progress::Progress, tutor::Tutor};
+    let mut t = Tutor::new(Vec::new(), 0, Progress::default(), false);
+    let step = |i: usize, recomputed: bool| {
+        let mut r = common::fixture::numbered(i);
+        r.recomputed = recomputed;
+        r
+    };
+    for i in 2..=6 {
+        t.observe(&step(i, false));
+    }
+    assert_eq!(t.decode_seen, 5);
+    // `W` loads other weights: the request is recomputed, and only steps on them count.
+    t.observe(&step(7, true));
+    assert_eq!(t.decode_seen, 0);
+    t.observe(&step(8, false));
+    assert_eq!(t.decode_seen, 1);
+}

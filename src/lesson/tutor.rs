@@ -30,8 +30,10 @@ pub struct Tutor {
     pub list_sel: usize,
     /// The iteration count when this step opened (tasks count iterations from here).
     pub iter_at_open: usize,
-    /// Decode steps of the live request seen since this step opened: a task counts only
-    /// what happens after it is posed.
+    /// Decode steps of the live request seen since this step opened, under the settings
+    /// now: a task counts only what happens after it is posed, and a switch that
+    /// recomputes the request (other weights, layout, kernel) starts the count again, so
+    /// "five steps on the 4-bit weights" are five steps on them.
     pub decode_seen: usize,
     /// Answers to the current step's questions.
     pub answers: Vec<Option<Answer>>,
@@ -442,9 +444,12 @@ impl Tutor {
 
 impl Tutor {
     /// Counts what report `new` did: a decode step of the live request (not a finished
-    /// request's repeated report, nor a recompute under new settings, which is a prefill).
+    /// request's repeated report). A recompute under new settings is a prefill, and the
+    /// steps before it ran under the old settings: the count starts again.
     pub fn observe(&mut self, new: &StepReport) {
-        if new.info.step > 0 && !new.repeat && !new.recomputed {
+        if new.recomputed {
+            self.decode_seen = 0;
+        } else if new.info.step > 0 && !new.repeat {
             self.decode_seen += 1;
         }
     }
