@@ -15,11 +15,14 @@ pub enum Pane {
     Traffic,
     /// The logit lens; shares the attention pane's place.
     Lens,
+    /// A real server's serving figures (`inferlab attach`): the attention pane's place
+    /// while the app is attached.
+    Server,
 }
 
 impl Pane {
     /// Every pane, in focus order (tab).
-    pub const ALL: [Pane; 8] = [
+    pub const ALL: [Pane; 9] = [
         Pane::Attention,
         Pane::Heads,
         Pane::Output,
@@ -28,13 +31,14 @@ impl Pane {
         Pane::Forward,
         Pane::Traffic,
         Pane::Lens,
+        Pane::Server,
     ];
 
     /// The pane whose place in the grid it is drawn in: its own, or for a pane that only
     /// stands in for another (`ui::panes::PANES` says when), that one's.
     pub fn place(self) -> Pane {
         match self {
-            Pane::Lens => Pane::Attention,
+            Pane::Lens | Pane::Server => Pane::Attention,
             Pane::Traffic => Pane::Forward,
             Pane::Attention => Pane::Attention,
             Pane::Heads => Pane::Heads,

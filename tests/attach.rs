@@ -11,7 +11,7 @@ use inferlab::attach::poll::{Link, Poller};
 use inferlab::attach::prom;
 use std::io::{Read, Write};
 use std::net::TcpListener;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 fn fixture(name: &str) -> String {
@@ -260,66 +260,9 @@ fn the_command_refuses_bad_urls_and_says_when_a_host_never_answers() {
     );
 }
 
-/// The real llama.cpp server, started through our script on a free port, stopped on drop.
-struct LlamaServer {
-    child: std::process::Child,
-    url: String,
-}
-
-impl LlamaServer {
-    fn start(parallel: usize) -> Self {
-        let probe = Command::new("python3")
-            .args(["-c", "import xllamacpp"])
-            .output();
-        assert!(
-            probe.is_ok_and(|o| o.status.success()),
-            "xllamacpp is not installed: `pip install xllamacpp==2026.10.11549` (.ci/run installs it); this test needs the real llama.cpp server"
-        );
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let script =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/llamacpp-server.py");
-        let mut child = Command::new("python3")
-            .arg(script)
-            .args([
-                "--port",
-                &port.to_string(),
-                "--parallel",
-                &parallel.to_string(),
-            ])
-            .env("INFERLAB_MODEL", common::real_model())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-        std::io::BufRead::read_line(&mut out, &mut line).unwrap();
-        assert!(
-            line.starts_with("listening on"),
-            "the server script said {line:?}"
-        );
-        Self {
-            child,
-            url: format!("http://127.0.0.1:{port}"),
-        }
-    }
-}
-
-impl Drop for LlamaServer {
-    fn drop(&mut self) {
-        // SIGTERM: the script stops the server cleanly.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let _ = self.child.wait();
-    }
-}
-
 #[test]
 fn attached_to_the_real_llama_cpp_server_our_load_batches_and_its_counters_agree() {
-    let server = LlamaServer::start(4);
+    let server = common::llama_server::LlamaServer::start(4);
     assert!(Base::parse(&server.url).is_ok());
     let o = Command::new(common::bin())
         .args([
@@ -367,9 +310,11 @@ fn attached_to_the_real_llama_cpp_server_our_load_batches_and_its_counters_agree
     assert!(load["itl_ms_p50"].as_f64().unwrap() > 0.0);
 }
 
-/// The attach screen drawn from two polls of the llama.cpp fixture and a load in progress.
+/// The app attached, its server pane focused and zoomed, drawn from five polls of the
+/// llama.cpp fixture, three slots busy, and a load in progress.
 fn attach_screen(w: u16, h: u16) -> ratatui::backend::TestBackend {
-    use inferlab::ui::attach::{draw, AttachView};
+    use inferlab::attach::slots::Slot;
+    use inferlab::ui::attach::AttachView;
     let text = fixture("llamacpp-b11549.txt");
     let mut p = Poller::new("http://127.0.0.1:8080");
     for (k, t) in [0.0, 0.25, 0.5, 0.75, 1.0].into_iter().enumerate() {
@@ -390,8 +335,20 @@ fn attach_screen(w: u16, h: u16) -> ratatui::backend::TestBackend {
                 &format!("llamacpp:tokens_predicted_total {}", 56 + 40 * k),
             );
         p.read(t, &moved);
+        // Tasks 40 and 41 decode throughout; 42 reads its prompt, then decodes; 39
+        // finishes after the first poll.
+        let slot = |task, decoded| Slot {
+            busy: true,
+            task: Some(task),
+            decoded,
+        };
+        let mut slots = vec![slot(40, 5 + k as u64), slot(41, 9), slot(42, k as u64 / 2)];
+        if k == 0 {
+            slots.push(slot(39, 30));
+        }
+        slots.resize(4, Slot::default());
+        p.read_slots(slots);
     }
-    p.snap.slots = vec![true, true, true, false];
     p.snap.version = Some("build b0-unknown".into());
     let mut done = inferlab::serve::Request::new(0, vec![1; 20], 3, 0);
     (done.arrival_s, done.token_s, done.generated) = (0.0, vec![0.05, 0.07, 0.09], vec![0; 3]);
@@ -405,13 +362,17 @@ fn attach_screen(w: u16, h: u16) -> ratatui::backend::TestBackend {
                 error: None,
             }],
         )),
-        help: false,
     };
     let theme = inferlab::ui::theme::Theme {
         mode: inferlab::ui::theme::ColorMode::None,
     };
+    let mut app = inferlab::ui::app::App::new(Default::default());
+    app.attach(view);
+    // The model loaded and nothing stepped yet: the server pane draws without a report.
+    app.worker.ready = true;
+    app.screen.zoomed = true;
     let mut term = ratatui::Terminal::new(ratatui::backend::TestBackend::new(w, h)).unwrap();
-    term.draw(|f| draw(&view, &theme, f.area(), f.buffer_mut()))
+    term.draw(|f| inferlab::ui::draw::draw(&app, &theme, f.area(), f.buffer_mut()))
         .unwrap();
     term.backend().clone()
 }
@@ -424,14 +385,20 @@ fn the_attach_screen_at_80x24_and_200x60() {
         "running requests      4",
         "waiting (queue)       2",
         "batch per decode step 4.0",
-        "3 of 4",
         "llamacpp:requests_processing",
-        "1/12 done",
+        "running 4 of 4 slots · waiting 2",
+        "r2  P  P  ███",
+        "r3  ███✓",
     ] {
         assert!(text.contains(want), "{want} missing:\n{text}");
     }
     insta::assert_snapshot!("attach_80x24", small);
-    insta::assert_snapshot!("attach_200x60", attach_screen(200, 60));
+    let large = attach_screen(200, 60);
+    let text = format!("{}", large);
+    for want in ["3 of 4", "▣▣▣□", "1/12 done", "max 6", "not mapped"] {
+        assert!(text.contains(want), "{want} missing:\n{text}");
+    }
+    insta::assert_snapshot!("attach_200x60", large);
 }
 
 #[test]
@@ -439,7 +406,11 @@ fn q_quits_the_attach_screen_at_once_while_the_host_never_answers() {
     // A server that accepts and never answers: every poll waits out its deadline.
     let silent = serve(|_| std::thread::sleep(Duration::from_secs(60)));
     let name = format!("inferlab-attach-{}", std::process::id());
-    let cmd = format!("{} attach {silent}", common::bin().display());
+    let cmd = format!(
+        "{} attach {silent} --model {}",
+        common::bin().display(),
+        common::real_model().display()
+    );
     let tmux = |args: &[&str]| {
         Command::new("tmux")
             .args(args)
@@ -459,11 +430,18 @@ fn q_quits_the_attach_screen_at_once_while_the_host_never_answers() {
     ])
     .status
     .success());
-    std::thread::sleep(Duration::from_millis(1500));
-    let screen =
-        String::from_utf8_lossy(&tmux(&["capture-pane", "-p", "-t", &name]).stdout).into_owned();
+    // The app loads the model, then shows the server's pane (still connecting).
+    let t = Instant::now();
+    let screen = loop {
+        let screen = String::from_utf8_lossy(&tmux(&["capture-pane", "-p", "-t", &name]).stdout)
+            .into_owned();
+        if screen.contains("attached:") || t.elapsed() > Duration::from_secs(60) {
+            break screen;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
     assert!(
-        screen.contains("attached:") && screen.contains("q quit"),
+        screen.contains("attached:") && screen.contains("connecting") && screen.contains("q quit"),
         "{screen}"
     );
     let t = Instant::now();

@@ -340,8 +340,8 @@ fn the_sink_picture_and_a_recording_that_holds_the_experiment() {
     // In the app, e on the serving pane exports the experiment while it is shown.
     let mut running = app_with(&back);
     running.settings.sink = true;
-    assert_eq!(export_of(&running, Pane::Serving), ExportPane::Sink);
-    assert_eq!(export_of(&app(), Pane::Serving), ExportPane::Batch);
+    assert_eq!(export_of(&running, Pane::Serving), Some(ExportPane::Sink));
+    assert_eq!(export_of(&app(), Pane::Serving), Some(ExportPane::Batch));
     // A session without it says so.
     let e = export::render_svg(&app().scene(), ExportPane::Sink).unwrap_err();
     assert!(e.to_string().contains("x starts it"), "{e}");
@@ -354,7 +354,7 @@ fn the_kv_pane_exports_the_request_it_shows_and_export_paths_behave() {
     while a.screen.focus != Pane::Kv {
         a.update(Action::FocusNext);
     }
-    assert_eq!(export_of(&a, Pane::Kv), ExportPane::Request);
+    assert_eq!(export_of(&a, Pane::Kv), Some(ExportPane::Request));
     let svg = export::render_svg(&a.scene(), ExportPane::Request).unwrap();
     let kv = &a.report().unwrap().kv;
     assert!(svg.contains("the live request"), "{svg}");
@@ -459,8 +459,8 @@ fn the_timeline_picture_holds_one_run_and_its_legend_fits() {
 fn the_output_and_forward_panes_export_what_they_show() {
     let a = app_with(&serving_reports(CacheKind::Paged, 3));
     let r = a.report().unwrap();
-    assert_eq!(export_of(&a, Pane::Output), ExportPane::Output);
-    assert_eq!(export_of(&a, Pane::Forward), ExportPane::Forward);
+    assert_eq!(export_of(&a, Pane::Output), Some(ExportPane::Output));
+    assert_eq!(export_of(&a, Pane::Forward), Some(ExportPane::Forward));
     let out = export::render_svg(&a.scene(), ExportPane::Output).unwrap();
     assert!(!r.info.top_k.is_empty());
     // One bar per candidate, the sampled one in the accent colour.
@@ -492,7 +492,7 @@ fn the_output_and_forward_panes_export_what_they_show() {
 fn the_traffic_pane_exports_its_bars_crossover_and_roofline() {
     let mut a = common::fixture::traffic_app();
     assert_eq!(a.screen.focus, Pane::Traffic);
-    assert_eq!(export_of(&a, Pane::Traffic), ExportPane::Traffic);
+    assert_eq!(export_of(&a, Pane::Traffic), Some(ExportPane::Traffic));
     let svg = export::render_svg(&a.scene(), ExportPane::Traffic).unwrap();
     for s in [
         "Memory traffic",

@@ -9,10 +9,11 @@
 
 mod common;
 
+use inferlab::attach::poll::Link;
 use inferlab::lesson::format::{Cond, CondValue, Op, Predict, QuestionKind, Var};
-use inferlab::lesson::predict;
 use inferlab::lesson::progress::Progress;
 use inferlab::lesson::tutor::Tutor;
+use inferlab::lesson::{predict, server_predict};
 use inferlab::ui::app::{Action, App, Pane};
 use inferlab::ui::draw;
 use inferlab::ui::theme::{ColorMode, Theme};
@@ -40,6 +41,11 @@ struct Learner {
     log: Vec<String>,
     /// Every report the engine sent, as a recording would hold them.
     reports: Vec<inferlab::report::StepReport>,
+    /// The real llama.cpp server lesson 11 attaches to, and the app's feed from it.
+    server: Option<(
+        common::llama_server::LlamaServer,
+        inferlab::ui::attach::Feed,
+    )>,
 }
 
 impl Learner {
@@ -63,6 +69,7 @@ impl Learner {
             large: Terminal::new(TestBackend::new(200, 60)).unwrap(),
             log: Vec::new(),
             reports: Vec::new(),
+            server: None,
         };
         let t0 = Instant::now();
         while !l.app.worker.ready {
@@ -109,6 +116,7 @@ impl Learner {
         }
         // The files the app asked for, as the event loop writes them.
         inferlab::ui::perform_writes(&mut self.app);
+        self.absorb_server();
     }
 
     fn press(&mut self, a: Action) {
@@ -168,6 +176,7 @@ impl Learner {
             Pane::Forward => " forward pass ",
             Pane::Traffic => " memory traffic ",
             Pane::Lens => " logit lens ",
+            Pane::Server => " attached: ",
         };
         // The pane's key figure, whole (once an iteration has given it one).
         let figure: &[&str] = match (self.app.report().is_some(), self.app.screen.focus) {
@@ -188,6 +197,7 @@ impl Learner {
             }
             (_, Pane::Forward) => &[" ms"],
             (_, Pane::Traffic) => &["GFLOP"],
+            (_, Pane::Server) => &["per decode"],
             _ => &[],
         };
         for s in self.screens() {
@@ -223,14 +233,13 @@ impl Learner {
     fn missing_shows(&mut self, at: &str) -> Vec<String> {
         let shows = self.tutor().step().unwrap().shows.clone();
         let screens = self.screens();
-        let focus = self.app.screen.focus;
         let mut missing = Vec::new();
         for (t, screen) in [&self.small, &self.middle, &self.large]
             .iter()
             .zip(&screens)
         {
             let buf = t.backend().buffer();
-            let pane = draw::focused_areas(buf.area, focus, true, false).pane;
+            let pane = draw::focused_areas(buf.area, &self.app.screen, true).pane;
             let lines: Vec<String> = (pane.y..pane.y + pane.height)
                 .map(|y| {
                     (pane.x..pane.x + pane.width)
@@ -346,7 +355,117 @@ impl Learner {
         }
     }
 
+    /// Starts the real llama.cpp server and attaches the app to it, sending it our chat
+    /// requests as `inferlab attach URL --rate 2` does.
+    fn attach(&mut self) {
+        let server = common::llama_server::LlamaServer::start(4);
+        let tok = inferlab::model::TextTokenizer::of_model(&common::real_model()).unwrap();
+        let src = inferlab::serve::workload::source_tokens(&tok);
+        let reqs = inferlab::bench::arrivals::chat_requests(&src, 2.0, 600, 7);
+        let a = inferlab::ui::attach::Attach {
+            base: inferlab::attach::http::Base::parse(&server.url).unwrap(),
+            plan: Some((reqs, 2.0)),
+        };
+        let (feed, view) = inferlab::ui::attach::Feed::start(a);
+        self.app.attach(view);
+        self.server = Some((server, feed));
+        // A learner reads the pane once the server has answered.
+        let t0 = Instant::now();
+        while self.app.attached.as_ref().unwrap().snap.link != Link::Up {
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "the server never answered"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+            self.absorb_server();
+        }
+    }
+
+    /// Takes in the server's newest poll, as the event loop does between frames.
+    fn absorb_server(&mut self) {
+        if let (Some((_, feed)), Some(v)) = (&self.server, self.app.attached.as_mut()) {
+            if feed.absorb(v) {
+                self.app.server_polled();
+            }
+        }
+    }
+
+    /// A prediction about the attached server: answered, then graded by its polls.
+    fn predict_server(&mut self, at: &str, qi: usize, kind: Predict) {
+        let mut pick = 0;
+        for attempt in 0..8 {
+            let t0 = Instant::now();
+            let live = loop {
+                self.absorb_server();
+                if let Some(c) = predict::live_choices(&self.app.live(), kind) {
+                    break c;
+                }
+                assert!(
+                    t0.elapsed() < Duration::from_secs(60),
+                    "{at}: {kind:?} never posed"
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            };
+            let choice = pick.min(live.values.len() - 1);
+            self.press(Action::Answer(choice + 1));
+            while self.tutor().pending.is_some() {
+                assert!(
+                    t0.elapsed() < Duration::from_secs(120),
+                    "{at}: {kind:?} never graded"
+                );
+                std::thread::sleep(Duration::from_millis(100));
+                self.absorb_server();
+            }
+            let a = self.tutor().answers[qi].clone().expect("graded");
+            // Every choice graded against the same polls: what happened is offered.
+            let snap = &self.app.attached.as_ref().unwrap().snap;
+            let p = predict::Pending {
+                question: qi,
+                choice,
+                kind,
+                subject: live.subject,
+                before: Vec::new(),
+                shown: live.clone(),
+            };
+            let rights: Vec<usize> = (0..live.values.len())
+                .filter(|&i| {
+                    let p = predict::Pending {
+                        choice: i,
+                        ..p.clone()
+                    };
+                    server_predict::outcome(&p, snap).is_some_and(|(right, _)| right)
+                })
+                .collect();
+            assert!(
+                !rights.is_empty(),
+                "{at}: {kind:?} offered {:?}, none came true ({})",
+                live.labels,
+                a.why
+            );
+            assert_eq!(
+                a.right,
+                rights.contains(&choice),
+                "{at}: {kind:?} {}",
+                a.why
+            );
+            self.log.push(format!(
+                "  {kind:?}: chose {:?}, {} ({})",
+                live.labels[choice],
+                if a.right { "right" } else { "wrong" },
+                a.why
+            ));
+            if a.right {
+                return;
+            }
+            assert!(attempt < 7, "{at}: {kind:?} never graded right");
+            pick = rights[0];
+        }
+    }
+
     fn predict(&mut self, at: &str, qi: usize, kind: Predict) {
+        if kind.about_server() {
+            return self.predict_server(at, qi, kind);
+        }
         let mut pick = 0;
         for attempt in 0..12 {
             // Not asked while its outcome cannot be seen: a learner steps until it is.
@@ -543,6 +662,11 @@ fn a_scripted_learner_walks_every_lesson_to_the_end() {
     let mut log = Vec::new();
     let mut missing = Vec::new();
     for (li, lesson) in lessons.iter().enumerate() {
+        // The lesson on a real server runs attached to one, as its first step says.
+        let real_server = lesson.file.contains("a-real-server");
+        if real_server {
+            l.attach();
+        }
         for (si, step) in lesson.steps.iter().enumerate() {
             let at = format!("{} step {} ({})", lesson.file, si + 1, step.title);
             assert_eq!((l.tutor().lesson, l.tutor().step), (li, si), "{at}");
@@ -596,6 +720,10 @@ fn a_scripted_learner_walks_every_lesson_to_the_end() {
             ));
             l.press(Action::NextStep);
         }
+        if real_server {
+            l.app.detach();
+            l.server = None;
+        }
     }
     assert!(
         missing.is_empty(),
@@ -605,21 +733,20 @@ fn a_scripted_learner_walks_every_lesson_to_the_end() {
     );
     // Lesson 4 loaded the 4-bit weights: each weight type was scored on the evaluation text
     // as it loaded (the figures its last step quotes), and 4 bits cost little perplexity.
-    let scored = |w| {
-        l.app
-            .worker
-            .perplexity
-            .iter()
-            .find(|(x, _)| *x == w)
-            .map(|p| p.1)
-    };
-    let q8 = scored(inferlab::model::Requant::Q8_0).expect("the 8-bit weights were scored");
-    let q4 = scored(inferlab::model::Requant::Q4).expect("the 4-bit weights were scored");
-    eprintln!("perplexity on the evaluation text: q8_0 {q8:.3}, q4 {q4:.3}");
+    let scored = |w| l.app.worker.scored.iter().find(|s| s.weights == w);
+    use inferlab::model::Requant;
+    let q8 = scored(Requant::Q8_0).expect("the 8-bit weights were scored");
+    let q4 = scored(Requant::Q4).expect("the 4-bit weights were scored");
+    let f32 = scored(Requant::F32).expect("lesson 4 loads f32 to compare with");
+    let (p8, p4) = (q8.perplexity, q4.perplexity);
+    let (a8, a4) = (q8.agreement(f32).unwrap(), q4.agreement(f32).unwrap());
+    eprintln!("evaluation text: perplexity q8_0 {p8:.3}, q4 {p4:.3}; top-1 as f32's q8_0 {a8:.3}, q4 {a4:.3}");
     assert!(
-        q8 > 1.0 && q8 < 1000.0 && (q4 / q8 - 1.0).abs() < 0.1,
-        "{q8} {q4}"
+        p8 > 1.0 && p8 < 1000.0 && (p4 / p8 - 1.0).abs() < 0.1,
+        "{p8} {p4}"
     );
+    // Both keep most of f32's top tokens (the file is 4-bit: f32 is its blocks widened).
+    assert!(a4 > 0.6 && a8 > 0.6 && a4 <= 1.0 && a8 <= 1.0, "{a8} {a4}");
     // The learner then types a new prompt after the last request finished: space prefills it.
     let last = l.app.report().map_or(0, |r| r.iteration);
     l.press(Action::StartInput);

@@ -1251,7 +1251,7 @@ fn the_main_screen_a_zoomed_pane_and_a_lesson_layout_at_80x24_and_200x60() {
     // A click on a summary line focuses that pane; a second click on its title (the
     // event loop's double click) gives the grid back.
     let screen = ratatui::layout::Rect::new(0, 0, 200, 60);
-    let f = inferlab::ui::draw::focused_areas(screen, a.screen.focus, false, false);
+    let f = inferlab::ui::draw::focused_areas(screen, &a.screen, false);
     let (pane, row) = f.summaries[0];
     let click = MouseEvent {
         kind: MouseEventKind::Down(MouseButton::Left),
@@ -1916,14 +1916,9 @@ fn z_in_a_lesson_gives_the_pane_the_body_then_the_grid_then_the_text() {
     let split = screen_text(&a, 80, 24);
     assert!(split.contains("n next · p back"), "{split}");
     let pane = |a: &App| {
-        draw::focused_areas(
-            ratatui::layout::Rect::new(0, 0, 80, 24),
-            a.screen.focus,
-            true,
-            a.screen.pane_full,
-        )
-        .pane
-        .height
+        draw::focused_areas(ratatui::layout::Rect::new(0, 0, 80, 24), &a.screen, true)
+            .pane
+            .height
     };
     let before = pane(&a);
     a.update(Action::ToggleZoom);
@@ -1967,7 +1962,49 @@ fn tab_and_shift_tab_move_the_focus_both_ways() {
         inferlab::screen::Pane::ALL[0],
     )));
     a.update(Action::FocusPrev);
-    assert_eq!(a.screen.focus, *inferlab::screen::Pane::ALL.last().unwrap());
+    let last = Pane::ALL.into_iter().rev().find(|p| a.screen.can_focus(*p));
+    assert_eq!(Some(a.screen.focus), last);
+    assert_ne!(a.screen.focus, Pane::Server, "no server is attached");
+}
+
+/// Attached to a server, its pane holds the attention place: Tab reaches it and never the
+/// heatmap or the lens, and a step's `focus=attention` focuses it; detached, the opposite.
+#[test]
+fn attached_the_servers_pane_takes_the_attention_place_and_its_focus() {
+    let mut a = common::fixture::app();
+    let view = inferlab::ui::attach::AttachView {
+        snap: inferlab::attach::poll::Poller::new("http://127.0.0.1:1").snap,
+        load: None,
+    };
+    a.attach(view);
+    assert_eq!(a.screen.focus, Pane::Server);
+    let mut seen = Vec::new();
+    for _ in 0..Pane::ALL.len() {
+        a.update(Action::FocusNext);
+        seen.push(a.screen.focus);
+    }
+    assert!(seen.contains(&Pane::Server), "{seen:?}");
+    assert!(
+        !seen.contains(&Pane::Attention) && !seen.contains(&Pane::Lens),
+        "{seen:?}"
+    );
+    a.update(Action::Set(inferlab::lesson::live::Setting::Focus(
+        Pane::Attention,
+    )));
+    assert_eq!(a.screen.focus, Pane::Server);
+    assert_eq!(panes::shown_in(&a, Pane::Attention).pane, Pane::Server);
+    let grid = screen_text(&a, 200, 60);
+    assert!(
+        grid.contains("attached:") && grid.contains("connecting"),
+        "{grid}"
+    );
+    a.detach();
+    assert_eq!(a.screen.focus, Pane::Attention);
+    assert_eq!(panes::shown_in(&a, Pane::Attention).pane, Pane::Attention);
+    a.update(Action::Set(inferlab::lesson::live::Setting::Focus(
+        Pane::Server,
+    )));
+    assert_eq!(a.screen.focus, Pane::Attention);
 }
 
 /// Lesson 5 asks the learner to predict MHA's bytes per token in its second step: until
@@ -2016,12 +2053,15 @@ fn the_pane_registry_gives_every_pane_an_entry_and_every_place_its_own_pane_last
         let entries: Vec<_> = PANES.iter().filter(|d| d.pane == p).collect();
         assert!(!entries.is_empty(), "{p:?} has no entry");
         assert!(PLACES.contains(&p.place()), "{p:?} stands in no place");
-        // A pane that only stands in for another is put there by focusing it.
+        // A pane that only stands in for another is put there by focusing it, or, the
+        // attached server's, by attaching (which focuses it).
         if p.place() != p {
             assert!(
-                entries
-                    .iter()
-                    .all(|d| matches!(d.stands_in, Some(StandIn::Chosen))),
+                entries.iter().all(|d| match d.stands_in {
+                    Some(StandIn::Chosen) => true,
+                    Some(StandIn::Runs(_)) => p == Pane::Server,
+                    _ => false,
+                }),
                 "{p:?}"
             );
         }

@@ -7,13 +7,15 @@
 //! - [`prom`]: the Prometheus text format, read.
 //! - [`engines`]: each engine's metric names mapped onto our figures.
 //! - [`http`]: the network calls, capped and bounded in time.
-//! - [`poll`]: the collector thread; [`load`]: the arrivals sender.
+//! - [`poll`]: the collector thread; [`slots`]: llama.cpp's slots as an active set;
+//!   [`load`]: the arrivals sender.
 
 pub mod engines;
 pub mod http;
 pub mod load;
 pub mod poll;
 pub mod prom;
+pub mod slots;
 
 use crate::serve::latency::Latency;
 use crate::serve::Request;

@@ -6,6 +6,7 @@
 use super::engines::{Gauges, HistReading, Reading, Server};
 use super::http::{self, Base, NetError};
 use super::prom;
+use super::slots::{self, ActiveSet, Slot};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
@@ -27,6 +28,8 @@ pub struct Point {
     /// Requests per decode call over the last interval (llama.cpp: busy slots; vLLM: tokens
     /// per engine step, prompt tokens included).
     pub batch: Option<f64>,
+    /// Decode calls over the last interval (llama.cpp), which weigh its batch in a mean.
+    pub calls: Option<f64>,
     /// Generated tokens per second over the last [`RATE_WINDOW_S`] (llama.cpp counts a
     /// request's tokens when it finishes, so one interval alone jumps between 0 and bursts).
     pub tok_per_s: Option<f64>,
@@ -63,8 +66,10 @@ pub struct Snapshot {
     pub history: Vec<Point>,
     /// Counted since the attach began.
     pub since: Since,
-    /// Per slot, whether it is processing (llama.cpp `/slots`).
-    pub slots: Vec<bool>,
+    /// Each slot as the last `/slots` gave it (llama.cpp).
+    pub slots: Vec<Slot>,
+    /// The requests holding a slot at each poll, as our timeline draws an active set.
+    pub active: ActiveSet,
     /// Lines of the last `/metrics` that were not samples, and whether it was cut short.
     pub skipped_lines: usize,
     pub truncated: bool,
@@ -104,6 +109,7 @@ impl Poller {
                 history: Vec::new(),
                 since: Since::default(),
                 slots: Vec::new(),
+                active: ActiveSet::default(),
                 skipped_lines: 0,
                 truncated: false,
             },
@@ -153,6 +159,12 @@ impl Poller {
         self.snap.gauges = Some(g.clone());
         self.last = Some((t_s, g));
     }
+
+    /// The slots read after this poll's metrics.
+    pub fn read_slots(&mut self, slots: Vec<Slot>) {
+        self.snap.active.push(&slots, HISTORY);
+        self.snap.slots = slots;
+    }
 }
 
 /// Generated tokens per second from the oldest poll within [`RATE_WINDOW_S`] of `now`.
@@ -181,6 +193,7 @@ fn batch((_, a): &(f64, Gauges), (t1, b): (f64, &Gauges)) -> Point {
     Point {
         t_s: t1,
         batch,
+        calls,
         ..Default::default()
     }
 }
@@ -210,18 +223,6 @@ fn since((t0, a): &(f64, Gauges), (t1, b): (f64, &Gauges)) -> Since {
         ttft: hist(&a.ttft, &b.ttft),
         itl: hist(&a.itl, &b.itl),
     }
-}
-
-/// Reads `/slots`' `is_processing` per slot (llama.cpp), or nothing.
-pub fn slots(text: &str) -> Vec<bool> {
-    let v: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
-    v.as_array()
-        .map(|a| {
-            a.iter()
-                .map(|s| s["is_processing"].as_bool().unwrap_or(false))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// The server's version in its own words, where it gives one.
@@ -256,7 +257,7 @@ pub fn spawn(
                     p.read(start.elapsed().as_secs_f64(), &text);
                     if p.snap.server == Some(Server::LlamaCpp) {
                         let s = http::get_text(&agent, &base.at("/slots"), MAX_BODY);
-                        p.snap.slots = s.map(|t| slots(&t)).unwrap_or_default();
+                        p.read_slots(s.map(|t| slots::parse(&t)).unwrap_or_default());
                     }
                     if p.snap.version.is_none() && p.snap.polls == 1 {
                         p.snap.version = version(&agent, &base);

@@ -46,7 +46,7 @@ pub fn slots(base: &Base) -> Result<usize> {
         None => {
             let s = http::get_text(&agent, &base.at("/slots"), 4 << 20)
                 .map_err(|e| failed(base, format!("reading /slots: {e}")))?;
-            crate::attach::poll::slots(&s).len()
+            crate::attach::slots::parse(&s).len()
         }
     };
     refuse_unless!(

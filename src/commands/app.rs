@@ -6,14 +6,16 @@ use inferlab::worker::WorkerConfig;
 
 /// Opens the app on its first prompt.
 pub fn run(app: &AppArgs, record: Option<inferlab::ui::Record>) -> Result<()> {
-    run_with(app, None, record)
+    run_with(app, None, record, None)
 }
 
-/// Opens the app, with a lesson beside the panes when `tutor` is given.
+/// Opens the app, with a lesson beside the panes when `tutor` is given, and attached to
+/// a real server when `server` is.
 pub fn run_with(
     app: &AppArgs,
     tutor: Option<inferlab::lesson::tutor::Tutor>,
     record: Option<inferlab::ui::Record>,
+    server: Option<inferlab::ui::attach::Attach>,
 ) -> Result<()> {
     if let Some(r) = &record {
         check_writable(r)?;
@@ -25,7 +27,7 @@ pub fn run_with(
         prompt: app.prompt.clone(),
         max_new: app.max_tokens,
     };
-    inferlab::ui::run(cfg, tutor, record).context("running the terminal app")
+    inferlab::ui::run(cfg, tutor, record, server).context("running the terminal app")
 }
 
 /// Fails before the screen opens, not after the model has loaded, and without touching

@@ -33,9 +33,14 @@ pub struct Args {
     /// With --headless: print one JSON object (snake_case keys) instead of lines for people.
     #[arg(long)]
     json: bool,
-    /// Where the prompts' tokenizer comes from (the model the server runs, for real text).
+    /// Open lesson N (as `inferlab lessons` lists it) beside the panes; lesson 11 is
+    /// about a real server.
+    #[arg(long, value_name = "N")]
+    lesson: Option<usize>,
+    /// The app (our own engine beside the server), and the model whose tokenizer writes
+    /// the prompts (the model the server runs, for real text).
     #[command(flatten)]
-    source: SourceArgs,
+    app: super::AppArgs,
 }
 
 /// A duration in seconds: above 0 and at most a day (a time a `Duration` can hold).
@@ -52,19 +57,28 @@ pub fn run(a: &Args) -> Result<()> {
     let base = Base::parse(&a.url)?;
     let plan = match a.rate {
         Some(rate) => Some((
-            requests(&a.source, rate, a.requests as usize, a.seed)?,
+            requests(&a.app.model.source, rate, a.requests as usize, a.seed)?,
             rate,
         )),
         None => None,
     };
     if a.headless {
+        anyhow::ensure!(
+            a.lesson.is_none(),
+            "--lesson opens the app: leave out --headless"
+        );
         return headless(base, plan, a.seconds, a.json);
     }
     anyhow::ensure!(
         a.seconds.is_none() && !a.json,
         "--seconds and --json go with --headless"
     );
-    inferlab::ui::attach::run(base, plan).context("running the attach screen")
+    let tutor = match a.lesson {
+        Some(n) => Some(super::lessons::tutor_for(n, None, None)?),
+        None => None,
+    };
+    let server = inferlab::ui::attach::Attach { base, plan };
+    super::app::run_with(&a.app, tutor, None, Some(server)).context("running the app attached")
 }
 
 /// The chat workload's requests at `rate`: the same seeded lengths and prompts `bench

@@ -119,7 +119,17 @@ fn check(lessons: &[lesson::Lesson], errors: &[lesson::LessonError]) -> Result<(
 
 /// Opens the app at lesson `number`.
 pub fn open(a: &OpenArgs) -> Result<()> {
-    let src = lesson::source(a.dir.as_deref());
+    let tutor = tutor_for(a.number, a.step, a.dir.as_deref())?;
+    super::app::run_with(&a.app, Some(tutor), None, None).context("running the lesson")
+}
+
+/// The tutor at lesson `number` (1-based), at `step` (1-based) or where the user left it.
+pub fn tutor_for(
+    number: usize,
+    step: Option<usize>,
+    dir: Option<&std::path::Path>,
+) -> Result<inferlab::lesson::tutor::Tutor> {
+    let src = lesson::source(dir);
     let (lessons, errors) = lesson::load(&src)?;
     if !errors.is_empty() {
         for e in &errors {
@@ -127,26 +137,25 @@ pub fn open(a: &OpenArgs) -> Result<()> {
         }
         bail!("fix the lessons first ({} problem(s))", errors.len());
     }
-    if a.number == 0 || a.number > lessons.len() {
+    if number == 0 || number > lessons.len() {
         bail!(
-            "there is no lesson {} (there are {}; `inferlab lessons` lists them)",
-            a.number,
+            "there is no lesson {number} (there are {}; `inferlab lessons` lists them)",
             lessons.len()
         );
     }
     let loaded = Progress::load();
     let mut progress = loaded.progress;
-    let l = &lessons[a.number - 1];
-    if let Some(s) = a.step {
+    let l = &lessons[number - 1];
+    if let Some(s) = step {
         if s == 0 || s > l.steps.len() {
-            bail!("lesson {} has steps 1 to {}", a.number, l.steps.len());
+            bail!("lesson {number} has steps 1 to {}", l.steps.len());
         }
         progress.of(l.id()).step = s - 1;
     }
     let mut tutor =
-        inferlab::lesson::tutor::Tutor::new(lessons, a.number - 1, progress, loaded.may_save);
+        inferlab::lesson::tutor::Tutor::new(lessons, number - 1, progress, loaded.may_save);
     tutor.notice = loaded.notice;
-    super::app::run_with(&a.app, Some(tutor), None).context("running the lesson")
+    Ok(tutor)
 }
 
 /// `lessons --json` and `lessons --check --json`: one object, problems included (a check

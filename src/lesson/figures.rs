@@ -3,7 +3,8 @@
 //! than numbers written down once. The names are listed in `lesson::format::FIGURES`.
 
 use crate::machine::Machine;
-use crate::model::HeadLayout;
+use crate::model::eval::Scored;
+use crate::model::{HeadLayout, Requant};
 use crate::report::StepReport;
 use crate::serve::Policy;
 use crate::views::traffic;
@@ -23,8 +24,8 @@ pub struct Sources<'a> {
     /// The serving runs the settings ask for now: a report of other runs (the ones a
     /// step has just replaced) gives no serving figure.
     pub serving: crate::settings::Serving,
-    /// The perplexity each weight type loaded so far gave on the evaluation text.
-    pub perplexity: &'a [(crate::model::Requant, f64)],
+    /// How each weight type loaded so far predicts the evaluation text.
+    pub scored: &'a [crate::model::eval::Scored],
 }
 
 /// The value of figure `name` now, or `None` when the app has not got it yet.
@@ -57,8 +58,10 @@ pub fn value(app: Sources, name: &str) -> Option<String> {
         "kv_read_mb" if decoded => mb(t.kv_read_bytes),
         "step_mb" if decoded => format!("{:.0}", view().now.bytes() as f64 / 1e6),
         "step_ms" => format!("{:.1}", r.info.wall_ms),
-        "perplexity" => perplexity(app.perplexity, r.settings.weights)?,
-        "perplexity_q8_0" => perplexity(app.perplexity, crate::model::Requant::Q8_0)?,
+        "perplexity" => perplexity(app.scored, r.settings.weights)?,
+        "perplexity_q8_0" => perplexity(app.scored, Requant::Q8_0)?,
+        "top1_q8_0_vs_f32" => agreement(app.scored, Requant::Q8_0)?,
+        "top1_q4_vs_f32" => agreement(app.scored, Requant::Q4)?,
         "step_gb_per_s" if decoded => format!("{:.1}", view().now.gb_per_s()),
         "step_bandwidth_pct" if decoded => {
             format!(
@@ -115,12 +118,17 @@ fn machine_figure(m: &crate::machine::Machine, name: &str) -> String {
 }
 
 /// The perplexity `weights` gave on the evaluation text, once they have loaded.
-fn perplexity(
-    measured: &[(crate::model::Requant, f64)],
-    weights: crate::model::Requant,
-) -> Option<String> {
-    let (_, p) = measured.iter().find(|(w, _)| *w == weights)?;
-    Some(format!("{p:.2}"))
+fn perplexity(scored: &[Scored], weights: Requant) -> Option<String> {
+    let s = scored.iter().find(|s| s.weights == weights)?;
+    Some(format!("{:.2}", s.perplexity))
+}
+
+/// The percentage of the evaluation text's positions where `weights` rank first the token
+/// f32 ranks first, once both have loaded.
+fn agreement(scored: &[Scored], weights: Requant) -> Option<String> {
+    let of = |w: Requant| scored.iter().find(|s| s.weights == w);
+    let a = of(weights)?.agreement(of(Requant::F32)?)?;
+    Some(format!("{:.1}", 100.0 * a))
 }
 
 /// A serving run's p99 time to first token so far, once a request has had its first.

@@ -229,11 +229,21 @@ pub enum Predict {
     /// Switched from 8-bit to 4-bit weights (by the answer): the next decode step's model
     /// time against the 8-bit step's now.
     StepAfterQ4,
+    /// An attached llama.cpp server: how many requests each of its decode calls will
+    /// advance, on average, over the next seconds of polls.
+    ServerBatch,
+    /// An attached server: the most requests its queue will hold over the next seconds.
+    ServerWaiting,
 }
 
 impl Predict {
+    /// Graded by an attached server's polls, not by our engine's iterations.
+    pub fn about_server(self) -> bool {
+        matches!(self, Predict::ServerBatch | Predict::ServerWaiting)
+    }
+
     /// Every kind with its name in lesson files.
-    pub const ALL: [(&'static str, Predict); 15] = [
+    pub const ALL: [(&'static str, Predict); 17] = [
         ("top_attended", Predict::TopAttended),
         ("pages_next", Predict::PagesNext),
         ("next_join", Predict::NextJoin),
@@ -249,12 +259,14 @@ impl Predict {
         ("flops_without_cache", Predict::FlopsWithoutCache),
         ("ttft_ratio", Predict::TtftRatio),
         ("step_after_q4", Predict::StepAfterQ4),
+        ("server_batch", Predict::ServerBatch),
+        ("server_waiting", Predict::ServerWaiting),
     ];
 }
 
 /// Live figures a lesson may quote as `{name}`: the app fills them in from what it shows
 /// now (the newest report, the serving runs, this machine's limits).
-pub const FIGURES: [(&str, &str); 26] = [
+pub const FIGURES: [(&str, &str); 28] = [
     (
         "kv_bytes_per_token",
         "KV bytes per token under the current layout",
@@ -273,6 +285,14 @@ pub const FIGURES: [(&str, &str); 26] = [
     (
         "perplexity_q8_0",
         "the same under the 8-bit weights (once they have loaded this session)",
+    ),
+    (
+        "top1_q8_0_vs_f32",
+        "% of the evaluation text's positions where the 8-bit weights rank first f32's top token (once both have loaded)",
+    ),
+    (
+        "top1_q4_vs_f32",
+        "the same for the 4-bit weights",
     ),
     ("step_gb_per_s", "GB/s the live request's last step reached"),
     (

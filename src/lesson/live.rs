@@ -40,4 +40,6 @@ pub struct LiveState<'a> {
     /// The reports kept before the newest, oldest first: a prediction about timing reads
     /// several steps, not one.
     pub past: &'a std::collections::VecDeque<Box<StepReport>>,
+    /// The attached server's newest poll (`inferlab attach`), none without one.
+    pub server: Option<&'a crate::attach::poll::Snapshot>,
 }

@@ -1,6 +1,7 @@
 //! Guided lessons: Markdown files under `lessons/` that walk the chapter with the live
 //! app. The format is documented in `lessons/README.md`; adding a lesson is adding a file.
 
+pub mod choices;
 pub mod figures;
 pub mod format;
 pub mod keys;
@@ -9,6 +10,7 @@ pub mod parse;
 pub mod predict;
 pub mod progress;
 pub mod quiz;
+pub mod server_predict;
 pub mod tutor;
 
 pub use format::*;

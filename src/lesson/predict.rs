@@ -10,17 +10,7 @@ use crate::report::{ServeReport, StepReport};
 use crate::serve::CacheKind;
 use crate::settings::Settings;
 
-/// Choices of a prediction question, built from the live state when it is shown.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LiveChoices {
-    pub labels: Vec<String>,
-    /// Per choice, what it stands for: a position, a page count, a request id, a ratio in
-    /// thousandths, or an index into fixed choices (`OTHER` for "something else" / "none").
-    pub values: Vec<u64>,
-    /// What the prediction is about: a request id, a position, or the value before.
-    pub subject: u64,
-    pub before: Vec<u64>,
-}
+pub use super::choices::{LiveChoices, Pending};
 
 /// "Something else" / "none of these" in a prediction.
 pub const OTHER: u64 = u64::MAX;
@@ -62,21 +52,6 @@ const TTFT_RATIO: [&str; 5] = [
     "static's is 3 to 6× continuous's",
     "static's is more than 6× continuous's",
 ];
-
-/// A prediction waiting for the next iteration to grade it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Pending {
-    pub question: usize,
-    pub choice: usize,
-    pub kind: Predict,
-    /// What the prediction is about: a request id, or the query position.
-    pub subject: u64,
-    /// The state it was asked in: the active request ids before the step.
-    pub before: Vec<u64>,
-    /// The choices as they were shown: a prediction that waits for its event is graded
-    /// against them however many iterations later that comes.
-    pub shown: LiveChoices,
-}
 
 /// Fixed choices, valued by their index.
 fn labelled(labels: &[&str], subject: u64) -> LiveChoices {
@@ -139,6 +114,9 @@ fn both_said(right: usize) -> &'static str {
 /// Why a prediction cannot be asked now; `ran`: an iteration of the request on screen
 /// has run.
 pub fn unavailable(kind: Predict, ran: bool) -> &'static str {
+    if kind.about_server() {
+        return "this prediction reads a real server: start one (scripts/llamacpp-server.py), then open this lesson with `inferlab attach URL --rate R --lesson 11`; it needs the server answering, with its slots listed";
+    }
     if !ran {
         return "this prediction needs an iteration first: press space";
     }
@@ -207,6 +185,8 @@ pub fn action(kind: Predict, app: &LiveState) -> (Option<Settings>, bool) {
             s.weights = crate::model::Requant::Q4;
             true
         }
+        // The server serves on whatever load reaches it: its polls grade the answer.
+        Predict::ServerBatch | Predict::ServerWaiting => return (None, false),
         _ => return (None, true),
     };
     (Some(s), step)
@@ -214,6 +194,9 @@ pub fn action(kind: Predict, app: &LiveState) -> (Option<Settings>, bool) {
 
 /// The choices of prediction `kind` in the app's current state.
 pub fn live_choices(app: &LiveState, kind: Predict) -> Option<LiveChoices> {
+    if kind.about_server() {
+        return super::server_predict::choices(app.server?, kind);
+    }
     // With a new prompt waiting, the next iteration is its prefill: a question about the
     // live request's next decode step cannot be seen until that has run.
     let about_live = matches!(
@@ -280,6 +263,7 @@ pub fn choices_for(r: &StepReport, kind: Predict) -> Option<LiveChoices> {
             .filter(|(s, c)| !(s.done && c.done))
             .map(|_| labelled(&TTFT_RATIO, 0)),
         Predict::StepAfterQ4 => q4_choices(r),
+        Predict::ServerBatch | Predict::ServerWaiting => None,
     }
 }
 
@@ -448,6 +432,8 @@ pub fn waits_for_event(kind: Predict) -> bool {
             | Predict::DominantBatch
             | Predict::TtftRatio
             | Predict::StepAfterQ4
+            | Predict::ServerBatch
+            | Predict::ServerWaiting
     )
 }
 
@@ -457,6 +443,10 @@ pub fn waiting(kind: Predict) -> &'static str {
         Predict::StepAfterQ4 => {
             "  keep stepping (space): a warm-up step, then three 4-bit decode steps are timed…"
         }
+        Predict::ServerBatch => {
+            "  the server's polls of the next five seconds grade it, once it has decoded…"
+        }
+        Predict::ServerWaiting => "  the server's polls of the next ten seconds grade it…",
         k if waits_for_event(k) => "  keep stepping (space, or r to run) until it happens…",
         _ => "  running the next iteration to check…",
     }
@@ -550,6 +540,8 @@ fn outcome_of(
         Predict::FlopsWithoutCache => flops_outcome(live, chosen, new),
         Predict::TtftRatio => return ttft_outcome(chosen, new),
         Predict::StepAfterQ4 => return q4_outcome(live, chosen, app, new),
+        // Graded by the server's polls (`tutor::grade_server`), not by our iterations.
+        Predict::ServerBatch | Predict::ServerWaiting => return None,
     })
 }
 

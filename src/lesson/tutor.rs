@@ -455,6 +455,27 @@ impl Tutor {
     }
 }
 
+/// Grades a pending prediction about the attached server against its newest poll.
+pub fn grade_server(t: &mut Tutor, app: &LiveState) {
+    let Some(server) = app.server else {
+        return;
+    };
+    let Some(p) = t.pending.take_if(|p| p.kind.about_server()) else {
+        return;
+    };
+    match super::server_predict::outcome(&p, server) {
+        Some((right, why)) => {
+            let answer = Answer {
+                choice: p.choice,
+                right,
+                why,
+            };
+            t.record(app, p.question, answer);
+        }
+        None => t.pending = Some(p),
+    }
+}
+
 /// Grades a pending prediction against the iteration that just ran.
 pub fn grade(t: &mut Tutor, app: &LiveState, new: &StepReport) {
     let Some(p) = t.pending.take() else {
@@ -492,6 +513,7 @@ mod tests {
             show_scores: false,
             prompt_queued: false,
             past: &NO_PAST,
+            server: None,
         }
     }
 

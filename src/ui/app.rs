@@ -148,6 +148,9 @@ pub struct App {
     pub input: Option<String>,
     /// The open lesson, when the app runs one.
     pub tutor: Option<Tutor>,
+    /// The real server attached beside our engine (`inferlab attach URL`), as of its
+    /// newest poll.
+    pub attached: Option<crate::ui::attach::AttachView>,
     /// File writes asked for and not yet carried out (`ui::perform_writes` does them).
     writes: Vec<FileWrite>,
     pub quit: bool,
@@ -167,8 +170,25 @@ impl App {
             status: "starting".into(),
             input: None,
             tutor: None,
+            attached: None,
             writes: Vec::new(),
             quit: false,
+        }
+    }
+
+    /// Attaches a server: its pane takes the attention place and the focus.
+    pub fn attach(&mut self, view: crate::ui::attach::AttachView) {
+        self.attached = Some(view);
+        self.screen.attached = true;
+        self.screen.focus_on(Pane::Server);
+    }
+
+    /// Lets the server go: the attention place is the heatmap's again.
+    pub fn detach(&mut self) {
+        self.attached = None;
+        self.screen.attached = false;
+        if self.screen.focus == Pane::Server {
+            self.screen.focus_on(Pane::Attention);
         }
     }
 
@@ -193,7 +213,7 @@ impl App {
             past: self.frames.past(),
             machine: self.worker.machine.as_ref(),
             serving: self.settings.serving,
-            perplexity: &self.worker.perplexity,
+            scored: &self.worker.scored,
         }
     }
 
@@ -208,6 +228,16 @@ impl App {
             show_scores: self.screen.show_scores,
             prompt_queued: self.worker.prompt_queued,
             past: self.frames.past(),
+            server: self.attached.as_ref().map(|a| &a.snap),
+        }
+    }
+
+    /// A new poll of the attached server: it may grade the prediction about it.
+    pub fn server_polled(&mut self) {
+        if let Some(mut t) = self.tutor.take() {
+            crate::lesson::tutor::grade_server(&mut t, &self.live());
+            self.tutor = Some(t);
+            self.note_progress();
         }
     }
 
@@ -663,6 +693,10 @@ impl App {
                 self.status = format!("exported {} → {} and .png", pane.name(), svg.display())
             }
             Written::Exported(_, Err(e)) => self.status = format!("export failed: {e}"),
+            Written::NoPicture => {
+                self.status =
+                    "the server's pane has no picture: e exports this app's own panes".into()
+            }
             Written::ProgressSaved(r) => {
                 if let Some(t) = self.tutor.as_mut() {
                     t.saved(r)
@@ -755,9 +789,9 @@ impl App {
             }
             Event::Progress { done, total } => self.worker.loading = Some((done, total)),
             Event::Machine(m) => self.worker.machine = Some(m),
-            Event::Perplexity { weights, value } => {
-                self.worker.perplexity.retain(|(w, _)| *w != weights);
-                self.worker.perplexity.push((weights, value));
+            Event::Scored(s) => {
+                self.worker.scored.retain(|w| w.weights != s.weights);
+                self.worker.scored.push(s);
             }
             Event::Ready { model } => {
                 self.worker.ready = true;

@@ -3,6 +3,7 @@
 
 use super::app::{Action, App, Pane, SPEEDS};
 use super::panes::{self, put};
+use super::screen_state::ScreenState;
 use super::theme::Theme;
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -100,14 +101,18 @@ const SIDE_BY_SIDE_W: u16 = 120;
 /// Splits the screen for the focused arrangement: the focused pane takes the body except
 /// one line per other pane; a lesson takes the right third, or on a narrow terminal the
 /// top part, where the summaries give way to it.
-pub fn focused_areas(area: Rect, focus: Pane, lesson: bool, pane_full: bool) -> Focused {
+pub fn focused_areas(area: Rect, screen: &ScreenState, lesson: bool) -> Focused {
+    let (focus, pane_full) = (screen.focus, screen.pane_full);
     let [header, body, footer] = Layout::vertical([
         Constraint::Length(1),
         Constraint::Min(10),
         Constraint::Length(1),
     ])
     .areas(area);
-    let others: Vec<Pane> = Pane::ALL.into_iter().filter(|p| *p != focus).collect();
+    let others: Vec<Pane> = Pane::ALL
+        .into_iter()
+        .filter(|p| *p != focus && screen.can_focus(*p))
+        .collect();
     let (main, lesson_area, summaries) = if !lesson {
         (body, Rect::default(), others.len() as u16)
     } else if pane_full {
@@ -233,12 +238,7 @@ fn starting(app: &App, area: Rect, buf: &mut Buffer) {
 
 /// The focused pane with the body, the others as one-line summaries.
 fn zoomed(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
-    let f = focused_areas(
-        area,
-        app.screen.focus,
-        app.tutor.is_some(),
-        app.screen.pane_full,
-    );
+    let f = focused_areas(area, &app.screen, app.tutor.is_some());
     header(app, theme, f.header, buf);
     panes::lesson::render(app, theme, f.lesson, buf);
     draw_pane(app, theme, app.screen.focus, f.pane, buf);
@@ -498,7 +498,7 @@ fn grid_rects(a: &Areas, app: &App) -> Vec<(Pane, Rect)> {
 fn pane_rects(screen: Rect, app: &App) -> (Vec<(Pane, Rect)>, Rect) {
     let lesson = app.tutor.is_some();
     if app.screen.zoomed {
-        let f = focused_areas(screen, app.screen.focus, lesson, app.screen.pane_full);
+        let f = focused_areas(screen, &app.screen, lesson);
         let mut out = vec![(app.screen.focus, f.pane)];
         out.extend(f.summaries);
         return (out, f.lesson);

@@ -19,5 +19,7 @@ pub enum FileWrite {
 /// What became of a write, for the app to say.
 pub enum Written {
     Exported(ExportPane, Result<std::path::PathBuf, export::ExportError>),
+    /// The focused pane has no picture (the attached server's figures).
+    NoPicture,
     ProgressSaved(Result<(), crate::files::FileError>),
 }

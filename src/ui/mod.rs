@@ -27,13 +27,29 @@ pub fn run(
     cfg: WorkerConfig,
     tutor: Option<crate::lesson::tutor::Tutor>,
     record: Option<Record>,
+    server: Option<attach::Attach>,
 ) -> std::io::Result<()> {
     let settings = crate::settings::Settings {
         run: cfg.run,
         ..Default::default()
     };
     let (tx, rx) = worker::spawn(cfg);
-    with_terminal(|t| event_loop(t, settings, tx, rx, tutor, record, false))
+    let session = Session {
+        tutor,
+        record,
+        server,
+        replaying: false,
+    };
+    with_terminal(|t| event_loop(t, settings, tx, rx, session))
+}
+
+/// What a session of the app starts with besides the worker.
+struct Session {
+    tutor: Option<crate::lesson::tutor::Tutor>,
+    record: Option<Record>,
+    /// A real server to attach beside our engine.
+    server: Option<attach::Attach>,
+    replaying: bool,
 }
 
 /// Where to record the session, and whether an existing file may be replaced.
@@ -59,7 +75,13 @@ impl Record {
 pub fn replay(rec: worker::recording::Recording) -> std::io::Result<()> {
     let settings = rec.reports[0].settings;
     let (tx, rx) = worker::recording::spawn_player(rec);
-    with_terminal(|t| event_loop(t, settings, tx, rx, None, None, true))
+    let session = Session {
+        tutor: None,
+        record: None,
+        server: None,
+        replaying: true,
+    };
+    with_terminal(|t| event_loop(t, settings, tx, rx, session))
 }
 
 /// Whether the app has the terminal in raw mode, alternate screen and mouse capture.
@@ -104,10 +126,14 @@ fn event_loop(
     settings: crate::settings::Settings,
     tx: std::sync::mpsc::Sender<Command>,
     rx: std::sync::mpsc::Receiver<worker::Event>,
-    tutor: Option<crate::lesson::tutor::Tutor>,
-    record: Option<Record>,
-    replaying: bool,
+    session: Session,
 ) -> std::io::Result<()> {
+    let Session {
+        tutor,
+        record,
+        server,
+        replaying,
+    } = session;
     let mut app = App::new(settings.run);
     app.settings = settings;
     app.worker.replaying = replaying;
@@ -118,6 +144,11 @@ fn event_loop(
             let _ = tx.send(c);
         }
     };
+    let feed = server.map(|s| {
+        let (feed, view) = attach::Feed::start(s);
+        app.attach(view);
+        feed
+    });
     if let Some(t) = tutor {
         send(app.open_lesson(t));
     }
@@ -125,7 +156,7 @@ fn event_loop(
     let looped = frames(
         terminal,
         &mut app,
-        &rx,
+        (&rx, feed.as_ref()),
         (record.as_ref(), &mut recorder),
         &send,
     );
@@ -150,7 +181,10 @@ fn event_loop(
 fn frames(
     terminal: &mut ratatui::DefaultTerminal,
     app: &mut App,
-    rx: &std::sync::mpsc::Receiver<worker::Event>,
+    (rx, feed): (
+        &std::sync::mpsc::Receiver<worker::Event>,
+        Option<&attach::Feed>,
+    ),
     (record, recorder): (
         Option<&Record>,
         &mut Option<worker::recording::BackgroundRecorder>,
@@ -166,6 +200,13 @@ fn frames(
         // but the screen is drawn once per frame.
         let replaying = app.worker.replaying;
         dirty |= absorb_events(app, rx, record, recorder, replaying)?;
+        // The attached server's newest poll, which may grade a prediction about it.
+        if let (Some(f), Some(v)) = (feed, app.attached.as_mut()) {
+            if f.absorb(v) {
+                app.server_polled();
+                dirty = true;
+            }
+        }
         send(loop_state.worker_commands(app));
         // The files the app asked for (the lesson progress after a report), before the
         // frame that says how they went.
@@ -191,10 +232,12 @@ pub fn perform_writes(app: &mut App) {
     use effect::{FileWrite, Written};
     for w in app.take_writes() {
         let outcome = match w {
-            FileWrite::ExportFocused => {
-                let pane = panes::export_of(app, app.screen.focus);
-                Written::Exported(pane, crate::export::write_fresh(&app.scene(), pane))
-            }
+            FileWrite::ExportFocused => match panes::export_of(app, app.screen.focus) {
+                Some(pane) => {
+                    Written::Exported(pane, crate::export::write_fresh(&app.scene(), pane))
+                }
+                None => Written::NoPicture,
+            },
             FileWrite::SaveProgress(p) => Written::ProgressSaved(p.save()),
         };
         app.written(outcome);

@@ -27,6 +27,8 @@ pub struct ScreenState {
     /// logit lens in the attention pane's, the memory traffic in the forward pane's):
     /// focusing one puts it here, focusing its place's pane or tabbing away takes it out.
     pub in_place: Vec<Pane>,
+    /// A server is attached: its pane holds the attention place (see `reachable`).
+    pub attached: bool,
     /// The serving request whose block table is shown and whose pages are marked.
     pub selected_req: Option<u64>,
     /// Opens the heatmap on the head the first prefill shows sharpest, until the user
@@ -50,6 +52,7 @@ impl Default for ScreenState {
             scroll: 0,
             looks_at: false,
             in_place: Vec::new(),
+            attached: false,
             selected_req: None,
             auto_head: false,
             help: false,
@@ -81,13 +84,36 @@ impl ScreenState {
         let i = Pane::ALL.iter().position(|p| *p == self.focus).unwrap_or(0);
         let leaving = self.focus;
         self.in_place.retain(|p| *p != leaving);
-        self.focus_on(Pane::ALL[(i + by) % n]);
+        // Two panes may lead to the same one (see `reachable`): the next one that differs.
+        let next = (1..=n)
+            .map(|k| self.reachable(Pane::ALL[(i + k * by) % n]))
+            .find(|p| *p != leaving)
+            .unwrap_or(leaving);
+        self.focus_on(next);
+    }
+
+    /// Whether `p` can take the focus now (the server's pane while attached; the heatmap
+    /// and the lens otherwise).
+    pub fn can_focus(&self, p: Pane) -> bool {
+        self.reachable(p) == p
+    }
+
+    /// The pane focusing `p` focuses: while a server is attached its pane holds the
+    /// attention place, so the heatmap and the lens lead to it; without one, the server's
+    /// pane leads to the heatmap.
+    fn reachable(&self, p: Pane) -> Pane {
+        match (self.attached, p) {
+            (true, _) if p.place() == Pane::Attention => Pane::Server,
+            (false, Pane::Server) => Pane::Attention,
+            _ => p,
+        }
     }
 
     /// Focuses `p`. A pane that stands in another's place (the lens in the attention
     /// pane's, the traffic pane in the forward pane's) is shown by focusing it, and the
     /// place's own pane takes its place back when it is focused.
     pub fn focus_on(&mut self, p: Pane) {
+        let p = self.reachable(p);
         self.focus = p;
         self.in_place.retain(|q| q.place() != p.place());
         if p.place() != p {

@@ -17,8 +17,8 @@ pub struct WorkerState {
     /// This machine's measured limits, for the traffic pane (the worker measures them
     /// once, or reads them from `bench machine`'s cache).
     pub machine: Option<crate::machine::Machine>,
-    /// The perplexity each weight type loaded so far gave on the evaluation text.
-    pub perplexity: Vec<(crate::model::Requant, f64)>,
+    /// How each weight type loaded so far predicts the evaluation text.
+    pub scored: Vec<crate::model::eval::Scored>,
     /// The reports come from a recording, not the model.
     pub replaying: bool,
     /// An iteration was asked for and has not answered yet.
@@ -44,7 +44,7 @@ impl Default for WorkerState {
             fatal: None,
             alarm: None,
             machine: None,
-            perplexity: Vec::new(),
+            scored: Vec::new(),
             replaying: false,
             in_flight: false,
             steps_queued: 0,

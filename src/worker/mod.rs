@@ -48,12 +48,10 @@ pub enum Event {
     Report(Box<StepReport>),
     /// This machine's measured limits (for the traffic pane).
     Machine(crate::machine::Machine),
-    /// The perplexity the weights of this type give on the shipped evaluation text,
-    /// measured once when they load (lesson 4 quotes what fewer bytes cost).
-    Perplexity {
-        weights: crate::model::Requant,
-        value: f64,
-    },
+    /// The perplexity the weights of this type give on the shipped evaluation text, and
+    /// their top token at each position, measured once when they load (lesson 4 quotes
+    /// what fewer bytes cost).
+    Scored(crate::model::eval::Scored),
     /// A step found nothing left to run: the live request has finished, and the serving
     /// runs and the sink experiment beside it are done (or off). Running stops; a new
     /// prompt (`a`) or a restarted workload gives the next step work again.
@@ -630,9 +628,9 @@ fn send_perplexity(model: &Model, weights: crate::model::Requant, send: &dyn Fn(
     let scored = model
         .tokenizer
         .encode(crate::assets::EVAL_TEXT.trim())
-        .and_then(|t| crate::model::eval::perplexity(model, &t));
+        .and_then(|t| crate::model::eval::score(model, weights, &t));
     match scored {
-        Ok(value) => send(Event::Perplexity { weights, value }),
+        Ok(s) => send(Event::Scored(s)),
         Err(e) => send(Event::Status(format!(
             "could not score the weights on the evaluation text: {e}"
         ))),

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod fixture;
+pub mod llama_server;
 pub mod serving;
 
 use candle_core::quantized::gguf_file::{self, Value};

@@ -16,6 +16,7 @@ pub mod lens;
 pub mod lesson;
 pub mod looks;
 pub mod output;
+pub mod server;
 pub mod serving;
 pub mod sink;
 pub mod summary;
@@ -44,8 +45,8 @@ pub struct PaneDef {
     pub draw: fn(&App, &Theme, Rect, &mut Buffer),
     /// The headline of its one-line summary, from the report on screen.
     pub summary: fn(&App, &StepReport) -> String,
-    /// The picture `e` exports while it is focused.
-    pub export: ExportPane,
+    /// The picture `e` exports while it is focused (none for a server's figures).
+    pub export: Option<ExportPane>,
 }
 
 /// Why a place (see [`Pane::place`]) shows one of its entries rather than its own pane:
@@ -64,7 +65,16 @@ pub enum StandIn {
 }
 
 /// Every pane, each drawing that takes a place listed before that place's own pane.
-pub const PANES: [PaneDef; 11] = [
+pub const PANES: [PaneDef; 12] = [
+    PaneDef {
+        pane: Pane::Server,
+        name: "server",
+        stands_in: Some(StandIn::Runs(|app| app.attached.is_some())),
+        also_takes: None,
+        draw: server::render,
+        summary: server::summary,
+        export: None,
+    },
     PaneDef {
         pane: Pane::Lens,
         name: "logit lens",
@@ -72,7 +82,7 @@ pub const PANES: [PaneDef; 11] = [
         also_takes: None,
         draw: lens::render,
         summary: lens::summary,
-        export: ExportPane::Lens,
+        export: Some(ExportPane::Lens),
     },
     PaneDef {
         pane: Pane::Attention,
@@ -81,7 +91,7 @@ pub const PANES: [PaneDef; 11] = [
         also_takes: None,
         draw: looks::render,
         summary: heatmap::summary,
-        export: ExportPane::Attention,
+        export: Some(ExportPane::Attention),
     },
     PaneDef {
         pane: Pane::Attention,
@@ -90,7 +100,7 @@ pub const PANES: [PaneDef; 11] = [
         also_takes: None,
         draw: heatmap::render,
         summary: heatmap::summary,
-        export: ExportPane::Attention,
+        export: Some(ExportPane::Attention),
     },
     PaneDef {
         pane: Pane::Output,
@@ -99,7 +109,7 @@ pub const PANES: [PaneDef; 11] = [
         also_takes: None,
         draw: output::render,
         summary: output::summary,
-        export: ExportPane::Output,
+        export: Some(ExportPane::Output),
     },
     PaneDef {
         pane: Pane::Heads,
@@ -108,7 +118,7 @@ pub const PANES: [PaneDef; 11] = [
         also_takes: None,
         draw: heads::render,
         summary: heads::summary,
-        export: ExportPane::Heads,
+        export: Some(ExportPane::Heads),
     },
     PaneDef {
         pane: Pane::Traffic,
@@ -117,7 +127,7 @@ pub const PANES: [PaneDef; 11] = [
         also_takes: None,
         draw: traffic::render,
         summary: traffic::summary,
-        export: ExportPane::Traffic,
+        export: Some(ExportPane::Traffic),
     },
     PaneDef {
         pane: Pane::Forward,
@@ -126,7 +136,7 @@ pub const PANES: [PaneDef; 11] = [
         also_takes: None,
         draw: forward::render,
         summary: forward::summary,
-        export: ExportPane::Forward,
+        export: Some(ExportPane::Forward),
     },
     PaneDef {
         pane: Pane::Kv,
@@ -136,7 +146,7 @@ pub const PANES: [PaneDef; 11] = [
         draw: kv::render,
         summary: kv::summary,
         // The KV pane shows the live request's reservation, not the serving pool.
-        export: ExportPane::Request,
+        export: Some(ExportPane::Request),
     },
     PaneDef {
         pane: Pane::Serving,
@@ -145,7 +155,7 @@ pub const PANES: [PaneDef; 11] = [
         also_takes: Some(Pane::Kv),
         draw: sink::render,
         summary: serving::summary,
-        export: ExportPane::Sink,
+        export: Some(ExportPane::Sink),
     },
     PaneDef {
         pane: Pane::Serving,
@@ -156,7 +166,7 @@ pub const PANES: [PaneDef; 11] = [
         also_takes: Some(Pane::Kv),
         draw: serving::render_side_by_side,
         summary: serving::summary,
-        export: ExportPane::Batch,
+        export: Some(ExportPane::Batch),
     },
     PaneDef {
         pane: Pane::Serving,
@@ -165,7 +175,7 @@ pub const PANES: [PaneDef; 11] = [
         also_takes: None,
         draw: serving::render,
         summary: serving::summary,
-        export: ExportPane::Batch,
+        export: Some(ExportPane::Batch),
     },
 ];
 
@@ -220,8 +230,8 @@ pub fn own_def(pane: Pane) -> &'static PaneDef {
         .expect("every pane has an entry")
 }
 
-/// The picture `e` exports for `pane` now.
-pub fn export_of(app: &App, pane: Pane) -> ExportPane {
+/// The picture `e` exports for `pane` now, where it has one.
+pub fn export_of(app: &App, pane: Pane) -> Option<ExportPane> {
     def_of(app, pane).export
 }
 

@@ -212,7 +212,7 @@ fn render_view(
     draw_timeline(
         sv.requests,
         timeline,
-        &sv.ttft_ms,
+        Some(&sv.ttft_ms),
         theme,
         Rect { y, ..inner }.intersection(inner),
         buf,
@@ -536,14 +536,19 @@ const TTFT_WIDTH: usize = 8;
 pub fn draw_timeline(
     requests: usize,
     timeline: &std::collections::VecDeque<Vec<(u64, ReqPhase)>>,
-    ttft_ms: &[(u64, f64)],
+    ttft_ms: Option<&[(u64, f64)]>,
     theme: &Theme,
     area: Rect,
     buf: &mut Buffer,
 ) {
     let (ids, hidden) = timeline::rows_shown(timeline, requests, area.height as usize);
-    // The TTFT column: "  1234ms", right-aligned, where the cells keep 30 columns or more.
-    let ttft_w = if area.width >= 40 { TTFT_WIDTH } else { 0 };
+    // The TTFT column: "  1234ms", right-aligned, where the cells keep 30 columns or more
+    // (none where the timeline's requests have no TTFT of ours: a server's).
+    let ttft_w = match ttft_ms {
+        Some(_) if area.width >= 40 => TTFT_WIDTH,
+        _ => 0,
+    };
+    let ttft_ms = ttft_ms.unwrap_or_default();
     let cols = (area.width as usize).saturating_sub(4 + ttft_w);
     let cw = timeline::col_width(timeline.len(), cols);
     for (i, &id) in ids.iter().enumerate() {
