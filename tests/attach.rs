@@ -494,3 +494,66 @@ fn a_server_that_dies_mid_run_is_said_and_polled_again() {
     stop.store(true, Ordering::Relaxed);
     poller.join().unwrap();
 }
+
+/// Runs tmux with `args`.
+fn tmux(args: &[&str]) -> std::process::Output {
+    Command::new("tmux")
+        .args(args)
+        .output()
+        .expect("tmux must be installed (.ci/run installs it)")
+}
+
+/// The screen of tmux session `name` once it shows every piece of `want` (or after a
+/// minute, to fail with).
+fn screen_with(name: &str, want: &[&str]) -> String {
+    let t = Instant::now();
+    loop {
+        let screen =
+            String::from_utf8_lossy(&tmux(&["capture-pane", "-p", "-t", name]).stdout).into_owned();
+        if want.iter().all(|w| screen.contains(w)) || t.elapsed() > Duration::from_secs(60) {
+            return screen;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// As a user runs it: `inferlab attach URL --rate` against the real llama.cpp server opens
+/// the app, whose server pane draws the requests our load put in its slots, and q quits.
+#[test]
+fn the_attached_app_draws_the_real_servers_slots_as_our_timeline() {
+    let server = common::llama_server::LlamaServer::start(4);
+    let name = format!("inferlab-attached-{}", std::process::id());
+    let cmd = format!(
+        "{} attach {} --rate 4 --requests 16 --model {}",
+        common::bin().display(),
+        server.url,
+        common::real_model().display()
+    );
+    assert!(tmux(&[
+        "new-session",
+        "-d",
+        "-s",
+        &name,
+        "-x",
+        "80",
+        "-y",
+        "24",
+        &cmd
+    ])
+    .status
+    .success());
+    let want = ["attached: llama.cpp server", "of 4 slots", "r0 ", "r3 "];
+    let screen = screen_with(&name, &want);
+    let shown = want.iter().all(|w| screen.contains(w));
+    tmux(&["send-keys", "-t", &name, "q"]);
+    let t = Instant::now();
+    while tmux(&["has-session", "-t", &name]).status.success() && t.elapsed().as_secs() < 5 {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let gone = !tmux(&["has-session", "-t", &name]).status.success();
+    if !gone {
+        tmux(&["kill-session", "-t", &name]);
+    }
+    assert!(shown, "{want:?} not all on screen:\n{screen}");
+    assert!(gone, "still running 5 s after q");
+}

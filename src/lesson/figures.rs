@@ -60,6 +60,8 @@ pub fn value(app: Sources, name: &str) -> Option<String> {
         "step_ms" => format!("{:.1}", r.info.wall_ms),
         "perplexity" => perplexity(app.scored, r.settings.weights)?,
         "perplexity_q8_0" => perplexity(app.scored, Requant::Q8_0)?,
+        "perplexity_q4" => perplexity(app.scored, Requant::Q4)?,
+        "perplexity_f32" => perplexity(app.scored, Requant::F32)?,
         "top1_q8_0_vs_f32" => agreement(app.scored, Requant::Q8_0)?,
         "top1_q4_vs_f32" => agreement(app.scored, Requant::Q4)?,
         "step_gb_per_s" if decoded => format!("{:.1}", view().now.gb_per_s()),

@@ -266,7 +266,7 @@ impl Predict {
 
 /// Live figures a lesson may quote as `{name}`: the app fills them in from what it shows
 /// now (the newest report, the serving runs, this machine's limits).
-pub const FIGURES: [(&str, &str); 28] = [
+pub const FIGURES: [(&str, &str); 30] = [
     (
         "kv_bytes_per_token",
         "KV bytes per token under the current layout",
@@ -286,6 +286,8 @@ pub const FIGURES: [(&str, &str); 28] = [
         "perplexity_q8_0",
         "the same under the 8-bit weights (once they have loaded this session)",
     ),
+    ("perplexity_q4", "the same under the 4-bit weights"),
+    ("perplexity_f32", "the same under the f32 weights"),
     (
         "top1_q8_0_vs_f32",
         "% of the evaluation text's positions where the 8-bit weights rank first f32's top token (once both have loaded)",

@@ -71,19 +71,27 @@ pub fn col_width(iterations: usize, cols: usize) -> usize {
     (cols / iterations.max(1)).clamp(1, 3)
 }
 
-/// The rows of a pane of `rows` rows for a workload of `total` requests, in id order:
-/// every request when they fit; otherwise, above a last row that counts the rest, those
-/// in play in the newest iteration (running, padded, preempted, then waiting) before
-/// those finished or not yet arrived, since those are what the batch is doing now.
-/// Returns the ids and how many were left out.
+/// The rows of a pane of `rows` rows: for a workload of `total` requests (`Some`), every
+/// request when they fit; for a server's endless stream (`None`), the requests the newest
+/// `cols` columns show. When they do not fit, above a last row that counts the rest,
+/// those in play in the newest iteration (running, padded, preempted, then waiting) come
+/// before those finished or not yet arrived (a server's newest first), since those are
+/// what the batch is doing now. Returns the ids and how many were left out.
 pub fn rows_shown(
     t: &VecDeque<Vec<(u64, ReqPhase)>>,
-    total: usize,
+    total: Option<usize>,
     rows: usize,
+    cols: usize,
 ) -> (Vec<u64>, usize) {
-    let n = requests(t).max(total);
+    let mut ids: Vec<u64> = match total {
+        Some(total) => (0..requests(t).max(total) as u64).collect(),
+        None => window(t, cols).flatten().map(|c| c.0).collect(),
+    };
+    ids.sort_unstable();
+    ids.dedup();
+    let n = ids.len();
     if n <= rows {
-        return ((0..n as u64).collect(), 0);
+        return (ids, 0);
     }
     let rows = rows.saturating_sub(1).max(1);
     let newest = t.back().cloned().unwrap_or_default();
@@ -93,8 +101,9 @@ pub fn rows_shown(
         Some(ReqPhase::Waiting) => 2,
         _ => 3,
     };
-    let mut ids: Vec<u64> = (0..n as u64).collect();
-    ids.sort_by_key(|&id| (rank(id), id));
+    // A workload's order is its ids'; a server's, the newest requests first.
+    let order = |id: u64| if total.is_some() { id } else { u64::MAX - id };
+    ids.sort_by_key(|&id| (rank(id), order(id)));
     ids.truncate(rows);
     ids.sort_unstable();
     (ids, n - rows)
@@ -148,9 +157,14 @@ mod tests {
             (2, ReqPhase::Finished),
             (3, ReqPhase::Finished),
         ]);
-        assert_eq!(rows_shown(&t, 6, 5), (vec![0, 1, 4, 5], 2));
-        assert_eq!(rows_shown(&t, 6, 6).1, 0);
+        assert_eq!(rows_shown(&t, Some(6), 5, 80), (vec![0, 1, 4, 5], 2));
+        assert_eq!(rows_shown(&t, Some(6), 6, 80).1, 0);
         // Requests not yet arrived still get their rows when there is room.
-        assert_eq!(rows_shown(&t, 8, 9).0.len(), 8);
+        assert_eq!(rows_shown(&t, Some(8), 9, 80).0.len(), 8);
+        // A server's stream: only what the newest columns show, the newest finished first.
+        t.push_front(vec![(9, ReqPhase::Decode)]);
+        t.push_front(vec![(8, ReqPhase::Decode)]);
+        assert_eq!(rows_shown(&t, None, 20, 2).0, vec![0, 1, 2, 3, 4, 5, 9]);
+        assert_eq!(rows_shown(&t, None, 4, 3), (vec![1, 4, 5], 5));
     }
 }

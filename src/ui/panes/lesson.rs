@@ -303,7 +303,9 @@ fn question_head<'a>(
 /// What a wrong prediction's fresh choices are about: the next iteration, or for an
 /// event that took many iterations, its next time.
 fn predict_again(kind: crate::lesson::Predict) -> &'static str {
-    if predict::waits_for_event(kind) {
+    if kind.about_server() {
+        "  Those seconds have passed. Predict the next ones (the server serves on):"
+    } else if predict::waits_for_event(kind) {
         "  That has happened. Predict it again, for when it next does:"
     } else {
         "  That iteration has passed. Predict the next one:"

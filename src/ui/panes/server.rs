@@ -78,7 +78,8 @@ fn figures_pointed_at(app: &App, v: &AttachView) -> bool {
     })
 }
 
-/// "attached: llama.cpp server (build b0) · http://… · polled 12×".
+/// "attached: llama.cpp server (build b0) · http://…" (the first line says how the link
+/// stands).
 fn title(s: &Snapshot) -> String {
     let name = s.server.map_or("server", Server::name);
     let version = s
@@ -86,10 +87,7 @@ fn title(s: &Snapshot) -> String {
         .as_deref()
         .map(|v| format!(" ({v})"))
         .unwrap_or_default();
-    format!(
-        " attached: {name}{version} · {} · polled {}× ",
-        s.url, s.polls
-    )
+    format!(" attached: {name}{version} · {} ", s.url)
 }
 
 /// The figures a glance needs, in the words of our own serving pane.
@@ -130,14 +128,25 @@ fn active_set(v: &AttachView, theme: &Theme, area: Rect, buf: &mut Buffer) {
         };
         return put_text(buf, inner, 0, inner.y, why, theme.dim());
     }
-    serving::draw_timeline(a.requests(), &a.columns, None, theme, inner, buf);
+    serving::draw_timeline(None, &a.columns, None, theme, inner, buf);
 }
 
 /// The summary's headline.
 pub fn summary(app: &App, _r: &crate::report::StepReport) -> String {
-    app.attached
-        .as_ref()
-        .map_or("not attached".into(), headline)
+    now(app)
+}
+
+/// The headline, or how the link stands while there is none: the server's figures do
+/// not wait for our iterations.
+pub fn now(app: &App) -> String {
+    match app.attached.as_ref() {
+        None => "not attached".into(),
+        Some(v) => match &v.snap.link {
+            Link::Up => headline(v),
+            Link::Connecting => "connecting…".into(),
+            Link::Down { tries, .. } => format!("no answer ({tries}×, retrying)"),
+        },
+    }
 }
 
 /// Running vs waiting requests over time (one column per poll, newest at the right), and
@@ -248,6 +257,10 @@ fn figure_rows(v: &AttachView) -> Vec<Row> {
     let mut rows = vec![
         gauge("running requests", g.running, ""),
         gauge("waiting (queue)", g.waiting, ""),
+    ];
+    // The slots right under the counts: a llama.cpp slot is a request's room.
+    rows.extend(slot_row(s));
+    rows.extend([
         // The newest poll that saw decode calls: between two quarter-second polls the
         // server's counters do not always move, and a "—" every other poll reads as a
         // server that stopped.
@@ -255,44 +268,47 @@ fn figure_rows(v: &AttachView) -> Vec<Row> {
         rate_row(last.tok_per_s, g.generated_total),
         gauge("KV cache in use", g.kv_used_pct, "%"),
         gauge("preemptions", s.since.preemptions, ""),
-    ];
+    ]);
     let load = v.load_summary();
     rows.extend(latency_rows(&s.since.ttft, &s.since.itl, load.as_ref()));
-    rows.extend(slot_and_load_rows(v, load.as_ref()));
+    rows.extend(load_row(v, load.as_ref()));
     rows.extend(what_was_not_read(s, g));
     rows
 }
 
-/// llama.cpp's slots, and the load we send.
-fn slot_and_load_rows(v: &AttachView, load: Option<&LoadSummary>) -> Vec<Row> {
-    let s = &v.snap;
-    let mut rows = Vec::new();
-    if !s.slots.is_empty() {
-        let busy = s.slots.iter().filter(|s| s.busy).count();
-        let cells: String = s
-            .slots
-            .iter()
-            .map(|s| if s.busy { '▣' } else { '□' })
-            .collect();
-        rows.push((
-            "slots".into(),
-            format!("{busy} of {}", s.slots.len()),
-            format!("{cells} /slots is_processing"),
-        ));
+/// llama.cpp's slots, busy or free, as `/slots` lists them.
+fn slot_row(s: &Snapshot) -> Option<Row> {
+    if s.slots.is_empty() {
+        return None;
     }
-    if let (Some((n, rate, _)), Some(l)) = (&v.load, load) {
-        let error = l.first_error.as_deref().map(|e| format!(": {e}"));
-        rows.push((
-            "our load".into(),
-            format!("{}/{n} done", l.done),
-            format!(
-                "{rate:.2} req/s Poisson, {} failed{}",
-                l.failed,
-                error.unwrap_or_default()
-            ),
-        ));
-    }
-    rows
+    let busy = s.slots.iter().filter(|s| s.busy).count();
+    let cells: String = s
+        .slots
+        .iter()
+        .map(|s| if s.busy { '▣' } else { '□' })
+        .collect();
+    Some((
+        "slots".into(),
+        format!("{busy} of {}", s.slots.len()),
+        format!("{cells} /slots is_processing"),
+    ))
+}
+
+/// The load we send, once we send one.
+fn load_row(v: &AttachView, load: Option<&LoadSummary>) -> Option<Row> {
+    let (Some((n, rate, _)), Some(l)) = (&v.load, load) else {
+        return None;
+    };
+    let error = l.first_error.as_deref().map(|e| format!(": {e}"));
+    Some((
+        "our load".into(),
+        format!("{}/{n} done", l.done),
+        format!(
+            "{rate:.2} req/s Poisson, {} failed{}",
+            l.failed,
+            error.unwrap_or_default()
+        ),
+    ))
 }
 
 /// The server's metrics no figure reads, histograms that did not add up, and lines that

@@ -210,7 +210,7 @@ fn render_view(
         other_tables(sv, req, theme, rest, buf)
     };
     draw_timeline(
-        sv.requests,
+        Some(sv.requests),
         timeline,
         Some(&sv.ttft_ms),
         theme,
@@ -534,14 +534,13 @@ const TTFT_WIDTH: usize = 8;
 /// short history stretches to up to three columns per iteration, and when the rows run
 /// out the requests in play now are the ones shown, with a count of the rest.
 pub fn draw_timeline(
-    requests: usize,
+    requests: Option<usize>,
     timeline: &std::collections::VecDeque<Vec<(u64, ReqPhase)>>,
     ttft_ms: Option<&[(u64, f64)]>,
     theme: &Theme,
     area: Rect,
     buf: &mut Buffer,
 ) {
-    let (ids, hidden) = timeline::rows_shown(timeline, requests, area.height as usize);
     // The TTFT column: "  1234ms", right-aligned, where the cells keep 30 columns or more
     // (none where the timeline's requests have no TTFT of ours: a server's).
     let ttft_w = match ttft_ms {
@@ -551,6 +550,7 @@ pub fn draw_timeline(
     let ttft_ms = ttft_ms.unwrap_or_default();
     let cols = (area.width as usize).saturating_sub(4 + ttft_w);
     let cw = timeline::col_width(timeline.len(), cols);
+    let (ids, hidden) = timeline::rows_shown(timeline, requests, area.height as usize, cols / cw);
     for (i, &id) in ids.iter().enumerate() {
         let row = area.y + i as u16;
         let st = Style::default().fg(theme.request(id as usize));

@@ -13,6 +13,8 @@ pub fn line(app: &App, pane: Pane) -> String {
     let def = super::def_of(app, pane);
     match app.report() {
         Some(r) => format!("{} · {}", def.name, (def.summary)(app, r)),
+        // The attached server's figures come from its polls, not from our iterations.
+        None if def.pane == Pane::Server => format!("{} · {}", def.name, super::server::now(app)),
         None => format!("{} · waiting for the first iteration", def.name),
     }
 }
