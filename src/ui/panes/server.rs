@@ -63,7 +63,7 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
     if let Some(c) = charts {
         charts_pane(&v.snap, theme, c, buf);
     }
-    figures_pane(v, theme, right, buf);
+    figures_pane(v, app.points_at(), theme, right, buf);
 }
 
 /// Whether the open lesson step points at a figure row the headline does not hold.
@@ -71,10 +71,11 @@ fn figures_pointed_at(app: &App, v: &AttachView) -> bool {
     let head = headline(v);
     let rows = figure_rows(v);
     app.points_at().iter().any(|k| {
-        !head.contains(k.as_str())
-            && rows.iter().any(|(a, b, c)| {
-                a.contains(k.as_str()) || b.contains(k.as_str()) || c.contains(k.as_str())
-            })
+        let k = k.as_str();
+        !head.contains(k)
+            && rows
+                .iter()
+                .any(|(a, b, c)| a.contains(k) || b.contains(k) || c.contains(k))
     })
 }
 
@@ -205,8 +206,14 @@ fn columns(values: &[(f64, f64)], (title, theme): (&str, &Theme), area: Rect, bu
 }
 
 /// The figures, each with the metric it came from.
-fn figures_pane(v: &AttachView, theme: &Theme, area: Rect, buf: &mut Buffer) {
-    let rows = figure_rows(v);
+fn figures_pane(v: &AttachView, keep: &[String], theme: &Theme, area: Rect, buf: &mut Buffer) {
+    let mut rows = figure_rows(v);
+    // The rows a lesson step points at first, where a short pane cannot show them all.
+    let pointed = |(a, b, c): &Row| {
+        keep.iter()
+            .any(|k| a.contains(k.as_str()) || b.contains(k.as_str()) || c.contains(k.as_str()))
+    };
+    rows.sort_by_key(|r| !pointed(r));
     // One line per figure; a source too long for the width ends in "…".
     let room = (area.width as usize).saturating_sub(22 + 15);
     let lines: Vec<Line> = rows
