@@ -58,12 +58,9 @@ pub fn value(app: Sources, name: &str) -> Option<String> {
         "kv_read_mb" if decoded => mb(t.kv_read_bytes),
         "step_mb" if decoded => format!("{:.0}", view().now.bytes() as f64 / 1e6),
         "step_ms" => format!("{:.1}", r.info.wall_ms),
-        "perplexity" => perplexity(app.scored, r.settings.weights)?,
-        "perplexity_q8_0" => perplexity(app.scored, Requant::Q8_0)?,
-        "perplexity_q4" => perplexity(app.scored, Requant::Q4)?,
-        "perplexity_f32" => perplexity(app.scored, Requant::F32)?,
-        "top1_q8_0_vs_f32" => agreement(app.scored, Requant::Q8_0)?,
-        "top1_q4_vs_f32" => agreement(app.scored, Requant::Q4)?,
+        n if n.starts_with("perplexity") || n.starts_with("top1_") => {
+            quality(app.scored, n, r.settings.weights)?
+        }
         "step_gb_per_s" if decoded => format!("{:.1}", view().now.gb_per_s()),
         "step_bandwidth_pct" if decoded => {
             format!(
@@ -116,6 +113,20 @@ fn machine_figure(m: &crate::machine::Machine, name: &str) -> String {
         "read_gb_per_s" => format!("{:.1}", m.read_gb_per_s),
         "int8_gops" => format!("{:.0}", 2.0 * m.int8_gmac_per_s),
         _ => format!("{:.0}", traffic::Roof::of(m).ridge()),
+    }
+}
+
+/// Figure `name` of the weight types' quality on the evaluation text: each one's
+/// perplexity (`on_screen`'s for plain `perplexity`), and its top-1 agreement with f32.
+fn quality(scored: &[Scored], name: &str, on_screen: Requant) -> Option<String> {
+    match name {
+        "perplexity" => perplexity(scored, on_screen),
+        "perplexity_q8_0" => perplexity(scored, Requant::Q8_0),
+        "perplexity_q4" => perplexity(scored, Requant::Q4),
+        "perplexity_f32" => perplexity(scored, Requant::F32),
+        "top1_q8_0_vs_f32" => agreement(scored, Requant::Q8_0),
+        "top1_q4_vs_f32" => agreement(scored, Requant::Q4),
+        _ => None,
     }
 }
 
