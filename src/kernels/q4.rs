@@ -339,6 +339,8 @@ fn tile<const R: usize, const G: usize>(
         sums: &sums[j0 * kb..(j0 + G) * kb],
         k,
     };
+    // Written only by the x86 tiles: elsewhere no panel is ever built (`from_q4_1`).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
     let mut out = [[[0.0f32; LANES]; G]; R];
     #[cfg(target_arch = "x86_64")]
     // SAFETY: wide panels exist only where AVX-512 VNNI was detected, the others only

@@ -160,7 +160,7 @@ fn charts_pane(s: &Snapshot, theme: &Theme, area: Rect, buf: &mut Buffer) {
         .iter()
         .map(|p| (p.running.unwrap_or(0.0), p.waiting.unwrap_or(0.0)))
         .collect();
-    let title = " requests, a column per poll (¼ s): █ running  ░ waiting ";
+    let title = " requests per poll: █ running ░ waiting ";
     columns(&reqs, (title, theme), top, buf);
     let batch: Vec<(f64, f64)> = s
         .history
