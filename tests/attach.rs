@@ -411,35 +411,9 @@ fn q_quits_the_attach_screen_at_once_while_the_host_never_answers() {
         common::bin().display(),
         common::real_model().display()
     );
-    let tmux = |args: &[&str]| {
-        Command::new("tmux")
-            .args(args)
-            .output()
-            .expect("tmux must be installed (.ci/run installs it)")
-    };
-    assert!(tmux(&[
-        "new-session",
-        "-d",
-        "-s",
-        &name,
-        "-x",
-        "80",
-        "-y",
-        "24",
-        &cmd
-    ])
-    .status
-    .success());
+    start_80x24(&name, &cmd);
     // The app loads the model, then shows the server's pane (still connecting).
-    let t = Instant::now();
-    let screen = loop {
-        let screen = String::from_utf8_lossy(&tmux(&["capture-pane", "-p", "-t", &name]).stdout)
-            .into_owned();
-        if screen.contains("attached:") || t.elapsed() > Duration::from_secs(60) {
-            break screen;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let screen = screen_with(&name, &["attached:"]);
     assert!(
         screen.contains("attached:") && screen.contains("connecting") && screen.contains("q quit"),
         "{screen}"
@@ -503,6 +477,12 @@ fn tmux(args: &[&str]) -> std::process::Output {
         .expect("tmux must be installed (.ci/run installs it)")
 }
 
+/// Starts `cmd` in a detached tmux session `name` of 80×24.
+fn start_80x24(name: &str, cmd: &str) {
+    let args = ["new-session", "-d", "-s", name, "-x", "80", "-y", "24", cmd];
+    assert!(tmux(&args).status.success());
+}
+
 /// The screen of tmux session `name` once it shows every piece of `want` (or after a
 /// minute, to fail with).
 fn screen_with(name: &str, want: &[&str]) -> String {
@@ -529,19 +509,7 @@ fn the_attached_app_draws_the_real_servers_slots_as_our_timeline() {
         server.url,
         common::real_model().display()
     );
-    assert!(tmux(&[
-        "new-session",
-        "-d",
-        "-s",
-        &name,
-        "-x",
-        "80",
-        "-y",
-        "24",
-        &cmd
-    ])
-    .status
-    .success());
+    start_80x24(&name, &cmd);
     let want = ["attached: llama.cpp server", "of 4 slots", "r0 ", "r3 "];
     let screen = screen_with(&name, &want);
     let shown = want.iter().all(|w| screen.contains(w));

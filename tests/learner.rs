@@ -390,6 +390,15 @@ impl Learner {
         }
     }
 
+    /// What a prediction offered, what the learner chose and the verdict, for the log.
+    fn log_verdict(&mut self, kind: Predict, chose: &str, a: &inferlab::lesson::tutor::Answer) {
+        let verdict = if a.right { "right" } else { "wrong" };
+        self.log.push(format!(
+            "  {kind:?}: chose {chose:?}, {verdict} ({})",
+            a.why
+        ));
+    }
+
     /// A prediction about the attached server: answered, then graded by its polls.
     fn predict_server(&mut self, at: &str, qi: usize, kind: Predict) {
         let mut pick = 0;
@@ -448,12 +457,7 @@ impl Learner {
                 "{at}: {kind:?} {}",
                 a.why
             );
-            self.log.push(format!(
-                "  {kind:?}: chose {:?}, {} ({})",
-                live.labels[choice],
-                if a.right { "right" } else { "wrong" },
-                a.why
-            ));
+            self.log_verdict(kind, &live.labels[choice], &a);
             if a.right {
                 return;
             }
@@ -568,12 +572,7 @@ impl Learner {
                 live.labels
             );
             drop(before);
-            self.log.push(format!(
-                "  {kind:?}: chose {:?}, {} ({})",
-                live.labels[choice],
-                if a.right { "right" } else { "wrong" },
-                a.why
-            ));
+            self.log_verdict(kind, &live.labels[choice], &a);
             if a.right {
                 return;
             }

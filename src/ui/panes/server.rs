@@ -69,13 +69,19 @@ pub fn render(app: &App, theme: &Theme, area: Rect, buf: &mut Buffer) {
 /// Whether the open lesson step points at a figure row the headline does not hold.
 fn figures_pointed_at(app: &App, v: &AttachView) -> bool {
     let head = headline(v);
-    let rows = figure_rows(v);
-    app.points_at().iter().any(|k| {
-        let k = k.as_str();
-        !head.contains(k)
-            && rows
-                .iter()
-                .any(|(a, b, c)| a.contains(k) || b.contains(k) || c.contains(k))
+    let keep: Vec<&String> = app
+        .points_at()
+        .iter()
+        .filter(|k| !head.contains(k.as_str()))
+        .collect();
+    figure_rows(v).iter().any(|r| holds_any(r, &keep))
+}
+
+/// Whether figure row `r` holds any of the pieces in `keep`.
+fn holds_any<K: AsRef<str>>((a, b, c): &Row, keep: &[K]) -> bool {
+    keep.iter().any(|k| {
+        let k = k.as_ref();
+        a.contains(k) || b.contains(k) || c.contains(k)
     })
 }
 
@@ -209,11 +215,7 @@ fn columns(values: &[(f64, f64)], (title, theme): (&str, &Theme), area: Rect, bu
 fn figures_pane(v: &AttachView, keep: &[String], theme: &Theme, area: Rect, buf: &mut Buffer) {
     let mut rows = figure_rows(v);
     // The rows a lesson step points at first, where a short pane cannot show them all.
-    let pointed = |(a, b, c): &Row| {
-        keep.iter()
-            .any(|k| a.contains(k.as_str()) || b.contains(k.as_str()) || c.contains(k.as_str()))
-    };
-    rows.sort_by_key(|r| !pointed(r));
+    rows.sort_by_key(|r| !holds_any(r, keep));
     // One line per figure; a source too long for the width ends in "…".
     let room = (area.width as usize).saturating_sub(22 + 15);
     let lines: Vec<Line> = rows
